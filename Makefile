@@ -1,0 +1,34 @@
+# The two commands of the README are `make demo` and `make test`; both build the
+# environment first. Everything else here is a building block of those two.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+STATE := .state
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
+export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
+
+.PHONY: setup test test-fast lint demo down bench
+
+setup: $(STAMP)
+
+# Rebuilt only when the pins change: a second `make setup` does nothing.
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv==0.13.9
+	@test -x $(PY) || $(PYTHON) -m uv venv -q --python $(PYTHON) $(VENV)
+	$(PYTHON) -m uv pip install -q --python $(PY) -r requirements.txt -c constraints.txt
+	$(PYTHON) -m uv pip install -q --python $(PY) --no-deps -e .
+	@command -v kubectl >/dev/null 2>&1 || (apt-get install -y -qq kubernetes-client >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kubernetes-client) >/dev/null 2>&1) || echo "note: kubectl not installed; its tests will fail"
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .

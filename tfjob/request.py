@@ -1,0 +1,627 @@
+"""The training request: the one model of what a user asks TF-on-K8s to run.
+
+A request arrives as YAML, JSON or an Airflow `dag_run.conf` dict and is
+checked here, completely, before anything touches Kubernetes or S3. Every
+failure surfaces as one `RequestError` whose message names the field, the
+value given and what is allowed, e.g.
+`request.replicas.ps: 0 given; distributed parameter-server jobs need at least 1`.
+
+`Role` declaration order (chief, ps, worker, evaluator) is the deterministic
+order used everywhere: pod lists, ClusterSpec keys, replica iteration.
+"""
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from tfjob.quantity import is_quantity, parse_quantity
+from tfjob.schedule import AIRFLOW_PRESETS, explain_schedule_problem
+
+
+class Role(StrEnum):
+    """A TensorFlow task type; declaration order is the order used everywhere."""
+
+    CHIEF = "chief"
+    PS = "ps"
+    WORKER = "worker"
+    EVALUATOR = "evaluator"
+
+
+class Mode(StrEnum):
+    SINGLE = "single"
+    DISTRIBUTED = "distributed"
+
+
+class Strategy(StrEnum):
+    """How a distributed job is laid out: with parameter servers or all-reduce workers."""
+
+    PARAMETER_SERVER = "parameter_server"
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+
+
+class SuccessPolicy(StrEnum):
+    """Which replicas must succeed for the run to succeed; ps never counts."""
+
+    CHIEF = "chief"
+    WORKER0 = "worker0"
+    ALL_WORKERS = "all_workers"
+
+
+class Placement(StrEnum):
+    """Spread replicas over nodes, or pack them onto as few as possible."""
+
+    SPREAD = "spread"
+    PACK = "pack"
+
+
+# The initial quota a replica gets when the request does not say.
+DEFAULT_CPU = "500m"
+DEFAULT_MEMORY = "1Gi"
+DEFAULT_GPU = 0
+MAX_GPU_PER_REPLICA = 16
+DEFAULT_IMAGE = "tensorflow/tensorflow:2.21.0"
+DEFAULT_PORT = 2222
+DEFAULT_STARTUP_TIMEOUT = 300
+DEFAULT_ACTIVE_DEADLINE = 3600
+MAX_RETRIES = 10
+# 40 leaves room for "-<h8>" and "-evaluator-<index>" within 63 characters.
+MAX_NAME_LENGTH = 40
+# "tfjob-<tenant>" must be a namespace name (63 characters).
+MAX_TENANT_LENGTH = 57
+
+RESERVED_ENV_PREFIX = "TFJOB_"
+# Set by the manifest or the bootstrap; a request value would be overwritten.
+RESERVED_ENV_NAMES = frozenset({
+    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX",
+    "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
+})
+
+DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+_NOTHING = object()
+
+
+class RequestError(ValueError):
+    """One invalid request field: where, what was given, what is allowed."""
+
+    def __init__(self, field: str, given: Any, allowed: str) -> None:
+        self.field = field
+        self.given = given
+        self.allowed = allowed
+        super().__init__(format_request_error(field, given, allowed))
+
+
+def describe_value(value: Any) -> str:
+    """A short rendering of a given value for error messages."""
+    if value is _NOTHING:
+        return "nothing"
+    if isinstance(value, StrEnum):
+        value = value.value
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def format_request_error(field: str, given: Any, allowed: str) -> str:
+    where = f"request.{field}" if field else "request"
+    return f"{where}: {describe_value(given)} given; {allowed}"
+
+
+def _invalid(allowed: str, given: Any = _NOTHING, field: str = "") -> PydanticCustomError:
+    """A validation failure carrying our message parts through pydantic."""
+    return PydanticCustomError(
+        "tfjob_invalid", "{allowed}", {"allowed": allowed, "given": given, "field": field}
+    )
+
+
+def _check_dns_label(value: str, max_len: int) -> str:
+    if not isinstance(value, str) or len(value) > max_len or not DNS_LABEL_PATTERN.match(value):
+        raise _invalid(
+            f"a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most {max_len} characters", value)
+    return value
+
+
+def _check_quantity(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise _invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
+    if isinstance(value, int | float):
+        value = str(value)
+    if not isinstance(value, str) or not is_quantity(value):
+        raise _invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
+    return value
+
+
+def _check_label_map(value: Any, what: str) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    for key, item in value.items():
+        name = str(key).rsplit("/", 1)[-1]
+        if not isinstance(key, str) or len(name) > 63 or not LABEL_NAME_PATTERN.match(name):
+            raise _invalid(f"{what} keys must be Kubernetes label keys", key, str(key))
+        if not isinstance(item, str) or len(item) > 63 or not LABEL_VALUE_PATTERN.match(item):
+            raise _invalid(
+                f"{what} values must be Kubernetes label values (strings of at most 63 "
+                "letters, digits, '-', '_', '.'; quote numbers in YAML)", item, str(key))
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, frozen=True)
+
+
+class Replicas(_Model):
+    """How many replicas of each role the job runs."""
+
+    chief: int = Field(0, ge=0, le=1, description="Coordinator replicas (0 or 1).")
+    ps: int = Field(0, ge=0, le=100, description="Parameter-server replicas.")
+    worker: int = Field(1, ge=0, le=1000, description="Worker replicas.")
+    evaluator: int = Field(0, ge=0, le=1, description="Side-car evaluator replicas (0 or 1).")
+
+
+class RoleResources(_Model):
+    """Requests (and optional limits) of one replica of a role."""
+
+    cpu: str = Field(DEFAULT_CPU, description="CPU request, a Kubernetes quantity.")
+    memory: str = Field(DEFAULT_MEMORY, description="Memory request, a Kubernetes quantity.")
+    gpu: int = Field(DEFAULT_GPU, ge=0, le=MAX_GPU_PER_REPLICA,
+                     description="nvidia.com/gpu, used as both request and limit.")
+    cpu_limit: str | None = Field(None, description="CPU limit; none when unset.")
+    memory_limit: str | None = Field(None, description="Memory limit; none when unset.")
+
+    @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
+    @classmethod
+    def _check_quantities(cls, value: Any) -> Any:
+        return value if value is None else _check_quantity(value)
+
+    @model_validator(mode="after")
+    def _check_limits_cover_requests(self) -> "RoleResources":
+        for limit_name, request_name in (("cpu_limit", "cpu"), ("memory_limit", "memory")):
+            limit = getattr(self, limit_name)
+            request = getattr(self, request_name)
+            if limit is not None and parse_quantity(limit) < parse_quantity(request):
+                raise _invalid(f"the limit must be at least the {request_name} request "
+                               f"({request})", limit, limit_name)
+        return self
+
+
+class Toleration(_Model):
+    """A Kubernetes toleration, with Kubernetes' own keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = Field(None, alias="tolerationSeconds", ge=0)
+
+    @field_validator("operator")
+    @classmethod
+    def _check_operator(cls, value: str) -> str:
+        if value not in ("Equal", "Exists"):
+            raise _invalid("allowed: Equal, Exists", value)
+        return value
+
+    @field_validator("effect")
+    @classmethod
+    def _check_effect(cls, value: str | None) -> str | None:
+        if value not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise _invalid("allowed: NoSchedule, PreferNoSchedule, NoExecute", value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_combination(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise _invalid("no value is allowed with operator Exists", self.value, "value")
+        if not self.key and self.operator != "Exists":
+            raise _invalid("an empty key needs operator Exists", self.operator, "operator")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise _invalid("tolerationSeconds needs effect NoExecute",
+                           self.toleration_seconds, "tolerationSeconds")
+        return self
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The toleration as Kubernetes JSON (camelCase, unset keys left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def default_resources() -> dict[Role, RoleResources]:
+    return {role: RoleResources() for role in Role}
+
+
+_FIELD_DOCS = {
+    "name": "Job name: a DNS-1123 label of at most 40 characters.",
+    "tenant": "Tenant owning the job (DNS-1123 label); decides the namespace.",
+    "mode": "single: one worker replica; distributed: a TensorFlow cluster.",
+    "strategy": "Layout of a distributed job: parameter_server (ps >= 1) or "
+                "multi_worker_mirrored (ps = 0).",
+}
+
+
+class TrainingRequest(_Model):
+    """A complete, validated training request."""
+
+    name: str = Field(description=_FIELD_DOCS["name"])
+    tenant: str = Field(description=_FIELD_DOCS["tenant"])
+    mode: Mode = Field(Mode.SINGLE, description=_FIELD_DOCS["mode"])
+    strategy: Strategy = Field(Strategy.PARAMETER_SERVER, description=_FIELD_DOCS["strategy"])
+    replicas: Replicas = Field(default_factory=Replicas,
+                               description="Replicas per role: chief 0-1, ps, worker, "
+                                           "evaluator 0-1. single mode: exactly 1 worker.")
+    resources: dict[Role, RoleResources] = Field(
+        default_factory=default_resources,
+        description=f"Per-role cpu, memory, gpu requests and optional cpu_limit, "
+                    f"memory_limit; roles left out get cpu {DEFAULT_CPU}, memory "
+                    f"{DEFAULT_MEMORY}, gpu {DEFAULT_GPU}.")
+    gpu_type: str | None = Field(None, description="GPU product (node label "
+                                                   "nvidia.com/gpu.product) for GPU replicas.")
+    image: str = Field(DEFAULT_IMAGE, description="Container image with Python 3 and "
+                                                  "TensorFlow.", min_length=1)
+    entrypoint: list[str] = Field(description="Program argv, run in the bundle's code/ "
+                                              "directory, e.g. [python3, train.py].")
+    args: list[str] = Field(default_factory=list, description="Arguments appended to "
+                                                              "the entrypoint.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment "
+                                "variables; TFJOB_* and TF_CONFIG are reserved.")
+    bundle: str = Field(description="Code+data bundle: s3://bucket/key.tar.gz.")
+    output: str = Field(description="Where runs are published: s3://bucket/prefix.")
+    schedule: str | None = Field(None, description="None (manual), an Airflow preset "
+                                 "(" + ", ".join(AIRFLOW_PRESETS) + ") or a 5-field cron.")
+    startup_timeout: int = Field(DEFAULT_STARTUP_TIMEOUT, ge=1, le=86400,
+                                 description="Seconds for all replicas to start and "
+                                             "receive the ClusterSpec.")
+    active_deadline: int = Field(DEFAULT_ACTIVE_DEADLINE, ge=1, le=30 * 86400,
+                                 description="Seconds a replica may run in all; more "
+                                             "than startup_timeout.")
+    retries: int = Field(0, ge=0, le=MAX_RETRIES, description="Airflow retries of a "
+                                                              "failed run.")
+    success_policy: SuccessPolicy | None = Field(
+        None, description="Which replicas must succeed: chief, worker0 or all_workers; "
+                          "default chief when there is a chief, else worker0.")
+    placement: Placement = Field(Placement.SPREAD, description="spread replicas over "
+                                 "nodes or pack them together.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node "
+                                          "labels every replica requires.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Kubernetes "
+                                          "tolerations for every replica.")
+    port: int = Field(DEFAULT_PORT, ge=1024, le=65535, description="TensorFlow gRPC port "
+                                                                   "of every replica.")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _check_name(cls, value: Any) -> Any:
+        return _check_dns_label(value, MAX_NAME_LENGTH)
+
+    @field_validator("tenant", mode="before")
+    @classmethod
+    def _check_tenant(cls, value: Any) -> Any:
+        return _check_dns_label(value, MAX_TENANT_LENGTH)
+
+    @field_validator("entrypoint", "args", mode="before")
+    @classmethod
+    def _check_argv(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str):
+            raise _invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
+                           "shell strings are not run", value)
+        if not isinstance(value, list | tuple):
+            raise _invalid("a list of strings is allowed", value)
+        if info.field_name == "entrypoint" and not value:
+            raise _invalid("a non-empty argv list is required, e.g. [\"python3\", "
+                           "\"train.py\"]", value)
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or (info.field_name == "entrypoint" and not item):
+                raise _invalid("every argv item must be a non-empty string (quote numbers "
+                               "in YAML)" if info.field_name == "entrypoint" else
+                               "every argument must be a string (quote numbers in YAML)",
+                               item, f"[{index}]")
+        return list(value)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _check_env(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _invalid("a mapping of variable names to strings is allowed", value)
+        for key, item in value.items():
+            if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
+                raise _invalid("environment names are letters, digits and '_', not "
+                               "starting with a digit", key, str(key))
+            if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
+                raise _invalid(f"names starting with {RESERVED_ENV_PREFIX} and "
+                               f"{', '.join(sorted(RESERVED_ENV_NAMES))} are reserved",
+                               key, key)
+            if not isinstance(item, str):
+                raise _invalid("environment values must be strings (quote them in YAML)",
+                               item, key)
+        return value
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _fill_default_resources(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _invalid("a mapping of role (chief, ps, worker, evaluator) to "
+                           "{cpu, memory, gpu, cpu_limit, memory_limit} is allowed", value)
+        filled: dict[Any, Any] = {role.value: {} for role in Role}
+        for key, item in value.items():
+            if str(key) not in filled:
+                raise _invalid("allowed roles: " + ", ".join(role.value for role in Role),
+                               key, str(key))
+            filled[str(key)] = {} if item is None else item
+        return filled
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _check_gpu_type(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 63 or not LABEL_VALUE_PATTERN.match(value)
+                                  or not value):
+            raise _invalid("a Kubernetes label value is allowed, e.g. NVIDIA-A100-SXM4-40GB",
+                           value)
+        return value
+
+    @field_validator("bundle")
+    @classmethod
+    def _check_bundle(cls, value: str) -> str:
+        bucket, key = _split_s3_url(value, "s3://bucket/key.tar.gz")
+        if not key.endswith(".tar.gz") or key.endswith("/.tar.gz") or key == ".tar.gz":
+            raise _invalid("an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)",
+                           value)
+        return value
+
+    @field_validator("output")
+    @classmethod
+    def _check_output(cls, value: str) -> str:
+        _split_s3_url(value, "s3://bucket/prefix")
+        return value.rstrip("/")
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _check_schedule(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise _invalid("none, an Airflow preset or a 5-field cron string is allowed",
+                           value)
+        problem = explain_schedule_problem(value.strip())
+        if problem:
+            raise _invalid(f"{problem}; allowed: none, one of {', '.join(AIRFLOW_PRESETS)} or "
+                           "a 5-field cron like \"0 3 * * *\"", value)
+        return value.strip()
+
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _check_node_selector(cls, value: Any) -> Any:
+        return _check_label_map(value, "node_selector")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _require_mapping(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            raise _invalid("a mapping of request fields is allowed", data)
+        return data
+
+    @model_validator(mode="after")
+    def _check_mode_rules(self) -> "TrainingRequest":
+        replicas = self.replicas
+        if self.mode is Mode.SINGLE:
+            for role in Role:
+                wanted = 1 if role is Role.WORKER else 0
+                if getattr(replicas, role.value) != wanted:
+                    raise _invalid(f"single mode runs exactly 1 worker and no {role.value}"
+                                   if role is not Role.WORKER else
+                                   "single mode runs exactly 1 worker",
+                                   getattr(replicas, role.value), f"replicas.{role.value}")
+        elif self.strategy is Strategy.PARAMETER_SERVER:
+            if replicas.ps < 1:
+                raise _invalid("distributed parameter-server jobs need at least 1",
+                               replicas.ps, "replicas.ps")
+            if replicas.worker < 1:
+                raise _invalid("distributed parameter-server jobs need at least 1",
+                               replicas.worker, "replicas.worker")
+        else:
+            if replicas.ps != 0:
+                raise _invalid("multi_worker_mirrored jobs have no ps (0)", replicas.ps,
+                               "replicas.ps")
+            if replicas.worker < 1:
+                raise _invalid("multi_worker_mirrored jobs need at least 1", replicas.worker,
+                               "replicas.worker")
+        if self.active_deadline <= self.startup_timeout:
+            raise _invalid(f"must be more than startup_timeout ({self.startup_timeout})",
+                           self.active_deadline, "active_deadline")
+        if self.success_policy is SuccessPolicy.CHIEF and replicas.chief == 0:
+            raise _invalid("policy chief needs replicas.chief = 1; use worker0 or "
+                           "all_workers", self.success_policy.value, "success_policy")
+        if self.success_policy is None:
+            # frozen model: set the resolved default once, during validation
+            policy = SuccessPolicy.CHIEF if replicas.chief else SuccessPolicy.WORKER0
+            object.__setattr__(self, "success_policy", policy)
+        return self
+
+    def replica_count(self, role: Role) -> int:
+        """How many replicas of `role` the job runs."""
+        return getattr(self.replicas, Role(role).value)
+
+    def replicas_in_order(self) -> list[tuple[Role, int]]:
+        """Every (role, index) of the job, in Role order, then index order."""
+        return [(role, index) for role in Role for index in range(self.replica_count(role))]
+
+    def model_owner(self) -> tuple[Role, int]:
+        """The replica that uploads the model: chief 0 if any, else worker 0."""
+        return (Role.CHIEF, 0) if self.replicas.chief else (Role.WORKER, 0)
+
+    def resources_for(self, role: Role) -> RoleResources:
+        """The resources of one replica of `role` (defaults when not given)."""
+        return self.resources.get(Role(role), RoleResources())
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.mode is Mode.DISTRIBUTED
+
+
+def _split_s3_url(value: str, shape: str) -> tuple[str, str]:
+    if not value.startswith("s3://"):
+        raise _invalid(f"an {shape} URL is allowed", value)
+    bucket, _, key = value[len("s3://"):].partition("/")
+    if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
+        raise _invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
+                       "digits, '.', '-') is allowed", value)
+    if not key.strip("/"):
+        raise _invalid(f"an {shape} URL with a non-empty key is allowed", value)
+    return bucket, key
+
+
+# --- pydantic errors rewritten as RequestError -------------------------------------------
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel inside an annotation like Foo, list[Foo], dict[K, Foo], Foo | None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in getattr(annotation, "__args__", ()) or ():
+        found = _nested_model(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _model_at(location: tuple[Any, ...]) -> type[BaseModel]:
+    """The model whose field set applies at `location` (for unknown-field errors)."""
+    model: type[BaseModel] = TrainingRequest
+    for part in location:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue
+        nested = _nested_model(field.annotation)
+        if nested is None:
+            break
+        model = nested
+    return model
+
+
+def _field_path(location: tuple[Any, ...]) -> str:
+    path = ""
+    for part in location:
+        if part == "[key]":
+            continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.startswith("["):
+            path += part
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _allowed_for(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind in ("enum", "literal_error"):
+        return "allowed: " + ctx.get("expected", "").replace("'", "")
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bounds = {"greater_than_equal": "at least", "less_than_equal": "at most",
+                  "greater_than": "more than", "less_than": "less than"}
+        return f"{bounds[kind]} {next(iter(ctx.values()))} is allowed"
+    if kind.startswith("int_"):
+        return "a whole number is allowed"
+    if kind in ("string_type", "string_too_short"):
+        return "a non-empty string is allowed" if kind == "string_too_short" else \
+            "a string is allowed (quote numbers in YAML)"
+    if kind in ("list_type",):
+        return "a list is allowed"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "a mapping is allowed"
+    return str(error.get("msg", "invalid value")).lower()
+
+
+def convert_validation_error(exc: ValidationError) -> RequestError:
+    """The first pydantic error of `exc`, rewritten as one RequestError."""
+    error = exc.errors(include_url=False)[0]
+    location = tuple(error.get("loc", ()))
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "tfjob_invalid":
+        field = _field_path(location)
+        extra = ctx.get("field") or ""
+        if extra:
+            field = f"{field}{extra}" if extra.startswith("[") or not field else \
+                f"{field}.{extra}"
+        return RequestError(field, ctx.get("given", _NOTHING), ctx["allowed"])
+    if kind == "missing":
+        model = _model_at(location[:-1])
+        field_info = model.model_fields.get(location[-1])
+        hint = f" ({field_info.description})" if field_info and field_info.description else ""
+        return RequestError(_field_path(location), _NOTHING, f"the field is required{hint}")
+    if kind == "extra_forbidden":
+        model = _model_at(location[:-1])
+        names = [field.alias or name for name, field in model.model_fields.items()]
+        return RequestError(_field_path(location), error.get("input"),
+                            "unknown field; allowed fields: " + ", ".join(names))
+    return RequestError(_field_path(location), error.get("input"), _allowed_for(error))
+
+
+# --- loading ---------------------------------------------------------------------------
+
+REQUEST_FORMATS = ("yaml", "json")
+_SUFFIX_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+
+
+def validate_request(data: Any) -> TrainingRequest:
+    """A TrainingRequest from already-parsed data; RequestError when invalid."""
+    if not isinstance(data, Mapping):
+        raise RequestError("", data if not isinstance(data, str) else data[:40],
+                           "a mapping of request fields is required")
+    try:
+        return TrainingRequest.model_validate(dict(data))
+    except ValidationError as exc:
+        raise convert_validation_error(exc) from None
+
+
+def parse_request(text: str, fmt: str) -> TrainingRequest:
+    """A TrainingRequest from YAML or JSON text; RequestError when invalid."""
+    if fmt not in REQUEST_FORMATS:
+        raise ValueError(f"request format {fmt!r} given; allowed: {', '.join(REQUEST_FORMATS)}")
+    try:
+        data = yaml.safe_load(text) if fmt == "yaml" else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        first_line = str(exc).strip().splitlines()[0]
+        raise RequestError("", f"unparsable {fmt}", f"valid {fmt} is required "
+                           f"({first_line})") from None
+    return validate_request(data)
+
+
+def load_request(source: "str | os.PathLike[str] | Mapping[str, Any]") -> TrainingRequest:
+    """A TrainingRequest from a .yaml/.yml/.json file or a dict (Airflow dag_run.conf)."""
+    if isinstance(source, Mapping):
+        return validate_request(source)
+    path = Path(source)
+    fmt = _SUFFIX_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"request file {str(path)!r} given; allowed suffixes: "
+                         f"{', '.join(_SUFFIX_FORMATS)}")
+    return parse_request(path.read_text(encoding="utf-8"), fmt)
+
+
+__all__ = [
+    "Mode", "Placement", "Replicas", "RequestError", "Role", "RoleResources", "Strategy",
+    "SuccessPolicy", "Toleration", "TrainingRequest", "load_request", "parse_request",
+    "validate_request",
+]

@@ -1,0 +1,429 @@
+"""Start and stop `airflow standalone` in the background with this repo's configuration.
+
+Why this exists: `airflow standalone` is a foreground program that runs the API
+server, scheduler, DAG processor and triggerer as children, and it only stops
+them on Ctrl-C. Run in the background it must be stopped as a whole, including
+the task processes that Airflow's supervisor puts in process groups of their
+own. Every process started here therefore carries a marker in its environment
+(TFJOB_AIRFLOW_INSTANCE=<home>) and runs in a new session; `down` stops every
+process with that marker or in that session, and nothing else.
+
+It also fixes what standalone leaves random per process: the JWT secret (the
+scheduler's task tokens must verify in the API server), the fernet key and the
+API secret key are generated once per home into <home>/secrets.json.
+
+`up` returns once /api/v2/monitor/health reports every component healthy and
+the DAG processor has parsed every DAG file of the dags folder.
+
+Usage: python scripts/airflow_server.py up|down|status [--home .state/airflow] [--port 8080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import enum
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = REPO_ROOT / ".state" / "airflow"
+DEFAULT_PORT = 8080
+INSTANCE_MARKER = "TFJOB_AIRFLOW_INSTANCE"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+SECRETS_FILE = "secrets.json"
+PID_FILE = "standalone.pid"
+LOG_FILE = "standalone.log"
+ADMIN_USER = "admin"
+
+START_TIMEOUT_S = 120.0
+PARSE_TIMEOUT_S = 60.0
+STOP_GRACE_S = 15.0
+POLL_INTERVAL_S = 0.5
+
+
+class ComponentHealth(enum.StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+class AirflowStartError(RuntimeError):
+    """Airflow did not come up; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class AirflowSettings:
+    """Where one Airflow instance lives and what it runs."""
+
+    home: Path = DEFAULT_HOME
+    port: int = DEFAULT_PORT
+    dags_folder: Path = REPO_ROOT / "dags"
+    plugins_folder: Path = REPO_ROOT / "plugins"
+    config_file: Path = REPO_ROOT / "airflow.cfg"
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class AirflowInstance:
+    """A running instance: where to reach it and how to log in."""
+
+    url: str
+    username: str
+    password: str
+    pid: int
+    home: Path
+
+
+def pick_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def is_port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def load_or_create_secrets(home: Path) -> dict[str, str]:
+    """Secrets shared by every component of one home, created once."""
+    path = home / SECRETS_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    from cryptography.fernet import Fernet
+
+    secrets = {
+        "fernet_key": Fernet.generate_key().decode(),
+        "jwt_secret": base64.urlsafe_b64encode(os.urandom(64)).decode(),
+        "api_secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode(),
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(secrets))
+    path.chmod(0o600)
+    return secrets
+
+
+def build_airflow_env(settings: AirflowSettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every Airflow process of this instance runs with."""
+    env = dict(os.environ if base_env is None else base_env)
+    home = settings.home.resolve()
+    secrets = load_or_create_secrets(home)
+    venv_bin = str(Path(sys.executable).parent)
+    env.update(
+        {
+            # standalone starts its components as `airflow …` from PATH.
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW_CONFIG": str(settings.config_file.resolve()),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(settings.dags_folder.resolve()),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.plugins_folder.resolve()),
+            "AIRFLOW__CORE__FERNET_KEY": secrets["fernet_key"],
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets["jwt_secret"],
+            "AIRFLOW__API__SECRET_KEY": secrets["api_secret_key"],
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(settings.port),
+            "AIRFLOW__API__BASE_URL": settings.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{settings.url}/execution/",
+            # Fixed defaults (8793/8794) would clash between the demo and test instances.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(pick_free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(pick_free_port()),
+            "NO_COLOR": "1",
+            INSTANCE_MARKER: str(home),
+        }
+    )
+    env.update(settings.extra_env)
+    return env
+
+
+def read_admin_password(home: Path) -> str | None:
+    path = home / PASSWORDS_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get(ADMIN_USER)
+
+
+def read_pid(home: Path) -> int | None:
+    try:
+        return int((home / PID_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def fetch_health(url: str, timeout: float = 2.0) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=timeout) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+
+
+def is_healthy(health: dict | None) -> bool:
+    if not health:
+        return False
+    components = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    return all(
+        (health.get(name) or {}).get("status") == ComponentHealth.HEALTHY for name in components
+    )
+
+
+def fetch_token(url: str, username: str, password: str, timeout: float = 5.0) -> str:
+    body = json.dumps({"username": username, "password": password}).encode()
+    request = urllib.request.Request(
+        f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())["access_token"]
+
+
+def get_json(url: str, token: str, timeout: float = 5.0) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def list_dag_files(dags_folder: Path) -> set[str]:
+    """Files the DAG processor will parse (Airflow's safe mode: mentions both 'airflow' and 'dag')."""
+    if not dags_folder.is_dir():
+        return set()
+    found = set()
+    for path in dags_folder.rglob("*.py"):
+        if any(part.startswith((".", "__")) for part in path.relative_to(dags_folder).parts):
+            continue
+        text = path.read_bytes().lower()
+        if b"airflow" in text and b"dag" in text:
+            found.add(str(path.resolve()))
+    return found
+
+
+def list_parsed_files(url: str, token: str) -> set[str]:
+    """Files that produced a DAG or an import error, as the API reports them."""
+    parsed: set[str] = set()
+    offset = 0
+    while True:
+        page = get_json(f"{url}/api/v2/dags?limit=100&offset={offset}", token)
+        parsed.update(str(Path(dag["fileloc"]).resolve()) for dag in page["dags"])
+        offset += len(page["dags"])
+        if not page["dags"] or offset >= page["total_entries"]:
+            break
+    errors = get_json(f"{url}/api/v2/importErrors?limit=1000", token)
+    parsed.update(str(Path(err["filename"]).resolve()) for err in errors["import_errors"])
+    return parsed
+
+
+def tail_log(home: Path, lines: int = 30) -> str:
+    path = home / LOG_FILE
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def await_airflow_ready(
+    settings: AirflowSettings, pid: int, timeout: float = START_TIMEOUT_S
+) -> AirflowInstance:
+    """Wait until every component is healthy and the DAG files are parsed."""
+    home = settings.home.resolve()
+    deadline = time.monotonic() + timeout
+    while not is_healthy(fetch_health(settings.url)):
+        if not is_alive(pid):
+            raise AirflowStartError(
+                f"airflow standalone (pid {pid}) exited during start; last lines of "
+                f"{home / LOG_FILE}:\n{tail_log(home)}"
+            )
+        if time.monotonic() > deadline:
+            raise AirflowStartError(
+                f"Airflow at {settings.url} was not healthy within {timeout:.0f} s; "
+                f"last lines of {home / LOG_FILE}:\n{tail_log(home)}"
+            )
+        time.sleep(POLL_INTERVAL_S)
+    password = read_admin_password(home)
+    if password is None:
+        raise AirflowStartError(f"no admin password in {home / PASSWORDS_FILE}")
+    token = fetch_token(settings.url, ADMIN_USER, password)
+    expected = list_dag_files(settings.dags_folder)
+    parse_deadline = time.monotonic() + PARSE_TIMEOUT_S
+    missing = expected - list_parsed_files(settings.url, token)
+    while missing and time.monotonic() < parse_deadline:
+        time.sleep(POLL_INTERVAL_S)
+        missing = expected - list_parsed_files(settings.url, token)
+    if missing:
+        print(
+            f"warning: the DAG processor has not reported these files after "
+            f"{PARSE_TIMEOUT_S:.0f} s: {', '.join(sorted(missing))}",
+            file=sys.stderr,
+        )
+    return AirflowInstance(settings.url, ADMIN_USER, password, pid, home)
+
+
+def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -> AirflowInstance:
+    """Start `airflow standalone` in the background, or return the instance already running."""
+    home = settings.home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    pid = read_pid(home)
+    if pid is not None and is_alive(pid):
+        if is_healthy(fetch_health(settings.url)):
+            return await_airflow_ready(settings, pid, timeout)
+        stop_airflow(home)
+    if not is_port_free(settings.port):
+        raise AirflowStartError(
+            f"port {settings.port} on 127.0.0.1 is taken by another process; stop it "
+            f"(see `ss -ltnp 'sport = :{settings.port}'`) or choose another with --port"
+        )
+    env = build_airflow_env(settings)
+    with open(home / LOG_FILE, "ab") as log:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), "standalone"],
+            cwd=home,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (home / PID_FILE).write_text(str(process.pid))
+    try:
+        return await_airflow_ready(settings, process.pid, timeout)
+    except BaseException:
+        stop_airflow(home)
+        raise
+
+
+def read_session_id(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return int(fields[3])
+
+
+def has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+
+
+def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
+    """Every process of the instance: by environment marker or by its session."""
+    marker = f"{INSTANCE_MARKER}={home.resolve()}".encode()
+    own = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        pid = int(entry.name)
+        if has_marker(pid, marker) or (session_id is not None and read_session_id(pid) == session_id):
+            found.append(pid)
+    return found
+
+
+def signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
+    """Stop every process of the instance at `home`: SIGTERM, then SIGKILL after `grace`."""
+    home = home.resolve()
+    pid = read_pid(home)
+    session_id = pid if pid is not None and read_session_id(pid) == pid else None
+    pids = find_instance_pids(home, session_id)
+    signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        alive = [p for p in find_instance_pids(home, session_id) if is_alive(p)]
+        if not alive:
+            break
+        time.sleep(0.2)
+    else:
+        signal_all(find_instance_pids(home, session_id), signal.SIGKILL)
+    _reap(pid)
+    (home / PID_FILE).unlink(missing_ok=True)
+    return pids
+
+
+def _reap(pid: int | None) -> None:
+    # Standalone is our child when started in this process (tests): collect its exit status.
+    if pid is None:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def print_login(instance: AirflowInstance) -> None:
+    print(f"Airflow is up at {instance.url}")
+    print(f"  login: {instance.username} / {instance.password}")
+    print(f"  home:  {instance.home} (log: {instance.home / LOG_FILE})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--home", type=Path, default=DEFAULT_HOME, help="AIRFLOW_HOME (state)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="API server port")
+    parser.add_argument("--dags-folder", type=Path, default=REPO_ROOT / "dags")
+    parser.add_argument("--plugins-folder", type=Path, default=REPO_ROOT / "plugins")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE",
+        help="extra environment for Airflow (e.g. AIRFLOW_CONN_…); repeatable",
+    )
+    args = parser.parse_args(argv)
+    extra_env = dict(item.split("=", 1) for item in args.env)
+    settings = AirflowSettings(
+        home=args.home, port=args.port, dags_folder=args.dags_folder,
+        plugins_folder=args.plugins_folder, extra_env=extra_env,
+    )
+    if args.action == "up":
+        try:
+            instance = start_airflow(settings)
+        except AirflowStartError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        print_login(instance)
+        return 0
+    if args.action == "down":
+        stopped = stop_airflow(args.home)
+        print(f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running")
+        return 0
+    pid = read_pid(args.home.resolve())
+    running = pid is not None and is_alive(pid) and is_healthy(fetch_health(settings.url))
+    print(f"Airflow at {settings.url}: {'up' if running else 'down'}")
+    return 0 if running else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

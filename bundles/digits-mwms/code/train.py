@@ -1,0 +1,133 @@
+"""digits-mwms: synchronous data-parallel training with MultiWorkerMirroredStrategy.
+
+Cluster: two workers (TF_CONFIG set by the platform), no ps, no chief. Every
+worker runs this same program: each builds a replica of the model, reads its
+own shard of the training data, and the gradients are all-reduced every step,
+so the replicas stay identical. Keras 3's `model.fit` does not work under this
+strategy, hence the custom loop.
+
+All workers exit by themselves when training is done. Worker 0 owns the
+result: it saves the model to MODEL_DIR and writes {"accuracy", "loss",
+"steps"} to METRICS_FILE; the others only train.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+STEPS = int(os.environ.get("STEPS", "300"))
+GLOBAL_BATCH_SIZE = 64
+LEARNING_RATE = 0.003
+HIDDEN_UNITS = 64
+SEED = 7
+
+
+def load_digits(data_dir):
+    with np.load(os.path.join(data_dir, "digits.npz")) as data:
+        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+
+
+def write_metrics(path, metrics):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as out:
+        json.dump(metrics, out)
+
+
+def build_model():
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(64,)),
+            tf.keras.layers.Dense(HIDDEN_UNITS, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
+
+
+def is_result_owner(resolver):
+    """Worker 0 (or a chief, if the cluster has one) saves the model and metrics."""
+    cluster = resolver.cluster_spec().as_dict()
+    if "chief" in cluster:
+        return resolver.task_type == "chief"
+    return resolver.task_type == "worker" and resolver.task_id == 0
+
+
+def main():
+    data_dir = os.environ.get("DATA_DIR", "../data")
+    model_dir = os.environ.get("MODEL_DIR", "../model")
+    metrics_file = os.environ.get("METRICS_FILE", os.path.join(model_dir, "..", "metrics.json"))
+    x_train, y_train, x_test, y_test = load_digits(data_dir)
+
+    # The strategy must exist before any other TensorFlow op runs.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = strategy.cluster_resolver
+    print(
+        "%s %d of %d replicas"
+        % (resolver.task_type, resolver.task_id, strategy.num_replicas_in_sync),
+        flush=True,
+    )
+
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(SEED)  # same initial weights on every worker
+        model = build_model()
+        optimizer = tf.keras.optimizers.Adam(LEARNING_RATE)
+        loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="none"
+        )
+
+    def dataset_fn(input_context):
+        batch_size = input_context.get_per_replica_batch_size(GLOBAL_BATCH_SIZE)
+        return (
+            tf.data.Dataset.from_tensor_slices((x_train, y_train))
+            .shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            .shuffle(len(x_train), seed=SEED)
+            .repeat()
+            .batch(batch_size)
+        )
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+    @tf.function
+    def train_step(iterator):
+        def step_fn(features, labels):
+            with tf.GradientTape() as tape:
+                logits = model(features, training=True)
+                loss = tf.nn.compute_average_loss(
+                    loss_object(labels, logits), global_batch_size=GLOBAL_BATCH_SIZE
+                )
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            return loss
+
+        features, labels = next(iterator)
+        per_replica_loss = strategy.run(step_fn, args=(features, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    started = time.monotonic()
+    for _ in range(STEPS):
+        train_step(iterator)
+    train_seconds = time.monotonic() - started
+
+    if not is_result_owner(resolver):
+        print("training done; worker 0 writes the model", flush=True)
+        return
+
+    logits = model(x_test, training=False)
+    loss = float(tf.reduce_mean(loss_object(y_test, logits)))
+    accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test))
+    os.makedirs(model_dir, exist_ok=True)
+    model.save(os.path.join(model_dir, "digits.keras"))
+    metrics = {
+        "accuracy": accuracy,
+        "loss": loss,
+        "steps": STEPS,
+        "train_seconds": round(train_seconds, 2),
+    }
+    write_metrics(metrics_file, metrics)
+    print("test accuracy %.4f, loss %.4f, %d steps" % (accuracy, loss, STEPS), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""digits-ps: TF2 ParameterServerStrategy with a custom training loop.
+
+Cluster: one chief, one or more ps, two workers (TF_CONFIG set by the
+platform). Only the chief runs this program's training logic: it builds the
+model on the parameter servers and schedules steps on the workers through a
+`ClusterCoordinator`. Keras 3's `model.fit` does not work under this strategy,
+hence the custom loop.
+
+ps and worker replicas only start their gRPC server and `join()`: they never
+exit, and the platform stops them once the chief is done. The chief evaluates
+on the digits test split, saves the model to MODEL_DIR and writes
+{"accuracy", "loss", "steps"} to METRICS_FILE.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+STEPS = int(os.environ.get("STEPS", "400"))
+GLOBAL_BATCH_SIZE = 64
+LEARNING_RATE = 0.003
+HIDDEN_UNITS = 64
+SEED = 7
+
+
+def load_digits(data_dir):
+    with np.load(os.path.join(data_dir, "digits.npz")) as data:
+        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+
+
+def write_metrics(path, metrics):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as out:
+        json.dump(metrics, out)
+
+
+def serve_forever(resolver):
+    """ps and workers: host variables / run steps for the chief until killed."""
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol="grpc",
+        start=True,
+    )
+    print("%s %d serving at %s" % (resolver.task_type, resolver.task_id, server.target), flush=True)
+    server.join()
+
+
+def build_model():
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(64,)),
+            tf.keras.layers.Dense(HIDDEN_UNITS, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
+
+
+def run_chief(resolver):
+    data_dir = os.environ.get("DATA_DIR", "../data")
+    model_dir = os.environ.get("MODEL_DIR", "../model")
+    metrics_file = os.environ.get("METRICS_FILE", os.path.join(model_dir, "..", "metrics.json"))
+    x_train, y_train, x_test, y_test = load_digits(data_dir)
+
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(SEED)
+        model = build_model()
+        optimizer = tf.keras.optimizers.Adam(LEARNING_RATE)
+        loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="none"
+        )
+
+    def dataset_fn(_input_context=None):
+        return (
+            tf.data.Dataset.from_tensor_slices((x_train, y_train))
+            .shuffle(len(x_train), seed=SEED)
+            .repeat()
+            .batch(GLOBAL_BATCH_SIZE)
+        )
+
+    per_worker_dataset = coordinator.create_per_worker_dataset(dataset_fn)
+    per_worker_iterator = iter(per_worker_dataset)
+
+    @tf.function
+    def train_step(iterator):
+        def step_fn(features, labels):
+            with tf.GradientTape() as tape:
+                logits = model(features, training=True)
+                loss = tf.nn.compute_average_loss(
+                    loss_object(labels, logits), global_batch_size=GLOBAL_BATCH_SIZE
+                )
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            return loss
+
+        features, labels = next(iterator)
+        return strategy.run(step_fn, args=(features, labels))
+
+    started = time.monotonic()
+    for _ in range(STEPS):
+        coordinator.schedule(train_step, args=(per_worker_iterator,))
+    coordinator.join()
+    train_seconds = time.monotonic() - started
+
+    logits = model(x_test, training=False)
+    loss = float(tf.reduce_mean(loss_object(y_test, logits)))
+    accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test))
+
+    os.makedirs(model_dir, exist_ok=True)
+    model.save(os.path.join(model_dir, "digits.keras"))
+    metrics = {
+        "accuracy": accuracy,
+        "loss": loss,
+        "steps": STEPS,
+        "train_seconds": round(train_seconds, 2),
+    }
+    write_metrics(metrics_file, metrics)
+    print("test accuracy %.4f, loss %.4f, %d steps" % (accuracy, loss, STEPS), flush=True)
+
+
+def main():
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type in ("ps", "worker"):
+        serve_forever(resolver)
+    elif resolver.task_type == "chief":
+        run_chief(resolver)
+    else:
+        raise SystemExit(
+            "TF_CONFIG task.type %r: this program runs as chief, ps or worker" % resolver.task_type
+        )
+
+
+if __name__ == "__main__":
+    main()

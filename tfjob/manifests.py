@@ -1,0 +1,234 @@
+"""Kubernetes objects of a run as plain dicts (Kubernetes JSON, camelCase).
+
+The pod shape is the pod protocol of docs/architecture.md: four volumes, an
+init container that fetches the bundle, a `tensorflow` container that runs
+the bootstrap, TFJOB_* environment and a named port. Keeping the shape here,
+in pure functions, lets tests validate every manifest against the Kubernetes
+OpenAPI schema without a server, and keeps operators free of dict plumbing.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfjob import naming
+from tfjob.request import Mode, Placement, Role, TrainingRequest
+
+TERMINATION_GRACE_SECONDS = 10
+CONTAINER_NAME = "tensorflow"
+INIT_CONTAINER_NAME = "fetch-bundle"
+PORT_NAME = "tfjob"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
+PLACEMENT_WEIGHT = 100
+
+RUNTIME_DIR = "/tfjob/runtime"
+ACCESS_DIR = "/tfjob/access"
+WORKSPACE_DIR = "/tfjob/workspace"
+CONFIG_DIR = "/tfjob/config"
+FETCH_SCRIPT = f"{RUNTIME_DIR}/fetch.py"
+BOOTSTRAP_SCRIPT = f"{RUNTIME_DIR}/bootstrap.py"
+
+VOLUME_RUNTIME = "tfjob-runtime"
+VOLUME_ACCESS = "tfjob-access"
+VOLUME_WORKSPACE = "tfjob-workspace"
+VOLUME_CONFIG = "tfjob-config"
+
+ACCESS_KEY_BUNDLE_URL = "bundle_url"
+ACCESS_KEY_UPLOAD = "upload.json"
+# ConfigMaps and Secrets are limited to 1 MiB in all.
+MAX_OBJECT_DATA_BYTES = 1024 * 1024
+CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                "0123456789-._")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which run the objects belong to, and where they live."""
+
+    job: str
+    run_id: str
+    dag_id: str
+    namespace: str
+
+    @property
+    def run_key(self) -> str:
+        return naming.run_key(self.job, self.run_id)
+
+
+def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": run.namespace,
+        "labels": labels,
+        "annotations": {naming.ANNOTATION_RUN_ID: run.run_id,
+                        naming.ANNOTATION_DAG_ID: run.dag_id},
+    }
+
+
+def build_replica_env(request: TrainingRequest, role: Role, index: int) -> list[dict[str, Any]]:
+    """The `tensorflow` container's environment, TFJOB_* first, then the request's."""
+    distributed = request.mode is Mode.DISTRIBUTED
+    owner = request.model_owner() == (role, index)
+    env: list[dict[str, Any]] = [
+        {"name": "TFJOB_ROLE", "value": role.value},
+        {"name": "TFJOB_INDEX", "value": str(index)},
+        {"name": "TFJOB_WAIT_CLUSTERSPEC", "value": "1" if distributed else "0"},
+        {"name": "TFJOB_CLUSTERSPEC_TIMEOUT", "value": str(request.startup_timeout)},
+        {"name": "TFJOB_UPLOAD_MODEL", "value": "1" if owner else "0"},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env.extend({"name": name, "value": value} for name, value in request.env.items())
+    return env
+
+
+def build_resources(request: TrainingRequest, role: Role, *, with_gpu: bool = True) -> dict:
+    """Requests and limits of one replica; a GPU count is both request and limit."""
+    spec = request.resources_for(role)
+    requests: dict[str, str] = {"cpu": spec.cpu, "memory": spec.memory}
+    limits: dict[str, str] = {}
+    if spec.cpu_limit is not None:
+        limits["cpu"] = spec.cpu_limit
+    if spec.memory_limit is not None:
+        limits["memory"] = spec.memory_limit
+    if with_gpu and spec.gpu > 0:
+        requests[GPU_RESOURCE] = str(spec.gpu)
+        limits[GPU_RESOURCE] = str(spec.gpu)
+    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
+
+
+def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:
+    """spread: prefer nodes without the run's pods; pack: prefer nodes with them."""
+    term = {
+        "weight": PLACEMENT_WEIGHT,
+        "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {naming.LABEL_RUN: run_key}},
+            "topologyKey": HOSTNAME_TOPOLOGY_KEY,
+        },
+    }
+    kind = "podAntiAffinity" if request.placement is Placement.SPREAD else "podAffinity"
+    return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def build_volumes(run_key: str) -> list[dict[str, Any]]:
+    return [
+        {"name": VOLUME_RUNTIME,
+         "configMap": {"name": naming.configmap_name(run_key), "defaultMode": 0o444}},
+        {"name": VOLUME_ACCESS,
+         "secret": {"secretName": naming.secret_name(run_key), "defaultMode": 0o400}},
+        {"name": VOLUME_WORKSPACE, "emptyDir": {}},
+        {"name": VOLUME_CONFIG, "emptyDir": {}},
+    ]
+
+
+_RUNTIME_MOUNT = {"name": VOLUME_RUNTIME, "mountPath": RUNTIME_DIR, "readOnly": True}
+_ACCESS_MOUNT = {"name": VOLUME_ACCESS, "mountPath": ACCESS_DIR, "readOnly": True}
+_WORKSPACE_MOUNT = {"name": VOLUME_WORKSPACE, "mountPath": WORKSPACE_DIR}
+_CONFIG_MOUNT = {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR}
+
+
+def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
+                       index: int) -> dict[str, Any]:
+    """The pod of one replica, following the pod protocol of docs/architecture.md."""
+    role = Role(role)
+    count = request.replica_count(role)
+    if not 0 <= index < count:
+        raise ValueError(f"replica {role}-{index} given; the request has {count} {role} "
+                         "replica(s)")
+    run_key = run.run_key
+    resources = request.resources_for(role)
+    node_selector = dict(request.node_selector)
+    if request.gpu_type and resources.gpu > 0:
+        node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
+    labels = naming.replica_labels(run.job, run_key, request.tenant, role, index)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": request.active_deadline,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "affinity": build_affinity(request, run_key),
+        "volumes": build_volumes(run_key),
+        "initContainers": [{
+            "name": INIT_CONTAINER_NAME,
+            "image": request.image,
+            "command": ["python3", FETCH_SCRIPT],
+            "env": [{"name": "TFJOB_ROLE", "value": role.value},
+                    {"name": "TFJOB_INDEX", "value": str(index)}],
+            "resources": build_resources(request, role, with_gpu=False),
+            "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT],
+        }],
+        "containers": [{
+            "name": CONTAINER_NAME,
+            "image": request.image,
+            "command": ["python3", BOOTSTRAP_SCRIPT, "--", *request.entrypoint, *request.args],
+            "env": build_replica_env(request, role, index),
+            "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
+            "resources": build_resources(request, role),
+            "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT, _CONFIG_MOUNT],
+        }],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if request.tolerations:
+        spec["tolerations"] = [toleration.to_manifest() for toleration in request.tolerations]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(run, naming.pod_name(run_key, role, index), labels),
+        "spec": spec,
+    }
+
+
+def build_pod_manifests(request: TrainingRequest, run: RunIdentity) -> list[dict[str, Any]]:
+    """One pod per replica, in Role order, then index order."""
+    return [build_pod_manifest(request, run, role, index)
+            for role, index in request.replicas_in_order()]
+
+
+def _check_object_data(kind: str, data: Mapping[str, str]) -> None:
+    total = 0
+    for key, value in data.items():
+        if not key or not set(key) <= CONFIGMAP_KEY_CHARS or key in (".", ".."):
+            raise ValueError(f"{kind} key {key!r} given; allowed: letters, digits, '-', "
+                             "'_', '.'")
+        if not isinstance(value, str):
+            raise ValueError(f"{kind} value of {key!r} is {type(value).__name__}; allowed: str")
+        total += len(key) + len(value.encode("utf-8"))
+    if total > MAX_OBJECT_DATA_BYTES:
+        raise ValueError(f"{kind} data of {total} bytes given; allowed: at most "
+                         f"{MAX_OBJECT_DATA_BYTES}")
+
+
+def build_runtime_configmap(run: RunIdentity, files: Mapping[str, str],
+                            tenant: str) -> dict[str, Any]:
+    """The run's ConfigMap with the runtime files (one key per file, flat)."""
+    _check_object_data("ConfigMap", files)
+    run_key = run.run_key
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(run, naming.configmap_name(run_key),
+                              naming.run_labels(run.job, run_key, tenant)),
+        "data": dict(files),
+    }
+
+
+def build_access_secret(run: RunIdentity, bundle_url: str, upload: Mapping[str, Any],
+                        tenant: str) -> dict[str, Any]:
+    """The run's Secret: the presigned bundle URL and the upload description."""
+    data = {ACCESS_KEY_BUNDLE_URL: bundle_url,
+            ACCESS_KEY_UPLOAD: json.dumps(dict(upload), sort_keys=True)}
+    _check_object_data("Secret", data)
+    run_key = run.run_key
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _metadata(run, naming.secret_name(run_key),
+                              naming.run_labels(run.job, run_key, tenant)),
+        "stringData": data,
+    }

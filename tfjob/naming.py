@@ -1,0 +1,142 @@
+"""One way to name and label every Kubernetes object of a run.
+
+Names are deterministic (a retry of the same Airflow run finds the same pods),
+valid DNS-1123 labels and at most 63 characters; when something must be
+shortened, the job part is cut and a stable hash keeps names distinct.
+The labels here are what operators and tshell select on to find and delete
+every object of a run, so they are defined once, in this module.
+"""
+
+import hashlib
+import re
+
+from tfjob.request import Role
+
+MAX_DNS_LABEL = 63
+# Enough for "-<h8>" so that "<runkey>-evaluator-<index>" fits in 63 characters.
+MAX_JOB_PART = 40
+RUN_HASH_LENGTH = 8
+# A shortened name keeps a hash of what was cut; below this there is no room for it.
+_MIN_LEN_FOR_HASH = RUN_HASH_LENGTH + 2
+
+MANAGED_BY = "tfjob"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = "tfjob.io/job"
+LABEL_RUN = "tfjob.io/run"
+LABEL_TENANT = "tfjob.io/tenant"
+LABEL_ROLE = "tfjob.io/role"
+LABEL_INDEX = "tfjob.io/index"
+ANNOTATION_RUN_ID = "tfjob.io/run-id"
+ANNOTATION_DAG_ID = "tfjob.io/dag-id"
+
+NAMESPACE_PREFIX = "tfjob-"
+RUNTIME_SUFFIX = "runtime"
+ACCESS_SUFFIX = "access"
+
+_INVALID_DNS_CHARS = re.compile(r"[^a-z0-9-]+")
+_DASHES = re.compile(r"-{2,}")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def hash_text(text: str, length: int = RUN_HASH_LENGTH) -> str:
+    """The first `length` hex digits of sha256(text)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def sanitize_dns_label(text: str, max_len: int = MAX_DNS_LABEL) -> str:
+    """`text` as a DNS-1123 label of at most `max_len` characters; never empty.
+
+    Lowercases, turns runs of invalid characters into '-', trims '-' at both
+    ends. When the result is too long it is cut and, if `max_len` leaves room,
+    ends in '-' and a stable hash of the whole original text.
+    """
+    if not 1 <= max_len <= MAX_DNS_LABEL:
+        raise ValueError(f"max_len {max_len} given; allowed: 1 to {MAX_DNS_LABEL}")
+    label = _DASHES.sub("-", _INVALID_DNS_CHARS.sub("-", text.lower())).strip("-")
+    if not label:
+        return hash_text(text, min(RUN_HASH_LENGTH, max_len))
+    if len(label) <= max_len:
+        return label
+    if max_len < _MIN_LEN_FOR_HASH:
+        return label[:max_len].rstrip("-") or hash_text(text, max_len)
+    head = label[: max_len - RUN_HASH_LENGTH - 1].rstrip("-")
+    return f"{head}-{hash_text(text)}" if head else hash_text(text)
+
+
+def run_key(job: str, run_id: str) -> str:
+    """`<job>-<first 8 hex of sha256(run_id)>`, the name stem of every object of a run."""
+    return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(run_id)}"
+
+
+def _fit_name(run_key: str, suffix: str) -> str:
+    """`<run_key>-<suffix>`, with the job part of the key cut when over 63 characters."""
+    name = f"{run_key}-{suffix}"
+    if len(name) <= MAX_DNS_LABEL:
+        return name
+    job_part, _, run_hash = run_key.rpartition("-")
+    room = MAX_DNS_LABEL - len(suffix) - len(run_hash) - 2
+    if room < 1 or not job_part:
+        raise ValueError(f"run key {run_key!r} with suffix {suffix!r} cannot fit in "
+                         f"{MAX_DNS_LABEL} characters")
+    return f"{job_part[:room].rstrip('-') or 'x'}-{run_hash}-{suffix}"
+
+
+def pod_name(run_key: str, role: Role, index: int) -> str:
+    """`<runkey>-<role>-<index>`, at most 63 characters."""
+    if index < 0:
+        raise ValueError(f"replica index {index} given; allowed: 0 or more")
+    return _fit_name(run_key, f"{Role(role).value}-{index}")
+
+
+def configmap_name(run_key: str) -> str:
+    """The run's ConfigMap holding the runtime files: `<runkey>-runtime`."""
+    return _fit_name(run_key, RUNTIME_SUFFIX)
+
+
+def secret_name(run_key: str) -> str:
+    """The run's Secret holding the presigned URLs: `<runkey>-access`."""
+    return _fit_name(run_key, ACCESS_SUFFIX)
+
+
+def label_value(text: str) -> str:
+    """`text` unchanged when it is a valid label value, else sanitized to one."""
+    if len(text) <= MAX_DNS_LABEL and _LABEL_VALUE.match(text):
+        return text
+    return sanitize_dns_label(text)
+
+
+def run_labels(job: str, run_key: str, tenant: str) -> dict[str, str]:
+    """The labels every object of a run carries."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: label_value(job),
+        LABEL_RUN: run_key,
+        LABEL_TENANT: label_value(tenant),
+    }
+
+
+def replica_labels(job: str, run_key: str, tenant: str, role: Role,
+                   index: int) -> dict[str, str]:
+    """The labels of one replica pod: the run's labels plus role and index."""
+    return {**run_labels(job, run_key, tenant), LABEL_ROLE: Role(role).value,
+            LABEL_INDEX: str(index)}
+
+
+def run_selector(run_key: str) -> str:
+    """Label selector matching every object of one run."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run_key}"
+
+
+def job_selector(job: str) -> str:
+    """Label selector matching every object of every run of one job."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}={label_value(job)}"
+
+
+def replica_selector(run_key: str, role: Role, index: int) -> str:
+    """Label selector matching the one pod of a replica."""
+    return f"{run_selector(run_key)},{LABEL_ROLE}={Role(role).value},{LABEL_INDEX}={index}"
+
+
+def tenant_namespace(tenant: str) -> str:
+    """The namespace of a tenant's runs: `tfjob-<tenant>`."""
+    return f"{NAMESPACE_PREFIX}{tenant}"

@@ -1,0 +1,204 @@
+"""Main container entry: `python3 bootstrap.py -- <entrypoint> <args...>`.
+
+Implements the pod protocol of docs/architecture.md: in distributed mode
+(TFJOB_WAIT_CLUSTERSPEC=1) it waits for `$TFJOB_CONFIG_DIR/cluster.json`
+(written by Airflow once every replica has an IP), exits 64 when it does not
+come within TFJOB_CLUSTERSPEC_TIMEOUT seconds, exports TF_CONFIG and the
+legacy PS_HOSTS/WORKER_HOSTS/JOB_NAME/TASK_INDEX variables, sets DATA_DIR,
+MODEL_DIR, LOG_DIR and METRICS_FILE, and runs the entrypoint in `code/`.
+
+SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
+reaches TensorFlow. When the program exits 0 and TFJOB_UPLOAD_MODEL=1, the
+files of MODEL_DIR go to `<prefix>model/<relative path>` and metrics.json to
+`<prefix>metrics.json` through the presigned POST policy in
+`$TFJOB_ACCESS_DIR/upload.json`. A line `TFJOB_METRICS <json>` is printed when
+the metrics file holds JSON. The exit code is the program's (128+N when it
+died of signal N); 64 for a missing ClusterSpec, 65 for a bad one, 2 for
+usage errors, 74 when the program succeeded but its model could not be
+uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import transfer  # noqa: E402
+
+EXIT_USAGE = 2
+EXIT_NO_CLUSTERSPEC = 64
+EXIT_BAD_CLUSTERSPEC = 65
+EXIT_UPLOAD_FAILED = 74
+POLL_INTERVAL_S = 0.2
+DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
+LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX")
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def log(message: str) -> None:
+    print(f"tfjob-bootstrap: {message}", file=sys.stderr, flush=True)
+
+
+def split_command(argv: list[str]) -> list[str]:
+    """The program to run: everything after `--` (or all arguments when there is no `--`)."""
+    return argv[argv.index("--") + 1:] if "--" in argv else argv
+
+
+def wait_for_cluster_spec(path: str, timeout_s: float) -> dict[str, object] | None:
+    """Poll for the file Airflow writes atomically (temp + rename); None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as stream:
+                return json.load(stream)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_INTERVAL_S)
+
+
+def cluster_environment(spec: dict[str, object]) -> dict[str, str]:
+    """TF_CONFIG and the legacy variables from cluster.json; raises ValueError naming the field."""
+    tf_config = spec.get("tf_config")
+    if not isinstance(tf_config, dict):
+        raise ValueError(f"cluster.json: tf_config: {type(tf_config).__name__} given; an object is required")
+    env = {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
+    legacy = spec.get("legacy", {})
+    if not isinstance(legacy, dict):
+        raise ValueError(f"cluster.json: legacy: {type(legacy).__name__} given; an object is required")
+    for name in LEGACY_VARIABLES:
+        if name in legacy:
+            env[name] = str(legacy[name])
+    return env
+
+
+def workspace_environment(workspace: str) -> dict[str, str]:
+    env = {
+        "DATA_DIR": os.path.join(workspace, "data"),
+        "MODEL_DIR": os.path.join(workspace, "model"),
+        "LOG_DIR": os.path.join(workspace, "logs"),
+        "METRICS_FILE": os.path.join(workspace, "metrics.json"),
+    }
+    for name in ("MODEL_DIR", "LOG_DIR"):
+        os.makedirs(env[name], exist_ok=True)
+    return env
+
+
+def run_forwarding_signals(command: list[str], cwd: str, env: dict[str, str]) -> int:
+    """Run the program, pass SIGTERM/SIGINT on to it, return its exit status (128+N if killed by N)."""
+    child = subprocess.Popen(command, cwd=cwd, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        log(f"forwarding {signal.Signals(signum).name} to the program (pid {child.pid})")
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    returncode = child.wait()
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def upload_outputs(access_dir: str, model_dir: str, metrics_file: str) -> int:
+    """Upload every file of MODEL_DIR and the metrics; returns the number of files."""
+    policy = transfer.load_upload_policy(os.path.join(access_dir, "upload.json"))
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(model_dir):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if not os.path.isfile(path):
+                continue
+            relative = os.path.relpath(path, model_dir).replace(os.sep, "/")
+            transfer.post_file(policy, f"{policy.prefix}model/{relative}", path)
+            count += 1
+    if os.path.isfile(metrics_file):
+        transfer.post_file(policy, f"{policy.prefix}metrics.json", metrics_file)
+        count += 1
+    return count
+
+
+def report_metrics(metrics_file: str) -> None:
+    if not os.path.isfile(metrics_file):
+        return
+    try:
+        with open(metrics_file, encoding="utf-8") as stream:
+            metrics = json.load(stream)
+    except (OSError, ValueError) as exc:
+        log(f"metrics file {metrics_file} is not JSON ({exc}); not reported")
+        return
+    print("TFJOB_METRICS " + json.dumps(metrics, separators=(",", ":"), sort_keys=True), flush=True)
+
+
+def parse_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; a number of seconds is required") from None
+    if value <= 0:
+        raise ValueError(f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; it must be positive")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = split_command(sys.argv[1:] if argv is None else argv)
+    if not command:
+        log("usage: bootstrap.py -- <entrypoint> [args...]")
+        return EXIT_USAGE
+    workspace = os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace")
+    config_dir = os.environ.get("TFJOB_CONFIG_DIR", "/tfjob/config")
+    access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
+    env = dict(os.environ)
+
+    if os.environ.get("TFJOB_WAIT_CLUSTERSPEC", "0") == "1":
+        try:
+            timeout_s = parse_timeout(os.environ.get("TFJOB_CLUSTERSPEC_TIMEOUT", str(DEFAULT_CLUSTERSPEC_TIMEOUT_S)))
+        except ValueError as exc:
+            log(str(exc))
+            return EXIT_USAGE
+        path = os.path.join(config_dir, "cluster.json")
+        log(f"waiting up to {timeout_s:g}s for the ClusterSpec at {path}")
+        try:
+            spec = wait_for_cluster_spec(path, timeout_s)
+            if spec is None:
+                log(f"no ClusterSpec at {path} after {timeout_s:g}s (TFJOB_CLUSTERSPEC_TIMEOUT); "
+                    "the other replicas did not all start in time")
+                return EXIT_NO_CLUSTERSPEC
+            env.update(cluster_environment(spec))
+        except (OSError, ValueError) as exc:
+            log(f"bad ClusterSpec at {path}: {exc}")
+            return EXIT_BAD_CLUSTERSPEC
+
+    env.update(workspace_environment(workspace))
+    code_dir = os.path.join(workspace, "code")
+    if not os.path.isdir(code_dir):
+        log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
+        return EXIT_USAGE
+    try:
+        returncode = run_forwarding_signals(command, code_dir, env)
+    except OSError as exc:
+        log(f"cannot start {command[0]!r}: {exc.strerror}")
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    log(f"program exited with {returncode}")
+
+    if returncode == 0 and os.environ.get("TFJOB_UPLOAD_MODEL") == "1":
+        try:
+            count = upload_outputs(access_dir, env["MODEL_DIR"], env["METRICS_FILE"])
+        except (OSError, ValueError, transfer.TransferError) as exc:
+            log(f"model upload failed: {exc}")
+            report_metrics(env["METRICS_FILE"])
+            return EXIT_UPLOAD_FAILED
+        log(f"uploaded {count} files of the model and metrics")
+    report_metrics(env["METRICS_FILE"])
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Init container `fetch-bundle`: download the run's bundle and extract it safely.
+
+Reads the presigned GET URL from `$TFJOB_ACCESS_DIR/bundle_url` (default
+/tfjob/access), downloads it, verifies it against its manifest and extracts
+`code/` and `data/` into `$TFJOB_WORKSPACE` (default /tfjob/workspace) with
+the one bundle safety check (`bundle.extract_bundle`). The URL is a
+credential and is never printed.
+
+Exit codes: 0 done, 2 configuration missing, 65 bundle refused, 74 download failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bundle  # noqa: E402
+import transfer  # noqa: E402
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_REFUSED = 65
+EXIT_DOWNLOAD = 74
+DOWNLOAD_NAME = ".bundle.tar.gz"
+
+
+def log(message: str) -> None:
+    print(f"fetch-bundle: {message}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
+    workspace = os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace")
+    limit_text = os.environ.get("TFJOB_MAX_BUNDLE_BYTES", str(bundle.DEFAULT_MAX_TOTAL_SIZE))
+    try:
+        max_total = int(limit_text)
+    except ValueError:
+        log(f"TFJOB_MAX_BUNDLE_BYTES: {limit_text!r} given; a whole number of bytes is required")
+        return EXIT_CONFIG
+    url_file = os.path.join(access_dir, "bundle_url")
+    try:
+        with open(url_file, encoding="utf-8") as stream:
+            url = stream.read().strip()
+    except OSError as exc:
+        log(f"cannot read {url_file}: {exc.strerror}; the pod needs the access Secret mounted at {access_dir}")
+        return EXIT_CONFIG
+    if not url:
+        log(f"{url_file} is empty")
+        return EXIT_CONFIG
+
+    os.makedirs(workspace, exist_ok=True)
+    archive = os.path.join(workspace, DOWNLOAD_NAME)
+    started = time.monotonic()
+    try:
+        size = transfer.download_to_file(url, archive)
+    except transfer.TransferError as exc:
+        log(str(exc))
+        return EXIT_DOWNLOAD
+    try:
+        manifest = bundle.extract_bundle(archive, workspace, max_total)
+    except bundle.BundleError as exc:
+        log(str(exc))
+        return EXIT_REFUSED
+    finally:
+        try:
+            os.unlink(archive)
+        except FileNotFoundError:
+            pass
+    seconds = time.monotonic() - started
+    log(
+        f"bundle {manifest.name!r} (created {manifest.created}): {len(manifest.files)} files, "
+        f"{manifest.total_size} bytes, archive {size} bytes, verified and extracted into {workspace} in {seconds:.1f}s"
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""A real S3 server process for tests: scripts/s3_server.py (moto + presign checks) on a free port.
+
+Use it from any test module:
+
+    from s3_fixtures import s3_client, s3_env, s3_server  # noqa: F401  (pytest fixtures; tests/ is on sys.path)
+
+    def test_something(s3_server, s3_client):
+        s3_client.put_object(Bucket=s3_server.bucket, Key="k", Body=b"x")
+
+`s3_server` is module-scoped (one process per test module, ~2 s to start);
+it yields an `S3Server` with endpoint, credentials, bucket names and `env()`
+(the AWS_* variables that make boto3 and tshell talk to it). Buckets:
+`tfjob-test` (default) and `tfjob-other`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"
+ACCESS_KEY = "tfjob-test-key"
+SECRET_KEY = "tfjob-test-secret"
+REGION = "us-east-1"
+BUCKETS = ("tfjob-test", "tfjob-other")
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    buckets: tuple[str, ...]
+    pid: int
+
+    @property
+    def bucket(self) -> str:
+        return self.buckets[0]
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point boto3 (and so tshell) at this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name=self.region)
+
+
+def start_s3_server(workdir: Path, buckets: tuple[str, ...] = BUCKETS) -> tuple[S3Server, subprocess.Popen[bytes]]:
+    """Start the server process on a free loopback port and wait until it serves."""
+    ready = workdir / "s3-ready.json"
+    command = [sys.executable, str(SERVER_SCRIPT), "serve", "--port", "0", "--ready-file", str(ready),
+               "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, "--region", REGION]
+    for bucket in buckets:
+        command += ["--bucket", bucket]
+    log = open(workdir / "s3-server.log", "wb")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    log.close()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"S3 server did not start: {(workdir / 's3-server.log').read_text()[-2000:]}")
+        time.sleep(0.05)
+    info = json.loads(ready.read_text())
+    server = S3Server(info["endpoint"], ACCESS_KEY, SECRET_KEY, REGION, tuple(buckets), process.pid)
+    return server, process
+
+
+def stop_s3_server(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server, process = start_s3_server(tmp_path_factory.mktemp("s3"))
+    try:
+        yield server
+    finally:
+        stop_s3_server(process)
+
+
+@pytest.fixture
+def s3_client(s3_server: S3Server):  # type: ignore[no-untyped-def]
+    return s3_server.client()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Point boto3 in this process at the server (and return the variables for subprocesses)."""
+    env = s3_server.env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return {**os.environ, **env}

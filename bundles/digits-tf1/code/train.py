@@ -1,0 +1,161 @@
+"""digits-tf1: a TF1-style between-graph replicated program, as seed-era users wrote them.
+
+The cluster comes from --ps_hosts/--worker_hosts/--job_name/--task_index, which
+default to the PS_HOSTS/WORKER_HOSTS/JOB_NAME/TASK_INDEX environment variables
+the platform sets. Every replica starts a `tf.compat.v1.train.Server`:
+- ps replicas hold the variables and `join()` forever (the platform stops them);
+- every worker builds the graph with `replica_device_setter` (variables on the
+  ps, ops on itself) and trains asynchronously in a `MonitoredTrainingSession`
+  until the shared global step reaches --train_steps;
+- worker 0 is the chief: it initialises the variables, writes checkpoints to
+  MODEL_DIR, and at the end evaluates on the test split and writes
+  {"accuracy", "loss", "steps"} to METRICS_FILE.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+HIDDEN_UNITS = 64
+BATCH_SIZE = 64
+LEARNING_RATE = 0.003
+SEED = 7
+CHIEF_INIT_POLL_SECS = 0.5
+CHIEF_INIT_TIMEOUT_SECS = 600
+
+
+def parse_flags():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ps_hosts", default=os.environ.get("PS_HOSTS", ""))
+    parser.add_argument("--worker_hosts", default=os.environ.get("WORKER_HOSTS", ""))
+    parser.add_argument("--job_name", default=os.environ.get("JOB_NAME", ""))
+    parser.add_argument("--task_index", type=int, default=int(os.environ.get("TASK_INDEX", "0")))
+    parser.add_argument("--data_dir", default=os.environ.get("DATA_DIR", "../data"))
+    parser.add_argument("--model_dir", default=os.environ.get("MODEL_DIR", "../model"))
+    parser.add_argument("--metrics_file", default=os.environ.get("METRICS_FILE", ""))
+    parser.add_argument("--train_steps", type=int, default=int(os.environ.get("STEPS", "600")))
+    flags = parser.parse_args()
+    if flags.job_name not in ("ps", "worker"):
+        parser.error("--job_name (or JOB_NAME) must be ps or worker, got %r" % flags.job_name)
+    if not flags.ps_hosts or not flags.worker_hosts:
+        parser.error("--ps_hosts and --worker_hosts (or PS_HOSTS, WORKER_HOSTS) are required")
+    if not flags.metrics_file:
+        flags.metrics_file = os.path.join(flags.model_dir, "..", "metrics.json")
+    return flags
+
+
+def load_digits(data_dir):
+    with np.load(os.path.join(data_dir, "digits.npz")) as data:
+        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+
+
+def write_metrics(path, metrics):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as out:
+        json.dump(metrics, out)
+
+
+def build_graph(features, labels):
+    """A two-layer perceptron in plain TF1 ops; returns (logits, mean loss)."""
+    init = tf1.glorot_uniform_initializer(seed=SEED)
+    w1 = tf1.get_variable("w1", [64, HIDDEN_UNITS], initializer=init)
+    b1 = tf1.get_variable("b1", [HIDDEN_UNITS], initializer=tf1.zeros_initializer())
+    w2 = tf1.get_variable("w2", [HIDDEN_UNITS, 10], initializer=init)
+    b2 = tf1.get_variable("b2", [10], initializer=tf1.zeros_initializer())
+    hidden = tf.nn.relu(tf.matmul(features, w1) + b1)
+    logits = tf.matmul(hidden, w2) + b2
+    loss = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    )
+    return logits, loss
+
+
+def wait_for_chief_init(target, config, worker_device):
+    """Non-chief workers: wait until the chief has initialised the variables.
+
+    MonitoredTrainingSession would check too, but only every 30 seconds; a
+    short job would be over before a non-chief worker joined in.
+    """
+    with tf1.device(worker_device):
+        uninitialized_variables = tf1.report_uninitialized_variables()
+    deadline = time.monotonic() + CHIEF_INIT_TIMEOUT_SECS
+    with tf1.Session(target, config=config) as session:
+        while len(session.run(uninitialized_variables)) > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the chief did not initialise the model in time")
+            time.sleep(CHIEF_INIT_POLL_SECS)
+
+
+def main():
+    flags = parse_flags()
+    tf1.disable_eager_execution()
+    cluster = tf1.train.ClusterSpec(
+        {"ps": flags.ps_hosts.split(","), "worker": flags.worker_hosts.split(",")}
+    )
+    server = tf1.train.Server(cluster, job_name=flags.job_name, task_index=flags.task_index)
+    if flags.job_name == "ps":
+        print("ps %d serving at %s" % (flags.task_index, server.target), flush=True)
+        server.join()
+        return
+
+    is_chief = flags.task_index == 0
+    x_train, y_train, x_test, y_test = load_digits(flags.data_dir)
+    worker_device = "/job:worker/task:%d" % flags.task_index
+    with tf1.device(tf1.train.replica_device_setter(worker_device=worker_device, cluster=cluster)):
+        global_step = tf1.train.get_or_create_global_step()
+        features = tf1.placeholder(tf.float32, [None, 64], name="features")
+        labels = tf1.placeholder(tf.int64, [None], name="labels")
+        logits, loss = build_graph(features, labels)
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
+        train_op = tf1.train.AdamOptimizer(LEARNING_RATE).minimize(loss, global_step=global_step)
+
+    # Talk only to the ps and to ourselves: no waiting for the other workers.
+    session_config = tf1.ConfigProto(device_filters=["/job:ps", worker_device])
+    if not is_chief:
+        wait_for_chief_init(server.target, session_config, worker_device)
+    rng = np.random.default_rng(SEED + flags.task_index)
+    hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
+    started = time.monotonic()
+    local_steps = 0
+    with tf1.train.MonitoredTrainingSession(
+        master=server.target,
+        is_chief=is_chief,
+        checkpoint_dir=flags.model_dir if is_chief else None,
+        hooks=hooks,
+        config=session_config,
+        log_step_count_steps=0,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+    ) as session:
+        while not session.should_stop():
+            batch = rng.choice(len(x_train), BATCH_SIZE, replace=False)
+            session.run(train_op, feed_dict={features: x_train[batch], labels: y_train[batch]})
+            local_steps += 1
+    train_seconds = time.monotonic() - started
+    print("worker %d ran %d steps" % (flags.task_index, local_steps), flush=True)
+    if not is_chief:
+        return
+
+    # The variables stay on the ps: evaluate them in a plain session.
+    with tf1.Session(server.target, config=session_config) as session:
+        test_accuracy, test_loss, steps = session.run(
+            [accuracy, loss, global_step], feed_dict={features: x_test, labels: y_test}
+        )
+    metrics = {
+        "accuracy": float(test_accuracy),
+        "loss": float(test_loss),
+        "steps": int(steps),
+        "train_seconds": round(train_seconds, 2),
+    }
+    write_metrics(flags.metrics_file, metrics)
+    print("test accuracy %.4f, loss %.4f, %d steps" % (test_accuracy, test_loss, steps), flush=True)
+
+
+if __name__ == "__main__":
+    main()

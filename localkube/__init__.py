@@ -1,0 +1,6 @@
+"""localkube: a Kubernetes-API-compatible local cluster whose kubelet runs pods as real processes.
+
+It imports nothing from the rest of the project. `python -m localkube up|down` is the entry point
+(see README.md); the API server lives in `localkube.apiserver`, the scheduler in
+`localkube.scheduler` and the kubelet in `localkube.kubelet`.
+"""

@@ -1,0 +1,6 @@
+"""Entry point of `python -m localkube`."""
+
+from localkube.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

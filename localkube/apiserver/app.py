@@ -1,0 +1,170 @@
+"""Wiring of the API server process: store, verbs, routes, scheduler and garbage collector.
+
+`python -m localkube.apiserver --state-dir DIR --port P --nodes FILE` runs it in the foreground.
+It binds 127.0.0.1:P (P=0 picks a free port), writes DIR/apiserver.json {"port", "pid"} once it
+serves, and flushes the store on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import yaml
+from aiohttp import web
+
+from localkube.apiserver.defaults import now_rfc3339
+from localkube.apiserver.errors import ApiError
+from localkube.apiserver.gc import GarbageCollector
+from localkube.apiserver.operations import ObjectApi
+from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
+from localkube.apiserver.store import Store
+from localkube.scheduler import Scheduler
+
+log = logging.getLogger("localkube.apiserver")
+DEFAULT_NODES_FILE = str(Path(__file__).resolve().parent.parent / "nodes.yaml")
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public")
+
+
+def load_nodes_file(path: str) -> list[dict]:
+    """Read the nodes file: a YAML list of {name, capacity, labels, taints}."""
+    entries = yaml.safe_load(Path(path).read_text()) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"nodes file {path}: expected a YAML list of nodes, got "
+                         f"{type(entries).__name__}")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise ValueError(f"nodes file {path}: entry {index} needs a 'name'")
+    return entries
+
+
+def node_object(entry: dict) -> dict:
+    name = entry["name"]
+    capacity = {k: str(v) for k, v in (entry.get("capacity") or {}).items()}
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64"}
+    labels.update({k: str(v) for k, v in (entry.get("labels") or {}).items()})
+    spec = {}
+    if entry.get("taints"):
+        spec["taints"] = entry["taints"]
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec,
+            "status": {"capacity": capacity, "allocatable": dict(capacity),
+                       "conditions": [{"type": "Ready", "status": "Unknown",
+                                       "reason": "NodeStatusNeverUpdated",
+                                       "message": "Kubelet never posted node status.",
+                                       "lastHeartbeatTime": now_rfc3339(),
+                                       "lastTransitionTime": now_rfc3339()}],
+                       "nodeInfo": {"kubeletVersion": "v1.30.0-localkube",
+                                    "operatingSystem": "linux", "architecture": "amd64",
+                                    "containerRuntimeVersion": "localkube://1"}}}
+
+
+def bootstrap_objects(api: ObjectApi, node_entries: list[dict]) -> None:
+    """Namespaces, default service accounts and nodes from the nodes file; nodes found in the
+    store from an earlier run get their Ready condition reset until their kubelet reports."""
+    for namespace in INITIAL_NAMESPACES:
+        if api.store.get("namespaces", "", namespace) is None:
+            api.create("namespaces", "", {"metadata": {"name": namespace}})
+    for entry in node_entries:
+        fresh = node_object(entry)
+        current = api.store.get("nodes", "", entry["name"])
+        if current is None:
+            api.create("nodes", "", fresh)
+            continue
+        node = copy.deepcopy(current)
+        node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}),
+                                      **fresh["metadata"]["labels"]}
+        node["spec"] = {**(node.get("spec") or {}), **fresh["spec"]}
+        if not fresh["spec"].get("taints"):
+            node["spec"].pop("taints", None)
+        status = node.setdefault("status", {})
+        status["capacity"] = fresh["status"]["capacity"]
+        status["allocatable"] = fresh["status"]["allocatable"]
+        status["conditions"] = [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+             "message": "Kubelet stopped posting node status.",
+             "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]
+        node["metadata"].pop("resourceVersion", None)
+        api.store.put("nodes", node)
+
+
+@web.middleware
+async def status_errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return error_response(error)
+    except web.HTTPException as error:
+        if error.status >= 400:
+            return error_response(ApiError(error.status, error.reason, error.text or ""))
+        raise
+
+
+def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
+              address: str = "127.0.0.1:6443") -> tuple[web.Application, ObjectApi]:
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    store = Store(str(Path(state_dir) / "store.db"))
+    api = ObjectApi(store)
+    bootstrap_objects(api, load_nodes_file(nodes_file))
+    store.flush()
+    app = web.Application(middlewares=[status_errors], client_max_size=64 * 1024 * 1024)
+    handlers = CoreHandlers(api, state_dir)
+    discovery_routes(app, address)
+    app.router.add_route("*", "/api/v1/{tail:.*}", handlers.handle_core)
+    scheduler = Scheduler(api)
+    collector = GarbageCollector(api)
+
+    async def start_controllers(app: web.Application) -> None:
+        app["tasks"] = [asyncio.ensure_future(scheduler.run()),
+                        asyncio.ensure_future(collector.run())]
+
+    async def stop_controllers(app: web.Application) -> None:
+        for task in app["tasks"]:
+            task.cancel()
+        store.close()
+
+    app.on_startup.append(start_controllers)
+    app.on_cleanup.append(stop_controllers)
+    return app, api
+
+
+async def serve(state_dir: str, port: int, nodes_file: str) -> None:
+    import socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    actual = sock.getsockname()[1]
+    app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}")
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    info = Path(state_dir) / "apiserver.json"
+    tmp = info.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
+    tmp.replace(info)
+    log.info("localkube API server on http://127.0.0.1:%d", actual)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localkube.apiserver")
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--port", type=int, default=6443)
+    parser.add_argument("--nodes", default=DEFAULT_NODES_FILE)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
+                        "%(message)s")
+    asyncio.run(serve(os.path.abspath(args.state_dir), args.port, args.nodes))
+    return 0

@@ -1,0 +1,149 @@
+"""Garbage collection: ownerReference cascades, namespace termination, quota usage upkeep.
+
+Runs as asyncio tasks inside the API server. Dependents of a removed owner are deleted (or, with
+propagationPolicy=Orphan, released) right away; a periodic sweep catches dependents whose owner
+vanished before they were created. A terminating namespace has its content deleted (pods
+gracefully, through the kubelet) and disappears once empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+
+from localkube.apiserver import admission
+from localkube.apiserver.errors import ApiError
+from localkube.apiserver.operations import ObjectApi, Propagation
+from localkube.apiserver.resources import KIND_TO_PLURAL, RESOURCES
+from localkube.apiserver.store import WatchEvent
+
+log = logging.getLogger("localkube.gc")
+SWEEP_INTERVAL_S = 2.0
+QUOTA_REFRESH_S = 0.1
+
+
+class GarbageCollector:
+    def __init__(self, api: ObjectApi) -> None:
+        self.api = api
+        self.store = api.store
+        self._wake = asyncio.Event()
+        self._dirty_quota_namespaces: set[str] = set()
+        api.on_removed.append(self.handle_removed)
+        self.store.listeners.append(self.handle_event)
+
+    def handle_event(self, event: WatchEvent) -> None:
+        namespace = event.obj["metadata"].get("namespace")
+        if event.resource == "pods" or event.resource in admission.OBJECT_COUNTS:
+            if namespace and self.store.objects["resourcequotas"]:
+                self._dirty_quota_namespaces.add(namespace)
+        if event.resource == "namespaces" and event.obj["metadata"].get("deletionTimestamp"):
+            self._wake.set()
+
+    def handle_removed(self, resource: str, owner: dict, propagation: Propagation | None) -> None:
+        uid = owner["metadata"].get("uid")
+        if not uid:
+            return
+        namespace = owner["metadata"].get("namespace")
+        for dependent_resource, dependent in self._dependents_of(uid, namespace):
+            if propagation == Propagation.ORPHAN or self._other_owner_alive(dependent, uid):
+                self._release(dependent_resource, dependent, uid)
+            else:
+                self._delete_quietly(dependent_resource, dependent)
+        self._wake.set()
+
+    def _dependents_of(self, uid: str, namespace: str | None) -> list[tuple[str, dict]]:
+        found = []
+        for resource, info in RESOURCES.items():
+            if namespace and not info.namespaced:
+                continue
+            items = self.store.list(resource, namespace) if namespace else \
+                self.store.list(resource)
+            for obj in items:
+                if any(ref.get("uid") == uid
+                       for ref in obj["metadata"].get("ownerReferences") or []):
+                    found.append((resource, obj))
+        return found
+
+    def _other_owner_alive(self, obj: dict, gone_uid: str) -> bool:
+        return any(ref.get("uid") != gone_uid and self.store.find_uid(ref.get("uid", ""))
+                   for ref in obj["metadata"].get("ownerReferences") or [])
+
+    def _release(self, resource: str, obj: dict, uid: str) -> None:
+        new = copy.deepcopy(obj)
+        new["metadata"]["ownerReferences"] = [
+            r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+        if not new["metadata"]["ownerReferences"]:
+            del new["metadata"]["ownerReferences"]
+        self.store.put(resource, new)
+
+    def _delete_quietly(self, resource: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp") and resource != "pods":
+            return
+        try:
+            self.api.delete(resource, meta.get("namespace", ""), meta["name"])
+        except ApiError as error:
+            if error.code != 404:
+                log.warning("garbage collection of %s %s failed: %s", resource, meta["name"],
+                            error.message)
+
+    def sweep_orphans(self) -> None:
+        """Delete objects all of whose owners (of kinds we serve) are gone."""
+        for resource in RESOURCES:
+            for obj in self.store.list(resource):
+                refs = obj["metadata"].get("ownerReferences") or []
+                known = [r for r in refs if r.get("kind") in KIND_TO_PLURAL
+                         and r.get("apiVersion", "v1") == "v1"]
+                if known and len(known) == len(refs) and not any(
+                        self.store.find_uid(r.get("uid", "")) for r in known):
+                    self._delete_quietly(resource, obj)
+
+    def terminate_namespaces(self) -> bool:
+        """Advance every terminating namespace; True while some are still terminating."""
+        pending = False
+        for ns in self.store.list("namespaces"):
+            if not ns["metadata"].get("deletionTimestamp"):
+                continue
+            name = ns["metadata"]["name"]
+            left = 0
+            for resource, info in RESOURCES.items():
+                if not info.namespaced:
+                    continue
+                for obj in self.store.list(resource, name):
+                    left += 1
+                    self._delete_quietly(resource, obj)
+            if left == 0 or not any(self.store.list(r, name) for r, i in RESOURCES.items()
+                                    if i.namespaced):
+                self.api.remove_namespace(name)
+            else:
+                pending = True
+        return pending
+
+    def refresh_quotas(self) -> None:
+        dirty, self._dirty_quota_namespaces = self._dirty_quota_namespaces, set()
+        for namespace in dirty:
+            for quota in self.store.list("resourcequotas", namespace):
+                status = admission.quota_status(self.store, quota)
+                if status != quota.get("status"):
+                    self.store.put("resourcequotas", dict(quota, status=status,
+                                                          metadata=dict(quota["metadata"])))
+
+    async def run(self) -> None:
+        last_sweep = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), QUOTA_REFRESH_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.refresh_quotas()
+                if self.terminate_namespaces():
+                    loop.call_later(0.2, self._wake.set)
+                if loop.time() - last_sweep > SWEEP_INTERVAL_S:
+                    last_sweep = loop.time()
+                    self.sweep_orphans()
+            except Exception:  # a controller must survive a bad object; log and carry on
+                log.exception("garbage collector pass failed")

@@ -1,0 +1,137 @@
+"""`pods/exec` over WebSocket: the v4/v5 channel protocols bridged to a process on the host.
+
+The kubelet half builds the host command that enters the container's namespaces
+(`localkube.kubelet.exec.build_exec_command`); this module spawns it with pipes and relays
+channels 0 (stdin), 1 (stdout), 2 (stderr), 255 (v5 close), then reports the exit code on
+channel 3 the way the real API server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from aiohttp import WSMsgType, web
+
+from localkube.apiserver import errors
+from localkube.apiserver.podlogs import read_pod_state
+
+PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
+STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+
+
+class ContainerNotRunningFallback(Exception):
+    pass
+
+
+def _fallback_build_exec_command(state_dir: str, pod_uid: str, container: str,
+                                 command: list[str]) -> tuple[list[str], dict[str, str], str]:
+    """Used only while the kubelet half has not shipped localkube.kubelet.exec."""
+    info = read_pod_state(state_dir, pod_uid).get("containers", {}).get(container) or {}
+    pid = info.get("pid")
+    if not pid or not Path(f"/proc/{pid}").exists():
+        raise ContainerNotRunningFallback(container)
+    argv = ["nsenter", "--target", str(pid), "--net", "--mount", "--uts", "--ipc"]
+    cwd = info.get("workingDir") or "/"
+    if info.get("root"):
+        argv.append(f"--root={info['root']}")
+    argv += [f"--wd={cwd}", "--", *command]
+    env = dict(info.get("env") or {}) or {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return argv, env, "/"
+
+
+def _builder():
+    try:
+        from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
+        return build_exec_command, (ContainerNotRunning, ContainerNotRunningFallback)
+    except ImportError:
+        return _fallback_build_exec_command, (ContainerNotRunningFallback,)
+
+
+def exit_status(returncode: int, command: list[str]) -> dict:
+    if returncode == 0:
+        return {"metadata": {}, "status": "Success"}
+    return {"metadata": {}, "status": "Failure",
+            "message": f"command terminated with non-zero exit code: error executing command "
+                       f"[{' '.join(command)}], exit code {returncode}",
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(returncode)}]}}
+
+
+async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.StreamResponse:
+    query = request.rel_url.query
+    command = query.getall("command", [])
+    if not command:
+        raise errors.bad_request("you must specify at least 1 command")
+    container = query.get("container") or ""
+    names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+    if not container:
+        container = names[0] if names else ""
+    name = pod["metadata"]["name"]
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise errors.bad_request("Upgrade request required")
+    build, not_running = _builder()
+    try:
+        argv, env, cwd = build(state_dir, pod["metadata"]["uid"], container, list(command))
+    except not_running:
+        raise errors.bad_request(f'unable to upgrade connection: container not found '
+                                 f'("{container}")') from None
+    if container not in names and container not in [
+            c["name"] for c in pod["spec"].get("initContainers") or []]:
+        raise errors.bad_request(f"container {container} is not valid for pod {name}")
+    want_stdin = query.get("stdin", "false").lower() in ("true", "1")
+    ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True, max_msg_size=0)
+    await ws.prepare(request)
+    v5 = ws.ws_protocol == "v5.channel.k8s.io"
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=cwd,
+            stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+    except OSError as error:
+        await ws.send_bytes(bytes([STDERR]) + f"exec failed: {error}\n".encode())
+        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(126, command)).encode())
+        await ws.close()
+        return ws
+
+    async def pump(stream: asyncio.StreamReader, channel: int) -> None:
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                return
+            await ws.send_bytes(bytes([channel]) + chunk)
+
+    async def read_client() -> None:
+        async for message in ws:
+            if message.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                continue
+            data = message.data if isinstance(message.data, bytes) else message.data.encode()
+            if not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel == STDIN and process.stdin is not None and payload:
+                process.stdin.write(payload)
+                await process.stdin.drain()
+            elif channel == CLOSE and v5 and payload[:1] == bytes([STDIN]) and process.stdin:
+                process.stdin.close()
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+
+    client = asyncio.ensure_future(read_client())
+    try:
+        await asyncio.gather(pump(process.stdout, STDOUT), pump(process.stderr, STDERR))
+        returncode = await process.wait()
+        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(returncode,
+                                                                     command)).encode())
+    except (ConnectionResetError, RuntimeError):
+        pass
+    finally:
+        client.cancel()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await ws.close()
+    return ws

@@ -1,0 +1,201 @@
+"""`pods/log`: serves container logs from the CRI-format files the kubelet writes.
+
+Files: DIR/kubelet/pods/<uid>/logs/<container>/<restartCount>.log, one line per output line:
+`<RFC3339Nano> <stdout|stderr> <F|P> <text>`. P marks a partial line joined to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+from collections import deque
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from localkube.apiserver import errors
+
+FOLLOW_POLL_S = 0.05
+
+
+def pod_dir(state_dir: str, uid: str) -> Path:
+    return Path(state_dir) / "kubelet" / "pods" / uid
+
+
+def read_pod_state(state_dir: str, uid: str) -> dict:
+    try:
+        return json.loads((pod_dir(state_dir, uid) / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pick_container(pod: dict, container: str | None) -> str:
+    spec = pod.get("spec") or {}
+    names = [c["name"] for c in spec.get("containers") or []]
+    init_names = [c["name"] for c in spec.get("initContainers") or []]
+    name = pod["metadata"]["name"]
+    if not container:
+        if len(names) == 1:
+            return names[0]
+        message = f"a container name must be specified for pod {name}, choose one of: " \
+                  f"[{' '.join(names)}]"
+        if init_names:
+            message += f" or one of the init containers: [{' '.join(init_names)}]"
+        raise errors.bad_request(message)
+    if container not in names and container not in init_names:
+        raise errors.bad_request(f"container {container} is not valid for pod {name}")
+    return container
+
+
+def _container_status(pod: dict, container: str) -> dict:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + \
+            (status.get("initContainerStatuses") or []):
+        if entry.get("name") == container:
+            return entry
+    return {}
+
+
+def is_terminated(pod: dict | None, container: str) -> bool:
+    if pod is None:
+        return True
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return True
+    return "terminated" in (_container_status(pod, container).get("state") or {})
+
+
+def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path:
+    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    directory = pod_dir(state_dir, uid) / "logs" / container
+    state = read_pod_state(state_dir, uid).get("containers", {}).get(container, {})
+    restart = state.get("restartCount")
+    if restart is None:
+        numbers = [int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit()]
+        restart = max(numbers) if numbers else None
+    if previous:
+        if not restart:
+            raise errors.bad_request(f'previous terminated container "{container}" in pod '
+                                     f'"{name}" not found')
+        restart -= 1
+    if restart is None or not (directory / f"{restart}.log").exists():
+        if not (pod.get("spec") or {}).get("nodeName"):
+            raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
+                                     "start: ContainerCreating")
+        waiting = (_container_status(pod, container).get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason", "ContainerCreating")
+        raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
+                                 f"start: {reason}")
+    return directory / f"{restart}.log"
+
+
+def parse_timestamp(text: str) -> datetime.datetime:
+    text = text.rstrip("Z")
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    moment = datetime.datetime.fromisoformat(text)
+    return moment.replace(tzinfo=datetime.timezone.utc)
+
+
+class LogOptions:
+    def __init__(self, query) -> None:
+        def integer(key: str) -> int | None:
+            value = query.get(key)
+            if value in (None, ""):
+                return None
+            try:
+                return int(value)
+            except ValueError:
+                raise errors.bad_request(f"{key}={value!r} is not an integer")
+        self.timestamps = query.get("timestamps", "false").lower() in ("true", "1")
+        self.follow = query.get("follow", "false").lower() in ("true", "1")
+        self.previous = query.get("previous", "false").lower() in ("true", "1")
+        self.tail_lines = integer("tailLines")
+        self.limit_bytes = integer("limitBytes")
+        since_seconds = integer("sinceSeconds")
+        self.since: datetime.datetime | None = None
+        if since_seconds is not None:
+            self.since = datetime.datetime.now(datetime.timezone.utc) - \
+                datetime.timedelta(seconds=since_seconds)
+        elif query.get("sinceTime"):
+            try:
+                self.since = parse_timestamp(query["sinceTime"])
+            except ValueError:
+                raise errors.bad_request(f"sinceTime={query['sinceTime']!r} is not RFC 3339")
+
+
+class _Renderer:
+    """Turns CRI lines into the text the API returns, honouring timestamps and since."""
+
+    def __init__(self, options: LogOptions) -> None:
+        self.options = options
+        self.in_partial = False
+
+    def render(self, raw: str) -> str | None:
+        parts = raw.rstrip("\n").split(" ", 3)
+        if len(parts) < 3:
+            return None
+        stamp, tag = parts[0], parts[2]
+        text = parts[3] if len(parts) > 3 else ""
+        if self.options.since is not None and not self.in_partial:
+            try:
+                if parse_timestamp(stamp) < self.options.since:
+                    self.in_partial = tag == "P"
+                    return None
+            except ValueError:
+                pass
+        prefix = f"{stamp} " if self.options.timestamps and not self.in_partial else ""
+        self.in_partial = tag == "P"
+        return prefix + text + ("" if tag == "P" else "\n")
+
+
+def read_logs(path: Path, options: LogOptions) -> tuple[bytes, int]:
+    """The log text so far, and the file offset it stopped at (for following)."""
+    renderer = _Renderer(options)
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
+        data = handle.read()
+    offset = len(data.encode("utf-8", errors="replace"))
+    complete = data if data.endswith("\n") or not data else data[:data.rfind("\n") + 1]
+    offset = len(complete.encode("utf-8", errors="replace"))
+    chunks = [renderer.render(line) for line in complete.splitlines()]
+    text = [c for c in chunks if c is not None]
+    if options.tail_lines is not None:
+        lines, current = deque(maxlen=max(options.tail_lines, 0)), []
+        for chunk in text:
+            current.append(chunk)
+            if chunk.endswith("\n"):
+                lines.append("".join(current))
+                current = []
+        if current and options.tail_lines > 0:
+            lines.append("".join(current))
+        text = list(lines)
+    return "".join(text).encode(), offset
+
+
+async def follow_logs(path: Path, offset: int, options: LogOptions,
+                      done: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """New rendered bytes appended after `offset`, until `done()` and the file is drained."""
+    renderer = _Renderer(options)
+    options.since = None
+    buffer = b""
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        while True:
+            finished = done()
+            chunk = handle.read()
+            if chunk:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                out = [renderer.render(line.decode("utf-8", errors="replace")) for line in lines]
+                text = "".join(o for o in out if o is not None)
+                if text:
+                    yield text.encode()
+                continue
+            if finished:
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+
+def file_size(path: Path) -> int:
+    return os.stat(path).st_size

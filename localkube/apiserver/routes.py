@@ -1,0 +1,353 @@
+"""The HTTP side of the REST API: URL parsing, query options, JSON in and out, watch streams.
+
+Every path under /api/v1 goes through `handle_core`, which resolves the resource, namespace, name
+and subresource, then calls the verbs in `operations`. Errors leave as v1 Status objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from localkube.apiserver import discovery, errors, podexec, podlogs
+from localkube.apiserver.errors import ApiError
+from localkube.apiserver.operations import ObjectApi, parse_propagation
+from localkube.apiserver.resources import RESOURCES, Resource
+from localkube.apiserver.selectors import parse_field_selector, parse_label_selector
+from localkube.apiserver.store import EventType, Watcher
+
+log = logging.getLogger("localkube.api")
+DEFAULT_WATCH_TIMEOUT_S = 1800
+BOOKMARK_INTERVAL_S = 5.0
+DISCONNECT_CHECK_S = 1.0
+TRUE_VALUES = ("true", "True", "1")
+
+
+@dataclass
+class Target:
+    resource: Resource
+    namespace: str  # "" for cluster-scoped or all namespaces
+    name: str | None
+    subresource: str | None
+
+
+def json_response(body: dict, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status,
+                        content_type="application/json")
+
+
+def error_response(error: ApiError) -> web.Response:
+    return json_response(error.to_status(), status=error.code)
+
+
+def parse_target(parts: list[str]) -> Target:
+    """Resolve /api/v1/<parts>; raises 404 for paths we do not serve."""
+    def unknown() -> ApiError:
+        return ApiError(404, "NotFound", "the server could not find the requested resource")
+    if not parts:
+        raise unknown()
+    if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] not in ("status", "finalize"):
+        namespace, rest = parts[1], parts[2:]
+        info = RESOURCES.get(rest[0])
+        if info is None or not info.namespaced or len(rest) > 3:
+            raise unknown()
+        return Target(info, namespace, rest[1] if len(rest) > 1 else None,
+                      rest[2] if len(rest) > 2 else None)
+    info = RESOURCES.get(parts[0])
+    if info is None or len(parts) > 3:
+        raise unknown()
+    if info.namespaced and len(parts) > 1:
+        raise unknown()
+    target = Target(info, "", parts[1] if len(parts) > 1 else None,
+                    parts[2] if len(parts) > 2 else None)
+    if target.subresource and target.subresource not in info.subresources:
+        raise unknown()
+    return target
+
+
+async def read_json(request: web.Request):
+    raw = await request.read()
+    if not raw:
+        return None
+    try:
+        if request.content_type.endswith("yaml"):
+            import yaml
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except ValueError as error:
+        raise errors.bad_request(f"the request body is not valid JSON: {error}")
+
+
+class CoreHandlers:
+    def __init__(self, api: ObjectApi, state_dir: str) -> None:
+        self.api = api
+        self.store = api.store
+        self.state_dir = state_dir
+
+    async def handle_core(self, request: web.Request) -> web.StreamResponse:
+        try:
+            parts = [p for p in request.match_info["tail"].split("/") if p]
+            watch_path = bool(parts) and parts[0] == "watch"
+            if watch_path:
+                parts = parts[1:]
+            target = parse_target(parts)
+            return await self._dispatch(request, target, watch_path)
+        except ApiError as error:
+            return error_response(error)
+
+    async def _dispatch(self, request: web.Request, target: Target,
+                        watch_path: bool) -> web.StreamResponse:
+        query = request.rel_url.query
+        method = request.method
+        resource = target.resource.plural
+        dry_run = bool(query.get("dryRun"))
+        if target.subresource == "log":
+            return await self._serve_log(request, target)
+        if target.subresource == "exec":
+            pod = self.api.get("pods", target.namespace, target.name)
+            return await podexec.serve_exec(request, pod, self.state_dir)
+        if target.name is None:
+            if method == "GET":
+                if watch_path or query.get("watch") in TRUE_VALUES:
+                    return await self._watch(request, target)
+                return self._list(target, query)
+            if method == "POST":
+                body = await read_json(request)
+                created = self.api.create(resource, target.namespace, body, dry_run)
+                return json_response(created, 201)
+            if method == "DELETE":
+                return await self._delete_collection(request, target)
+            raise errors.method_not_allowed()
+        if target.subresource == "binding":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            self.api.bind(target.namespace, target.name, await read_json(request))
+            return json_response(errors.status_object("Success", 201), 201)
+        subresource = target.subresource
+        if subresource == "finalize":
+            subresource = None
+        if method == "GET":
+            if watch_path:
+                return await self._watch(request, target)
+            return json_response(self.api.get(resource, target.namespace, target.name))
+        if method == "PUT":
+            body = await read_json(request)
+            return json_response(self.api.replace(resource, target.namespace, target.name, body,
+                                                  subresource, dry_run))
+        if method == "PATCH":
+            body = await read_json(request)
+            return json_response(self.api.patch(resource, target.namespace, target.name,
+                                                request.headers.get("Content-Type", ""), body,
+                                                subresource, dry_run))
+        if method == "DELETE":
+            return await self._delete(request, target, dry_run)
+        raise errors.method_not_allowed()
+
+    def _list(self, target: Target, query) -> web.Response:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        items = self.api.list(target.resource.plural,
+                              target.namespace if target.resource.namespaced and
+                              target.namespace else None, labels, fields)
+        body = {"kind": f"{target.resource.kind}List", "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
+        return json_response(body)
+
+    async def _delete(self, request: web.Request, target: Target, dry_run: bool) -> web.Response:
+        options = await read_json(request) or {}
+        query = request.rel_url.query
+        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        if grace is not None:
+            try:
+                grace = int(grace)
+            except ValueError:
+                raise errors.bad_request(f"gracePeriodSeconds={grace!r} is not an integer")
+        propagation = parse_propagation(query.get("propagationPolicy",
+                                                  options.get("propagationPolicy")))
+        if propagation is None and options.get("orphanDependents") is True:
+            propagation = parse_propagation("Orphan")
+        resource = target.resource.plural
+        result = self.api.delete(resource, target.namespace, target.name, grace, propagation,
+                                 options.get("preconditions"),
+                                 dry_run or bool(options.get("dryRun")))
+        if resource in ("pods", "namespaces") or result["metadata"].get("deletionTimestamp"):
+            return json_response(result)
+        return json_response({**errors.status_object("Success"),
+                              "details": {"name": target.name, "kind": resource,
+                                          "uid": result["metadata"].get("uid")}})
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        query = request.rel_url.query
+        options = await read_json(request) or {}
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        resource = target.resource.plural
+        items = self.api.list(resource, target.namespace or None, labels, fields)
+        deleted = []
+        for obj in items:
+            meta = obj["metadata"]
+            try:
+                deleted.append(self.api.delete(resource, meta.get("namespace", ""), meta["name"],
+                                               None if grace is None else int(grace)))
+            except ApiError as error:
+                if error.code != 404:
+                    raise
+        return json_response({"kind": f"{target.resource.kind}List", "apiVersion": "v1",
+                              "metadata": {"resourceVersion": str(self.store.rv)},
+                              "items": deleted})
+
+    async def _serve_log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        pod = self.api.get("pods", target.namespace, target.name)
+        options = podlogs.LogOptions(request.rel_url.query)
+        container = podlogs.pick_container(pod, request.rel_url.query.get("container"))
+        path = podlogs.log_file(self.state_dir, pod, container, options.previous)
+        text, offset = podlogs.read_logs(path, options)
+        if options.limit_bytes is not None:
+            text = text[:options.limit_bytes]
+        if not options.follow or (options.limit_bytes is not None and
+                                  len(text) >= options.limit_bytes):
+            return web.Response(body=text, content_type="text/plain")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        sent = len(text)
+        if text:
+            await response.write(text)
+        namespace, name, uid = target.namespace, target.name, pod["metadata"]["uid"]
+
+        def finished() -> bool:
+            current = self.store.get("pods", namespace, name)
+            if current is None or current["metadata"].get("uid") != uid:
+                return True
+            return not options.previous and podlogs.is_terminated(current, container) or \
+                options.previous
+        try:
+            async for chunk in podlogs.follow_logs(path, offset, options, finished):
+                if options.limit_bytes is not None:
+                    chunk = chunk[:max(options.limit_bytes - sent, 0)]
+                sent += len(chunk)
+                await response.write(chunk)
+                if options.limit_bytes is not None and sent >= options.limit_bytes:
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            return response
+        await response.write_eof()
+        return response
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        query = request.rel_url.query
+        info = target.resource
+        watcher = Watcher(info.plural, target.namespace if info.namespaced and target.namespace
+                          else None, parse_label_selector(query.get("labelSelector")),
+                          parse_field_selector(query.get("fieldSelector")))
+        if target.name:
+            watcher.fields = watcher.fields + (("metadata.name", "=", target.name),)
+        try:
+            timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
+        except ValueError:
+            raise errors.bad_request(f"timeoutSeconds={query.get('timeoutSeconds')!r} is not "
+                                     "a number")
+        bookmarks = query.get("allowWatchBookmarks") in TRUE_VALUES
+        since = query.get("resourceVersion") or ""
+        expired = False
+        # No await between reading the backlog and registering: nothing can slip between them.
+        if since in ("", "0"):
+            for obj in self.api.list(info.plural, watcher.namespace, watcher.labels,
+                                     watcher.fields):
+                watcher.queue.put_nowait((EventType.ADDED, obj))
+        else:
+            try:
+                backlog = self.store.events_since(int(since), info.plural)
+            except ValueError:
+                raise errors.bad_request(f"resourceVersion={since!r} is not valid")
+            if backlog is None:
+                expired = True
+            else:
+                for event in backlog:
+                    watcher.offer(event)
+        self.store.watchers.add(watcher)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            if expired:
+                status = errors.gone(f"too old resource version: {since} "
+                                     f"({self.store.oldest_rv})").to_status()
+                await response.write(json.dumps({"type": "ERROR", "object": status})
+                                     .encode() + b"\n")
+                return response
+            await self._stream_events(request, response, watcher, timeout, bookmarks)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.watchers.discard(watcher)
+        return response
+
+    async def _stream_events(self, request: web.Request, response: web.StreamResponse,
+                             watcher: Watcher, timeout: float, bookmarks: bool) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last_bookmark = loop.time()
+        kind = watcher.resource and RESOURCES[watcher.resource].kind
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                kind_of_event, obj = await asyncio.wait_for(
+                    watcher.queue.get(), min(remaining, DISCONNECT_CHECK_S))
+            except asyncio.TimeoutError:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    return
+                if bookmarks and loop.time() - last_bookmark >= BOOKMARK_INTERVAL_S:
+                    last_bookmark = loop.time()
+                    await response.write(json.dumps({"type": "BOOKMARK", "object": {
+                        "kind": kind, "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(self.store.rv)}}}).encode() + b"\n")
+                continue
+            lines = [json.dumps({"type": kind_of_event.value, "object": obj})]
+            while not watcher.queue.empty():
+                more_kind, more = watcher.queue.get_nowait()
+                lines.append(json.dumps({"type": more_kind.value, "object": more}))
+            await response.write(("\n".join(lines) + "\n").encode())
+        await response.write_eof()
+
+
+def discovery_routes(app: web.Application, address: str) -> None:
+    async def version(_request: web.Request) -> web.Response:
+        return json_response(discovery.VERSION)
+
+    async def api(_request: web.Request) -> web.Response:
+        return json_response(discovery.api_versions(address))
+
+    async def apis(_request: web.Request) -> web.Response:
+        return json_response(discovery.api_groups())
+
+    async def v1(_request: web.Request) -> web.Response:
+        return json_response(discovery.core_resources())
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def not_served(_request: web.Request) -> web.Response:
+        return error_response(ApiError(404, "NotFound",
+                                       "the server could not find the requested resource"))
+
+    app.router.add_get("/version", version)
+    app.router.add_get("/version/", version)
+    app.router.add_get("/api", api)
+    app.router.add_get("/api/", api)
+    app.router.add_get("/apis", apis)
+    app.router.add_get("/apis/", apis)
+    app.router.add_get("/api/v1", v1)
+    app.router.add_get("/api/v1/", v1)
+    for path in ("/healthz", "/livez", "/readyz"):
+        app.router.add_get(path, healthz)
+    app.router.add_route("*", "/apis/{tail:.*}", not_served)
+    app.router.add_route("*", "/openapi/{tail:.*}", not_served)

@@ -1,0 +1,389 @@
+"""The scheduler: binds pending pods to nodes, as kube-scheduler would, inside the API server.
+
+The decision is pure (`choose_node` over plain dicts: pod, nodes, pods by node) so it is tested
+without a server; `Scheduler` is the thin loop that watches the store, binds, allocates GPU
+device ids (annotation `localkube.io/gpu-ids`) and reports unschedulable pods with the real
+scheduler's wording (`0/2 nodes are available: 2 Insufficient nvidia.com/gpu.`).
+
+Filters: resource fit (cpu, memory, nvidia.com/gpu, ephemeral-storage, pod count) against
+allocatable minus non-terminated pods on the node; nodeSelector; required node affinity;
+NoSchedule taints vs tolerations; required pod affinity/anti-affinity on any topology key.
+Score: preferred pod affinity packs, preferred anti-affinity spreads, preferred node affinity
+attracts; least-allocated breaks ties.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+from localkube.apiserver.admission import TERMINAL_PHASES, pod_usage
+from localkube.apiserver.defaults import new_uid, now_rfc3339
+from localkube.apiserver.errors import ApiError
+from localkube.apiserver.quantity import parse_quantity
+from localkube.apiserver.selectors import label_selector_from_object
+
+log = logging.getLogger("localkube.scheduler")
+GPU = "nvidia.com/gpu"
+GPU_IDS_ANNOTATION = "localkube.io/gpu-ids"
+FIT_RESOURCES = ("cpu", "memory", GPU, "ephemeral-storage")
+RETRY_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str | None
+    message: str  # the FailedScheduling message when node is None
+
+
+def is_active(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def node_label(node: dict, key: str) -> str | None:
+    return (node["metadata"].get("labels") or {}).get(key)
+
+
+def _requests(pod: dict) -> dict[str, Fraction]:
+    usage = pod_usage(pod)
+    return {r: usage.get(f"requests.{r}", Fraction(0)) for r in FIT_RESOURCES}
+
+
+def _node_expression_matches(node: dict, expr: dict) -> bool:
+    value = node_label(node, expr.get("key", ""))
+    operator, values = expr.get("operator"), expr.get("values") or []
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            return int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
+        except ValueError:
+            return False
+    return False
+
+
+def _term_matches_node(node: dict, term: dict) -> bool:
+    return all(_node_expression_matches(node, e) for e in term.get("matchExpressions") or [])
+
+
+def matches_node_selector(pod: dict, node: dict) -> bool:
+    spec = pod.get("spec") or {}
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms")
+    if terms:
+        return any(_term_matches_node(node, t) for t in terms)
+    return True
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and \
+        toleration.get("value", "") == taint.get("value", "")
+
+
+def untolerated_taint(pod: dict, node: dict) -> dict | None:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def _term_selects(term: dict, owner: dict, other: dict) -> bool:
+    """Does an affinity term of `owner` select pod `other` (namespaces default to owner's)?"""
+    namespaces = term.get("namespaces") or [owner["metadata"].get("namespace")]
+    if other["metadata"].get("namespace") not in namespaces and \
+            term.get("namespaceSelector") is None:
+        return False
+    selector = label_selector_from_object(term.get("labelSelector"))
+    return selector(other["metadata"].get("labels") or {})
+
+
+def _same_domain(nodes: dict[str, dict], a: str, b: str, key: str) -> bool:
+    value = node_label(nodes[a], key) if a in nodes else None
+    return value is not None and nodes.get(b) is not None and node_label(nodes[b], key) == value
+
+
+def _affinity_terms(pod: dict, kind: str, mode: str) -> list[dict]:
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
+    return affinity.get(f"{mode}DuringSchedulingIgnoredDuringExecution") or []
+
+
+def _pods_in_domain(node_name: str, key: str, nodes: dict[str, dict],
+                    pods_by_node: dict[str, list[dict]]) -> list[dict]:
+    return [p for other, pods in pods_by_node.items()
+            if _same_domain(nodes, node_name, other, key) for p in pods]
+
+
+def filter_node(pod: dict, node: dict, nodes: dict[str, dict],
+                pods_by_node: dict[str, list[dict]]) -> list[str]:
+    """The reasons `node` cannot take `pod`, worded as kube-scheduler words them (empty: fits)."""
+    name = node["metadata"]["name"]
+    reasons = []
+    if (node.get("spec") or {}).get("unschedulable"):
+        reasons.append("node(s) were unschedulable")
+    if not matches_node_selector(pod, node):
+        reasons.append("node(s) didn't match Pod's node affinity/selector")
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        shown = f"{taint.get('key')}: {taint['value']}" if taint.get("value") else taint.get("key")
+        reasons.append(f"node(s) had untolerated taint {{{shown}}}")
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    on_node = [p for p in pods_by_node.get(name, []) if is_active(p)]
+    if len(on_node) + 1 > int(parse_quantity(allocatable.get("pods", "110"))):
+        reasons.append("Too many pods")
+    wanted = _requests(pod)
+    used = Counter()
+    for other in on_node:
+        used.update(_requests(other))
+    for resource in FIT_RESOURCES:
+        if wanted[resource] <= 0:
+            continue
+        capacity = parse_quantity(allocatable.get(resource, "0"))
+        if used[resource] + wanted[resource] > capacity:
+            reasons.append(f"Insufficient {resource}")
+    reasons.extend(_pod_affinity_reasons(pod, name, nodes, pods_by_node))
+    return reasons
+
+
+def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
+                          pods_by_node: dict[str, list[dict]]) -> list[str]:
+    reasons = []
+    all_pods = [p for pods in pods_by_node.values() for p in pods if is_active(p)]
+    for term in _affinity_terms(pod, "podAffinity", "required"):
+        key = term.get("topologyKey", "kubernetes.io/hostname")
+        in_domain = [p for p in _pods_in_domain(node_name, key, nodes, pods_by_node)
+                     if is_active(p)]
+        if any(_term_selects(term, pod, p) for p in in_domain):
+            continue
+        # The first pod of a group that selects itself may go anywhere (as in kube-scheduler).
+        if not any(_term_selects(term, pod, p) for p in all_pods) and \
+                _term_selects(term, pod, pod) and node_label(nodes[node_name], key) is not None:
+            continue
+        reasons.append("node(s) didn't match pod affinity rules")
+        break
+    for term in _affinity_terms(pod, "podAntiAffinity", "required"):
+        key = term.get("topologyKey", "kubernetes.io/hostname")
+        in_domain = _pods_in_domain(node_name, key, nodes, pods_by_node)
+        if any(is_active(p) and _term_selects(term, pod, p) for p in in_domain):
+            reasons.append("node(s) didn't match pod anti-affinity rules")
+            break
+    else:
+        # Symmetry: existing pods' required anti-affinity also keeps this pod away.
+        for other_node, pods in pods_by_node.items():
+            for other in pods:
+                if not is_active(other):
+                    continue
+                for term in _affinity_terms(other, "podAntiAffinity", "required"):
+                    key = term.get("topologyKey", "kubernetes.io/hostname")
+                    if _same_domain(nodes, node_name, other_node, key) and \
+                            _term_selects(term, other, pod):
+                        reasons.append("node(s) didn't match pod anti-affinity rules")
+                        return reasons
+    return reasons
+
+
+def score_node(pod: dict, node: dict, nodes: dict[str, dict],
+               pods_by_node: dict[str, list[dict]]) -> float:
+    name = node["metadata"]["name"]
+    preference = 0.0
+    for term in _affinity_terms(pod, "nodeAffinity", "preferred"):
+        if _term_matches_node(node, term.get("preference") or {}):
+            preference += term.get("weight", 1)
+    for kind, sign in (("podAffinity", 1), ("podAntiAffinity", -1)):
+        for weighted in _affinity_terms(pod, kind, "preferred"):
+            term = weighted.get("podAffinityTerm") or {}
+            key = term.get("topologyKey", "kubernetes.io/hostname")
+            matches = sum(1 for p in _pods_in_domain(name, key, nodes, pods_by_node)
+                          if is_active(p) and _term_selects(term, pod, p))
+            preference += sign * weighted.get("weight", 1) * matches
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    used = Counter()
+    for other in pods_by_node.get(name, []):
+        if is_active(other):
+            used.update(_requests(other))
+    wanted = _requests(pod)
+    free = []
+    for resource in ("cpu", "memory"):
+        capacity = parse_quantity(allocatable.get(resource, "0"))
+        if capacity > 0:
+            free.append(float((capacity - used[resource] - wanted[resource]) / capacity))
+    least_allocated = sum(free) / len(free) if free else 0.0
+    return preference * 1000 + least_allocated
+
+
+def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]]) -> Decision:
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    feasible, reasons = [], Counter()
+    for node in nodes:
+        node_reasons = filter_node(pod, node, by_name, pods_by_node)
+        if node_reasons:
+            reasons.update(set(node_reasons))
+        else:
+            feasible.append(node)
+    if not feasible:
+        return Decision(None, unschedulable_message(len(nodes), reasons))
+    best = max(feasible, key=lambda n: (score_node(pod, n, by_name, pods_by_node),
+                                        -nodes.index(n)))
+    return Decision(best["metadata"]["name"], "")
+
+
+def unschedulable_message(node_count: int, reasons: Counter) -> str:
+    if node_count == 0:
+        return "no nodes available to schedule pods"
+    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return f"0/{node_count} nodes are available: {parts}."
+
+
+def allocate_gpu_ids(pod: dict, node: dict, pods_on_node: list[dict]) -> list[int]:
+    """The lowest free device ids on the node for the pod's nvidia.com/gpu request."""
+    wanted = int(_requests(pod)[GPU])
+    if wanted <= 0:
+        return []
+    taken = set()
+    for other in pods_on_node:
+        if is_active(other):
+            ids = (other["metadata"].get("annotations") or {}).get(GPU_IDS_ANNOTATION, "")
+            taken.update(int(i) for i in ids.split(",") if i.strip().isdigit())
+    capacity = int(parse_quantity(((node.get("status") or {}).get("capacity") or {})
+                                  .get(GPU, "0")))
+    free = [i for i in range(capacity) if i not in taken]
+    return free[:wanted]
+
+
+def is_pending(pod: dict) -> bool:
+    return not (pod.get("spec") or {}).get("nodeName") and \
+        not pod["metadata"].get("deletionTimestamp") and is_active(pod) and \
+        (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == "default-scheduler"
+
+
+class Scheduler:
+    """The loop: wakes on pod/node changes, binds what fits, reports what does not."""
+
+    def __init__(self, api) -> None:  # api: localkube.apiserver.operations.ObjectApi
+        self.api = api
+        self.store = api.store
+        self._wake = asyncio.Event()
+        self._reported: dict[str, str] = {}  # pod uid -> last FailedScheduling message
+        self.store.listeners.append(self._on_event)
+
+    def _on_event(self, event) -> None:
+        if event.resource == "nodes" or (event.resource == "pods" and (
+                event.type != "MODIFIED" or is_pending(event.obj) or
+                (event.old or {}).get("status", {}).get("phase") !=
+                event.obj.get("status", {}).get("phase"))):
+            self._wake.set()
+
+    def schedule_pending(self) -> None:
+        pending = sorted((p for p in self.store.list("pods") if is_pending(p)),
+                         key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        if not pending:
+            return
+        nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
+        nodes = [n for n in nodes if self.api.node_ready(n["metadata"]["name"])] or []
+        pods_by_node: dict[str, list[dict]] = {n["metadata"]["name"]: [] for n in nodes}
+        for pod in self.store.list("pods"):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node in pods_by_node:
+                pods_by_node[node].append(pod)
+        total_nodes = len(self.store.list("nodes"))
+        for pod in pending:
+            decision = choose_node(pod, nodes, pods_by_node)
+            if decision.node is None:
+                message = decision.message
+                if not nodes and total_nodes:
+                    message = (f"0/{total_nodes} nodes are available: {total_nodes} node(s) "
+                               "had untolerated taint {node.kubernetes.io/not-ready: }.")
+                self._report_unschedulable(pod, message)
+                continue
+            bound = self._bind(pod, decision.node, nodes, pods_by_node)
+            if bound is not None:
+                pods_by_node[decision.node].append(bound)
+
+    def _bind(self, pod: dict, node_name: str, nodes: list[dict],
+              pods_by_node: dict[str, list[dict]]) -> dict | None:
+        meta = pod["metadata"]
+        node = next(n for n in nodes if n["metadata"]["name"] == node_name)
+        annotations = {}
+        gpu_ids = allocate_gpu_ids(pod, node, pods_by_node[node_name])
+        if gpu_ids:
+            annotations[GPU_IDS_ANNOTATION] = ",".join(str(i) for i in gpu_ids)
+        try:
+            bound = self.api.bind(meta["namespace"], meta["name"],
+                                  {"target": {"kind": "Node", "name": node_name}}, annotations)
+        except ApiError as error:
+            log.info("binding %s/%s failed: %s", meta["namespace"], meta["name"], error.message)
+            return None
+        self._reported.pop(meta.get("uid", ""), None)
+        self._record_event(pod, "Normal", "Scheduled",
+                           f"Successfully assigned {meta['namespace']}/{meta['name']} to "
+                           f"{node_name}")
+        return bound
+
+    def _report_unschedulable(self, pod: dict, message: str) -> None:
+        uid = pod["metadata"].get("uid", "")
+        if self._reported.get(uid) == message:
+            return
+        self._reported[uid] = message
+        meta = pod["metadata"]
+        status = dict(pod.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                           "lastTransitionTime": now_rfc3339(), "reason": "Unschedulable",
+                           "message": message})
+        try:
+            self.api.patch("pods", meta["namespace"], meta["name"],
+                           "application/merge-patch+json",
+                           {"status": {"conditions": conditions}}, subresource="status")
+        except ApiError:
+            return
+        self._record_event(pod, "Warning", "FailedScheduling", message)
+
+    def _record_event(self, pod: dict, kind: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        stamp = now_rfc3339()
+        event = {
+            "metadata": {"name": f"{meta['name']}.{new_uid().replace('-', '')[:16]}",
+                         "namespace": meta["namespace"]},
+            "involvedObject": {"kind": "Pod", "namespace": meta["namespace"],
+                               "name": meta["name"], "uid": meta.get("uid"), "apiVersion": "v1",
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message, "type": kind,
+            "source": {"component": "default-scheduler"},
+            "reportingComponent": "default-scheduler", "reportingInstance": "localkube",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.api.create("events", meta["namespace"], event)
+        except ApiError as error:
+            log.info("event for %s not recorded: %s", meta["name"], error.message)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), RETRY_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.schedule_pending()
+            except Exception:  # keep scheduling other pods after a bad one
+                log.exception("scheduling pass failed")

@@ -100,6 +100,10 @@ S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _NOTHING = object()
 
 
+class Unquoted(str):
+    """A description standing in for a given value, shown without quotes."""
+
+
 class RequestError(ValueError):
     """One invalid request field: where, what was given, what is allowed."""
 
@@ -114,6 +118,8 @@ def describe_value(value: Any) -> str:
     """A short rendering of a given value for error messages."""
     if value is _NOTHING:
         return "nothing"
+    if isinstance(value, Unquoted):
+        return str(value)
     if isinstance(value, StrEnum):
         value = value.value
     try:
@@ -348,9 +354,9 @@ class TrainingRequest(_Model):
                 raise _invalid("environment names are letters, digits and '_', not "
                                "starting with a digit", key, str(key))
             if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
-                raise _invalid(f"names starting with {RESERVED_ENV_PREFIX} and "
-                               f"{', '.join(sorted(RESERVED_ENV_NAMES))} are reserved",
-                               key, key)
+                raise _invalid(f"the name is reserved for TF-on-K8s (names starting with "
+                               f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
+                               "); choose another", key, key)
             if not isinstance(item, str):
                 raise _invalid("environment values must be strings (quote them in YAML)",
                                item, key)
@@ -602,10 +608,20 @@ def parse_request(text: str, fmt: str) -> TrainingRequest:
     try:
         data = yaml.safe_load(text) if fmt == "yaml" else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        first_line = str(exc).strip().splitlines()[0]
-        raise RequestError("", f"unparsable {fmt}", f"valid {fmt} is required "
-                           f"({first_line})") from None
+        raise RequestError("", Unquoted(f"text that is not valid {fmt.upper()}"),
+                           f"a {fmt.upper()} mapping of request fields is required "
+                           f"({_describe_parse_error(exc)})") from None
     return validate_request(data)
+
+
+def _describe_parse_error(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    if mark is not None:
+        return f"{problem} at line {mark.line + 1} column {mark.column + 1}"
+    return problem
 
 
 def load_request(source: "str | os.PathLike[str] | Mapping[str, Any]") -> TrainingRequest:

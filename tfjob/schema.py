@@ -168,3 +168,7 @@ def render_request_reference() -> str:
 def _to_compact(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":"))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+if __name__ == "__main__":
+    print(render_request_reference(), end="")

@@ -375,7 +375,7 @@ def _iterate_checked(
             expected = {e.path: e for e in manifest.files}
             seen: set[str] = set()
             total = 0
-            for member in tar:
+            while (member := tar.next()) is not None:
                 current = member.name
                 check_member_path(member.name)
                 check_member_kind(member)

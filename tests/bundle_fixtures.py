@@ -1,0 +1,181 @@
+"""Hand-made good and bad bundles for the safety-check tests (host side and pod side).
+
+`BAD_BUNDLES` maps a case name to (builder, expected Refusal, text the message
+must contain). Builders write a .tar.gz at the given path with tarfile
+directly, so they can produce what `write_bundle` never would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from runtime.bundle import MANIFEST_NAME, Refusal
+
+GOOD_FILES = {"code/train.py": b"print('training')\n", "data/x.csv": b"1,2,3\n"}
+
+
+def manifest_for(files: dict[str, bytes], name: str = "evil") -> bytes:
+    entries = [{"path": p, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in files.items()]
+    return json.dumps({"format_version": 1, "name": name, "created": "2026-12-02T00:00:00Z",
+                       "files": entries, "total_size": sum(len(b) for b in files.values())}).encode()
+
+
+def add_bytes(tar: tarfile.TarFile, name: str, body: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(body)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(body))
+
+
+def add_special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    info.mode = 0o644
+    tar.addfile(info)
+
+
+def write_archive(path: Path, manifest: bytes | None, members: Callable[[tarfile.TarFile], None]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        if manifest is not None:
+            add_bytes(tar, MANIFEST_NAME, manifest)
+        members(tar)
+    return path
+
+
+def good_members(tar: tarfile.TarFile) -> None:
+    for name, body in GOOD_FILES.items():
+        add_bytes(tar, name, body)
+
+
+def build_good(path: Path) -> Path:
+    return write_archive(path, manifest_for(GOOD_FILES), good_members)
+
+
+def _with_extra(name: str, body: bytes, listed: bool = True) -> Callable[[Path], Path]:
+    """Good files plus one member `name`, listed in the manifest unless told otherwise."""
+    def build(path: Path) -> Path:
+        files = dict(GOOD_FILES)
+        manifest = manifest_for({**files, name: body}) if listed else manifest_for(files)
+
+        def members(tar: tarfile.TarFile) -> None:
+            good_members(tar)
+            add_bytes(tar, name, body)
+        return write_archive(path, manifest, members)
+    return build
+
+
+def _with_special(name: str, kind: bytes, linkname: str = "") -> Callable[[Path], Path]:
+    def build(path: Path) -> Path:
+        def members(tar: tarfile.TarFile) -> None:
+            good_members(tar)
+            add_special(tar, name, kind, linkname)
+        return write_archive(path, manifest_for(GOOD_FILES), members)
+    return build
+
+
+def build_tar_slip(path: Path) -> Path:
+    # The manifest check would name the path first; list it unlisted to reach the member check.
+    def members(tar: tarfile.TarFile) -> None:
+        good_members(tar)
+        add_bytes(tar, "code/../../escaped.txt", b"owned\n")
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_absolute(path: Path) -> Path:
+    def members(tar: tarfile.TarFile) -> None:
+        good_members(tar)
+        add_bytes(tar, "/tmp/tfjob-absolute.txt", b"owned\n")
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_checksum_mismatch(path: Path) -> Path:
+    def members(tar: tarfile.TarFile) -> None:
+        add_bytes(tar, "code/train.py", b"print('TRAINING')\n")  # same size, other bytes
+        add_bytes(tar, "data/x.csv", GOOD_FILES["data/x.csv"])
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_size_mismatch(path: Path) -> Path:
+    def members(tar: tarfile.TarFile) -> None:
+        add_bytes(tar, "code/train.py", GOOD_FILES["code/train.py"] + b"# more\n")
+        add_bytes(tar, "data/x.csv", GOOD_FILES["data/x.csv"])
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_missing(path: Path) -> Path:
+    def members(tar: tarfile.TarFile) -> None:
+        add_bytes(tar, "code/train.py", GOOD_FILES["code/train.py"])
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_oversized(path: Path) -> Path:
+    big = {"code/train.py": b"x" * 4096, "data/x.csv": b"y" * 4096}
+    return write_archive(path, manifest_for(big), lambda tar: [add_bytes(tar, n, b) for n, b in big.items()])
+
+
+def build_truncated(path: Path) -> Path:
+    body = (b"0123456789abcdef" * 4096)
+    files = {"code/train.py": body, "data/x.csv": body[::-1]}
+    write_archive(path, manifest_for(files), lambda tar: [add_bytes(tar, n, b) for n, b in files.items()])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    return path
+
+
+def build_not_gzip(path: Path) -> Path:
+    path.write_bytes(b"this is not a gzip file at all" * 10)
+    return path
+
+
+def build_corrupt_deflate(path: Path) -> Path:
+    build_good(path)
+    data = bytearray(path.read_bytes())
+    for i in range(20, min(len(data) - 8, 60)):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def build_no_manifest(path: Path) -> Path:
+    return write_archive(path, None, good_members)
+
+
+def build_gzip_of_garbage(path: Path) -> Path:
+    path.write_bytes(gzip.compress(b"\x01" * 2048))
+    return path
+
+
+OVERSIZE_LIMIT = 4096
+BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
+    "tar-slip": (build_tar_slip, Refusal.PARENT_REFERENCE, "code/../../escaped.txt: path contains '..'"),
+    "absolute-path": (build_absolute, Refusal.ABSOLUTE_PATH, "/tmp/tfjob-absolute.txt: absolute path"),
+    "symlink-escape": (_with_special("code/passwd", tarfile.SYMTYPE, "../../../etc/passwd"), Refusal.LINK,
+                       "code/passwd: links are refused"),
+    "symlink-inside": (_with_special("code/again.py", tarfile.SYMTYPE, "train.py"), Refusal.LINK,
+                       "code/again.py: links are refused"),
+    "hardlink-escape": (_with_special("code/shadow", tarfile.LNKTYPE, "/etc/shadow"), Refusal.LINK,
+                        "code/shadow: links are refused"),
+    "device-file": (_with_special("data/sda", tarfile.BLKTYPE), Refusal.SPECIAL_FILE, "data/sda: device files"),
+    "char-device": (_with_special("data/null", tarfile.CHRTYPE), Refusal.SPECIAL_FILE, "data/null: device files"),
+    "fifo": (_with_special("data/pipe", tarfile.FIFOTYPE), Refusal.SPECIAL_FILE, "data/pipe: device files, fifos"),
+    "oversized": (build_oversized, Refusal.TOO_LARGE, "MANIFEST.json: total size over the limit (8192 bytes listed; the limit is 4096)"),
+    "not-in-manifest": (_with_extra("code/extra.py", b"print('hidden')\n", listed=False), Refusal.NOT_IN_MANIFEST,
+                        "code/extra.py: member is not listed in the manifest"),
+    "outside-top-dirs": (_with_extra("etc/cron.d/job", b"* * * * * root id\n", listed=False), Refusal.OUTSIDE_TOP_DIRS,
+                         "etc/cron.d/job: path is outside code/ and data/"),
+    "checksum-mismatch": (build_checksum_mismatch, Refusal.CHECKSUM_MISMATCH, "code/train.py: sha256 does not match"),
+    "size-mismatch": (build_size_mismatch, Refusal.SIZE_MISMATCH, "code/train.py: size does not match the manifest"),
+    "missing-file": (build_missing, Refusal.MISSING, "data/x.csv: listed in the manifest but missing"),
+    "truncated-gzip": (build_truncated, Refusal.CORRUPT, "archive is corrupt or truncated"),
+    "not-gzip": (build_not_gzip, Refusal.CORRUPT, "<archive>: archive is corrupt or truncated"),
+    "corrupt-deflate": (build_corrupt_deflate, Refusal.CORRUPT, "archive is corrupt or truncated"),
+    "garbage-tar": (build_gzip_of_garbage, Refusal.CORRUPT, "archive is corrupt or truncated"),
+    "no-manifest": (build_no_manifest, Refusal.BAD_MANIFEST, "MANIFEST.json: manifest is missing or invalid"),
+}

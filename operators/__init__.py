@@ -1,0 +1,1 @@
+"""Airflow glue on top of the cncf.kubernetes provider: the training pipeline's operators, trigger and tasks."""

@@ -1,0 +1,73 @@
+"""The fetch_bundle task's work: check the bundle in S3 and snapshot it for the run.
+
+The bundle is downloaded once, checked with the one bundle safety check
+(`runtime.bundle.verify_bundle`: every member matches the manifest's size and
+sha256, nothing unsafe) and copied to `<output>/runs/<run_id>/bundle.tar.gz`.
+Pods fetch the snapshot, never the original key, so an upload during the run
+cannot change what a running job trains on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from operators.s3access import parse_s3_uri
+
+
+class BundleMissing(FileNotFoundError):
+    """The request's bundle is not in S3."""
+
+
+def hash_archive(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def snapshot_bundle(s3: Any, bundle_uri: str, run_prefix: str, max_total_size: int) -> dict[str, Any]:
+    """Check the bundle and copy it under `run_prefix`; return its identity (XCom-safe)."""
+    from botocore.exceptions import ClientError
+
+    from runtime.bundle import verify_bundle
+
+    bucket, key = parse_s3_uri(bundle_uri)
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code"))
+        if code in ("404", "NoSuchKey", "NotFound"):
+            raise BundleMissing(
+                f"bundle {bundle_uri}: no object with key {key!r} in bucket {bucket!r}; "
+                "upload it first (tshell push DIR s3://...)"
+            ) from None
+        raise
+    with tempfile.TemporaryDirectory(prefix="tfjob-bundle-") as tmp:
+        local = Path(tmp) / "bundle.tar.gz"
+        s3.download_file(bucket, key, str(local))
+        size, sha256 = hash_archive(local)
+        if size != head["ContentLength"]:
+            raise ValueError(
+                f"bundle {bundle_uri}: downloaded {size} bytes, S3 says {head['ContentLength']}"
+            )
+        manifest = verify_bundle(local, max_total_size)
+        snap_bucket, snap_key = parse_s3_uri(f"{run_prefix}/bundle.tar.gz")
+        # Upload the bytes we checked (not a server-side copy of the key, which could have changed).
+        s3.upload_file(str(local), snap_bucket, snap_key)
+    return {
+        "source": bundle_uri,
+        "source_etag": head.get("ETag", "").strip('"'),
+        "snapshot": f"s3://{snap_bucket}/{snap_key}",
+        "size": size,
+        "sha256": sha256,
+        "name": manifest.name,
+        "created": manifest.created,
+        "files": len(manifest.files),
+        "total_size": manifest.total_size,
+    }

@@ -1,0 +1,155 @@
+"""The one factory that builds every training DAG.
+
+Both `dags/tfjob_requests.py` (one DAG per request file) and
+`dags/tfjob_submit.py` (one parameterised DAG) call `build_training_dag`, so
+every training run has the same tasks:
+
+    validate >> fetch_bundle >> launch >> clusterspec >> train >> archive >> teardown >> publish
+
+- `launch` is the setup and `teardown` its Airflow teardown task: teardown
+  runs when upstream failed and when a run is cleared (clearing any task
+  between them clears launch and teardown too, so a cleared run relaunches).
+- `archive` runs whatever happened before it (all_done); `publish` needs
+  train, archive and teardown to succeed.
+- `retries` of the request apply to `launch` (a gang start that failed can
+  be tried again cleanly); a failed training is rerun by clearing the run.
+
+Building a DAG does no network, Kubernetes or S3 work; reading a request file
+(local YAML) is the only I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Asset, AssetAlias, Param, task
+
+from operators import steps
+from operators.launch import TrainingLaunchOperator
+from operators.settings import (
+    ARCHIVE_TASK,
+    CLUSTERSPEC_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
+    PUBLISH_TASK,
+    TEARDOWN_TASK,
+    TRAIN_TASK,
+    VALIDATE_TASK,
+)
+from operators.train import TrainingWaitOperator
+
+DAG_ID_PREFIX = "tfjob__"
+SUBMIT_DAG_ID = "tfjob_submit"
+LAUNCH_RETRY_DELAY = timedelta(seconds=10)
+TAGS = ["tfjob"]
+
+
+def build_request_params(specs: dict[str, dict[str, Any]]) -> dict[str, Param]:
+    """Airflow Params from `tfjob.schema.airflow_param_specs()`: the trigger form shows every field."""
+    params = {}
+    for name, spec in specs.items():
+        spec = dict(spec)
+        default = spec.pop("default", None)
+        params[name] = Param(default, **spec)
+    return params
+
+
+def build_training_dag(
+    dag_id: str,
+    *,
+    request_file: str | Path | None = None,
+    schedule: str | None = None,
+    params: dict[str, Param] | None = None,
+    retries: int = 0,
+    output: str | None = None,
+    description: str | None = None,
+    tags: list[str] | None = None,
+) -> DAG:
+    """A training DAG: for a request file (`request_file`) or for trigger params (`params`)."""
+    if (request_file is None) == (params is None):
+        raise ValueError(f"dag {dag_id}: give exactly one of request_file and params")
+    outlets: list[Any] = (
+        [Asset(uri=f"{output}/latest")] if output else [AssetAlias(name=f"{dag_id}__model")]
+    )
+    with DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        params=params or {},
+        catchup=False,
+        max_active_runs=16,
+        description=description,
+        tags=[*TAGS, *(tags or [])],
+        render_template_as_native_obj=True,
+    ) as dag:
+        validated = task(task_id=VALIDATE_TASK)(steps.validate)(
+            str(request_file) if request_file else None
+        )
+        bundle = task(task_id=FETCH_BUNDLE_TASK)(steps.fetch_bundle)()
+        launch = TrainingLaunchOperator(
+            task_id=LAUNCH_TASK, retries=retries, retry_delay=LAUNCH_RETRY_DELAY
+        )
+        clusterspec = task(task_id=CLUSTERSPEC_TASK)(steps.deliver_cluster_spec)()
+        train = TrainingWaitOperator(task_id=TRAIN_TASK)
+        archived = task(task_id=ARCHIVE_TASK, trigger_rule="all_done")(steps.archive)()
+        torn_down = task(task_id=TEARDOWN_TASK)(steps.teardown)()
+        published = task(task_id=PUBLISH_TASK, outlets=outlets)(steps.publish)()
+
+        validated >> bundle >> launch >> clusterspec >> train >> archived >> torn_down
+        torn_down.as_teardown(setups=launch)
+        [train, archived, torn_down] >> published
+    return dag
+
+
+def build_request_dag(path: Path) -> DAG:
+    """The DAG of one request file: `tfjob__<name>`, scheduled by the request.
+
+    A file that does not validate still gets a DAG (unscheduled, id from the
+    file name) whose validate task fails with the request's error, so one bad
+    file is visible in the UI and does not hide the others.
+    """
+    from tfjob.request import RequestError, load_request
+
+    try:
+        request = load_request(path)
+    except (RequestError, ValueError, OSError) as exc:
+        return build_training_dag(
+            f"{DAG_ID_PREFIX}{path.stem}",
+            request_file=path,
+            description=f"INVALID request file {path.name}: {exc}"[:1000],
+            tags=["invalid"],
+        )
+    return build_training_dag(
+        f"{DAG_ID_PREFIX}{request.name}",
+        request_file=path,
+        schedule=request.schedule,
+        retries=request.retries,
+        output=request.output,
+        description=f"{request.mode.value} training of {request.name} (tenant {request.tenant}) from {path.name}",
+        tags=[f"tenant:{request.tenant}"],
+    )
+
+
+def build_submit_dag() -> DAG:
+    """`tfjob_submit`: every request field is a Param, so Airflow checks conf before a run starts."""
+    from tfjob.schema import airflow_param_specs
+
+    return build_training_dag(
+        SUBMIT_DAG_ID,
+        params=build_request_params(airflow_param_specs()),
+        description="Train from a request given as trigger conf (UI form, REST API or tshell submit)",
+    )
+
+
+def list_request_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+
+
+__all__ = [
+    "build_request_dag",
+    "build_request_params",
+    "build_submit_dag",
+    "build_training_dag",
+    "list_request_files",
+]

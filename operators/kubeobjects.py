@@ -1,0 +1,191 @@
+"""The Kubernetes objects of one run, through the provider's sync client.
+
+Every object of a run carries the run's labels (docs/architecture.md), so a
+label selector finds all of them: this is how a retried or cleared run removes
+an earlier try's leftovers, how teardown and `on_kill` delete a run, and how
+the launch task watches its gang. Deletes accept 404 (someone else was
+faster); waits use a Kubernetes watch with a deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+# (kind, list method, delete method): the kinds a run creates.
+RUN_OBJECT_KINDS = (
+    ("Pod", "list_namespaced_pod", "delete_namespaced_pod"),
+    ("ConfigMap", "list_namespaced_config_map", "delete_namespaced_config_map"),
+    ("Secret", "list_namespaced_secret", "delete_namespaced_secret"),
+)
+
+WATCH_CHUNK_SECONDS = 30
+
+
+def to_plain(api: k8s.CoreV1Api, obj: Any) -> dict[str, Any]:
+    """A client model as the API's camelCase dict."""
+    if isinstance(obj, dict):
+        return obj
+    return api.api_client.sanitize_for_serialization(obj)
+
+
+def list_run_pods(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[dict[str, Any]]:
+    pods = api.list_namespaced_pod(namespace, label_selector=selector).items
+    return [to_plain(api, p) for p in pods]
+
+
+def list_run_objects(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[str]:
+    """`Kind/name` of every object of the run that still exists."""
+    found = []
+    for kind, list_name, _ in RUN_OBJECT_KINDS:
+        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
+            found.append(f"{kind}/{item.metadata.name}")
+    return sorted(found)
+
+
+def delete_run_objects(
+    api: k8s.CoreV1Api, namespace: str, selector: str, grace_period_seconds: int | None = None
+) -> list[str]:
+    """Delete every pod, ConfigMap and Secret matching `selector`; return `Kind/name` of each."""
+    deleted = []
+    for kind, list_name, delete_name in RUN_OBJECT_KINDS:
+        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
+            name = item.metadata.name
+            kwargs = {}
+            if kind == "Pod" and grace_period_seconds is not None:
+                kwargs["grace_period_seconds"] = grace_period_seconds
+            try:
+                getattr(api, delete_name)(name, namespace, **kwargs)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            deleted.append(f"{kind}/{name}")
+    return deleted
+
+
+def await_run_objects_gone(
+    api: k8s.CoreV1Api, namespace: str, selector: str, timeout: float
+) -> list[str]:
+    """Wait until no object of the run is left; return what is still there at the deadline.
+
+    Pods go away only after their grace period, so they are watched; ConfigMaps
+    and Secrets vanish on delete and are checked once at the end.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = api.list_namespaced_pod(namespace, label_selector=selector)
+        remaining = {p.metadata.name for p in listing.items}
+        if not remaining:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        stream = watch.Watch()
+        for event in stream.stream(
+            api.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
+        ):
+            if event["type"] == "DELETED":
+                remaining.discard(event["object"].metadata.name)
+            if not remaining or time.monotonic() >= deadline:
+                stream.stop()
+        # Loop: relist, so a watch that ended early or missed an event cannot mislead us.
+    return list_run_objects(api, namespace, selector)
+
+
+def watch_run_pods(
+    api: k8s.CoreV1Api,
+    namespace: str,
+    selector: str,
+    deadline: float,
+    is_done: Callable[[list[dict[str, Any]]], bool],
+) -> list[dict[str, Any]]:
+    """Watch the run's pods until `is_done(pods)` or the monotonic `deadline`; return the last pods seen."""
+    while True:
+        listing = api.list_namespaced_pod(namespace, label_selector=selector)
+        pods = {p.metadata.name: to_plain(api, p) for p in listing.items}
+        if is_done(list(pods.values())):
+            return list(pods.values())
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return list(pods.values())
+        stream = watch.Watch()
+        finished = False
+        try:
+            for event in stream.stream(
+                api.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                resource_version=listing.metadata.resource_version,
+                timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
+            ):
+                raw = event.get("raw_object") or to_plain(api, event["object"])
+                name = raw["metadata"]["name"]
+                if event["type"] == "DELETED":
+                    pods.pop(name, None)
+                else:
+                    pods[name] = raw
+                if is_done(list(pods.values())):
+                    finished = True
+                    stream.stop()
+                elif time.monotonic() >= deadline:
+                    stream.stop()
+        except ApiException as exc:
+            if exc.status != 410:  # 410 Gone: our resourceVersion is too old; relist.
+                raise
+        if finished:
+            return list(pods.values())
+
+
+def read_container_log(
+    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, tail_lines: int | None = None
+) -> str:
+    """The container's log, or "" when the pod or container has none (yet)."""
+    kwargs = {"container": container}
+    if tail_lines is not None:
+        kwargs["tail_lines"] = tail_lines
+    try:
+        return api.read_namespaced_pod_log(pod, namespace, _preload_content=False, **kwargs).data.decode(
+            "utf-8", errors="replace"
+        )
+    except ApiException as exc:
+        if exc.status in (400, 404):
+            return ""
+        raise
+
+
+def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[str, Any]]:
+    events = api.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
+    return [to_plain(api, e) for e in events]
+
+
+def create_objects(api: k8s.CoreV1Api, namespace: str, bodies: Iterable[dict[str, Any]]) -> list[str]:
+    """Create ConfigMaps and Secrets given as dicts; an existing one is replaced."""
+    made = []
+    for body in bodies:
+        kind = body["kind"]
+        name = body["metadata"]["name"]
+        create, replace = {
+            "ConfigMap": (api.create_namespaced_config_map, api.replace_namespaced_config_map),
+            "Secret": (api.create_namespaced_secret, api.replace_namespaced_secret),
+        }[kind]
+        try:
+            create(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            replace(name, namespace, body)
+        made.append(f"{kind}/{name}")
+    return made

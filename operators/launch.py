@@ -1,0 +1,208 @@
+"""The launch task: a KubernetesPodOperator that starts a whole gang of replica pods.
+
+The provider's operator runs one pod. A TensorFlow job is a gang: every
+replica must run (with an IP) before any can get its ClusterSpec. This
+subclass keeps the provider's machinery (`KubernetesHook` for the connection,
+`PodManager.create_pod` with its API retries, `read_pod_events`,
+`read_pod_logs`) and replaces only `execute`:
+
+1. delete whatever an earlier try of the same run left (by label) and wait
+   until it is gone, so deterministic names never clash;
+2. create the run's ConfigMap (the runtime files) and Secret (presigned URLs;
+   their values never reach a pod spec, a log or XCom) and every replica pod;
+3. watch the pods until every one runs with an IP (gang start). A pod that
+   fails, or a gang still incomplete at the request's `startup_timeout`, fails
+   the task with the scheduler's / kubelet's reason, after deleting the run;
+4. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
+
+`on_kill` deletes the run's objects instead of the provider's single pod.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk.exceptions import AirflowException
+
+from operators import kubeobjects
+from operators.replicas import (
+    INIT_CONTAINER,
+    GangState,
+    describe_startup_failure,
+    judge_gang_start,
+)
+from operators.runinfo import RunInfo, pull_run
+from operators.settings import (
+    AWS_CONN_ID,
+    FETCH_BUNDLE_TASK,
+    KUBERNETES_CONN_ID,
+    LEFTOVER_TIMEOUT_SECONDS,
+    PRESIGN_MARGIN_SECONDS,
+    TEARDOWN_GRACE_SECONDS,
+)
+
+INIT_LOG_LINES = 20
+
+
+class GangStartError(AirflowException):
+    """Not every replica of a run started in time; the message says why for each pod."""
+
+
+def read_runtime_files() -> dict[str, str]:
+    """The `runtime/*.py` files, flat, as the per-run ConfigMap carries them."""
+    import runtime
+
+    folder = Path(runtime.__file__).parent
+    return {
+        path.name: path.read_text(encoding="utf-8")
+        for path in sorted(folder.glob("*.py"))
+        if path.name != "__init__.py"
+    }
+
+
+def build_access(run: RunInfo, snapshot_uri: str, aws_conn_id: str) -> tuple[str, dict[str, Any]]:
+    """A presigned GET URL for the bundle snapshot and a presigned upload for the run's prefix."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from operators.s3access import presign_bundle_url, presign_upload
+
+    s3 = S3Hook(aws_conn_id=aws_conn_id).get_conn()
+    expires = run.request.active_deadline + PRESIGN_MARGIN_SECONDS
+    bundle_url = presign_bundle_url(s3, snapshot_uri, expires)
+    upload = presign_upload(s3, run.request.output, run.run_id, expires)
+    return bundle_url, upload
+
+
+class TrainingLaunchOperator(KubernetesPodOperator):
+    """Start every replica pod of a run and wait for the gang (see the module docstring)."""
+
+    template_fields = ()
+
+    def __init__(
+        self,
+        *,
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
+        aws_conn_id: str = AWS_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            kubernetes_conn_id=kubernetes_conn_id,
+            name="tfjob-launch",
+            random_name_suffix=False,
+            get_logs=False,
+            on_finish_action="keep_pod",
+            **kwargs,
+        )
+        self.aws_conn_id = aws_conn_id
+        self._run: RunInfo | None = None
+
+    def execute(self, context: Any) -> dict[str, list[str]]:
+        run = self._run = pull_run(context)
+        request = run.request
+        self.namespace = run.namespace
+        api = self.client
+
+        self.remove_leftovers(run)
+
+        bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
+        if not bundle.get("snapshot"):
+            raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
+        bundle_url, upload = build_access(run, bundle["snapshot"], self.aws_conn_id)
+
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+        from tfjob.manifests import (
+            build_access_secret,
+            build_pod_manifests,
+            build_runtime_configmap,
+        )
+
+        identity = run.identity()
+        made = kubeobjects.create_objects(
+            api,
+            run.namespace,
+            [
+                build_runtime_configmap(identity, read_runtime_files(), request.tenant),
+                build_access_secret(identity, bundle_url, upload, request.tenant),
+            ],
+        )
+        started = time.time()
+        try:
+            for manifest in build_pod_manifests(request, identity):
+                pod = PodGenerator.deserialize_model_dict(manifest)
+                self.pod_manager.create_pod(pod)
+                made.append(f"Pod/{manifest['metadata']['name']}")
+            self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
+            endpoints = self.await_gang_start(run)
+        except BaseException:
+            self.delete_run(run, reason="launch failed")
+            raise
+        self.log.info("all %d replicas running after %.1fs", len(run.pod_names()), time.time() - started)
+        context["ti"].xcom_push(key="ready_at", value=time.time())
+        return endpoints
+
+    def remove_leftovers(self, run: RunInfo) -> None:
+        """Delete objects of an earlier try of this run and wait until they are gone."""
+        api = self.client
+        deleted = kubeobjects.delete_run_objects(api, run.namespace, run.selector, grace_period_seconds=0)
+        if not deleted:
+            return
+        self.log.info("removing leftovers of an earlier try: %s", ", ".join(deleted))
+        left = kubeobjects.await_run_objects_gone(api, run.namespace, run.selector, LEFTOVER_TIMEOUT_SECONDS)
+        if left:
+            raise AirflowException(
+                f"leftovers of an earlier try still exist after {LEFTOVER_TIMEOUT_SECONDS}s: {', '.join(left)}"
+            )
+
+    def await_gang_start(self, run: RunInfo) -> dict[str, list[str]]:
+        """Watch until every pod runs with an IP; fail with the reasons when not in time."""
+        expected = run.pod_names()
+        deadline = time.monotonic() + run.request.startup_timeout
+
+        def settled(pods: list[dict[str, Any]]) -> bool:
+            return judge_gang_start(pods, expected).state is not GangState.STARTING
+
+        pods = kubeobjects.watch_run_pods(self.client, run.namespace, run.selector, deadline, settled)
+        verdict = judge_gang_start(pods, expected)
+        if verdict.state is GangState.READY:
+            from tfjob.clusterspec import Endpoint, endpoints_to_mapping
+
+            return endpoints_to_mapping(
+                [Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready]
+            )
+        problems = verdict.failed + verdict.waiting
+        what = (
+            "replicas failed to start"
+            if verdict.state is GangState.FAILED
+            else f"not every replica was running after startup_timeout={run.request.startup_timeout}s"
+        )
+        reasons = [self.explain_pod(run, replica) for replica in problems]
+        raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
+
+    def explain_pod(self, run: RunInfo, replica: Any) -> str:
+        events: list[dict[str, Any]] = []
+        init_log = None
+        try:
+            events = kubeobjects.list_pod_events(self.client, run.namespace, replica.pod)
+            if replica.init_exit_code not in (None, 0):
+                init_log = kubeobjects.read_container_log(
+                    self.client, run.namespace, replica.pod, INIT_CONTAINER, tail_lines=INIT_LOG_LINES
+                )
+        except Exception as exc:  # the explanation must not hide the failure itself
+            self.log.warning("could not read events or logs of pod %s: %s", replica.pod, exc)
+        return describe_startup_failure(replica, events, init_log)
+
+    def delete_run(self, run: RunInfo, reason: str) -> None:
+        try:
+            deleted = kubeobjects.delete_run_objects(
+                self.client, run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
+            )
+            self.log.info("%s: deleted %s", reason, ", ".join(deleted) or "nothing")
+        except Exception:
+            self.log.exception("%s: could not delete the objects of run %s", reason, run.run_key)
+
+    def on_kill(self) -> None:
+        if self._run is not None:
+            self.delete_run(self._run, reason="launch killed")

@@ -1,0 +1,47 @@
+"""Reading replica logs: the `[role-index]` prefix, the last lines, the metrics line.
+
+The bootstrap prints one line `TFJOB_METRICS <json>` when the program wrote
+metrics (docs/architecture.md); this module finds it. Pure text in, text out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+METRICS_MARKER = "TFJOB_METRICS "
+TAIL_LINES = 20
+
+
+def prefix_lines(replica_id: str, text: str) -> list[str]:
+    """Every line of `text` as `[role-index] line`."""
+    return [f"[{replica_id}] {line}" for line in text.splitlines()]
+
+
+def tail_lines(text: str, count: int = TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-count:])
+
+
+def extract_metrics(text: str) -> dict[str, Any] | None:
+    """The last `TFJOB_METRICS <json>` object in a log, or None when there is none or it is not JSON."""
+    found = None
+    for line in text.splitlines():
+        at = line.find(METRICS_MARKER)
+        if at < 0:
+            continue
+        try:
+            value = json.loads(line[at + len(METRICS_MARKER):])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            found = value
+    return found
+
+
+def merge_metrics(per_replica: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, Any] | None:
+    """The metrics of the first replica that has some (the model owner prints them)."""
+    for _replica_id, metrics in per_replica:
+        if metrics is not None:
+            return metrics
+    return None

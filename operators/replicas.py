@@ -1,0 +1,288 @@
+"""What the pods of a run say about the run: gang start and end of training.
+
+Both the launch task (sync client, a watch) and the training trigger (async
+client, a watch) see the same pod objects and must reach the same verdicts, so
+the verdicts are computed here, from plain pod dicts (the camelCase form the
+API server sends, `ApiClient.sanitize_for_serialization` of a `V1Pod`), with no
+client and no I/O. Everything here is data in, data out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfjob.naming import LABEL_INDEX, LABEL_ROLE
+from tfjob.request import SuccessPolicy
+
+
+MAIN_CONTAINER = "tensorflow"
+INIT_CONTAINER = "fetch-bundle"
+
+# Roles whose failure fails a run; ps and evaluator never decide a run.
+DECIDING_ROLES = ("chief", "worker")
+
+# Waiting reasons after which a pod cannot start by itself.
+HOPELESS_WAITING_REASONS = frozenset(
+    {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff"}
+)
+
+
+class PodPhase(str, enum.Enum):
+    """The pod phases of Kubernetes, plus GONE for a pod that no longer exists."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+    GONE = "Gone"
+
+
+class GangState(str, enum.Enum):
+    """Where the start of a run's pods stands."""
+
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class TrainingState(str, enum.Enum):
+    """Where the training of a run stands."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica as its pod reports it."""
+
+    role: str
+    index: int
+    pod: str
+    phase: PodPhase
+    ip: str | None = None
+    node: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    init_exit_code: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def replica_id(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "index": self.index,
+            "pod": self.pod,
+            "phase": self.phase.value,
+            "ip": self.ip,
+            "node": self.node,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "message": self.message,
+            "init_exit_code": self.init_exit_code,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(frozen=True)
+class GangVerdict:
+    state: GangState
+    ready: tuple[ReplicaStatus, ...] = ()
+    waiting: tuple[ReplicaStatus, ...] = ()
+    failed: tuple[ReplicaStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainingVerdict:
+    state: TrainingState
+    deciding: tuple[str, ...] = ()
+    failed_replica: ReplicaStatus | None = None
+    replicas: tuple[ReplicaStatus, ...] = field(default_factory=tuple)
+
+
+def _container_status(statuses: Iterable[Mapping[str, Any]] | None, name: str) -> Mapping[str, Any]:
+    for status in statuses or ():
+        if status.get("name") == name:
+            return status
+    return {}
+
+
+def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
+    """Summarise one pod dict as the replica it runs."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    main = _container_status(status.get("containerStatuses"), MAIN_CONTAINER)
+    init = _container_status(status.get("initContainerStatuses"), INIT_CONTAINER)
+    state = main.get("state") or {}
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    running = state.get("running") or {}
+    init_terminated = (init.get("state") or {}).get("terminated") or {}
+    init_waiting = (init.get("state") or {}).get("waiting") or {}
+    reason = terminated.get("reason") or waiting.get("reason") or init_waiting.get("reason")
+    message = terminated.get("message") or waiting.get("message") or init_waiting.get("message")
+    if not reason and status.get("reason"):
+        reason, message = status.get("reason"), status.get("message")
+    if init_terminated and init_terminated.get("exitCode") not in (None, 0):
+        reason = reason or init_terminated.get("reason") or "Error"
+    phase_text = status.get("phase") or PodPhase.PENDING.value
+    try:
+        phase = PodPhase(phase_text)
+    except ValueError:
+        phase = PodPhase.UNKNOWN
+    return ReplicaStatus(
+        role=str(labels.get(LABEL_ROLE, "")),
+        index=int(labels.get(LABEL_INDEX, 0)),
+        pod=str(meta.get("name", "")),
+        phase=phase,
+        ip=status.get("podIP") or None,
+        node=spec.get("nodeName"),
+        exit_code=terminated.get("exitCode"),
+        reason=reason,
+        message=message,
+        init_exit_code=init_terminated.get("exitCode"),
+        started_at=running.get("startedAt") or terminated.get("startedAt"),
+        finished_at=terminated.get("finishedAt"),
+    )
+
+
+def _has_failed_to_start(replica: ReplicaStatus) -> bool:
+    if replica.phase is PodPhase.FAILED:
+        return True
+    if replica.init_exit_code not in (None, 0):
+        return True
+    return replica.reason in HOPELESS_WAITING_REASONS
+
+
+def judge_gang_start(pods: Iterable[Mapping[str, Any]], expected: Iterable[str]) -> GangVerdict:
+    """Decide whether every expected pod (by name) runs with an IP, still starts, or failed.
+
+    A pod that already finished successfully counts as started (a single
+    replica may finish before we look); a pod that is missing counts as waiting.
+    """
+    by_name = {read_replica_status(p).pod: read_replica_status(p) for p in pods}
+    ready, waiting, failed = [], [], []
+    for name in expected:
+        replica = by_name.get(name)
+        if replica is None:
+            waiting.append(ReplicaStatus(role="", index=0, pod=name, phase=PodPhase.GONE))
+        elif _has_failed_to_start(replica):
+            failed.append(replica)
+        elif replica.phase is PodPhase.SUCCEEDED or (
+            replica.phase is PodPhase.RUNNING and replica.ip
+        ):
+            ready.append(replica)
+        else:
+            waiting.append(replica)
+    if failed:
+        state = GangState.FAILED
+    elif waiting:
+        state = GangState.STARTING
+    else:
+        state = GangState.READY
+    return GangVerdict(state, tuple(ready), tuple(waiting), tuple(failed))
+
+
+def deciding_replicas(
+    policy: SuccessPolicy | str, replicas: Iterable[tuple[str, int]], single: bool = False
+) -> tuple[str, ...]:
+    """The replica ids (`role-index`) whose success makes the run a success.
+
+    ps and evaluator never count. In single mode the one replica decides.
+    """
+    present = sorted(set(replicas))
+    if single:
+        return tuple(f"{r}-{i}" for r, i in present if r not in ("ps", "evaluator"))
+    policy = SuccessPolicy(policy)
+    if policy is SuccessPolicy.CHIEF:
+        chosen = [(r, i) for r, i in present if r == "chief"]
+    elif policy is SuccessPolicy.WORKER0:
+        chosen = [(r, i) for r, i in present if r == "worker" and i == 0]
+    else:
+        chosen = [(r, i) for r, i in present if r in DECIDING_ROLES]
+    if not chosen:
+        raise ValueError(
+            f"success_policy: {policy.value!r} given, but the run has no such replica "
+            f"(replicas: {', '.join(f'{r}-{i}' for r, i in present) or 'none'})"
+        )
+    return tuple(f"{r}-{i}" for r, i in chosen)
+
+
+def judge_training(
+    pods: Iterable[Mapping[str, Any]], deciding: Iterable[str], expected: Iterable[str]
+) -> TrainingVerdict:
+    """Decide whether training succeeded, failed, or still runs.
+
+    `deciding` are replica ids that must all exit 0; `expected` the pod names of
+    the run. A chief or worker that exits non-zero, or whose pod failed or
+    vanished, fails the run at once with that replica.
+    """
+    deciding = tuple(deciding)
+    replicas = {}
+    for pod in pods:
+        replica = read_replica_status(pod)
+        replicas[replica.pod] = replica
+    ordered = []
+    for name in expected:
+        replica = replicas.get(name)
+        if replica is None:
+            role, index = _split_pod_name(name)
+            replica = ReplicaStatus(
+                role=role, index=index, pod=name, phase=PodPhase.GONE,
+                reason="PodGone", message="the pod no longer exists",
+            )
+        ordered.append(replica)
+    for replica in ordered:
+        if replica.role not in DECIDING_ROLES:
+            continue
+        broke = replica.phase in (PodPhase.FAILED, PodPhase.GONE) or replica.exit_code not in (None, 0)
+        if broke:
+            return TrainingVerdict(TrainingState.FAILED, deciding, replica, tuple(ordered))
+    finished = {r.replica_id for r in ordered if r.exit_code == 0}
+    if all(rid in finished for rid in deciding):
+        return TrainingVerdict(TrainingState.SUCCEEDED, deciding, None, tuple(ordered))
+    return TrainingVerdict(TrainingState.RUNNING, deciding, None, tuple(ordered))
+
+
+def _split_pod_name(name: str) -> tuple[str, int]:
+    """`<runkey>-<role>-<index>` → (role, index); used only for vanished pods."""
+    parts = name.rsplit("-", 2)
+    if len(parts) == 3 and parts[2].isdigit():
+        return parts[1], int(parts[2])
+    return "", 0
+
+
+def describe_startup_failure(
+    replica: ReplicaStatus, events: Iterable[Mapping[str, Any]], init_log_tail: str | None = None
+) -> str:
+    """One line per cause: why this pod did not start (scheduler, kubelet, init container)."""
+    lines = [f"pod {replica.pod} ({replica.role}-{replica.index}): phase {replica.phase.value}"]
+    if replica.reason:
+        detail = f": {replica.message}" if replica.message else ""
+        lines.append(f"  {replica.reason}{detail}")
+    if replica.init_exit_code not in (None, 0):
+        lines.append(f"  init container {INIT_CONTAINER} exited with code {replica.init_exit_code}")
+        if init_log_tail:
+            lines.extend(f"    | {line}" for line in init_log_tail.rstrip().splitlines())
+    seen = set()
+    for event in events:
+        if event.get("type") != "Warning":
+            continue
+        text = f"{event.get('reason')}: {event.get('message')}"
+        if text not in seen:
+            seen.add(text)
+            lines.append(f"  event {text}")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""Named settings of the pipeline: connection ids, timeouts, limits.
+
+One place, so a timeout is changed once and read by name everywhere.
+"""
+
+from __future__ import annotations
+
+# Airflow connections (docs/real-cluster.md).
+KUBERNETES_CONN_ID = "kubernetes_default"
+AWS_CONN_ID = "aws_default"
+
+# How long the presigned bundle URL and upload policy stay valid, beyond the
+# run's active deadline (pods may start late and upload at the very end).
+PRESIGN_MARGIN_SECONDS = 600
+
+# Largest bundle (sum of its files) the pipeline accepts.
+MAX_BUNDLE_TOTAL_SIZE = 2 * 1024**3
+
+# Teardown: how long to wait for every object of a run to be gone.
+TEARDOWN_TIMEOUT_SECONDS = 180
+# Grace period given to training processes when a run is torn down.
+TEARDOWN_GRACE_SECONDS = 10
+
+# Before a new try creates its objects: wait for an earlier try's leftovers.
+LEFTOVER_TIMEOUT_SECONDS = 120
+
+# The train trigger gives up this long after the pods' active deadline.
+TRAIN_DEADLINE_MARGIN_SECONDS = 120
+
+# Lines of a failed replica's log quoted in the task's error.
+FAILURE_LOG_LINES = 20
+
+# Task ids of the pipeline (other tasks pull XCom by these).
+VALIDATE_TASK = "validate"
+FETCH_BUNDLE_TASK = "fetch_bundle"
+LAUNCH_TASK = "launch"
+CLUSTERSPEC_TASK = "clusterspec"
+TRAIN_TASK = "train"
+ARCHIVE_TASK = "archive"
+TEARDOWN_TASK = "teardown"
+PUBLISH_TASK = "publish"

@@ -1,0 +1,134 @@
+"""The train task: wait (deferred) for the end of training, then report it.
+
+`execute` hands the wait to `TrainingTrigger` in the triggerer, so a long
+training holds no worker slot. When the trigger fires, `finish` resumes in a
+worker and, whatever the outcome:
+
+- writes every replica's log into this task's log, each line prefixed
+  `[role-index]` (logs appear when training ends, not live; for a live view
+  read the pods' logs, e.g. `tshell logs` or `kubectl logs`);
+- pushes the replica states (`replicas`) and the metrics from the
+  `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
+- on failure raises with the failed replica, its exit code and last log lines.
+
+`on_kill` deletes every object of the run (Airflow calls it when the task is
+killed while it runs in a worker; while deferred, teardown does the job).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from operators import kubeobjects
+from operators.podlogs import extract_metrics, prefix_lines, tail_lines
+from operators.replicas import MAIN_CONTAINER, deciding_replicas
+from operators.runinfo import RunInfo, pull_run
+from operators.settings import (
+    FAILURE_LOG_LINES,
+    KUBERNETES_CONN_ID,
+    TEARDOWN_GRACE_SECONDS,
+    TRAIN_DEADLINE_MARGIN_SECONDS,
+)
+
+
+class TrainingFailed(AirflowException):
+    """A replica that decides the run failed, or the run passed its deadline."""
+
+
+class TrainingWaitOperator(BaseOperator):
+    """Wait for the end of training in the triggerer and report it (see the module docstring)."""
+
+    def __init__(self, *, kubernetes_conn_id: str = KUBERNETES_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self._run: RunInfo | None = None
+
+    def _client(self) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        return KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
+
+    def execute(self, context: Any) -> None:
+        from operators.triggers import TrainingTrigger
+
+        run = self._run = pull_run(context)
+        request = run.request
+        deciding = deciding_replicas(
+            request.success_policy, run.replica_ids(), single=not request.is_distributed
+        )
+        wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
+        self.log.info(
+            "waiting for training of run %s: success when %s exit 0 (ps never count); deadline %ss",
+            run.run_key, ", ".join(deciding), wait,
+        )
+        self.defer(
+            trigger=TrainingTrigger(
+                namespace=run.namespace,
+                selector=run.selector,
+                expected_pods=run.pod_names(),
+                deciding=list(deciding),
+                deadline=time.time() + wait,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+            ),
+            method_name="finish",
+            timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),
+        )
+
+    def finish(self, context: Any, event: dict[str, Any]) -> dict[str, Any] | None:
+        run = self._run = pull_run(context)
+        api = self._client()
+        logs: dict[str, str] = {}
+        metrics = None
+        for replica in event["replicas"]:
+            replica_id = f"{replica['role']}-{replica['index']}"
+            text = kubeobjects.read_container_log(api, run.namespace, replica["pod"], MAIN_CONTAINER)
+            logs[replica_id] = text
+            for line in prefix_lines(replica_id, text):
+                self.log.info("%s", line)
+            found = extract_metrics(text)
+            if found is not None and metrics is None:
+                metrics = found
+        ti = context["ti"]
+        ti.xcom_push(key="replicas", value=event["replicas"])
+        ti.xcom_push(key="finished_at", value=time.time())
+        if metrics is not None:
+            ti.xcom_push(key="metrics", value=metrics)
+            self.log.info("metrics: %s", metrics)
+
+        state = event["state"]
+        if state == "succeeded":
+            self.log.info("training succeeded (%s)", ", ".join(event.get("deciding", [])))
+            return metrics
+        failed = event.get("failed")
+        if state == "failed" and failed:
+            replica_id = f"{failed['role']}-{failed['index']}"
+            detail = f"exit code {failed['exit_code']}" if failed.get("exit_code") is not None else (
+                f"{failed.get('reason') or 'failed'}: {failed.get('message') or ''}".rstrip(": ")
+            )
+            tail = tail_lines(logs.get(replica_id, ""), FAILURE_LOG_LINES)
+            quoted = "\n".join(f"  [{replica_id}] {line}" for line in tail.splitlines())
+            raise TrainingFailed(
+                f"replica {replica_id} (pod {failed['pod']}) failed with {detail}; "
+                f"last {FAILURE_LOG_LINES} log lines:\n{quoted or '  (no log)'}"
+            )
+        raise TrainingFailed(
+            f"training of run {run.run_key} did not finish within active_deadline="
+            f"{run.request.active_deadline}s (+{TRAIN_DEADLINE_MARGIN_SECONDS}s)"
+        )
+
+    def on_kill(self) -> None:
+        if self._run is None:
+            return
+        run = self._run
+        try:
+            deleted = kubeobjects.delete_run_objects(
+                self._client(), run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
+            )
+            self.log.info("train killed: deleted %s", ", ".join(deleted) or "nothing")
+        except Exception:
+            self.log.exception("train killed: could not delete the objects of run %s", run.run_key)

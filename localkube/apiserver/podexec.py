@@ -10,44 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
 from localkube.apiserver import errors
-from localkube.apiserver.podlogs import read_pod_state
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 
 
-class ContainerNotRunningFallback(Exception):
-    pass
-
-
-def _fallback_build_exec_command(state_dir: str, pod_uid: str, container: str,
-                                 command: list[str]) -> tuple[list[str], dict[str, str], str]:
-    """Used only while the kubelet half has not shipped localkube.kubelet.exec."""
-    info = read_pod_state(state_dir, pod_uid).get("containers", {}).get(container) or {}
-    pid = info.get("pid")
-    if not pid or not Path(f"/proc/{pid}").exists():
-        raise ContainerNotRunningFallback(container)
-    argv = ["nsenter", "--target", str(pid), "--net", "--mount", "--uts", "--ipc"]
-    cwd = info.get("workingDir") or "/"
-    if info.get("root"):
-        argv.append(f"--root={info['root']}")
-    argv += [f"--wd={cwd}", "--", *command]
-    env = dict(info.get("env") or {}) or {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return argv, env, "/"
-
-
 def _builder():
-    try:
-        from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
-        return build_exec_command, (ContainerNotRunning, ContainerNotRunningFallback)
-    except ImportError:
-        return _fallback_build_exec_command, (ContainerNotRunningFallback,)
+    # Imported late: the kubelet half owns it, and the API server must start without it.
+    from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
+    return build_exec_command, ContainerNotRunning
 
 
 def exit_status(returncode: int, command: list[str]) -> dict:

@@ -1,0 +1,262 @@
+"""`python -m localkube up|down|status`: start and stop a local cluster in the background.
+
+`up` starts one API server process (which also runs the scheduler and garbage collector) and one
+kubelet process per node, writes DIR/kubeconfig and DIR/localkube.json {api_url, pids, nodes,
+forward_ports}, and returns once the API answers and every kubelet has reported its node Ready.
+`down` stops the kubelets (they tear their pods down), then the API server, kills leftovers and
+sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from localkube.apiserver.app import DEFAULT_NODES_FILE, load_nodes_file
+
+DEFAULT_PORT = 6443
+DEFAULT_STATE_DIR = ".state/localkube"
+API_START_TIMEOUT_S = 30.0
+NODES_READY_TIMEOUT_S = 60.0
+KUBELET_STOP_TIMEOUT_S = 60.0
+API_STOP_TIMEOUT_S = 10.0
+POLL_S = 0.1
+
+
+class UpError(RuntimeError):
+    """localkube could not be started; the message says why and where the logs are."""
+
+
+def kubeconfig_text(api_url: str) -> str:
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: localkube\n  cluster:\n    server: {api_url}\n"
+        "users:\n- name: localkube\n  user: {}\n"
+        "contexts:\n- name: localkube\n  context:\n    cluster: localkube\n"
+        "    user: localkube\n    namespace: default\n"
+        "current-context: localkube\npreferences: {}\n"
+    )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def read_cluster_info(state_dir: Path) -> dict:
+    try:
+        return json.loads((state_dir / "localkube.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def is_alive(pid: int | None) -> bool:
+    """True when pid runs a localkube process (a recycled pid of something else is not ours)."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return b"localkube" in cmdline and stat.split(")", 1)[-1].split()[0] != "Z"
+
+
+def all_pids(info: dict) -> list[int]:
+    pids = info.get("pids") or {}
+    return list((pids.get("kubelets") or {}).values()) + [pids.get("apiserver")]
+
+
+def fetch_json(url: str, timeout: float = 2.0) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, close_fds=True)
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for_api(state_dir: Path, process: subprocess.Popen) -> int:
+    deadline = time.monotonic() + API_START_TIMEOUT_S
+    info_file = state_dir / "apiserver.json"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise UpError(f"the API server exited with code {process.returncode}; its log "
+                          f"({state_dir / 'apiserver.log'}) ends with:\n"
+                          f"{log_tail(state_dir / 'apiserver.log')}")
+        try:
+            port = json.loads(info_file.read_text())["port"]
+            fetch_json(f"http://127.0.0.1:{port}/version")
+            return port
+        except (OSError, ValueError, KeyError, urllib.error.URLError):
+            time.sleep(POLL_S)
+    raise UpError(f"the API server did not answer /version within {API_START_TIMEOUT_S:.0f} s; "
+                  f"see {state_dir / 'apiserver.log'}")
+
+
+def ready_nodes(api_url: str) -> set[str]:
+    ready = set()
+    for node in fetch_json(f"{api_url}/api/v1/nodes").get("items", []):
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Ready" and condition.get("status") == "True":
+                ready.add(node["metadata"]["name"])
+    return ready
+
+
+def wait_for_nodes(state_dir: Path, api_url: str, kubelets: dict[str, subprocess.Popen]) -> None:
+    deadline = time.monotonic() + NODES_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for name, process in kubelets.items():
+            if process.poll() is not None:
+                log = state_dir / f"kubelet-{name}.log"
+                raise UpError(f"the kubelet of node {name} exited with code "
+                              f"{process.returncode}; its log ({log}) ends with:\n"
+                              f"{log_tail(log)}")
+        try:
+            if set(kubelets) <= ready_nodes(api_url):
+                return
+        except (OSError, ValueError, urllib.error.URLError):
+            pass
+        time.sleep(POLL_S)
+    raise UpError(f"nodes {sorted(kubelets)} did not all report Ready within "
+                  f"{NODES_READY_TIMEOUT_S:.0f} s; see {state_dir}/kubelet-*.log")
+
+
+def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
+       start_kubelets: bool = True) -> dict:
+    """Start localkube in the background; returns the contents of DIR/localkube.json."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    info = read_cluster_info(state_dir)
+    if any(is_alive(pid) for pid in all_pids(info)):
+        return info
+    node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
+    (state_dir / "apiserver.json").unlink(missing_ok=True)
+    apiserver = spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir",
+                       str(state_dir), "--port", str(port), "--nodes", nodes_file],
+                      state_dir / "apiserver.log")
+    try:
+        actual_port = wait_for_api(state_dir, apiserver)
+    except UpError:
+        apiserver.kill()
+        raise
+    api_url = f"http://127.0.0.1:{actual_port}"
+    forward_ports = sorted(set(forward) | {actual_port})
+    info = {"api_url": api_url, "pids": {"apiserver": apiserver.pid, "kubelets": {}},
+            "nodes": node_names, "forward_ports": forward_ports,
+            "kubeconfig": str(state_dir / "kubeconfig")}
+    write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url))
+    write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
+    if not start_kubelets:
+        return info
+    kubelets = {}
+    for name in node_names:
+        kubelets[name] = spawn([sys.executable, "-m", "localkube.kubelet", "--api", api_url,
+                                "--node", name, "--state-dir", str(state_dir)],
+                               state_dir / f"kubelet-{name}.log")
+        info["pids"]["kubelets"][name] = kubelets[name].pid
+    write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
+    try:
+        wait_for_nodes(state_dir, api_url, kubelets)
+    except UpError:
+        down(state_dir)
+        raise
+    return info
+
+
+def _stop(pids: list[int], timeout: float) -> None:
+    for pid in pids:
+        if is_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(is_alive(p) for p in pids):
+        time.sleep(POLL_S)
+    for pid in pids:
+        if is_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(is_alive(p) for p in pids):
+        time.sleep(POLL_S)
+
+
+def down(state_dir: Path) -> None:
+    """Stop kubelets, then the API server; then sweep leftovers recorded by the kubelets."""
+    info = read_cluster_info(state_dir)
+    pids = info.get("pids") or {}
+    _stop([p for p in (pids.get("kubelets") or {}).values() if p], KUBELET_STOP_TIMEOUT_S)
+    if pids.get("apiserver"):
+        _stop([pids["apiserver"]], API_STOP_TIMEOUT_S)
+    try:
+        from localkube.kubelet.cleanup import sweep
+    except ImportError:
+        sweep = None
+    if sweep is not None:
+        sweep(str(state_dir))
+    if info:
+        info["pids"] = {}
+        write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
+
+
+def status(state_dir: Path) -> dict:
+    info = read_cluster_info(state_dir)
+    running = [p for p in all_pids(info) if is_alive(p)]
+    return {"state_dir": str(state_dir), "api_url": info.get("api_url"),
+            "running_pids": running, "up": bool(running)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m localkube",
+                                     description="A local Kubernetes-API cluster.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    up_cmd = commands.add_parser("up", help="start localkube in the background")
+    up_cmd.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    up_cmd.add_argument("--nodes", default=DEFAULT_NODES_FILE,
+                        help="YAML list of nodes {name, capacity, labels, taints}")
+    up_cmd.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="API server port on 127.0.0.1 (0: a free one)")
+    up_cmd.add_argument("--forward", type=int, nargs="*", action="extend", default=[],
+                        help="host ports forwarded into every pod's 127.0.0.1")
+    up_cmd.add_argument("--no-kubelets", action="store_true",
+                        help="start only the API server (for API tests)")
+    for name, text in (("down", "stop localkube and everything it started"),
+                       ("status", "say whether localkube runs")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    state_dir = Path(args.state_dir).resolve()
+    if args.command == "up":
+        try:
+            info = up(state_dir, os.path.abspath(args.nodes), args.port, args.forward,
+                      not args.no_kubelets)
+        except (UpError, ValueError, OSError) as error:
+            print(f"localkube up failed: {error}", file=sys.stderr)
+            return 1
+        print(f"localkube is up: API {info['api_url']}, kubeconfig {state_dir / 'kubeconfig'}")
+        return 0
+    if args.command == "down":
+        down(state_dir)
+        print(f"localkube in {state_dir} is down")
+        return 0
+    print(json.dumps(status(state_dir), indent=2))
+    return 0

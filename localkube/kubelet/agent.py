@@ -1,0 +1,342 @@
+"""The kubelet of one node: node status, the pod watch, and one worker per pod.
+
+It talks to the API server only over HTTP (list+watch of pods bound to the
+node, GET configmaps/secrets, PATCH status, POST events, DELETE). On start it
+settles what a previous kubelet of the node left: pods that had started are
+stopped and reported Failed with reason NodeRestart (honest: their processes
+cannot be trusted), pods that never started are started fresh. On SIGTERM it
+kills every pod's processes and releases every resource before exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import os
+import signal
+from enum import Enum
+from urllib.parse import urlparse
+
+import aiohttp
+
+from localkube.kubelet import cleanup, network
+from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
+from localkube.kubelet.images import load_image_rules
+from localkube.kubelet.podworker import PodWorker
+from localkube.kubelet.runtime import pod_dir
+from localkube.kubelet.status import ContainerState, PodPhase, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10
+PARALLEL_POD_STARTS = 8
+PARALLEL_EVENTS = 8
+KUBELET_VERSION = "v1.30.0-localkube"
+NODE_RESTART_MESSAGE = "The node's kubelet restarted; the pod's containers were stopped and could not be re-adopted"
+
+
+class PodOrigin(str, Enum):
+    """How a pod came to this kubelet."""
+
+    NEW = "new"
+    FINISHED = "finished"
+    NODE_RESTART = "node-restart"
+
+
+def read_cluster_file(state_dir: str) -> dict:
+    try:
+        with open(os.path.join(state_dir, "localkube.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def find_node_index(cluster: dict, node: str) -> int | None:
+    for i, entry in enumerate(cluster.get("nodes") or [], start=1):
+        name = entry.get("name") if isinstance(entry, dict) else entry
+        if name == node:
+            return i
+    return None
+
+
+class Kubelet:
+    def __init__(self, api_url: str, node: str, state_dir: str, node_index: int | None = None) -> None:
+        self.api_url = api_url
+        self.node = node
+        self.state_dir = os.path.abspath(state_dir)
+        self.state_hash = network.state_hash(self.state_dir)
+        cluster = read_cluster_file(self.state_dir)
+        self.node_index = node_index or find_node_index(cluster, node) or 1
+        self.host_ip = network.node_gateway(self.node_index)
+        self.addresses = network.AddressPool(self.node_index)
+        self.api_port = urlparse(api_url).port
+        ports = {int(p) for p in cluster.get("forward_ports") or []}
+        if self.api_port:
+            ports.add(self.api_port)
+        self.forward_ports = sorted(ports)
+        self.image_rules = load_image_rules()
+        self.api = ApiClient(api_url)
+        self.workers: dict[str, PodWorker] = {}
+        self.start_slots = asyncio.Semaphore(PARALLEL_POD_STARTS)
+        self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)
+        self.background: set[asyncio.Task] = set()
+
+    # ---- helpers used by pod workers ------------------------------------------
+    async def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return await self.api.get_object(kind, namespace, name)
+
+    @staticmethod
+    def age_of(timestamp: str) -> float:
+        when = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        return (datetime.datetime.now(datetime.UTC) - when).total_seconds()
+
+    def forget(self, uid: str) -> None:
+        if self.workers.pop(uid, None) is not None:
+            self.deleted_uids.add(uid)
+
+    def spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def record_event(self, pod: dict, kind: str, reason: str, message: str, container: str | None = None) -> None:
+        meta = pod["metadata"]
+        now = now_rfc3339()
+        involved = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
+        if container:
+            involved["fieldPath"] = f"spec.containers{{{container}}}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "kubelet", "host": self.node},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+        async def post() -> None:
+            async with self.event_slots:
+                await self.api.post_event(meta["namespace"], event)
+
+        self.spawn(post())
+
+    # ---- node ------------------------------------------------------------------
+    def node_status(self) -> dict:
+        now = now_rfc3339()
+
+        def condition(kind: str, status: str, reason: str, message: str) -> dict:
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": self.started_at,
+            }
+
+        return {
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": self.host_ip}, {"type": "Hostname", "address": self.node}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "containerRuntimeVersion": "localkube://0.1",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "localkube",
+                "kernelVersion": os.uname().release,
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        }
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self.api.patch_node_status(self.node, self.node_status())
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.warning("node heartbeat failed: %s", exc)
+
+    # ---- pods ------------------------------------------------------------------
+    def classify(self, pod: dict) -> PodOrigin:
+        status = pod.get("status") or {}
+        if status.get("phase") in (PodPhase.SUCCEEDED.value, PodPhase.FAILED.value):
+            return PodOrigin.FINISHED
+        if status.get("startTime") or os.path.isdir(pod_dir(self.state_dir, pod["metadata"]["uid"])):
+            return PodOrigin.NODE_RESTART
+        return PodOrigin.NEW
+
+    def admit(self, pod: dict, origin: PodOrigin) -> None:
+        worker = PodWorker(self, pod)
+        self.workers[worker.uid] = worker
+        if pod["metadata"].get("deletionTimestamp"):
+            worker.deletion.set()
+        if origin is PodOrigin.NEW:
+            worker.start()
+        else:
+            worker.task = asyncio.create_task(self.settle_previous_pod(worker, origin))
+
+    async def settle_previous_pod(self, worker: PodWorker, origin: PodOrigin) -> None:
+        """A pod from before this kubelet started: stop leftovers, report, await deletion."""
+        await asyncio.to_thread(cleanup.clean_pod_leftovers, self.state_dir, worker.uid, False)
+        try:
+            if origin is PodOrigin.NODE_RESTART:
+                previous = {s["name"]: s for s in ((worker.pod.get("status") or {}).get("containerStatuses") or [])}
+                previous.update({s["name"]: s for s in ((worker.pod.get("status") or {}).get("initContainerStatuses") or [])})
+                now = now_rfc3339()
+                for name, record in worker.records.items():
+                    before = previous.get(name) or {}
+                    record.restart_count = before.get("restartCount", 0)
+                    terminated = (before.get("state") or {}).get("terminated")
+                    record.state = ContainerState.TERMINATED
+                    if terminated:
+                        record.exit_code, record.reason = terminated.get("exitCode"), terminated.get("reason")
+                        record.started_at, record.finished_at = terminated.get("startedAt"), terminated.get("finishedAt")
+                    else:
+                        record.exit_code, record.reason, record.finished_at = 137, "ContainerStatusUnknown", now
+                        record.message = "The container could not be located when the pod was terminated"
+                worker.facts.pod_ip = (worker.pod.get("status") or {}).get("podIP")
+                worker.facts.failure_reason = "NodeRestart"
+                worker.facts.failure_message = NODE_RESTART_MESSAGE
+                worker.stopping.set()
+                await worker.flush_status()
+                self.record_event(worker.pod, "Warning", "NodeRestart", NODE_RESTART_MESSAGE)
+            await worker.deletion.wait()
+            await worker.remove_pod_dir()
+            if not worker.gone:
+                await self.api.delete_pod_now(worker.namespace, worker.name, worker.uid)
+        except Exception:
+            log.exception("pod %s/%s: settling failed", worker.namespace, worker.name)
+        finally:
+            self.forget(worker.uid)
+
+    def handle_pod_event(self, kind: str, pod: dict) -> None:
+        uid = pod["metadata"]["uid"]
+        worker = self.workers.get(uid)
+        if kind == "DELETED":
+            if worker:
+                worker.vanish()
+            return
+        if pod.get("spec", {}).get("nodeName") != self.node:
+            return
+        if worker:
+            worker.update(pod)
+        elif not self.is_finished_locally(pod):
+            self.admit(pod, self.classify(pod) if self.initial_sync else PodOrigin.NEW)
+
+    def is_finished_locally(self, pod: dict) -> bool:
+        """A pod we already deleted may still echo through the watch: do not restart it."""
+        return pod["metadata"]["uid"] in self.deleted_uids
+
+    async def remove_orphan_dirs(self, live_uids: set[str]) -> None:
+        root = os.path.join(self.state_dir, "kubelet", "pods")
+        if not os.path.isdir(root):
+            return
+        for uid in os.listdir(root):
+            if uid in live_uids:
+                continue
+            state = cleanup.read_state(os.path.join(root, uid, "state.json"))
+            if state.get("node") == self.node:
+                await asyncio.to_thread(cleanup.clean_pod_leftovers, self.state_dir, uid, True)
+
+    async def sync_pods(self) -> str:
+        """List the node's pods, reconcile workers with the list; returns its resourceVersion."""
+        listing = await self.api.list_node_pods(self.node)
+        pods = {p["metadata"]["uid"]: p for p in listing.get("items") or []}
+        for uid, worker in list(self.workers.items()):
+            if uid not in pods:
+                worker.vanish()
+        if self.initial_sync:
+            await self.remove_orphan_dirs(set(pods))
+        for pod in pods.values():
+            pod.setdefault("metadata", {})
+            self.handle_pod_event("ADDED", pod)
+        self.initial_sync = False
+        return listing.get("metadata", {}).get("resourceVersion") or "0"
+
+    async def watch_pods(self) -> None:
+        resource_version = None
+        while True:
+            try:
+                if resource_version is None:
+                    resource_version = await self.sync_pods()
+                async for event in self.api.watch_node_pods(self.node, resource_version):
+                    obj = event.get("object") or {}
+                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    self.handle_pod_event(event["type"], obj)
+            except WatchExpired:
+                resource_version = None
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                log.warning("pod watch interrupted: %s; relisting", exc)
+                resource_version = None
+                await asyncio.sleep(0.5)
+
+    # ---- the whole kubelet -----------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        self.started_at = now_rfc3339()
+        self.initial_sync = True
+        self.deleted_uids: set[str] = set()
+        await self.api.open()
+        try:
+            await asyncio.to_thread(network.ensure_cluster_network, self.state_dir, self.node_index)
+            await self.api.patch_node_status(self.node, self.node_status())
+            tasks = [asyncio.create_task(self.watch_pods()), asyncio.create_task(self.heartbeat())]
+            await stop.wait()
+            for task in tasks:
+                task.cancel()
+            await self.shutdown()
+        finally:
+            await self.api.close()
+
+    async def shutdown(self) -> None:
+        """Kill every pod's processes and release their resources (pods stay in the API)."""
+        workers = list(self.workers.values())
+        for worker in workers:
+            worker.status_enabled = False
+            worker.gone = True  # no DELETE: the pod stays; the next kubelet reports it
+            if worker.task:
+                worker.task.cancel()
+        for worker in workers:
+            if worker.task:
+                with contextlib.suppress(BaseException):
+                    await worker.task
+            worker.stopping.set()
+            await worker.kill_everything()
+            await worker.release_resources()
+        await asyncio.to_thread(self.release_leftovers, [w.uid for w in workers])
+
+    def release_leftovers(self, uids: list[str]) -> None:
+        for uid in uids:
+            cleanup.clean_pod_leftovers(self.state_dir, uid, False)
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)

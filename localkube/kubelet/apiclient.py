@@ -1,0 +1,125 @@
+"""The kubelet's only door to the cluster: the Kubernetes HTTP API.
+
+A thin aiohttp client with exactly the calls a kubelet makes: list+watch its
+pods, GET configmaps/secrets, PATCH pod and node status (merge patch), POST
+events, DELETE pods. Transient connection errors are retried; 404 on GET and
+DELETE is an answer, not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+RETRIES = 5
+RETRY_DELAY_S = 0.2
+WATCH_TIMEOUT_S = 300
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, body: str, what: str) -> None:
+        super().__init__(f"{what}: HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class WatchExpired(RuntimeError):
+    """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+class ApiClient:
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        connector = aiohttp.TCPConnector(limit=32)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+
+    async def close(self) -> None:
+        if self.session:
+            await self.session.close()
+
+    async def request(self, method: str, path: str, *, body: dict | None = None, params: dict | None = None, content_type: str = "application/json", ok404: bool = False) -> dict | None:
+        data = json.dumps(body) if body is not None else None
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        for attempt in range(RETRIES):
+            try:
+                async with self.session.request(method, self.base_url + path, data=data, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    text = await resp.text()
+                    if resp.status == 404 and ok404:
+                        return None
+                    if resp.status >= 500 and attempt < RETRIES - 1:
+                        await asyncio.sleep(RETRY_DELAY_S * (attempt + 1))
+                        continue
+                    if resp.status >= 400:
+                        raise ApiError(resp.status, text, f"{method} {path}")
+                    return json.loads(text) if text else {}
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                if attempt == RETRIES - 1:
+                    raise
+                log.debug("retrying %s %s after %s", method, path, exc)
+                await asyncio.sleep(RETRY_DELAY_S * (attempt + 1))
+        return None
+
+    async def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return await self.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}", ok404=True)
+
+    async def list_node_pods(self, node: str) -> dict:
+        return await self.request("GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"})
+
+    async def watch_node_pods(self, node: str, resource_version: str) -> AsyncIterator[dict]:
+        params = {
+            "fieldSelector": f"spec.nodeName={node}",
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        }
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=WATCH_TIMEOUT_S + 30)
+        async with self.session.get(self.base_url + "/api/v1/pods", params=params, timeout=timeout) as resp:
+            if resp.status == 410:
+                raise WatchExpired()
+            if resp.status >= 400:
+                raise ApiError(resp.status, await resp.text(), "watch pods")
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        if (event.get("object") or {}).get("code") == 410:
+                            raise WatchExpired()
+                        raise ApiError((event.get("object") or {}).get("code", 500), line.decode(), "watch pods")
+                    yield event
+
+    async def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict | None:
+        return await self.request(
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", body={"status": status}, content_type=MERGE_PATCH, ok404=True
+        )
+
+    async def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        try:
+            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, ok404=True)
+        except ApiError as exc:
+            if exc.status != 409:  # a newer pod of the same name: ours is already gone
+                raise
+
+    async def patch_node_status(self, node: str, status: dict) -> dict | None:
+        return await self.request("PATCH", f"/api/v1/nodes/{node}/status", body={"status": status}, content_type=MERGE_PATCH)
+
+    async def post_event(self, namespace: str, event: dict) -> None:
+        try:
+            await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.debug("event not recorded: %s", exc)

@@ -1,0 +1,44 @@
+"""How to run a command inside a running container (pods/exec and lifecycle hooks).
+
+The API server spawns what `build_exec_command` returns: `nsenter` into the
+namespaces of the container's pid 1 (net, mount, uts, ipc, pid, its root and
+working directory) with the container's environment. It reads only the
+pod's state.json, so it works from any process on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+NSENTER = "/usr/bin/nsenter"
+
+
+class ContainerNotRunning(RuntimeError):
+    """The container has no live process to exec into."""
+
+
+def read_pod_state(state_dir: str, pod_uid: str) -> dict:
+    path = os.path.join(state_dir, "kubelet", "pods", pod_uid, "state.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        raise ContainerNotRunning(f"pod {pod_uid}: no state at {path}; is it running on a localkube node?") from None
+
+
+def build_exec_command(state_dir: str, pod_uid: str, container: str, command: list[str]) -> tuple[list[str], dict[str, str], str]:
+    """(argv, env, cwd) that runs `command` inside `container` of the pod."""
+    if not command:
+        raise ValueError("command: [] given; exec needs at least the program to run")
+    state = read_pod_state(state_dir, pod_uid)
+    containers = state.get("containers") or {}
+    if container not in containers:
+        raise ContainerNotRunning(f"container {container!r} not found in pod {state.get('namespace')}/{state.get('name')}; containers: {sorted(containers)}")
+    entry = containers[container]
+    pid = entry.get("pid")
+    if not pid or not os.path.exists(f"/proc/{pid}/ns/mnt"):
+        raise ContainerNotRunning(f"container {container!r} of pod {state.get('namespace')}/{state.get('name')} is not running")
+    argv = [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd", "--", *command]
+    env = dict(entry.get("env") or {})
+    return argv, env, "/"

@@ -1,0 +1,70 @@
+"""The image map: which image names localkube can run, and how.
+
+There is no container engine: an image is "pulled" when a pattern of
+localkube/images.yaml (or the file named by LOCALKUBE_IMAGES) matches it. The
+only kind today is `host`: the host's filesystem with the project's venv first
+on PATH, so `python3` in a pod is the venv's python. An unmatched image fails
+like an unpullable one (ErrImagePull, then ImagePullBackOff).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field
+from enum import Enum
+
+import yaml
+
+DEFAULT_IMAGES_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "images.yaml")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ImageKind(str, Enum):
+    HOST = "host"
+
+
+@dataclass(frozen=True)
+class ImageRule:
+    pattern: str
+    kind: ImageKind
+    cmd: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    image: str
+    kind: ImageKind
+    cmd: list[str]
+    path: str
+
+
+def load_image_rules(path: str | None = None) -> list[ImageRule]:
+    path = path or os.environ.get("LOCALKUBE_IMAGES") or DEFAULT_IMAGES_FILE
+    with open(path) as f:
+        entries = yaml.safe_load(f) or []
+    rules = []
+    for i, entry in enumerate(entries):
+        kind = entry.get("kind", "host")
+        try:
+            rules.append(ImageRule(str(entry["pattern"]), ImageKind(kind), list(entry.get("cmd") or [])))
+        except (KeyError, ValueError):
+            allowed = [k.value for k in ImageKind]
+            raise ValueError(f"{path}[{i}]: {entry!r}; each entry needs a pattern and kind in {allowed}") from None
+    return rules
+
+
+def find_venv() -> str | None:
+    venv = os.environ.get("LOCALKUBE_VENV") or sys.prefix
+    return venv if os.path.isdir(os.path.join(venv, "bin")) else None
+
+
+def resolve_image(image: str, rules: list[ImageRule]) -> ResolvedImage | None:
+    """The rule for `image`, or None when no pattern matches (the pull fails)."""
+    for rule in rules:
+        if fnmatch.fnmatchcase(image, rule.pattern):
+            venv = find_venv()
+            path = f"{venv}/bin:{DEFAULT_PATH}" if venv else DEFAULT_PATH
+            return ResolvedImage(image, rule.kind, rule.cmd, path)
+    return None

@@ -1,0 +1,127 @@
+"""Starting, signalling and awaiting container runs through the shim.
+
+One run = one shim process (see shim.py). `start_container_run` writes the
+shim's spec, spawns it and reads its first line (STARTED pid / FAILED why);
+`await_container_exit` waits for the shim and returns its exit record. Runs
+re-adopted after a kubelet restart are awaited through a pidfd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+SHIM_PATH = os.path.join(os.path.dirname(__file__), "shim.py")
+SHIM_START_TIMEOUT_S = 30
+
+
+def pod_dir(state_dir: str, pod_uid: str) -> str:
+    return os.path.join(state_dir, "kubelet", "pods", pod_uid)
+
+
+def write_json_atomically(path: str, data: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+@dataclass
+class ContainerRun:
+    """One started (or failed-to-start) run of a container."""
+
+    exit_path: str
+    shim_pid: int
+    pid: int | None = None
+    started_at: str | None = None
+    start_error: str | None = None
+    process: asyncio.subprocess.Process | None = None
+
+
+async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
+    """Spawn the shim for `spec`; returns once the container's process exists (or failed)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(spec["exit_path"])
+    write_json_atomically(spec_path, spec)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", SHIM_PATH, spec_path,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=None,
+        start_new_session=True,
+    )
+    run = ContainerRun(exit_path=spec["exit_path"], shim_pid=process.pid, process=process)
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), SHIM_START_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        line = b"FAILED the container did not start within %d s" % SHIM_START_TIMEOUT_S
+    text = line.decode(errors="replace").strip()
+    if text.startswith("STARTED "):
+        _, pid, started_at = text.split(" ", 2)
+        run.pid, run.started_at = int(pid), started_at
+    else:
+        run.start_error = text.removeprefix("FAILED ").strip() or "the shim exited before starting the container"
+    return run
+
+
+def read_exit_record(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+async def await_pid_exit(pid: int) -> None:
+    """Wait for a process that is not our child (a re-adopted shim)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def await_container_exit(run: ContainerRun) -> dict:
+    """The exit record once the run's shim is gone."""
+    if run.process is not None:
+        await run.process.wait()
+    else:
+        await await_pid_exit(run.shim_pid)
+    record = read_exit_record(run.exit_path)
+    if record is None:
+        return {"exitCode": 137, "signal": 9, "reason": "ContainerStatusUnknown", "message": "The container's shim exited without an exit record"}
+    return record
+
+
+def signal_process(pid: int | None, sig: signal.Signals) -> None:
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def is_process_alive(pid: int | None, marker: str | None = None) -> bool:
+    """Whether `pid` lives (and, given a marker, runs something whose cmdline holds it)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        if marker:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return marker.encode() in f.read()
+        return True
+    except (OSError, IndexError):
+        return False

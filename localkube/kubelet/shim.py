@@ -1,0 +1,353 @@
+"""The per-container shim: namespaces, root filesystem, logs and the exit record.
+
+Why a separate process: the kubelet is an asyncio program with threads, so it
+cannot safely fork into namespaces itself, and a container must outlive a
+kubelet crash long enough to be re-adopted or swept. The kubelet starts one
+shim per container run as `python -I -S shim.py SPEC.json` (standard library
+only, no site: ~35 ms). The shim
+
+1. enters the pod's network namespace and unshares mount, uts, ipc and pid
+   namespaces, then forks: the child is pid 1 of the container;
+2. the child joins the container's cgroups, builds a private root (a tmpfs
+   holding recursive binds of the host's top-level directories, a fresh /proc,
+   a per-pod /tmp, the pod's volumes at their mountPaths, /etc/hosts), chroots,
+   sets the hostname and execs the command;
+3. the shim prints `STARTED <host pid> <startedAt>` or `FAILED <message>` on
+   stdout, relays the child's stdout/stderr into the CRI-format log file, waits
+   for the child and writes the exit record (exit code, signal, OOM) atomically.
+
+When pid 1 of the container exits the kernel kills every other process of its
+pid namespace, so a container never leaves processes behind.
+"""
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PARTIAL_LINE_LIMIT = 16384
+SKIPPED_TOP_LEVEL = {"proc", "tmp", "lost+found"}
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def check_call(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    rc = libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    check_call(rc, f"mount {source} on {target}")
+
+
+def format_timestamp(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
+class RootBuilder:
+    """Builds a container root without ever creating anything on the host's root.
+
+    Directories are created freely on the root tmpfs, in the pod's /tmp and in
+    the pod's volumes; a host directory that needs a new entry is first covered
+    by an overlay whose upper layer lives in the pod's scratch area.
+    """
+
+    def __init__(self, newroot: str, scratch: str) -> None:
+        self.newroot = newroot
+        self.scratch = scratch
+        self.private_mounts = {newroot}
+        self.host_mounts: set[str] = set()
+
+    def is_private(self, path: str) -> bool:
+        while True:
+            if path in self.private_mounts:
+                return True
+            if path in self.host_mounts or path == "/":
+                return False
+            path = os.path.dirname(path)
+
+    def make_entry(self, parent: str, name: str, is_dir: bool) -> str:
+        target = os.path.join(parent, name)
+        if os.path.lexists(target):
+            return target
+        if not self.is_private(parent):
+            self.cover_with_overlay(parent)
+            if os.path.lexists(target):
+                return target
+        if is_dir:
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        return target
+
+    def ensure_dir(self, path: str) -> str:
+        current = self.newroot
+        for part in [p for p in path.split("/") if p]:
+            current = self.make_entry(current, part, True)
+        return current
+
+    def cover_with_overlay(self, directory: str) -> None:
+        key = os.path.relpath(directory, self.newroot).replace("/", "_")
+        upper = os.path.join(self.scratch, "upper", key)
+        work = os.path.join(self.scratch, "work", key)
+        os.makedirs(upper, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        opts = f"lowerdir={directory},upperdir={upper},workdir={work}"
+        mount("overlay", directory, "overlay", 0, opts)
+        self.private_mounts.add(directory)
+
+    def bind_host_top_level(self, tmp_dir: str) -> None:
+        for entry in sorted(os.listdir("/")):
+            if entry in SKIPPED_TOP_LEVEL:
+                continue
+            src = "/" + entry
+            dst = os.path.join(self.newroot, entry)
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+                continue
+            if os.path.isdir(src):
+                os.mkdir(dst)
+                mount(src, dst, None, MS_BIND | MS_REC)
+            elif os.path.isfile(src):
+                open(dst, "w").close()
+                mount(src, dst, None, MS_BIND)
+            else:
+                continue
+            self.host_mounts.add(dst)
+        os.mkdir(os.path.join(self.newroot, "proc"))
+        tmp = os.path.join(self.newroot, "tmp")
+        os.mkdir(tmp)
+        mount(tmp_dir, tmp, None, MS_BIND)
+        self.private_mounts.add(tmp)
+
+    def bind_volume(self, source: str, target_path: str, read_only: bool) -> None:
+        if os.path.isdir(source):
+            target = self.ensure_dir(target_path)
+        else:
+            parent = self.ensure_dir(os.path.dirname(target_path))
+            target = self.make_entry(parent, os.path.basename(target_path), False)
+        bind_file_or_dir(source, target, read_only)
+        self.private_mounts.add(target)
+
+
+def bind_file_or_dir(source: str, target: str, read_only: bool) -> None:
+    mount(source, target, None, MS_BIND | MS_REC)
+    if read_only:
+        mount(source, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+
+
+def build_root(spec: dict) -> None:
+    newroot = spec["root"]
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", newroot, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    builder = RootBuilder(newroot, spec["scratch_dir"])
+    builder.bind_host_top_level(spec["tmp_dir"])
+    for m in spec["mounts"]:
+        builder.bind_volume(m["source"], m["target"], bool(m.get("readOnly")))
+    mount("proc", os.path.join(newroot, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    builder.ensure_dir(spec.get("workingDir") or "/")
+
+
+def join_cgroups(paths: list[str]) -> None:
+    for path in paths:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write("0")
+
+
+def run_child(spec: dict, out_w: int, err_w: int, errpipe_w: int) -> None:
+    """In the new pid namespace as pid 1: finish the container and exec it."""
+    try:
+        join_cgroups(spec["cgroups"])
+        build_root(spec)
+        os.chroot(spec["root"])
+        os.chdir(spec.get("workingDir") or "/")
+        name = spec["hostname"].encode()
+        check_call(libc.sethostname(name, len(name)), "sethostname")
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for sig in (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        argv = spec["argv"]
+        os.execvpe(argv[0], argv, spec["env"])
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the kubelet
+        message = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, FileNotFoundError) and exc.filename is None:
+            message = f'exec: "{spec["argv"][0]}": executable file not found in $PATH'
+        elif isinstance(exc, FileNotFoundError | PermissionError):
+            message = f'exec: "{spec["argv"][0]}": {exc.strerror}'
+        os.write(errpipe_w, message.encode()[:4000])
+    os._exit(127)
+
+
+def enter_namespaces(spec: dict) -> None:
+    fd = os.open(spec["netns_path"], os.O_RDONLY)
+    check_call(libc.setns(fd, CLONE_NEWNET), "setns net")
+    os.close(fd)
+    check_call(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
+
+
+class LogWriter:
+    """Writes CRI log lines: `<RFC3339Nano> <stream> <F|P> <text>`."""
+
+    def __init__(self, path: str) -> None:
+        self.file = open(path, "ab", buffering=0)
+        self.pending: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+
+    def feed(self, stream: str, data: bytes) -> None:
+        buf = self.pending[stream] + data
+        out = []
+        stamp = format_timestamp(time.time_ns()).encode()
+        while True:
+            idx = buf.find(b"\n")
+            if idx < 0:
+                break
+            out.append(b"%s %s F %s\n" % (stamp, stream.encode(), buf[:idx]))
+            buf = buf[idx + 1 :]
+        while len(buf) >= PARTIAL_LINE_LIMIT:
+            out.append(b"%s %s P %s\n" % (stamp, stream.encode(), buf[:PARTIAL_LINE_LIMIT]))
+            buf = buf[PARTIAL_LINE_LIMIT:]
+        self.pending[stream] = buf
+        if out:
+            self.file.write(b"".join(out))
+
+    def flush_stream(self, stream: str) -> None:
+        buf = self.pending[stream]
+        if buf:
+            stamp = format_timestamp(time.time_ns()).encode()
+            self.file.write(b"%s %s F %s\n" % (stamp, stream.encode(), buf))
+            self.pending[stream] = b""
+
+
+def relay_output(log: LogWriter, out_r: int, err_r: int) -> None:
+    sel = selectors.DefaultSelector()
+    sel.register(out_r, selectors.EVENT_READ, "stdout")
+    sel.register(err_r, selectors.EVENT_READ, "stderr")
+    open_streams = 2
+    while open_streams:
+        for key, _ in sel.select():
+            data = os.read(key.fd, 65536)
+            if data:
+                log.feed(key.data, data)
+            else:
+                log.flush_stream(key.data)
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                open_streams -= 1
+
+
+def read_oom_kills(cgroups: list[str]) -> int:
+    for path in cgroups:
+        if "/memory/" in path:
+            try:
+                with open(os.path.join(path, "memory.oom_control")) as f:
+                    for line in f:
+                        if line.startswith("oom_kill "):
+                            return int(line.split()[1])
+            except OSError:
+                return 0
+    return 0
+
+
+def write_json_atomically(path: str, data: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def report(line: str) -> None:
+    try:
+        os.write(1, (line + "\n").encode())
+    except OSError:
+        pass  # the kubelet is gone; the exit record still tells the story
+
+
+def main() -> int:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    log = LogWriter(spec["log_path"])
+    oom_before = read_oom_kills(spec["cgroups"])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    errpipe_r, errpipe_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        enter_namespaces(spec)
+        pid = os.fork()
+    except OSError as exc:
+        report(f"FAILED {exc}")
+        write_json_atomically(spec["exit_path"], {"startError": str(exc)})
+        return 0
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        os.close(errpipe_r)
+        run_child(spec, out_w, err_w, errpipe_w)
+    os.close(out_w)
+    os.close(err_w)
+    os.close(errpipe_w)
+    started_ns = time.time_ns()
+    error = b""
+    while True:
+        chunk = os.read(errpipe_r, 4096)
+        if not chunk:
+            break
+        error += chunk
+    os.close(errpipe_r)
+    if error:
+        os.waitpid(pid, 0)
+        message = error.decode(errors="replace")
+        report(f"FAILED {message}")
+        write_json_atomically(spec["exit_path"], {"startError": message})
+        return 0
+    report(f"STARTED {pid} {format_timestamp(started_ns)}")
+    os.close(1)
+    os.open("/dev/null", os.O_WRONLY)
+    relay_output(log, out_r, err_r)
+    _, status = os.waitpid(pid, 0)
+    finished_ns = time.time_ns()
+    record = {
+        "startedAt": format_timestamp(started_ns),
+        "finishedAt": format_timestamp(finished_ns),
+        "oomKilled": read_oom_kills(spec["cgroups"]) > oom_before,
+    }
+    if os.WIFSIGNALED(status):
+        record["signal"] = os.WTERMSIG(status)
+        record["exitCode"] = 128 + os.WTERMSIG(status)
+    else:
+        record["exitCode"] = os.WEXITSTATUS(status)
+    write_json_atomically(spec["exit_path"], record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Pod volumes, materialised on the host and bind-mounted by the shim.
+
+Every volume lives in DIR/kubelet/pods/<uid>/volumes/<name>/ (emptyDir, and
+the files of configMap, secret, downwardAPI and projected sources); hostPath
+points at the host path itself. `build_container_mounts` gives the shim its
+list of {source, target, readOnly} (subPath resolved), plus the pod's
+/etc/hosts and /etc/hostname. Objects are read through the API (GET
+configmaps/secrets), like a real kubelet.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Awaitable, Callable
+
+ObjectGetter = Callable[[str, str, str], Awaitable[dict | None]]
+DEFAULT_MODE = 0o644
+
+
+class VolumeError(RuntimeError):
+    """A volume cannot be set up yet (e.g. a missing ConfigMap); the kubelet retries."""
+
+
+def resolve_field_path(pod: dict, path: str, pod_ip: str | None, host_ip: str) -> str:
+    """The value of a downward-API fieldPath (metadata.name, status.podIP, ...)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName") or "default",
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+    }
+    if path in simple:
+        return simple[path] or ""
+    for prefix, mapping in (("metadata.labels", meta.get("labels")), ("metadata.annotations", meta.get("annotations"))):
+        mapping = mapping or {}
+        if path == prefix:
+            return "\n".join(f'{k}="{v}"' for k, v in sorted(mapping.items()))
+        if path.startswith(prefix + "['") and path.endswith("']"):
+            return mapping.get(path[len(prefix) + 2 : -2], "")
+    allowed = sorted(simple) + ["metadata.labels['KEY']", "metadata.annotations['KEY']"]
+    raise VolumeError(f"fieldRef.fieldPath: {path!r} is not supported; allowed: {', '.join(allowed)}")
+
+
+def write_file(directory: str, relpath: str, data: bytes, mode: int) -> None:
+    path = os.path.normpath(os.path.join(directory, relpath))
+    if not path.startswith(os.path.normpath(directory) + os.sep):
+        raise VolumeError(f"volume item path: {relpath!r} escapes the volume")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".lktmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def select_items(data: dict[str, bytes], items: list[dict] | None, default_mode: int) -> list[tuple[str, bytes, int]]:
+    if not items:
+        return [(k, v, default_mode) for k, v in data.items()]
+    chosen = []
+    for item in items:
+        if item["key"] not in data:
+            raise VolumeError(f"configmap/secret key {item['key']!r} not found")
+        chosen.append((item.get("path") or item["key"], data[item["key"]], item.get("mode") or default_mode))
+    return chosen
+
+
+async def read_source_data(kind: str, source: dict, namespace: str, get: ObjectGetter) -> dict[str, bytes] | None:
+    name = source.get("name") or source.get("secretName")
+    obj = await get(kind, namespace, name)
+    if obj is None:
+        if source.get("optional"):
+            return None
+        if kind == "configmaps" and name == "kube-root-ca.crt":
+            return {"ca.crt": b""}
+        raise VolumeError(f'{kind[:-1]} "{name}" not found')
+    if kind == "secrets":
+        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        data.update({k: v.encode() for k, v in (obj.get("stringData") or {}).items()})
+        return data
+    data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return data
+
+
+async def fill_source(directory: str, kind: str, source: dict, pod: dict, ips: tuple[str | None, str], get: ObjectGetter, mode: int) -> None:
+    namespace = pod["metadata"]["namespace"]
+    if kind in ("configMap", "secret"):
+        api_kind = "configmaps" if kind == "configMap" else "secrets"
+        data = await read_source_data(api_kind, source, namespace, get)
+        if data is None:
+            return
+        for rel, blob, item_mode in select_items(data, source.get("items"), source.get("defaultMode") or mode):
+            write_file(directory, rel, blob, item_mode)
+    elif kind == "downwardAPI":
+        for item in source.get("items") or []:
+            if "fieldRef" in item:
+                value = resolve_field_path(pod, item["fieldRef"]["fieldPath"], *ips)
+            else:
+                value = resolve_resource_field(pod, item.get("resourceFieldRef") or {})
+            write_file(directory, item["path"], value.encode(), item.get("mode") or mode)
+    elif kind == "serviceAccountToken":
+        write_file(directory, source.get("path") or "token", b"localkube-unauthenticated", mode)
+
+
+def resolve_resource_field(pod: dict, ref: dict, container_name: str | None = None) -> str:
+    """resourceFieldRef: limits.cpu/limits.memory/requests.* of the named container."""
+    name = ref.get("containerName") or container_name
+    resource = ref.get("resource", "")
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if c["name"] == name:
+            section, _, key = resource.partition(".")
+            value = ((c.get("resources") or {}).get(section) or {}).get(key)
+            if value is None:
+                return "0"
+            from localkube.kubelet.cgroups import parse_quantity
+
+            number = parse_quantity(value, f"resourceFieldRef {resource}")
+            divisor = parse_quantity(ref.get("divisor") or "1", "resourceFieldRef.divisor")
+            return str(max(1, int(-(-number // divisor)))) if key == "cpu" else str(int(number // divisor))
+    return "0"
+
+
+async def materialize_volumes(pod: dict, pod_dir: str, ips: tuple[str | None, str], get: ObjectGetter) -> dict[str, str]:
+    """Create every volume of the pod; returns volume name -> host path."""
+    paths = {}
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        name = volume["name"]
+        if "hostPath" in volume:
+            host = volume["hostPath"]["path"]
+            if volume["hostPath"].get("type") in ("DirectoryOrCreate",):
+                os.makedirs(host, exist_ok=True)
+            paths[name] = host
+            continue
+        directory = os.path.join(pod_dir, "volumes", name)
+        os.makedirs(directory, exist_ok=True)
+        paths[name] = directory
+        for kind in ("configMap", "secret", "downwardAPI"):
+            if kind in volume:
+                await fill_source(directory, kind, volume[kind], pod, ips, get, volume[kind].get("defaultMode") or DEFAULT_MODE)
+        if "projected" in volume:
+            projected = volume["projected"]
+            mode = projected.get("defaultMode") or DEFAULT_MODE
+            for source in projected.get("sources") or []:
+                for kind, sub in source.items():
+                    await fill_source(directory, kind, sub, pod, ips, get, mode)
+    return paths
+
+
+def write_etc_files(pod: dict, pod_dir: str, pod_ip: str | None) -> dict[str, str]:
+    name = pod["metadata"]["name"]
+    hostname = (pod.get("spec") or {}).get("hostname") or name
+    etc = os.path.join(pod_dir, "etc")
+    os.makedirs(etc, exist_ok=True)
+    hosts = "# Kubernetes-managed hosts file (localkube).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    if pod_ip:
+        hosts += f"{pod_ip}\t{hostname}\n"
+    for alias in (pod.get("spec") or {}).get("hostAliases") or []:
+        hosts += f"{alias['ip']}\t{' '.join(alias.get('hostnames') or [])}\n"
+    files = {"/etc/hosts": hosts, "/etc/hostname": hostname + "\n"}
+    out = {}
+    for target, text in files.items():
+        path = os.path.join(etc, os.path.basename(target))
+        with open(path, "w") as f:
+            f.write(text)
+        out[target] = path
+    return out
+
+
+def build_container_mounts(container: dict, volume_paths: dict[str, str], etc_files: dict[str, str]) -> list[dict]:
+    mounts = [{"source": src, "target": target, "readOnly": False} for target, src in etc_files.items()]
+    for vm in container.get("volumeMounts") or []:
+        name = vm["name"]
+        if name not in volume_paths:
+            raise VolumeError(f'containers[{container["name"]}].volumeMounts: volume "{name}" is not a volume of the pod')
+        source = volume_paths[name]
+        if vm.get("subPath"):
+            source = os.path.join(source, vm["subPath"])
+            if not os.path.exists(source):
+                os.makedirs(source, exist_ok=True)
+        mounts.append({"source": source, "target": vm["mountPath"], "readOnly": bool(vm.get("readOnly"))})
+    return mounts
+
+
+def describe_mounts(mounts: list[dict]) -> str:
+    return json.dumps(mounts)

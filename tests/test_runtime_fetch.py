@@ -1,0 +1,77 @@
+"""The pod's init container (runtime/fetch.py) run as a subprocess, as the pod runs it.
+
+Bundles are served by file:// URLs here (urllib treats them like any URL);
+tests/test_s3_roundtrip.py does the same through the S3 server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bundle_fixtures import BAD_BUNDLES, OVERSIZE_LIMIT, build_good
+
+REPO = Path(__file__).resolve().parent.parent
+FETCH = REPO / "runtime" / "fetch.py"
+
+
+def pod_runtime_copy(tmp_path: Path) -> Path:
+    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo on sys.path)."""
+    target = tmp_path / "tfjob-runtime"
+    target.mkdir()
+    for name in ("fetch.py", "bundle.py", "transfer.py", "bootstrap.py"):
+        shutil.copy(REPO / "runtime" / name, target / name)
+    return target
+
+
+def run_fetch(tmp_path: Path, url: str, extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    access = tmp_path / "access"
+    access.mkdir(exist_ok=True)
+    (access / "bundle_url").write_text(url + "\n")
+    workspace = tmp_path / "workspace"
+    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(access), "TFJOB_WORKSPACE": str(workspace),
+           **(extra_env or {})}
+    runtime = pod_runtime_copy(tmp_path)
+    result = subprocess.run([sys.executable, "-I", str(runtime / "fetch.py")], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path)
+    return result, workspace
+
+
+def test_fetch_extracts_a_good_bundle_and_prints_a_summary_without_the_url(tmp_path: Path) -> None:
+    bundle = build_good(tmp_path / "good.tar.gz")
+    url = bundle.as_uri()
+    result, workspace = run_fetch(tmp_path, url)
+    assert result.returncode == 0, result.stderr
+    assert (workspace / "code" / "train.py").read_text() == "print('training')\n"
+    assert "bundle 'evil'" in result.stderr and "2 files" in result.stderr
+    assert str(bundle) not in result.stderr + result.stdout
+    assert sorted(p.name for p in workspace.iterdir()) == ["code", "data"]
+
+
+def test_fetch_without_bundle_url_exits_2_and_says_what_is_missing(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(tmp_path / "nothing"), "TFJOB_WORKSPACE": str(tmp_path / "ws")}
+    result = subprocess.run([sys.executable, "-I", str(FETCH)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "bundle_url" in result.stderr and "access Secret" in result.stderr
+
+
+def test_fetch_of_a_missing_object_exits_74(tmp_path: Path) -> None:
+    result, workspace = run_fetch(tmp_path, (tmp_path / "absent.tar.gz").as_uri())
+    assert result.returncode == 74
+    assert "download of" in result.stderr
+    assert not (workspace / "code").exists()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BUNDLES))
+def test_fetch_refuses_bad_bundle_with_exit_65_and_the_reason(tmp_path: Path, case: str) -> None:
+    build, _reason, text = BAD_BUNDLES[case]
+    bundle = build(tmp_path / f"{case}.tar.gz")
+    extra = {"TFJOB_MAX_BUNDLE_BYTES": str(OVERSIZE_LIMIT)} if case == "oversized" else {}
+    result, workspace = run_fetch(tmp_path, bundle.as_uri(), extra)
+    assert result.returncode == 65, result.stderr
+    assert text in result.stderr
+    assert not workspace.exists() or list(workspace.iterdir()) == []

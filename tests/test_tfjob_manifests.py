@@ -1,0 +1,211 @@
+"""Pod, ConfigMap and Secret manifests: the pod protocol, and valid Kubernetes objects."""
+
+import copy
+import json
+
+import kubernetes_validate
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tfjob_fixtures import RUN, distributed_request_data, valid_request_data
+
+from tfjob import naming
+from tfjob.manifests import (
+    TERMINATION_GRACE_SECONDS,
+    build_access_secret,
+    build_pod_manifest,
+    build_pod_manifests,
+    build_runtime_configmap,
+)
+from tfjob.request import Role, load_request
+
+# The newest Kubernetes minor kubernetes-validate ships schemas for (1.37 with 1.37.0).
+KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()
+
+GPU_REQUEST = load_request(distributed_request_data(
+    resources={"worker": {"cpu": "2", "memory": "4Gi", "gpu": 2, "cpu_limit": "3",
+                          "memory_limit": "6Gi"}},
+    gpu_type="NVIDIA-A100-SXM4-40GB",
+    node_selector={"pool": "train"},
+    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    env={"EPOCHS": "3"}, args=["--epochs", "3"], port=2345, active_deadline=1200,
+    startup_timeout=120))
+
+
+def validate(manifest: dict) -> None:
+    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+def env_of(container: dict) -> dict:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_every_generated_object_validates_against_the_kubernetes_schema():
+    for request in (GPU_REQUEST, load_request(valid_request_data())):
+        for pod in build_pod_manifests(request, RUN):
+            validate(pod)
+    validate(build_runtime_configmap(RUN, {"fetch.py": "print()", "bundle.py": ""}, "team-a"))
+    validate(build_access_secret(RUN, "http://127.0.0.1:9000/b/k?sig=1",
+                                 {"url": "http://127.0.0.1:9000/b", "fields": {}}, "team-a"))
+
+
+def test_schema_validation_catches_a_misspelt_field():
+    pod = copy.deepcopy(build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 0))
+    pod["spec"]["restartPolicyy"] = "Never"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(pod)
+
+
+def test_one_pod_per_replica_in_role_order():
+    pods = build_pod_manifests(GPU_REQUEST, RUN)
+    key = RUN.run_key
+    assert [pod["metadata"]["name"] for pod in pods] == [
+        f"{key}-chief-0", f"{key}-ps-0", f"{key}-ps-1", f"{key}-worker-0",
+        f"{key}-worker-1", f"{key}-worker-2", f"{key}-evaluator-0"]
+    assert all(pod["metadata"]["namespace"] == "tfjob-team-a" for pod in pods)
+
+
+def test_pod_carries_run_labels_and_annotations():
+    pod = build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 1)
+    assert pod["metadata"]["labels"] == naming.replica_labels(
+        "digits", RUN.run_key, "team-a", Role.PS, 1)
+    assert pod["metadata"]["annotations"] == {"tfjob.io/run-id": RUN.run_id,
+                                              "tfjob.io/dag-id": "tfjob_digits"}
+
+
+def test_pod_follows_the_pod_protocol():
+    pod = build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 1)
+    spec = pod["spec"]
+    key = RUN.run_key
+    assert spec["restartPolicy"] == "Never"
+    assert spec["activeDeadlineSeconds"] == 1200
+    assert spec["terminationGracePeriodSeconds"] == TERMINATION_GRACE_SECONDS
+    assert spec["enableServiceLinks"] is False
+    assert spec["automountServiceAccountToken"] is False
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes["tfjob-runtime"]["configMap"]["name"] == f"{key}-runtime"
+    assert volumes["tfjob-access"]["secret"]["secretName"] == f"{key}-access"
+    assert "emptyDir" in volumes["tfjob-workspace"] and "emptyDir" in volumes["tfjob-config"]
+    (init,) = spec["initContainers"]
+    assert init["name"] == "fetch-bundle"
+    assert init["command"] == ["python3", "/tfjob/runtime/fetch.py"]
+    assert init["image"] == GPU_REQUEST.image
+    (main,) = spec["containers"]
+    assert main["name"] == "tensorflow"
+    assert main["command"] == ["python3", "/tfjob/runtime/bootstrap.py", "--", "python3",
+                               "train.py", "--epochs", "3"]
+    assert main["ports"] == [{"name": "tfjob", "containerPort": 2345, "protocol": "TCP"}]
+    mounts = {mount["name"]: mount["mountPath"] for mount in main["volumeMounts"]}
+    assert mounts == {"tfjob-runtime": "/tfjob/runtime", "tfjob-access": "/tfjob/access",
+                      "tfjob-workspace": "/tfjob/workspace", "tfjob-config": "/tfjob/config"}
+    init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
+    assert init_mounts["tfjob-workspace"] == "/tfjob/workspace"
+
+
+def test_main_container_environment_names_the_replica():
+    env = env_of(build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 1)["spec"]["containers"][0])
+    assert env == {
+        "TFJOB_ROLE": "worker", "TFJOB_INDEX": "1", "TFJOB_WAIT_CLUSTERSPEC": "1",
+        "TFJOB_CLUSTERSPEC_TIMEOUT": "120", "TFJOB_UPLOAD_MODEL": "0",
+        "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+        "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "EPOCHS": "3",
+    }
+
+
+def test_only_the_model_owner_uploads():
+    uploads = {(role, index): env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
+               for (role, index), pod in zip(GPU_REQUEST.replicas_in_order(),
+                                             build_pod_manifests(GPU_REQUEST, RUN), strict=True)}
+    assert [replica for replica, flag in uploads.items() if flag == "1"] == [(Role.CHIEF, 0)]
+    no_chief = load_request(distributed_request_data(replicas={"ps": 1, "worker": 2}))
+    flags = [env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
+             for pod in build_pod_manifests(no_chief, RUN)]
+    assert flags == ["0", "1", "0"]  # ps-0, worker-0, worker-1
+
+
+def test_single_replica_does_not_wait_for_a_clusterspec_and_uploads():
+    (pod,) = build_pod_manifests(load_request(valid_request_data()), RUN)
+    env = env_of(pod["spec"]["containers"][0])
+    assert (env["TFJOB_WAIT_CLUSTERSPEC"], env["TFJOB_UPLOAD_MODEL"]) == ("0", "1")
+
+
+def test_gpu_replica_requests_and_limits_gpus_and_selects_the_gpu_type():
+    spec = build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 0)["spec"]
+    assert spec["containers"][0]["resources"] == {
+        "requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "2"},
+        "limits": {"cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "2"},
+    }
+    assert "nvidia.com/gpu" not in spec["initContainers"][0]["resources"]["requests"]
+    assert spec["nodeSelector"] == {"pool": "train",
+                                    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                    "effect": "NoSchedule"}]
+
+
+def test_replica_without_gpus_gets_default_quota_and_no_gpu_selector():
+    spec = build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 0)["spec"]
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    assert spec["nodeSelector"] == {"pool": "train"}
+
+
+@pytest.mark.parametrize(("placement", "kind"), [("spread", "podAntiAffinity"),
+                                                 ("pack", "podAffinity")])
+def test_placement_prefers_nodes_by_the_runs_pods(placement, kind):
+    request = load_request(distributed_request_data(placement=placement))
+    affinity = build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["affinity"]
+    assert list(affinity) == [kind]
+    (term,) = affinity[kind]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": {"tfjob.io/run": RUN.run_key}},
+        "topologyKey": "kubernetes.io/hostname"}
+
+
+def test_pod_for_a_replica_the_request_lacks_is_refused():
+    with pytest.raises(ValueError, match=r"replica ps-0 given; the request has 0 ps"):
+        build_pod_manifest(load_request(valid_request_data()), RUN, Role.PS, 0)
+
+
+def test_runtime_configmap_holds_the_files_under_run_labels():
+    configmap = build_runtime_configmap(RUN, {"fetch.py": "x = 1\n"}, "team-a")
+    assert configmap["metadata"]["name"] == f"{RUN.run_key}-runtime"
+    assert configmap["metadata"]["labels"] == naming.run_labels("digits", RUN.run_key, "team-a")
+    assert configmap["data"] == {"fetch.py": "x = 1\n"}
+
+
+def test_runtime_configmap_refuses_nested_file_names():
+    with pytest.raises(ValueError, match=r"ConfigMap key 'sub/fetch.py' given"):
+        build_runtime_configmap(RUN, {"sub/fetch.py": ""}, "team-a")
+
+
+def test_access_secret_holds_bundle_url_and_upload_json():
+    secret = build_access_secret(RUN, "http://s3/bundle?sig", {"prefix": "runs/1/"}, "team-a")
+    assert secret["metadata"]["name"] == f"{RUN.run_key}-access"
+    assert secret["stringData"]["bundle_url"] == "http://s3/bundle?sig"
+    assert json.loads(secret["stringData"]["upload.json"]) == {"prefix": "runs/1/"}
+
+
+@st.composite
+def distributed_requests(draw):
+    strategy = draw(st.sampled_from(["parameter_server", "multi_worker_mirrored"]))
+    replicas = {"chief": draw(st.integers(0, 1)), "worker": draw(st.integers(1, 4)),
+                "evaluator": draw(st.integers(0, 1)),
+                "ps": draw(st.integers(1, 3)) if strategy == "parameter_server" else 0}
+    gpu = draw(st.integers(0, 4))
+    return load_request(valid_request_data(
+        name=draw(st.from_regex(r"\A[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")),
+        mode="distributed", strategy=strategy, replicas=replicas,
+        placement=draw(st.sampled_from(["spread", "pack"])),
+        resources={"worker": {"gpu": gpu, "cpu": draw(st.sampled_from(["1", "250m", "1.5"]))}},
+        gpu_type=draw(st.sampled_from([None, "Tesla-T4"]))))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(distributed_requests(), st.text(min_size=1, max_size=60))
+def test_pods_of_any_valid_request_validate(request, run_id):
+    run = RUN.__class__(job=request.name, run_id=run_id, dag_id=f"tfjob_{request.name}",
+                        namespace="tfjob-team-a")
+    pods = build_pod_manifests(request, run)
+    assert len({pod["metadata"]["name"] for pod in pods}) == len(pods)
+    for pod in pods:
+        validate(pod)

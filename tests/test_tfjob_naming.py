@@ -1,0 +1,125 @@
+"""Object names and labels: valid, short enough, deterministic, and selectable."""
+
+import hashlib
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tfjob import naming
+from tfjob.request import Role
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+RUN_ID = "manual__2026-12-02T12:00:00+00:00"
+
+
+def assert_dns_label(name: str, max_len: int = 63) -> None:
+    assert 1 <= len(name) <= max_len, name
+    assert DNS_LABEL.match(name), name
+
+
+@given(st.text(), st.integers(min_value=1, max_value=63))
+def test_sanitized_label_is_always_a_valid_dns_label(text, max_len):
+    assert_dns_label(naming.sanitize_dns_label(text, max_len), max_len)
+
+
+@given(st.text(), st.integers(min_value=1, max_value=63))
+def test_sanitizing_is_stable_and_idempotent(text, max_len):
+    label = naming.sanitize_dns_label(text, max_len)
+    assert naming.sanitize_dns_label(text, max_len) == label
+    assert naming.sanitize_dns_label(label, max_len) == label
+
+
+@given(st.from_regex(DNS_LABEL, fullmatch=True).filter(lambda s: len(s) <= 63 and "--" not in s))
+def test_valid_short_label_is_left_unchanged(label):
+    assert naming.sanitize_dns_label(label) == label
+
+
+@given(st.text(alphabet="abc", min_size=64, max_size=120),
+       st.text(alphabet="abc", min_size=64, max_size=120))
+def test_shortened_labels_of_different_texts_differ_by_hash(first, second):
+    if first != second:
+        assert naming.sanitize_dns_label(first) != naming.sanitize_dns_label(second)
+
+
+def test_sanitizing_lowercases_and_replaces_invalid_characters():
+    assert naming.sanitize_dns_label("My_Job.v2") == "my-job-v2"
+    assert naming.sanitize_dns_label("__") == hashlib.sha256(b"__").hexdigest()[:8]
+
+
+def test_sanitizing_refuses_a_maximum_beyond_63():
+    with pytest.raises(ValueError, match="max_len 64 given; allowed: 1 to 63"):
+        naming.sanitize_dns_label("x", 64)
+
+
+def test_run_key_is_job_and_first_8_hex_of_sha256_of_run_id():
+    h8 = hashlib.sha256(RUN_ID.encode()).hexdigest()[:8]
+    assert naming.run_key("digits", RUN_ID) == f"digits-{h8}"
+    assert naming.run_key("digits", RUN_ID) == naming.run_key("digits", RUN_ID)
+    assert naming.run_key("digits", RUN_ID) != naming.run_key("digits", RUN_ID + "x")
+
+
+def test_object_names_follow_the_documented_shapes():
+    key = naming.run_key("digits", RUN_ID)
+    assert naming.pod_name(key, Role.PS, 1) == f"{key}-ps-1"
+    assert naming.configmap_name(key) == f"{key}-runtime"
+    assert naming.secret_name(key) == f"{key}-access"
+
+
+@given(job=st.text(min_size=1, max_size=200), run_id=st.text(max_size=100),
+       role=st.sampled_from(Role), index=st.integers(min_value=0, max_value=99999))
+def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, run_id, role, index):
+    key = naming.run_key(job, run_id)
+    h8 = naming.hash_text(run_id)
+    for name in (naming.pod_name(key, role, index), naming.configmap_name(key),
+                 naming.secret_name(key)):
+        assert_dns_label(name)
+        assert h8 in name
+    assert naming.pod_name(key, role, index).endswith(f"-{role.value}-{index}")
+
+
+def test_longest_request_name_needs_no_shortening_for_evaluator_pods():
+    key = naming.run_key("a" * 40, RUN_ID)
+    assert naming.pod_name(key, Role.EVALUATOR, 0) == f"{key}-evaluator-0"
+
+
+def test_pod_name_refuses_negative_index():
+    with pytest.raises(ValueError, match="replica index -1 given"):
+        naming.pod_name("digits-12345678", Role.WORKER, -1)
+
+
+def test_replica_labels_carry_run_labels_role_and_index():
+    key = naming.run_key("digits", RUN_ID)
+    labels = naming.replica_labels("digits", key, "team-a", Role.WORKER, 2)
+    assert labels == {
+        "app.kubernetes.io/managed-by": "tfjob",
+        "tfjob.io/job": "digits",
+        "tfjob.io/run": key,
+        "tfjob.io/tenant": "team-a",
+        "tfjob.io/role": "worker",
+        "tfjob.io/index": "2",
+    }
+
+
+@given(job=st.text(min_size=1, max_size=120), tenant=st.text(min_size=1, max_size=80))
+def test_label_values_are_always_valid(job, tenant):
+    key = naming.run_key(job, RUN_ID)
+    for value in naming.replica_labels(job, key, tenant, Role.CHIEF, 0).values():
+        assert len(value) <= 63 and LABEL_VALUE.match(value), value
+
+
+def test_selectors_match_the_labels_they_select():
+    key = naming.run_key("digits", RUN_ID)
+    labels = naming.replica_labels("digits", key, "team-a", Role.PS, 0)
+    for selector in (naming.run_selector(key), naming.job_selector("digits"),
+                     naming.replica_selector(key, Role.PS, 0)):
+        for term in selector.split(","):
+            name, value = term.split("=")
+            assert labels[name] == value
+    assert naming.run_selector(key) == f"app.kubernetes.io/managed-by=tfjob,tfjob.io/run={key}"
+
+
+def test_tenant_namespace_is_prefixed():
+    assert naming.tenant_namespace("team-a") == "tfjob-team-a"

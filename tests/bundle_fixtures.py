@@ -11,11 +11,17 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 from runtime.bundle import MANIFEST_NAME, Refusal
+
+REPO = Path(__file__).resolve().parent.parent
 
 GOOD_FILES = {"code/train.py": b"print('training')\n", "data/x.csv": b"1,2,3\n"}
 
@@ -179,3 +185,28 @@ BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
     "garbage-tar": (build_gzip_of_garbage, Refusal.CORRUPT, "archive is corrupt or truncated"),
     "no-manifest": (build_no_manifest, Refusal.BAD_MANIFEST, "MANIFEST.json: manifest is missing or invalid"),
 }
+
+
+# --------------------------------------------------------------------------- the pod side
+
+
+def pod_runtime_copy(tmp_path: Path) -> Path:
+    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo on sys.path)."""
+    target = tmp_path / "tfjob-runtime"
+    target.mkdir()
+    for name in ("fetch.py", "bundle.py", "transfer.py", "bootstrap.py"):
+        shutil.copy(REPO / "runtime" / name, target / name)
+    return target
+
+
+def run_fetch(tmp_path: Path, url: str, extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+    access = tmp_path / "access"
+    access.mkdir(parents=True, exist_ok=True)
+    (access / "bundle_url").write_text(url + "\n")
+    workspace = tmp_path / "workspace"
+    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(access), "TFJOB_WORKSPACE": str(workspace),
+           **(extra_env or {})}
+    runtime = pod_runtime_copy(tmp_path)
+    result = subprocess.run([sys.executable, "-I", str(runtime / "fetch.py")], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path)
+    return result, workspace

@@ -7,38 +7,15 @@ tests/test_s3_roundtrip.py does the same through the S3 server.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import BAD_BUNDLES, OVERSIZE_LIMIT, build_good
+from bundle_fixtures import BAD_BUNDLES, OVERSIZE_LIMIT, build_good, run_fetch
 
 REPO = Path(__file__).resolve().parent.parent
 FETCH = REPO / "runtime" / "fetch.py"
-
-
-def pod_runtime_copy(tmp_path: Path) -> Path:
-    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo on sys.path)."""
-    target = tmp_path / "tfjob-runtime"
-    target.mkdir()
-    for name in ("fetch.py", "bundle.py", "transfer.py", "bootstrap.py"):
-        shutil.copy(REPO / "runtime" / name, target / name)
-    return target
-
-
-def run_fetch(tmp_path: Path, url: str, extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
-    access = tmp_path / "access"
-    access.mkdir(exist_ok=True)
-    (access / "bundle_url").write_text(url + "\n")
-    workspace = tmp_path / "workspace"
-    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(access), "TFJOB_WORKSPACE": str(workspace),
-           **(extra_env or {})}
-    runtime = pod_runtime_copy(tmp_path)
-    result = subprocess.run([sys.executable, "-I", str(runtime / "fetch.py")], env=env, capture_output=True,
-                            text=True, timeout=60, cwd=tmp_path)
-    return result, workspace
 
 
 def test_fetch_extracts_a_good_bundle_and_prints_a_summary_without_the_url(tmp_path: Path) -> None:

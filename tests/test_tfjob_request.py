@@ -342,3 +342,9 @@ def test_request_round_trips_through_its_json_dump():
 def test_example_bundle_requests_load(path):
     request = load_request(path)
     assert request.name
+
+
+def test_required_field_given_as_null_is_reported_missing():
+    with pytest.raises(RequestError) as caught:
+        load_request(valid_request_data(tenant=None))
+    assert str(caught.value).startswith("request.tenant: nothing given; the field is required")

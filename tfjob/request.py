@@ -424,7 +424,9 @@ class TrainingRequest(_Model):
     def _require_mapping(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             raise _invalid("a mapping of request fields is allowed", data)
-        return data
+        # A required field given as null (e.g. an empty Airflow form field) is missing.
+        return {key: value for key, value in data.items()
+                if value is not None or key not in _REQUIRED_FIELDS}
 
     @model_validator(mode="after")
     def _check_mode_rules(self) -> "TrainingRequest":
@@ -482,6 +484,10 @@ class TrainingRequest(_Model):
     @property
     def is_distributed(self) -> bool:
         return self.mode is Mode.DISTRIBUTED
+
+
+_REQUIRED_FIELDS = frozenset(name for name, field in TrainingRequest.model_fields.items()
+                            if field.is_required())
 
 
 def _split_s3_url(value: str, shape: str) -> tuple[str, str]:

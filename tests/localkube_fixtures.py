@@ -1,0 +1,103 @@
+"""A real localkube for tests: `python -m localkube up` on a free port in a temporary state dir.
+
+Use it from any test module:
+
+    from localkube_fixtures import localkube, localkube_api  # noqa: F401  (pytest fixtures)
+
+    def test_something(localkube):            # API server + one kubelet per node
+        client = localkube.core_v1()
+
+`localkube` (function-scoped) starts the whole cluster (kubelets need root); `localkube_api`
+(module-scoped) starts only the API server, with nodes that no kubelet reports Ready: use
+`mark_node_ready(handle, "node-1")` to let the scheduler bind to a node. Both tear down with
+`python -m localkube down`. For other shapes call `start_localkube(...)` / `stop_localkube(...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+UP_TIMEOUT_S = 120.0
+DOWN_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class LocalkubeHandle:
+    api_url: str
+    kubeconfig: str
+    state_dir: str
+
+    def core_v1(self):
+        """A `kubernetes` CoreV1Api bound to this cluster (no global configuration touched)."""
+        import kubernetes
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.api_url
+        return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+    def request(self, method: str, path: str, body: dict | None = None,
+                content_type: str = "application/json") -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.api_url + path, data=data, method=method,
+                                         headers={"Content-Type": content_type})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+def start_localkube(tmp_path: Path, forward_ports: tuple[int, ...] = (), kubelets: bool = True,
+                    nodes_file: str | None = None) -> LocalkubeHandle:
+    """Start localkube in `tmp_path/localkube` on a free port; returns once it serves."""
+    state_dir = Path(tmp_path) / "localkube"
+    argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir),
+            "--port", "0"]
+    if forward_ports:
+        argv += ["--forward", *[str(p) for p in forward_ports]]
+    if not kubelets:
+        argv.append("--no-kubelets")
+    if nodes_file:
+        argv += ["--nodes", nodes_file]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=UP_TIMEOUT_S)
+    if result.returncode != 0:
+        stop_localkube(state_dir)
+        raise RuntimeError(f"localkube up failed ({result.returncode}): {result.stderr}")
+    info = json.loads((state_dir / "localkube.json").read_text())
+    return LocalkubeHandle(info["api_url"], str(state_dir / "kubeconfig"), str(state_dir))
+
+
+def stop_localkube(handle_or_dir: LocalkubeHandle | Path | str) -> None:
+    state_dir = handle_or_dir.state_dir if isinstance(handle_or_dir, LocalkubeHandle) \
+        else str(handle_or_dir)
+    subprocess.run([sys.executable, "-m", "localkube", "down", "--state-dir", state_dir],
+                   capture_output=True, timeout=DOWN_TIMEOUT_S)
+
+
+def mark_node_ready(handle: LocalkubeHandle, node: str, ready: bool = True) -> None:
+    """Play the kubelet's part for a node: PATCH its Ready condition."""
+    handle.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [
+        {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
+         "message": "set by a test"}]}}, content_type="application/merge-patch+json")
+
+
+@pytest.fixture
+def localkube(tmp_path: Path) -> Iterator[LocalkubeHandle]:
+    handle = start_localkube(tmp_path)
+    try:
+        yield handle
+    finally:
+        stop_localkube(handle)
+
+
+@pytest.fixture(scope="module")
+def localkube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalkubeHandle]:
+    handle = start_localkube(tmp_path_factory.mktemp("localkube-api"), kubelets=False)
+    try:
+        yield handle
+    finally:
+        stop_localkube(handle)

@@ -26,7 +26,9 @@ async def run_kubelet(args: argparse.Namespace) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         # one pidfd per container shim instead of one waiting thread each
-        asyncio.get_event_loop_policy().set_child_watcher(asyncio.PidfdChildWatcher())
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(asyncio.get_running_loop())
+        asyncio.get_event_loop_policy().set_child_watcher(watcher)
     stop = asyncio.Event()
     install_signal_handlers(stop)
     kubelet = Kubelet(args.api, args.node, args.state_dir, args.node_index)

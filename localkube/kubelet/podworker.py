@@ -134,8 +134,10 @@ class PodWorker:
             if self.deletion.is_set():
                 await self.stop_containers(0 if self.gone else self.grace_period())
             else:
-                with contextlib.suppress(Exception):
+                try:
                     await self.lifecycle_task
+                except Exception:
+                    log.exception("pod %s/%s: failed to run", self.namespace, self.name)
             deadline_task.cancel()
             await self.release_resources()
             await self.flush_status()

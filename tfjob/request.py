@@ -19,17 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tfjob.quantity import is_quantity, parse_quantity
+from tfjob.request_errors import (
+    RequestError,
+    Unquoted,
+    convert_validation_error,
+    invalid,
+)
 from tfjob.schedule import AIRFLOW_PRESETS, explain_schedule_problem
 
 
@@ -97,53 +95,9 @@ LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$
 LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
-_NOTHING = object()
-
-
-class Unquoted(str):
-    """A description standing in for a given value, shown without quotes."""
-
-
-class RequestError(ValueError):
-    """One invalid request field: where, what was given, what is allowed."""
-
-    def __init__(self, field: str, given: Any, allowed: str) -> None:
-        self.field = field
-        self.given = given
-        self.allowed = allowed
-        super().__init__(format_request_error(field, given, allowed))
-
-
-def describe_value(value: Any) -> str:
-    """A short rendering of a given value for error messages."""
-    if value is _NOTHING:
-        return "nothing"
-    if isinstance(value, Unquoted):
-        return str(value)
-    if isinstance(value, StrEnum):
-        value = value.value
-    try:
-        text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def format_request_error(field: str, given: Any, allowed: str) -> str:
-    where = f"request.{field}" if field else "request"
-    return f"{where}: {describe_value(given)} given; {allowed}"
-
-
-def _invalid(allowed: str, given: Any = _NOTHING, field: str = "") -> PydanticCustomError:
-    """A validation failure carrying our message parts through pydantic."""
-    return PydanticCustomError(
-        "tfjob_invalid", "{allowed}", {"allowed": allowed, "given": given, "field": field}
-    )
-
-
 def _check_dns_label(value: str, max_len: int) -> str:
     if not isinstance(value, str) or len(value) > max_len or not DNS_LABEL_PATTERN.match(value):
-        raise _invalid(
+        raise invalid(
             f"a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and "
             f"ending with a letter or digit, at most {max_len} characters", value)
     return value
@@ -151,11 +105,11 @@ def _check_dns_label(value: str, max_len: int) -> str:
 
 def _check_quantity(value: Any) -> Any:
     if isinstance(value, bool):
-        raise _invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
+        raise invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
     if isinstance(value, int | float):
         value = str(value)
     if not isinstance(value, str) or not is_quantity(value):
-        raise _invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
+        raise invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
     return value
 
 
@@ -165,9 +119,9 @@ def _check_label_map(value: Any, what: str) -> Any:
     for key, item in value.items():
         name = str(key).rsplit("/", 1)[-1]
         if not isinstance(key, str) or len(name) > 63 or not LABEL_NAME_PATTERN.match(name):
-            raise _invalid(f"{what} keys must be Kubernetes label keys", key, str(key))
+            raise invalid(f"{what} keys must be Kubernetes label keys", key, str(key))
         if not isinstance(item, str) or len(item) > 63 or not LABEL_VALUE_PATTERN.match(item):
-            raise _invalid(
+            raise invalid(
                 f"{what} values must be Kubernetes label values (strings of at most 63 "
                 "letters, digits, '-', '_', '.'; quote numbers in YAML)", item, str(key))
     return value
@@ -207,7 +161,7 @@ class RoleResources(_Model):
             limit = getattr(self, limit_name)
             request = getattr(self, request_name)
             if limit is not None and parse_quantity(limit) < parse_quantity(request):
-                raise _invalid(f"the limit must be at least the {request_name} request "
+                raise invalid(f"the limit must be at least the {request_name} request "
                                f"({request})", limit, limit_name)
         return self
 
@@ -227,24 +181,24 @@ class Toleration(_Model):
     @classmethod
     def _check_operator(cls, value: str) -> str:
         if value not in ("Equal", "Exists"):
-            raise _invalid("allowed: Equal, Exists", value)
+            raise invalid("allowed: Equal, Exists", value)
         return value
 
     @field_validator("effect")
     @classmethod
     def _check_effect(cls, value: str | None) -> str | None:
         if value not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise _invalid("allowed: NoSchedule, PreferNoSchedule, NoExecute", value)
+            raise invalid("allowed: NoSchedule, PreferNoSchedule, NoExecute", value)
         return value
 
     @model_validator(mode="after")
     def _check_combination(self) -> "Toleration":
         if self.operator == "Exists" and self.value:
-            raise _invalid("no value is allowed with operator Exists", self.value, "value")
+            raise invalid("no value is allowed with operator Exists", self.value, "value")
         if not self.key and self.operator != "Exists":
-            raise _invalid("an empty key needs operator Exists", self.operator, "operator")
+            raise invalid("an empty key needs operator Exists", self.operator, "operator")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise _invalid("tolerationSeconds needs effect NoExecute",
+            raise invalid("tolerationSeconds needs effect NoExecute",
                            self.toleration_seconds, "tolerationSeconds")
         return self
 
@@ -257,22 +211,17 @@ def default_resources() -> dict[Role, RoleResources]:
     return {role: RoleResources() for role in Role}
 
 
-_FIELD_DOCS = {
-    "name": "Job name: a DNS-1123 label of at most 40 characters.",
-    "tenant": "Tenant owning the job (DNS-1123 label); decides the namespace.",
-    "mode": "single: one worker replica; distributed: a TensorFlow cluster.",
-    "strategy": "Layout of a distributed job: parameter_server (ps >= 1) or "
-                "multi_worker_mirrored (ps = 0).",
-}
-
-
 class TrainingRequest(_Model):
     """A complete, validated training request."""
 
-    name: str = Field(description=_FIELD_DOCS["name"])
-    tenant: str = Field(description=_FIELD_DOCS["tenant"])
-    mode: Mode = Field(Mode.SINGLE, description=_FIELD_DOCS["mode"])
-    strategy: Strategy = Field(Strategy.PARAMETER_SERVER, description=_FIELD_DOCS["strategy"])
+    name: str = Field(description="Job name: a DNS-1123 label of at most 40 characters.")
+    tenant: str = Field(description="Tenant owning the job (DNS-1123 label); decides the "
+                                    "namespace.")
+    mode: Mode = Field(Mode.SINGLE, description="single: one worker replica; distributed: a "
+                                                "TensorFlow cluster.")
+    strategy: Strategy = Field(Strategy.PARAMETER_SERVER,
+                               description="Layout of a distributed job: parameter_server "
+                                           "(ps >= 1) or multi_worker_mirrored (ps = 0).")
     replicas: Replicas = Field(default_factory=Replicas,
                                description="Replicas per role: chief 0-1, ps, worker, "
                                            "evaluator 0-1. single mode: exactly 1 worker.")
@@ -329,16 +278,16 @@ class TrainingRequest(_Model):
     @classmethod
     def _check_argv(cls, value: Any, info: Any) -> Any:
         if isinstance(value, str):
-            raise _invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
+            raise invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
                            "shell strings are not run", value)
         if not isinstance(value, list | tuple):
-            raise _invalid("a list of strings is allowed", value)
+            raise invalid("a list of strings is allowed", value)
         if info.field_name == "entrypoint" and not value:
-            raise _invalid("a non-empty argv list is required, e.g. [\"python3\", "
+            raise invalid("a non-empty argv list is required, e.g. [\"python3\", "
                            "\"train.py\"]", value)
         for index, item in enumerate(value):
             if not isinstance(item, str) or (info.field_name == "entrypoint" and not item):
-                raise _invalid("every argv item must be a non-empty string (quote numbers "
+                raise invalid("every argv item must be a non-empty string (quote numbers "
                                "in YAML)" if info.field_name == "entrypoint" else
                                "every argument must be a string (quote numbers in YAML)",
                                item, f"[{index}]")
@@ -348,17 +297,17 @@ class TrainingRequest(_Model):
     @classmethod
     def _check_env(cls, value: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise _invalid("a mapping of variable names to strings is allowed", value)
+            raise invalid("a mapping of variable names to strings is allowed", value)
         for key, item in value.items():
             if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
-                raise _invalid("environment names are letters, digits and '_', not "
+                raise invalid("environment names are letters, digits and '_', not "
                                "starting with a digit", key, str(key))
             if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
-                raise _invalid(f"the name is reserved for TF-on-K8s (names starting with "
+                raise invalid(f"the name is reserved for TF-on-K8s (names starting with "
                                f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
                                "); choose another", key, key)
             if not isinstance(item, str):
-                raise _invalid("environment values must be strings (quote them in YAML)",
+                raise invalid("environment values must be strings (quote them in YAML)",
                                item, key)
         return value
 
@@ -366,12 +315,12 @@ class TrainingRequest(_Model):
     @classmethod
     def _fill_default_resources(cls, value: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise _invalid("a mapping of role (chief, ps, worker, evaluator) to "
+            raise invalid("a mapping of role (chief, ps, worker, evaluator) to "
                            "{cpu, memory, gpu, cpu_limit, memory_limit} is allowed", value)
         filled: dict[Any, Any] = {role.value: {} for role in Role}
         for key, item in value.items():
             if str(key) not in filled:
-                raise _invalid("allowed roles: " + ", ".join(role.value for role in Role),
+                raise invalid("allowed roles: " + ", ".join(role.value for role in Role),
                                key, str(key))
             filled[str(key)] = {} if item is None else item
         return filled
@@ -381,7 +330,7 @@ class TrainingRequest(_Model):
     def _check_gpu_type(cls, value: str | None) -> str | None:
         if value is not None and (len(value) > 63 or not LABEL_VALUE_PATTERN.match(value)
                                   or not value):
-            raise _invalid("a Kubernetes label value is allowed, e.g. NVIDIA-A100-SXM4-40GB",
+            raise invalid("a Kubernetes label value is allowed, e.g. NVIDIA-A100-SXM4-40GB",
                            value)
         return value
 
@@ -390,7 +339,7 @@ class TrainingRequest(_Model):
     def _check_bundle(cls, value: str) -> str:
         bucket, key = _split_s3_url(value, "s3://bucket/key.tar.gz")
         if not key.endswith(".tar.gz") or key.endswith("/.tar.gz") or key == ".tar.gz":
-            raise _invalid("an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)",
+            raise invalid("an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)",
                            value)
         return value
 
@@ -406,11 +355,11 @@ class TrainingRequest(_Model):
         if value is None:
             return None
         if not isinstance(value, str):
-            raise _invalid("none, an Airflow preset or a 5-field cron string is allowed",
+            raise invalid("none, an Airflow preset or a 5-field cron string is allowed",
                            value)
         problem = explain_schedule_problem(value.strip())
         if problem:
-            raise _invalid(f"{problem}; allowed: none, one of {', '.join(AIRFLOW_PRESETS)} or "
+            raise invalid(f"{problem}; allowed: none, one of {', '.join(AIRFLOW_PRESETS)} or "
                            "a 5-field cron like \"0 3 * * *\"", value)
         return value.strip()
 
@@ -423,7 +372,7 @@ class TrainingRequest(_Model):
     @classmethod
     def _require_mapping(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
-            raise _invalid("a mapping of request fields is allowed", data)
+            raise invalid("a mapping of request fields is allowed", data)
         # A required field given as null (e.g. an empty Airflow form field) is missing.
         return {key: value for key, value in data.items()
                 if value is not None or key not in _REQUIRED_FIELDS}
@@ -435,29 +384,29 @@ class TrainingRequest(_Model):
             for role in Role:
                 wanted = 1 if role is Role.WORKER else 0
                 if getattr(replicas, role.value) != wanted:
-                    raise _invalid(f"single mode runs exactly 1 worker and no {role.value}"
+                    raise invalid(f"single mode runs exactly 1 worker and no {role.value}"
                                    if role is not Role.WORKER else
                                    "single mode runs exactly 1 worker",
                                    getattr(replicas, role.value), f"replicas.{role.value}")
         elif self.strategy is Strategy.PARAMETER_SERVER:
             if replicas.ps < 1:
-                raise _invalid("distributed parameter-server jobs need at least 1",
+                raise invalid("distributed parameter-server jobs need at least 1",
                                replicas.ps, "replicas.ps")
             if replicas.worker < 1:
-                raise _invalid("distributed parameter-server jobs need at least 1",
+                raise invalid("distributed parameter-server jobs need at least 1",
                                replicas.worker, "replicas.worker")
         else:
             if replicas.ps != 0:
-                raise _invalid("multi_worker_mirrored jobs have no ps (0)", replicas.ps,
+                raise invalid("multi_worker_mirrored jobs have no ps (0)", replicas.ps,
                                "replicas.ps")
             if replicas.worker < 1:
-                raise _invalid("multi_worker_mirrored jobs need at least 1", replicas.worker,
+                raise invalid("multi_worker_mirrored jobs need at least 1", replicas.worker,
                                "replicas.worker")
         if self.active_deadline <= self.startup_timeout:
-            raise _invalid(f"must be more than startup_timeout ({self.startup_timeout})",
+            raise invalid(f"must be more than startup_timeout ({self.startup_timeout})",
                            self.active_deadline, "active_deadline")
         if self.success_policy is SuccessPolicy.CHIEF and replicas.chief == 0:
-            raise _invalid("policy chief needs replicas.chief = 1; use worker0 or "
+            raise invalid("policy chief needs replicas.chief = 1; use worker0 or "
                            "all_workers", self.success_policy.value, "success_policy")
         if self.success_policy is None:
             # frozen model: set the resolved default once, during validation
@@ -492,102 +441,14 @@ _REQUIRED_FIELDS = frozenset(name for name, field in TrainingRequest.model_field
 
 def _split_s3_url(value: str, shape: str) -> tuple[str, str]:
     if not value.startswith("s3://"):
-        raise _invalid(f"an {shape} URL is allowed", value)
+        raise invalid(f"an {shape} URL is allowed", value)
     bucket, _, key = value[len("s3://"):].partition("/")
     if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
-        raise _invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
+        raise invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
                        "digits, '.', '-') is allowed", value)
     if not key.strip("/"):
-        raise _invalid(f"an {shape} URL with a non-empty key is allowed", value)
+        raise invalid(f"an {shape} URL with a non-empty key is allowed", value)
     return bucket, key
-
-
-# --- pydantic errors rewritten as RequestError -------------------------------------------
-
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
-    """The BaseModel inside an annotation like Foo, list[Foo], dict[K, Foo], Foo | None."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for argument in getattr(annotation, "__args__", ()) or ():
-        found = _nested_model(argument)
-        if found is not None:
-            return found
-    return None
-
-
-def _model_at(location: tuple[Any, ...]) -> type[BaseModel]:
-    """The model whose field set applies at `location` (for unknown-field errors)."""
-    model: type[BaseModel] = TrainingRequest
-    for part in location:
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            continue
-        nested = _nested_model(field.annotation)
-        if nested is None:
-            break
-        model = nested
-    return model
-
-
-def _field_path(location: tuple[Any, ...]) -> str:
-    path = ""
-    for part in location:
-        if part == "[key]":
-            continue
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part.startswith("["):
-            path += part
-        else:
-            path += f".{part}" if path else str(part)
-    return path
-
-
-def _allowed_for(error: Mapping[str, Any]) -> str:
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    if kind in ("enum", "literal_error"):
-        return "allowed: " + ctx.get("expected", "").replace("'", "")
-    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        bounds = {"greater_than_equal": "at least", "less_than_equal": "at most",
-                  "greater_than": "more than", "less_than": "less than"}
-        return f"{bounds[kind]} {next(iter(ctx.values()))} is allowed"
-    if kind.startswith("int_"):
-        return "a whole number is allowed"
-    if kind in ("string_type", "string_too_short"):
-        return "a non-empty string is allowed" if kind == "string_too_short" else \
-            "a string is allowed (quote numbers in YAML)"
-    if kind in ("list_type",):
-        return "a list is allowed"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "a mapping is allowed"
-    return str(error.get("msg", "invalid value")).lower()
-
-
-def convert_validation_error(exc: ValidationError) -> RequestError:
-    """The first pydantic error of `exc`, rewritten as one RequestError."""
-    error = exc.errors(include_url=False)[0]
-    location = tuple(error.get("loc", ()))
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    if kind == "tfjob_invalid":
-        field = _field_path(location)
-        extra = ctx.get("field") or ""
-        if extra:
-            field = f"{field}{extra}" if extra.startswith("[") or not field else \
-                f"{field}.{extra}"
-        return RequestError(field, ctx.get("given", _NOTHING), ctx["allowed"])
-    if kind == "missing":
-        model = _model_at(location[:-1])
-        field_info = model.model_fields.get(location[-1])
-        hint = f" ({field_info.description})" if field_info and field_info.description else ""
-        return RequestError(_field_path(location), _NOTHING, f"the field is required{hint}")
-    if kind == "extra_forbidden":
-        model = _model_at(location[:-1])
-        names = [field.alias or name for name, field in model.model_fields.items()]
-        return RequestError(_field_path(location), error.get("input"),
-                            "unknown field; allowed fields: " + ", ".join(names))
-    return RequestError(_field_path(location), error.get("input"), _allowed_for(error))
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -604,7 +465,7 @@ def validate_request(data: Any) -> TrainingRequest:
     try:
         return TrainingRequest.model_validate(dict(data))
     except ValidationError as exc:
-        raise convert_validation_error(exc) from None
+        raise convert_validation_error(exc, TrainingRequest) from None
 
 
 def parse_request(text: str, fmt: str) -> TrainingRequest:

@@ -348,3 +348,11 @@ def test_required_field_given_as_null_is_reported_missing():
     with pytest.raises(RequestError) as caught:
         load_request(valid_request_data(tenant=None))
     assert str(caught.value).startswith("request.tenant: nothing given; the field is required")
+
+
+def test_request_error_survives_pickling():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(RequestError("replicas.ps", 0, "at least 1")))
+    assert (error.field, error.given, str(error)) == ("replicas.ps", 0,
+                                                      "request.replicas.ps: 0 given; at least 1")

@@ -31,6 +31,10 @@ class RequestError(ValueError):
         self.allowed = allowed
         super().__init__(format_request_error(field, given, allowed))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ValueError pickles only the message; keep the parts (processes pass errors on).
+        return (type(self), (self.field, self.given, self.allowed))
+
 
 def describe_value(value: Any) -> str:
     """A short rendering of a given value for error messages."""

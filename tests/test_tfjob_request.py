@@ -356,3 +356,6 @@ def test_request_error_survives_pickling():
     error = pickle.loads(pickle.dumps(RequestError("replicas.ps", 0, "at least 1")))
     assert (error.field, error.given, str(error)) == ("replicas.ps", 0,
                                                       "request.replicas.ps: 0 given; at least 1")
+    with pytest.raises(RequestError) as caught:
+        load_request(valid_request_data(tenant=None))
+    assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)

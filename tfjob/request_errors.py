@@ -15,7 +15,18 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-NOTHING = object()  # stands for "no value given"
+
+class _Nothing:
+    """The value of a field that was not given (a singleton, also across pickling)."""
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __reduce__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING = _Nothing()
 
 
 class Unquoted(str):

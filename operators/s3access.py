@@ -27,7 +27,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     """`s3://bucket/some/key` -> ("bucket", "some/key"); the key may be empty."""
     if not isinstance(uri, str) or not uri.startswith("s3://"):
         raise ValueError(f"S3 URI: {uri!r} given; expected s3://<bucket>/<key>")
-    bucket, _, key = uri[len("s3://"):].partition("/")
+    bucket, _, key = uri[len("s3://") :].partition("/")
     if not bucket:
         raise ValueError(f"S3 URI: {uri!r} given; the bucket name is missing (s3://<bucket>/<key>)")
     return bucket, key
@@ -49,7 +49,11 @@ def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
     if not key or key.endswith("/"):
         raise ValueError(f"bundle_uri: {bundle_uri!r} given; it must name an object, not a prefix")
     _check_expires(expires)
-    return str(s3_client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires))
+    return str(
+        s3_client.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires
+        )
+    )
 
 
 def presign_upload(
@@ -66,14 +70,15 @@ def presign_upload(
     """
     _check_expires(expires)
     bucket, prefix = run_output_prefix(output_uri, run_id)
-    # Key ending in ${filename} makes botocore add ["starts-with", "$key", prefix] instead of a fixed key.
+    # A Key ending in ${filename} makes botocore add ["starts-with", "$key", prefix]
+    # instead of pinning one key.
     post = s3_client.generate_presigned_post(
         Bucket=bucket,
         Key=prefix + "${filename}",
         Conditions=[["content-length-range", 0, max_file_bytes]],
         ExpiresIn=expires,
     )
-    expires_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=expires)
+    expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
     return {
         "version": UPLOAD_POLICY_VERSION,
         "method": "POST",

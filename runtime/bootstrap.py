@@ -47,7 +47,7 @@ def log(message: str) -> None:
 
 def split_command(argv: list[str]) -> list[str]:
     """The program to run: everything after `--` (or all arguments when there is no `--`)."""
-    return argv[argv.index("--") + 1:] if "--" in argv else argv
+    return argv[argv.index("--") + 1 :] if "--" in argv else argv
 
 
 def wait_for_cluster_spec(path: str, timeout_s: float) -> dict[str, object] | None:
@@ -66,11 +66,15 @@ def cluster_environment(spec: dict[str, object]) -> dict[str, str]:
     """TF_CONFIG and the legacy variables from cluster.json; raises ValueError naming the field."""
     tf_config = spec.get("tf_config")
     if not isinstance(tf_config, dict):
-        raise ValueError(f"cluster.json: tf_config: {type(tf_config).__name__} given; an object is required")
+        raise ValueError(
+            f"cluster.json: tf_config: {type(tf_config).__name__} given; an object is required"
+        )
     env = {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
     legacy = spec.get("legacy", {})
     if not isinstance(legacy, dict):
-        raise ValueError(f"cluster.json: legacy: {type(legacy).__name__} given; an object is required")
+        raise ValueError(
+            f"cluster.json: legacy: {type(legacy).__name__} given; an object is required"
+        )
     for name in LEGACY_VARIABLES:
         if name in legacy:
             env[name] = str(legacy[name])
@@ -90,7 +94,7 @@ def workspace_environment(workspace: str) -> dict[str, str]:
 
 
 def run_forwarding_signals(command: list[str], cwd: str, env: dict[str, str]) -> int:
-    """Run the program, pass SIGTERM/SIGINT on to it, return its exit status (128+N if killed by N)."""
+    """Run the program, pass SIGTERM/SIGINT on; return its status (128+N if killed by N)."""
     child = subprocess.Popen(command, cwd=cwd, env=env)
 
     def forward(signum: int, _frame: object) -> None:
@@ -141,7 +145,9 @@ def parse_timeout(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; a number of seconds is required") from None
+        raise ValueError(
+            f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; a number of seconds is required"
+        ) from None
     if value <= 0:
         raise ValueError(f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; it must be positive")
     return value
@@ -159,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if os.environ.get("TFJOB_WAIT_CLUSTERSPEC", "0") == "1":
         try:
-            timeout_s = parse_timeout(os.environ.get("TFJOB_CLUSTERSPEC_TIMEOUT", str(DEFAULT_CLUSTERSPEC_TIMEOUT_S)))
+            timeout_s = parse_timeout(
+                os.environ.get("TFJOB_CLUSTERSPEC_TIMEOUT", str(DEFAULT_CLUSTERSPEC_TIMEOUT_S))
+            )
         except ValueError as exc:
             log(str(exc))
             return EXIT_USAGE
@@ -168,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             spec = wait_for_cluster_spec(path, timeout_s)
             if spec is None:
-                log(f"no ClusterSpec at {path} after {timeout_s:g}s (TFJOB_CLUSTERSPEC_TIMEOUT); "
-                    "the other replicas did not all start in time")
+                log(
+                    f"no ClusterSpec at {path} after {timeout_s:g}s (TFJOB_CLUSTERSPEC_TIMEOUT); "
+                    "the other replicas did not all start in time"
+                )
                 return EXIT_NO_CLUSTERSPEC
             env.update(cluster_environment(spec))
         except (OSError, ValueError) as exc:

@@ -135,7 +135,9 @@ class BundleInfo:
 # --------------------------------------------------------------------------- writing
 
 
-def collect_source_files(src_dir: str | os.PathLike[str]) -> tuple[list[tuple[str, Path]], list[str]]:
+def collect_source_files(
+    src_dir: str | os.PathLike[str],
+) -> tuple[list[tuple[str, Path]], list[str]]:
     """Map a source directory to (bundle path, file) pairs, sorted, plus skipped top-level names.
 
     `DIR/code` and `DIR/data` become `code/` and `data/`; when DIR has neither,
@@ -158,7 +160,9 @@ def collect_source_files(src_dir: str | os.PathLike[str]) -> tuple[list[tuple[st
         for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
             dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIR_NAMES)
             # Directory links are not walked into; packed only when they point inside.
-            for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            for name in sorted(
+                filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            ):
                 if name.endswith(EXCLUDED_SUFFIXES):
                     continue
                 path = Path(dirpath) / name
@@ -166,7 +170,9 @@ def collect_source_files(src_dir: str | os.PathLike[str]) -> tuple[list[tuple[st
                 if path.is_symlink():
                     target = path.resolve()
                     if not target.is_relative_to(real_root):
-                        raise BundleError(str(path), Refusal.BAD_SOURCE, f"link points outside {root}: {target}")
+                        raise BundleError(
+                            str(path), Refusal.BAD_SOURCE, f"link points outside {root}: {target}"
+                        )
                     if target.is_dir():
                         skipped.append(f"{prefix}/{rel} (link to a directory)")
                         continue
@@ -257,23 +263,34 @@ def write_bundle(
     try:
         with open(tmp, "wb") as raw:
             hashing = _HashingWriter(raw)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=hashing, compresslevel=compresslevel, mtime=0) as gz:
-                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK_BYTES) as tar:
+            with gzip.GzipFile(
+                filename="", mode="wb", fileobj=hashing, compresslevel=compresslevel, mtime=0
+            ) as gz:
+                with tarfile.open(
+                    fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK_BYTES
+                ) as tar:
                     body = manifest.to_json()
                     tar.addfile(_tar_info(MANIFEST_NAME, len(body)), io.BytesIO(body))
                     for entry, (_, path) in zip(entries, pairs, strict=True):
                         st = path.stat()
                         if st.st_size != entry.size:
-                            raise BundleError(str(path), Refusal.BAD_SOURCE, "file changed while packing")
+                            raise BundleError(
+                                str(path), Refusal.BAD_SOURCE, "file changed while packing"
+                            )
                         mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
                         with open(path, "rb") as stream:
-                            tar.addfile(_tar_info(entry.path, entry.size, mode, st.st_mtime), _CountingReader(stream, advance))
+                            tar.addfile(
+                                _tar_info(entry.path, entry.size, mode, st.st_mtime),
+                                _CountingReader(stream, advance),
+                            )
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     large = tuple(e for e in entries if e.size > LARGE_FILE_BYTES)
-    return BundleInfo(out, manifest, hashing.size, hashing.digest.hexdigest(), large, tuple(skipped))
+    return BundleInfo(
+        out, manifest, hashing.size, hashing.digest.hexdigest(), large, tuple(skipped)
+    )
 
 
 class _CountingReader:
@@ -300,8 +317,10 @@ def parse_manifest(body: bytes, max_total_size: int) -> Manifest:
         raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, "not a JSON object")
     if raw.get("format_version") != FORMAT_VERSION:
         raise BundleError(
-            MANIFEST_NAME, Refusal.BAD_MANIFEST,
-            f"format_version: {raw.get('format_version')!r} given; this reader knows {FORMAT_VERSION}",
+            MANIFEST_NAME,
+            Refusal.BAD_MANIFEST,
+            f"format_version: {raw.get('format_version')!r} given; "
+            f"this reader knows {FORMAT_VERSION}",
         )
     files = raw.get("files")
     if not isinstance(files, list):
@@ -311,27 +330,47 @@ def parse_manifest(body: bytes, max_total_size: int) -> Manifest:
     for index, item in enumerate(files):
         where = f"files[{index}]"
         if not isinstance(item, dict):
-            raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}: an object is required")
+            raise BundleError(
+                MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}: an object is required"
+            )
         path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
         if not isinstance(path, str):
-            raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}.path: a string is required")
+            raise BundleError(
+                MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}.path: a string is required"
+            )
         check_member_path(path)
         if path in seen:
             raise BundleError(path, Refusal.DUPLICATE, "listed twice in the manifest")
         seen.add(path)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}.size: {size!r} given; a non-negative integer is required")
+            raise BundleError(
+                MANIFEST_NAME,
+                Refusal.BAD_MANIFEST,
+                f"{where}.size: {size!r} given; a non-negative integer is required",
+            )
         if not isinstance(digest, str) or not _SHA256_RE.match(digest):
-            raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{where}.sha256: {digest!r} given; 64 lowercase hex digits are required")
+            raise BundleError(
+                MANIFEST_NAME,
+                Refusal.BAD_MANIFEST,
+                f"{where}.sha256: {digest!r} given; 64 lowercase hex digits are required",
+            )
         entries.append(ManifestEntry(path, size, digest))
     total = sum(e.size for e in entries)
     if raw.get("total_size") != total:
-        raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"total_size: {raw.get('total_size')!r} given; the files add up to {total}")
+        raise BundleError(
+            MANIFEST_NAME,
+            Refusal.BAD_MANIFEST,
+            f"total_size: {raw.get('total_size')!r} given; the files add up to {total}",
+        )
     if total > max_total_size:
-        raise BundleError(MANIFEST_NAME, Refusal.TOO_LARGE, f"{total} bytes listed; the limit is {max_total_size}")
+        raise BundleError(
+            MANIFEST_NAME, Refusal.TOO_LARGE, f"{total} bytes listed; the limit is {max_total_size}"
+        )
     name, created = raw.get("name"), raw.get("created")
     if not isinstance(name, str) or not isinstance(created, str):
-        raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, "name and created: strings are required")
+        raise BundleError(
+            MANIFEST_NAME, Refusal.BAD_MANIFEST, "name and created: strings are required"
+        )
     return Manifest(name=name, created=created, files=tuple(entries), total_size=total)
 
 
@@ -342,7 +381,12 @@ def check_member_path(name: str) -> None:
     parts = name.replace("\\", "/").split("/")
     if ".." in parts:
         raise BundleError(name, Refusal.PARENT_REFERENCE)
-    if "\\" in name or "\x00" in name or posixpath.normpath(name) != name.rstrip("/") or "" in parts[:-1]:
+    if (
+        "\\" in name
+        or "\x00" in name
+        or posixpath.normpath(name) != name.rstrip("/")
+        or "" in parts[:-1]
+    ):
         raise BundleError(name, Refusal.NOT_NORMALIZED)
     if parts[0] not in TOP_DIRS:
         raise BundleError(name, Refusal.OUTSIDE_TOP_DIRS)
@@ -361,16 +405,25 @@ def _iterate_checked(
     on_file: Callable[[tarfile.TarFile, tarfile.TarInfo, ManifestEntry], str],
     filter_dest: str,
 ) -> Manifest:
-    """Stream the archive once, checking every member; `on_file` reads a file member and returns its sha256."""
+    """Stream the archive once, checking every member.
+
+    `on_file` reads a regular file member and returns its sha256.
+    """
     current = ARCHIVE_MEMBER
     try:
         with tarfile.open(path, mode="r|gz") as tar:
             first = tar.next()
             if first is None or first.name != MANIFEST_NAME or not first.isfile():
                 got = "nothing" if first is None else repr(first.name)
-                raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"must be the first member; found {got}")
+                raise BundleError(
+                    MANIFEST_NAME, Refusal.BAD_MANIFEST, f"must be the first member; found {got}"
+                )
             if first.size > MAX_MANIFEST_BYTES:
-                raise BundleError(MANIFEST_NAME, Refusal.BAD_MANIFEST, f"{first.size} bytes; at most {MAX_MANIFEST_BYTES}")
+                raise BundleError(
+                    MANIFEST_NAME,
+                    Refusal.BAD_MANIFEST,
+                    f"{first.size} bytes; at most {MAX_MANIFEST_BYTES}",
+                )
             manifest = parse_manifest(tar.extractfile(first).read(), max_total_size)  # type: ignore[union-attr]
             expected = {e.path: e for e in manifest.files}
             seen: set[str] = set()
@@ -393,12 +446,22 @@ def _iterate_checked(
                 seen.add(member.name)
                 total += member.size
                 if total > max_total_size:
-                    raise BundleError(member.name, Refusal.TOO_LARGE, f"over {max_total_size} bytes")
+                    raise BundleError(
+                        member.name, Refusal.TOO_LARGE, f"over {max_total_size} bytes"
+                    )
                 if member.size != entry.size:
-                    raise BundleError(member.name, Refusal.SIZE_MISMATCH, f"{member.size} bytes in the archive; the manifest says {entry.size}")
+                    raise BundleError(
+                        member.name,
+                        Refusal.SIZE_MISMATCH,
+                        f"{member.size} bytes in the archive; the manifest says {entry.size}",
+                    )
                 digest = on_file(tar, member, entry)
                 if digest != entry.sha256:
-                    raise BundleError(member.name, Refusal.CHECKSUM_MISMATCH, f"got {digest}, the manifest says {entry.sha256}")
+                    raise BundleError(
+                        member.name,
+                        Refusal.CHECKSUM_MISMATCH,
+                        f"got {digest}, the manifest says {entry.sha256}",
+                    )
                 current = ARCHIVE_MEMBER
             missing = sorted(set(expected) - seen)
             if missing:
@@ -408,12 +471,18 @@ def _iterate_checked(
     except BundleError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno is not None:
+        if (
+            isinstance(exc, OSError)
+            and not isinstance(exc, gzip.BadGzipFile)
+            and exc.errno is not None
+        ):
             raise  # a real I/O error (disk full, permission), not a bad archive
         raise BundleError(current, Refusal.CORRUPT, f"{type(exc).__name__}: {exc}") from None
 
 
-def _read_and_hash(tar: tarfile.TarFile, member: tarfile.TarInfo, sink: io.BufferedWriter | None) -> str:
+def _read_and_hash(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, sink: io.BufferedWriter | None
+) -> str:
     digest = hashlib.sha256()
     stream = tar.extractfile(member)
     assert stream is not None
@@ -424,9 +493,16 @@ def _read_and_hash(tar: tarfile.TarFile, member: tarfile.TarInfo, sink: io.Buffe
     return digest.hexdigest()
 
 
-def verify_bundle(path: str | os.PathLike[str], max_total_size: int = DEFAULT_MAX_TOTAL_SIZE) -> Manifest:
-    """Check a bundle completely without writing anything; raise BundleError on the first problem."""
-    return _iterate_checked(path, max_total_size, lambda tar, member, _: _read_and_hash(tar, member, None), "/nonexistent-bundle-root")
+def verify_bundle(
+    path: str | os.PathLike[str], max_total_size: int = DEFAULT_MAX_TOTAL_SIZE
+) -> Manifest:
+    """Check a whole bundle without writing anything; BundleError on the first problem."""
+    return _iterate_checked(
+        path,
+        max_total_size,
+        lambda tar, member, _: _read_and_hash(tar, member, None),
+        "/nonexistent-bundle-root",
+    )
 
 
 def extract_bundle(
@@ -446,7 +522,9 @@ def extract_bundle(
         new_root = staging / "new"
         new_root.mkdir()
 
-        def write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, _entry: ManifestEntry) -> str:
+        def write_member(
+            tar: tarfile.TarFile, member: tarfile.TarInfo, _entry: ManifestEntry
+        ) -> str:
             target = new_root / member.name
             target.parent.mkdir(parents=True, exist_ok=True)
             with open(target, "xb") as sink:

@@ -45,7 +45,10 @@ def main() -> int:
         with open(url_file, encoding="utf-8") as stream:
             url = stream.read().strip()
     except OSError as exc:
-        log(f"cannot read {url_file}: {exc.strerror}; the pod needs the access Secret mounted at {access_dir}")
+        log(
+            f"cannot read {url_file}: {exc.strerror}; "
+            f"the pod needs the access Secret mounted at {access_dir}"
+        )
         return EXIT_CONFIG
     if not url:
         log(f"{url_file} is empty")
@@ -72,7 +75,8 @@ def main() -> int:
     seconds = time.monotonic() - started
     log(
         f"bundle {manifest.name!r} (created {manifest.created}): {len(manifest.files)} files, "
-        f"{manifest.total_size} bytes, archive {size} bytes, verified and extracted into {workspace} in {seconds:.1f}s"
+        f"{manifest.total_size} bytes, archive {size} bytes, "
+        f"verified and extracted into {workspace} in {seconds:.1f}s"
     )
     return EXIT_OK
 

@@ -59,9 +59,13 @@ class UploadPolicy:
     def from_json(cls, raw: dict[str, object]) -> UploadPolicy:
         missing = [k for k in ("url", "fields", "prefix") if k not in raw]
         if missing:
-            raise TransferError(f"upload.json: missing {', '.join(missing)}; needs url, fields, prefix")
+            raise TransferError(
+                f"upload.json: missing {', '.join(missing)}; needs url, fields, prefix"
+            )
         if raw.get("method", "POST") != "POST":
-            raise TransferError(f"upload.json: method {raw.get('method')!r} given; only POST is supported")
+            raise TransferError(
+                f"upload.json: method {raw.get('method')!r} given; only POST is supported"
+            )
         fields = raw["fields"]
         if not isinstance(fields, dict):
             raise TransferError("upload.json: fields must be an object")
@@ -103,7 +107,16 @@ def describe_http_error(exc: urllib.error.HTTPError) -> tuple[str | None, str]:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code >= 500 or exc.code == 429
-    return isinstance(exc, (urllib.error.URLError, ConnectionError, socket.timeout, http.client.HTTPException, TimeoutError))
+    return isinstance(
+        exc,
+        (
+            urllib.error.URLError,
+            ConnectionError,
+            socket.timeout,
+            http.client.HTTPException,
+            TimeoutError,
+        ),
+    )
 
 
 def _with_retries(action: Callable[[], object], what: str, retries: int) -> object:
@@ -114,7 +127,11 @@ def _with_retries(action: Callable[[], object], what: str, retries: int) -> obje
         except urllib.error.HTTPError as exc:
             code, message = describe_http_error(exc)
             if not _is_transient(exc) or attempt == retries:
-                raise TransferError(f"{what}: HTTP {exc.code} {code or ''}: {message}".replace("  ", " "), exc.code, code) from None
+                raise TransferError(
+                    f"{what}: HTTP {exc.code} {code or ''}: {message}".replace("  ", " "),
+                    exc.code,
+                    code,
+                ) from None
         except Exception as exc:  # noqa: BLE001 - classified below
             if not _is_transient(exc) or attempt == retries:
                 if isinstance(exc, TransferError):
@@ -159,16 +176,18 @@ def download_to_file(
         partial.unlink(missing_ok=True)
 
 
-def _multipart_body(fields: dict[str, str], file_path: Path, boundary: str) -> tuple[list[bytes], int]:
+def _multipart_body(
+    fields: dict[str, str], file_path: Path, boundary: str
+) -> tuple[list[bytes], int]:
     """The parts around the file content of a multipart/form-data POST, and the total length."""
     head = bytearray()
     for name, value in fields.items():
-        head += f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n".encode()
+        head += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
         head += value.encode() + b"\r\n"
     # S3 ignores every field after `file`, so the file must come last.
     filename = file_path.name.replace('"', "_")
     head += (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
     ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
@@ -203,7 +222,10 @@ def post_file(
             policy.url,
             data=_stream_file(path, head, tail),
             method="POST",
-            headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(length)},
+            headers={
+                "Content-Type": f"multipart/form-data; boundary={boundary}",
+                "Content-Length": str(length),
+            },
         )
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             answer.read()
@@ -211,14 +233,21 @@ def post_file(
     _with_retries(attempt, what, retries)
 
 
-def put_file(url: str, file_path: str | os.PathLike[str], retries: int = DEFAULT_RETRIES, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+def put_file(
+    url: str,
+    file_path: str | os.PathLike[str],
+    retries: int = DEFAULT_RETRIES,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
     """Upload one file with a presigned PUT URL (the signature binds the key)."""
     path = Path(file_path)
     length = path.stat().st_size
 
     def attempt() -> None:
         with open(path, "rb") as body:
-            request = urllib.request.Request(url, data=body, method="PUT", headers={"Content-Length": str(length)})
+            request = urllib.request.Request(
+                url, data=body, method="PUT", headers={"Content-Length": str(length)}
+            )
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 answer.read()
 

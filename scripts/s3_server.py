@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A local S3 for the demo and the tests: moto's server on loopback, with presigned requests checked.
+"""A local S3 for the demo and tests: moto's server on loopback, presigned requests checked.
 
     python scripts/s3_server.py up --port 9000 --state-dir .state/s3 --bucket tfjob-demo
     python scripts/s3_server.py down --state-dir .state/s3
@@ -77,17 +77,21 @@ def _uri_encode(text: str) -> str:
 
 def _parse_amz_date(text: str) -> dt.datetime:
     try:
-        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
-        raise Refused("AuthorizationQueryParametersError", f"X-Amz-Date {text!r} is not YYYYMMDDTHHMMSSZ") from None
+        raise Refused(
+            "AuthorizationQueryParametersError", f"X-Amz-Date {text!r} is not YYYYMMDDTHHMMSSZ"
+        ) from None
 
 
 class PresignChecker:
     """Checks presigned query requests and POST policies the way S3 does."""
 
-    def __init__(self, credentials: dict[str, str], now: Callable[[], dt.datetime] | None = None) -> None:
+    def __init__(
+        self, credentials: dict[str, str], now: Callable[[], dt.datetime] | None = None
+    ) -> None:
         self.credentials = credentials
-        self.now = now or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.now = now or (lambda: dt.datetime.now(dt.UTC))
 
     def _secret_and_scope(self, credential: str) -> tuple[str, str, str, str]:
         parts = credential.split("/")
@@ -96,43 +100,78 @@ class PresignChecker:
         access_key, date, region, service, _ = parts
         secret = self.credentials.get(access_key)
         if secret is None:
-            raise Refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+            raise Refused(
+                "InvalidAccessKeyId",
+                "The AWS Access Key Id you provided does not exist in our records.",
+            )
         return secret, date, region, service
 
     def check_query_signature_v2(self, environ: dict[str, Any]) -> None:
-        """Legacy SigV2 query auth (what botocore still presigns with in us-east-1 unless told s3v4)."""
-        params = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+        """Legacy SigV2 query auth (botocore presigns with it in us-east-1 unless told s3v4)."""
+        params = dict(
+            urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        )
         secret = self.credentials.get(params.get("AWSAccessKeyId", ""))
         if secret is None:
-            raise Refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+            raise Refused(
+                "InvalidAccessKeyId",
+                "The AWS Access Key Id you provided does not exist in our records.",
+            )
         try:
             expires = int(params.get("Expires", ""))
         except ValueError:
-            raise Refused("AccessDenied", "Query-string authentication requires the Expires parameter") from None
+            raise Refused(
+                "AccessDenied", "Query-string authentication requires the Expires parameter"
+            ) from None
         if self.now().timestamp() > expires:
             raise Refused("AccessDenied", "Request has expired")
-        raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or urllib.parse.quote(environ.get("PATH_INFO", "/"))
-        to_sign = "\n".join([environ["REQUEST_METHOD"], environ.get("HTTP_CONTENT_MD5", ""),
-                              environ.get("CONTENT_TYPE", ""), str(expires), raw_uri.split("?", 1)[0]])
-        expected = base64.b64encode(hmac.new(secret.encode(), to_sign.encode(), hashlib.sha1).digest()).decode()
+        raw_uri = (
+            environ.get("RAW_URI")
+            or environ.get("REQUEST_URI")
+            or urllib.parse.quote(environ.get("PATH_INFO", "/"))
+        )
+        to_sign = "\n".join(
+            [
+                environ["REQUEST_METHOD"],
+                environ.get("HTTP_CONTENT_MD5", ""),
+                environ.get("CONTENT_TYPE", ""),
+                str(expires),
+                raw_uri.split("?", 1)[0],
+            ]
+        )
+        expected = base64.b64encode(
+            hmac.new(secret.encode(), to_sign.encode(), hashlib.sha1).digest()
+        ).decode()
         if not hmac.compare_digest(expected, params.get("Signature", "")):
-            raise Refused("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")
+            raise Refused(
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided.",
+            )
 
     def check_query_signature(self, environ: dict[str, Any]) -> None:
         pairs = urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         params = dict(pairs)
         if params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
-            raise Refused("AuthorizationQueryParametersError", "only AWS4-HMAC-SHA256 presigned URLs are supported")
+            raise Refused(
+                "AuthorizationQueryParametersError",
+                "only AWS4-HMAC-SHA256 presigned URLs are supported",
+            )
         secret, date, region, service = self._secret_and_scope(params.get("X-Amz-Credential", ""))
         amz_date = params.get("X-Amz-Date", "")
         signed_at = _parse_amz_date(amz_date)
         try:
             expires = int(params.get("X-Amz-Expires", ""))
         except ValueError:
-            raise Refused("AuthorizationQueryParametersError", "X-Amz-Expires must be a number of seconds") from None
+            raise Refused(
+                "AuthorizationQueryParametersError", "X-Amz-Expires must be a number of seconds"
+            ) from None
         if self.now() > signed_at + dt.timedelta(seconds=expires):
             raise Refused("AccessDenied", "Request has expired")
-        raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or urllib.parse.quote(environ.get("PATH_INFO", "/"))
+        raw_uri = (
+            environ.get("RAW_URI")
+            or environ.get("REQUEST_URI")
+            or urllib.parse.quote(environ.get("PATH_INFO", "/"))
+        )
         path = raw_uri.split("?", 1)[0]
         canonical_query = "&".join(
             f"{_uri_encode(k)}={_uri_encode(v)}" for k, v in sorted(pairs) if k != "X-Amz-Signature"
@@ -147,29 +186,56 @@ class PresignChecker:
                 key = "CONTENT_LENGTH"
             header_lines += f"{name}:{' '.join(str(environ.get(key, '')).split())}\n"
         canonical = "\n".join(
-            [environ["REQUEST_METHOD"], path, canonical_query, header_lines, ";".join(signed_headers), "UNSIGNED-PAYLOAD"]
+            [
+                environ["REQUEST_METHOD"],
+                path,
+                canonical_query,
+                header_lines,
+                ";".join(signed_headers),
+                "UNSIGNED-PAYLOAD",
+            ]
         )
         scope = f"{date}/{region}/{service}/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        expected = hmac.new(signing_key(secret, date, region, service), to_sign.encode(), hashlib.sha256).hexdigest()
+        canonical_hash = hashlib.sha256(canonical.encode()).hexdigest()
+        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{canonical_hash}"
+        expected = hmac.new(
+            signing_key(secret, date, region, service), to_sign.encode(), hashlib.sha256
+        ).hexdigest()
         if not hmac.compare_digest(expected, params.get("X-Amz-Signature", "")):
-            raise Refused("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")
+            raise Refused(
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided.",
+            )
 
-    def check_post_policy(self, bucket: str, form: dict[str, str], file_name: str, file_size: int) -> None:
+    def check_post_policy(
+        self, bucket: str, form: dict[str, str], file_name: str, file_size: int
+    ) -> None:
         fields = {k.lower(): v for k, v in form.items()}
         policy_b64 = fields.get("policy", "")
         if "awsaccesskeyid" in fields:  # SigV2 policy
             secret_v2 = self.credentials.get(fields["awsaccesskeyid"])
             if secret_v2 is None:
-                raise Refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
-            expected = base64.b64encode(hmac.new(secret_v2.encode(), policy_b64.encode(), hashlib.sha1).digest()).decode()
+                raise Refused(
+                    "InvalidAccessKeyId",
+                    "The AWS Access Key Id you provided does not exist in our records.",
+                )
+            expected = base64.b64encode(
+                hmac.new(secret_v2.encode(), policy_b64.encode(), hashlib.sha1).digest()
+            ).decode()
             given = fields.get("signature", "")
         else:
-            secret, date, region, service = self._secret_and_scope(fields.get("x-amz-credential", ""))
-            expected = hmac.new(signing_key(secret, date, region, service), policy_b64.encode(), hashlib.sha256).hexdigest()
+            secret, date, region, service = self._secret_and_scope(
+                fields.get("x-amz-credential", "")
+            )
+            expected = hmac.new(
+                signing_key(secret, date, region, service), policy_b64.encode(), hashlib.sha256
+            ).hexdigest()
             given = fields.get("x-amz-signature", "")
         if not hmac.compare_digest(expected, given):
-            raise Refused("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")
+            raise Refused(
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided.",
+            )
         try:
             policy = json.loads(base64.b64decode(policy_b64))
             expiration = dt.datetime.fromisoformat(policy["expiration"].replace("Z", "+00:00"))
@@ -188,43 +254,59 @@ class PresignChecker:
         exempt = {"policy", "x-amz-signature", "file", "awsaccesskeyid", "signature"}
         for name in fields:
             if name not in covered and name not in exempt and not name.startswith("x-ignore-"):
-                raise Refused("AccessDenied", f'Invalid according to Policy: Extra input fields: {name}')
+                raise Refused(
+                    "AccessDenied", f"Invalid according to Policy: Extra input fields: {name}"
+                )
 
     @staticmethod
     def _check_condition(condition: Any, values: dict[str, str], file_size: int) -> str:
         if isinstance(condition, dict) and len(condition) == 1:
-            (name, wanted), = condition.items()
+            ((name, wanted),) = condition.items()
             op, name = "eq", name.lower()
         elif isinstance(condition, list) and len(condition) == 3:
             op, name, wanted = condition
             op = str(op).lower()
             if op == "content-length-range":
                 if not int(name) <= file_size <= int(wanted):
-                    raise Refused("EntityTooLarge" if file_size > int(wanted) else "EntityTooSmall",
-                                  f"Your proposed upload size {file_size} is outside {name}..{wanted}")
+                    raise Refused(
+                        "EntityTooLarge" if file_size > int(wanted) else "EntityTooSmall",
+                        f"Your proposed upload size {file_size} is outside {name}..{wanted}",
+                    )
                 return "content-length-range"
             name = str(name).lstrip("$").lower()
         else:
             raise Refused("InvalidPolicyDocument", f"Invalid Policy: condition {condition!r}")
         given = values.get(name, "")
         if op == "eq" and given != wanted:
-            raise Refused("AccessDenied", f'Invalid according to Policy: Policy Condition failed: ["eq", "${name}", "{wanted}"]')
+            raise Refused(
+                "AccessDenied",
+                "Invalid according to Policy: Policy Condition failed: "
+                f'["eq", "${name}", "{wanted}"]',
+            )
         if op == "starts-with" and not given.startswith(str(wanted)):
-            raise Refused("AccessDenied", f'Invalid according to Policy: Policy Condition failed: ["starts-with", "${name}", "{wanted}"]')
+            raise Refused(
+                "AccessDenied",
+                "Invalid according to Policy: Policy Condition failed: "
+                f'["starts-with", "${name}", "{wanted}"]',
+            )
         if op not in ("eq", "starts-with"):
             raise Refused("InvalidPolicyDocument", f"Invalid Policy: unknown operation {op!r}")
         return name
 
 
 class CheckingMiddleware:
-    """WSGI layer in front of moto: refuses what S3 would refuse for presigned and anonymous requests."""
+    """WSGI layer in front of moto: refuses what S3 refuses for presigned and anonymous requests."""
 
-    def __init__(self, app: WsgiApp, checker: PresignChecker, allow_anonymous: bool = False) -> None:
+    def __init__(
+        self, app: WsgiApp, checker: PresignChecker, allow_anonymous: bool = False
+    ) -> None:
         self.app = app
         self.checker = checker
         self.allow_anonymous = allow_anonymous
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         try:
             self.check(environ)
         except Refused as refusal:
@@ -233,7 +315,10 @@ class CheckingMiddleware:
                 f"<Error><Code>{refusal.code}</Code><Message>{_xml_escape(refusal.message)}</Message>"
                 "<RequestId>tfjob-local</RequestId></Error>"
             ).encode()
-            start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            start_response(
+                "403 Forbidden",
+                [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
+            )
             return [body]
         return self.app(environ, start_response)
 
@@ -255,7 +340,11 @@ class CheckingMiddleware:
             self._check_form_post(environ, path)
             return
         if not self.allow_anonymous:
-            raise Refused("AccessDenied", "Anonymous access is refused by this S3 server; use credentials or a presigned request")
+            raise Refused(
+                "AccessDenied",
+                "Anonymous access is refused by this S3 server; "
+                "use credentials or a presigned request",
+            )
 
     def _check_form_post(self, environ: dict[str, Any], path: str) -> None:
         from werkzeug.formparser import parse_form_data
@@ -274,7 +363,9 @@ class CheckingMiddleware:
         if "policy" not in {k.lower() for k in fields}:
             if self.allow_anonymous:
                 return
-            raise Refused("AccessDenied", "Anonymous POST without a policy is refused by this S3 server")
+            raise Refused(
+                "AccessDenied", "Anonymous POST without a policy is refused by this S3 server"
+            )
         bucket = path.strip("/").split("/", 1)[0]
         self.checker.check_post_policy(bucket, fields, upload.filename or "", size)
 
@@ -289,7 +380,11 @@ def _xml_escape(text: str) -> str:
 def serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", args.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", args.secret_key)
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
     from werkzeug.serving import make_server
 
     app = CheckingMiddleware(
@@ -297,7 +392,9 @@ def serve(args: argparse.Namespace) -> int:
         PresignChecker({args.access_key: args.secret_key}),
         allow_anonymous=args.allow_anonymous,
     )
-    server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
+    server = make_server(
+        args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
+    )
     port = server.server_port
     endpoint = f"http://{args.host}:{port}"
     stopping = threading.Event()
@@ -310,22 +407,37 @@ def serve(args: argparse.Namespace) -> int:
     thread = threading.Thread(target=server.serve_forever, name="s3-server", daemon=True)
     thread.start()
     create_buckets(endpoint, args.bucket, args.access_key, args.secret_key, args.region)
-    ready = {"endpoint": endpoint, "port": port, "pid": os.getpid(), "buckets": args.bucket,
-             "access_key": args.access_key, "region": args.region}
+    ready = {
+        "endpoint": endpoint,
+        "port": port,
+        "pid": os.getpid(),
+        "buckets": args.bucket,
+        "access_key": args.access_key,
+        "region": args.region,
+    }
     if args.ready_file:
         write_atomically(Path(args.ready_file), json.dumps(ready))
-    print(f"s3 server: serving {endpoint} (buckets: {', '.join(args.bucket) or 'none'})", flush=True)
+    print(
+        f"s3 server: serving {endpoint} (buckets: {', '.join(args.bucket) or 'none'})", flush=True
+    )
     stopping.wait()
     server.shutdown()
     thread.join(timeout=STOP_TIMEOUT_S)
     return 0
 
 
-def create_buckets(endpoint: str, buckets: list[str], access_key: str, secret_key: str, region: str) -> None:
+def create_buckets(
+    endpoint: str, buckets: list[str], access_key: str, secret_key: str, region: str
+) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access_key,
-                          aws_secret_access_key=secret_key, region_name=region)
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name=region,
+    )
     for bucket in buckets:
         client.create_bucket(Bucket=bucket)
 
@@ -357,28 +469,53 @@ def up(args: argparse.Namespace) -> int:
             print(f"s3 server: already serving {info['endpoint']} (pid {info['pid']})")
             return 0
         ready_file.unlink()
-    command = [sys.executable, os.path.abspath(__file__), "serve", "--host", args.host, "--port", str(args.port),
-               "--ready-file", str(ready_file), "--access-key", args.access_key, "--secret-key", args.secret_key,
-               "--region", args.region]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "serve",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--ready-file",
+        str(ready_file),
+        "--access-key",
+        args.access_key,
+        "--secret-key",
+        args.secret_key,
+        "--region",
+        args.region,
+    ]
     for bucket in args.bucket:
         command += ["--bucket", bucket]
     if args.allow_anonymous:
         command.append("--allow-anonymous")
     with open(state / "server.log", "ab") as log:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready_file.exists():
         if child.poll() is not None:
-            print(f"s3 server: failed to start (exit {child.returncode}); see {state / 'server.log'}", file=sys.stderr)
+            print(
+                f"s3 server: failed to start (exit {child.returncode}); see {state / 'server.log'}",
+                file=sys.stderr,
+            )
             return 1
         if time.monotonic() > deadline:
             child.kill()
-            print(f"s3 server: not ready after {START_TIMEOUT_S:g}s; see {state / 'server.log'}", file=sys.stderr)
+            print(
+                f"s3 server: not ready after {START_TIMEOUT_S:g}s; see {state / 'server.log'}",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(POLL_S)
     info = json.loads(ready_file.read_text())
-    print(f"s3 server: serving {info['endpoint']} (pid {info['pid']}, buckets: {', '.join(args.bucket) or 'none'}); "
-          f"access key {args.access_key}")
+    print(
+        f"s3 server: serving {info['endpoint']} (pid {info['pid']}, "
+        f"buckets: {', '.join(args.bucket) or 'none'}); "
+        f"access key {args.access_key}"
+    )
     return 0
 
 
@@ -403,16 +540,26 @@ def down(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, func, text in (("up", up, "start in the background; returns when it serves"),
-                             ("serve", serve, "serve in the foreground")):
+    for name, func, text in (
+        ("up", up, "start in the background; returns when it serves"),
+        ("serve", serve, "serve in the foreground"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--host", default=DEFAULT_HOST)
         sub.add_argument("--port", type=int, default=9000, help="0 picks a free port")
-        sub.add_argument("--bucket", action="append", default=[], help="bucket to create (repeatable)")
-        sub.add_argument("--access-key", default=os.environ.get("TFJOB_S3_ACCESS_KEY", DEFAULT_ACCESS_KEY))
-        sub.add_argument("--secret-key", default=os.environ.get("TFJOB_S3_SECRET_KEY", DEFAULT_SECRET_KEY))
+        sub.add_argument(
+            "--bucket", action="append", default=[], help="bucket to create (repeatable)"
+        )
+        sub.add_argument(
+            "--access-key", default=os.environ.get("TFJOB_S3_ACCESS_KEY", DEFAULT_ACCESS_KEY)
+        )
+        sub.add_argument(
+            "--secret-key", default=os.environ.get("TFJOB_S3_SECRET_KEY", DEFAULT_SECRET_KEY)
+        )
         sub.add_argument("--region", default=DEFAULT_REGION)
-        sub.add_argument("--allow-anonymous", action="store_true", help="let unsigned requests through to moto")
+        sub.add_argument(
+            "--allow-anonymous", action="store_true", help="let unsigned requests through to moto"
+        )
         if name == "up":
             sub.add_argument("--state-dir", default=".state/s3")
         else:

@@ -27,9 +27,19 @@ GOOD_FILES = {"code/train.py": b"print('training')\n", "data/x.csv": b"1,2,3\n"}
 
 
 def manifest_for(files: dict[str, bytes], name: str = "evil") -> bytes:
-    entries = [{"path": p, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in files.items()]
-    return json.dumps({"format_version": 1, "name": name, "created": "2026-12-02T00:00:00Z",
-                       "files": entries, "total_size": sum(len(b) for b in files.values())}).encode()
+    entries = [
+        {"path": p, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+        for p, b in files.items()
+    ]
+    return json.dumps(
+        {
+            "format_version": 1,
+            "name": name,
+            "created": "2026-12-02T00:00:00Z",
+            "files": entries,
+            "total_size": sum(len(b) for b in files.values()),
+        }
+    ).encode()
 
 
 def add_bytes(tar: tarfile.TarFile, name: str, body: bytes) -> None:
@@ -47,7 +57,9 @@ def add_special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = ""
     tar.addfile(info)
 
 
-def write_archive(path: Path, manifest: bytes | None, members: Callable[[tarfile.TarFile], None]) -> Path:
+def write_archive(
+    path: Path, manifest: bytes | None, members: Callable[[tarfile.TarFile], None]
+) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         if manifest is not None:
             add_bytes(tar, MANIFEST_NAME, manifest)
@@ -66,6 +78,7 @@ def build_good(path: Path) -> Path:
 
 def _with_extra(name: str, body: bytes, listed: bool = True) -> Callable[[Path], Path]:
     """Good files plus one member `name`, listed in the manifest unless told otherwise."""
+
     def build(path: Path) -> Path:
         files = dict(GOOD_FILES)
         manifest = manifest_for({**files, name: body}) if listed else manifest_for(files)
@@ -73,7 +86,9 @@ def _with_extra(name: str, body: bytes, listed: bool = True) -> Callable[[Path],
         def members(tar: tarfile.TarFile) -> None:
             good_members(tar)
             add_bytes(tar, name, body)
+
         return write_archive(path, manifest, members)
+
     return build
 
 
@@ -82,7 +97,9 @@ def _with_special(name: str, kind: bytes, linkname: str = "") -> Callable[[Path]
         def members(tar: tarfile.TarFile) -> None:
             good_members(tar)
             add_special(tar, name, kind, linkname)
+
         return write_archive(path, manifest_for(GOOD_FILES), members)
+
     return build
 
 
@@ -91,6 +108,7 @@ def build_tar_slip(path: Path) -> Path:
     def members(tar: tarfile.TarFile) -> None:
         good_members(tar)
         add_bytes(tar, "code/../../escaped.txt", b"owned\n")
+
     return write_archive(path, manifest_for(GOOD_FILES), members)
 
 
@@ -98,6 +116,7 @@ def build_absolute(path: Path) -> Path:
     def members(tar: tarfile.TarFile) -> None:
         good_members(tar)
         add_bytes(tar, "/tmp/tfjob-absolute.txt", b"owned\n")
+
     return write_archive(path, manifest_for(GOOD_FILES), members)
 
 
@@ -105,6 +124,7 @@ def build_checksum_mismatch(path: Path) -> Path:
     def members(tar: tarfile.TarFile) -> None:
         add_bytes(tar, "code/train.py", b"print('TRAINING')\n")  # same size, other bytes
         add_bytes(tar, "data/x.csv", GOOD_FILES["data/x.csv"])
+
     return write_archive(path, manifest_for(GOOD_FILES), members)
 
 
@@ -112,24 +132,30 @@ def build_size_mismatch(path: Path) -> Path:
     def members(tar: tarfile.TarFile) -> None:
         add_bytes(tar, "code/train.py", GOOD_FILES["code/train.py"] + b"# more\n")
         add_bytes(tar, "data/x.csv", GOOD_FILES["data/x.csv"])
+
     return write_archive(path, manifest_for(GOOD_FILES), members)
 
 
 def build_missing(path: Path) -> Path:
     def members(tar: tarfile.TarFile) -> None:
         add_bytes(tar, "code/train.py", GOOD_FILES["code/train.py"])
+
     return write_archive(path, manifest_for(GOOD_FILES), members)
 
 
 def build_oversized(path: Path) -> Path:
     big = {"code/train.py": b"x" * 4096, "data/x.csv": b"y" * 4096}
-    return write_archive(path, manifest_for(big), lambda tar: [add_bytes(tar, n, b) for n, b in big.items()])
+    return write_archive(
+        path, manifest_for(big), lambda tar: [add_bytes(tar, n, b) for n, b in big.items()]
+    )
 
 
 def build_truncated(path: Path) -> Path:
-    body = (b"0123456789abcdef" * 4096)
+    body = b"0123456789abcdef" * 4096
     files = {"code/train.py": body, "data/x.csv": body[::-1]}
-    write_archive(path, manifest_for(files), lambda tar: [add_bytes(tar, n, b) for n, b in files.items()])
+    write_archive(
+        path, manifest_for(files), lambda tar: [add_bytes(tar, n, b) for n, b in files.items()]
+    )
     data = path.read_bytes()
     path.write_bytes(data[: len(data) * 2 // 3])
     return path
@@ -160,30 +186,85 @@ def build_gzip_of_garbage(path: Path) -> Path:
 
 OVERSIZE_LIMIT = 4096
 BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
-    "tar-slip": (build_tar_slip, Refusal.PARENT_REFERENCE, "code/../../escaped.txt: path contains '..'"),
-    "absolute-path": (build_absolute, Refusal.ABSOLUTE_PATH, "/tmp/tfjob-absolute.txt: absolute path"),
-    "symlink-escape": (_with_special("code/passwd", tarfile.SYMTYPE, "../../../etc/passwd"), Refusal.LINK,
-                       "code/passwd: links are refused"),
-    "symlink-inside": (_with_special("code/again.py", tarfile.SYMTYPE, "train.py"), Refusal.LINK,
-                       "code/again.py: links are refused"),
-    "hardlink-escape": (_with_special("code/shadow", tarfile.LNKTYPE, "/etc/shadow"), Refusal.LINK,
-                        "code/shadow: links are refused"),
-    "device-file": (_with_special("data/sda", tarfile.BLKTYPE), Refusal.SPECIAL_FILE, "data/sda: device files"),
-    "char-device": (_with_special("data/null", tarfile.CHRTYPE), Refusal.SPECIAL_FILE, "data/null: device files"),
-    "fifo": (_with_special("data/pipe", tarfile.FIFOTYPE), Refusal.SPECIAL_FILE, "data/pipe: device files, fifos"),
-    "oversized": (build_oversized, Refusal.TOO_LARGE, "MANIFEST.json: total size over the limit (8192 bytes listed; the limit is 4096)"),
-    "not-in-manifest": (_with_extra("code/extra.py", b"print('hidden')\n", listed=False), Refusal.NOT_IN_MANIFEST,
-                        "code/extra.py: member is not listed in the manifest"),
-    "outside-top-dirs": (_with_extra("etc/cron.d/job", b"* * * * * root id\n", listed=False), Refusal.OUTSIDE_TOP_DIRS,
-                         "etc/cron.d/job: path is outside code/ and data/"),
-    "checksum-mismatch": (build_checksum_mismatch, Refusal.CHECKSUM_MISMATCH, "code/train.py: sha256 does not match"),
-    "size-mismatch": (build_size_mismatch, Refusal.SIZE_MISMATCH, "code/train.py: size does not match the manifest"),
-    "missing-file": (build_missing, Refusal.MISSING, "data/x.csv: listed in the manifest but missing"),
+    "tar-slip": (
+        build_tar_slip,
+        Refusal.PARENT_REFERENCE,
+        "code/../../escaped.txt: path contains '..'",
+    ),
+    "absolute-path": (
+        build_absolute,
+        Refusal.ABSOLUTE_PATH,
+        "/tmp/tfjob-absolute.txt: absolute path",
+    ),
+    "symlink-escape": (
+        _with_special("code/passwd", tarfile.SYMTYPE, "../../../etc/passwd"),
+        Refusal.LINK,
+        "code/passwd: links are refused",
+    ),
+    "symlink-inside": (
+        _with_special("code/again.py", tarfile.SYMTYPE, "train.py"),
+        Refusal.LINK,
+        "code/again.py: links are refused",
+    ),
+    "hardlink-escape": (
+        _with_special("code/shadow", tarfile.LNKTYPE, "/etc/shadow"),
+        Refusal.LINK,
+        "code/shadow: links are refused",
+    ),
+    "device-file": (
+        _with_special("data/sda", tarfile.BLKTYPE),
+        Refusal.SPECIAL_FILE,
+        "data/sda: device files",
+    ),
+    "char-device": (
+        _with_special("data/null", tarfile.CHRTYPE),
+        Refusal.SPECIAL_FILE,
+        "data/null: device files",
+    ),
+    "fifo": (
+        _with_special("data/pipe", tarfile.FIFOTYPE),
+        Refusal.SPECIAL_FILE,
+        "data/pipe: device files, fifos",
+    ),
+    "oversized": (
+        build_oversized,
+        Refusal.TOO_LARGE,
+        "MANIFEST.json: total size over the limit (8192 bytes listed; the limit is 4096)",
+    ),
+    "not-in-manifest": (
+        _with_extra("code/extra.py", b"print('hidden')\n", listed=False),
+        Refusal.NOT_IN_MANIFEST,
+        "code/extra.py: member is not listed in the manifest",
+    ),
+    "outside-top-dirs": (
+        _with_extra("etc/cron.d/job", b"* * * * * root id\n", listed=False),
+        Refusal.OUTSIDE_TOP_DIRS,
+        "etc/cron.d/job: path is outside code/ and data/",
+    ),
+    "checksum-mismatch": (
+        build_checksum_mismatch,
+        Refusal.CHECKSUM_MISMATCH,
+        "code/train.py: sha256 does not match",
+    ),
+    "size-mismatch": (
+        build_size_mismatch,
+        Refusal.SIZE_MISMATCH,
+        "code/train.py: size does not match the manifest",
+    ),
+    "missing-file": (
+        build_missing,
+        Refusal.MISSING,
+        "data/x.csv: listed in the manifest but missing",
+    ),
     "truncated-gzip": (build_truncated, Refusal.CORRUPT, "archive is corrupt or truncated"),
     "not-gzip": (build_not_gzip, Refusal.CORRUPT, "<archive>: archive is corrupt or truncated"),
     "corrupt-deflate": (build_corrupt_deflate, Refusal.CORRUPT, "archive is corrupt or truncated"),
     "garbage-tar": (build_gzip_of_garbage, Refusal.CORRUPT, "archive is corrupt or truncated"),
-    "no-manifest": (build_no_manifest, Refusal.BAD_MANIFEST, "MANIFEST.json: manifest is missing or invalid"),
+    "no-manifest": (
+        build_no_manifest,
+        Refusal.BAD_MANIFEST,
+        "MANIFEST.json: manifest is missing or invalid",
+    ),
 }
 
 
@@ -191,7 +272,7 @@ BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
 
 
 def pod_runtime_copy(tmp_path: Path) -> Path:
-    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo on sys.path)."""
+    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo)."""
     target = tmp_path / "tfjob-runtime"
     target.mkdir()
     for name in ("fetch.py", "bundle.py", "transfer.py", "bootstrap.py"):
@@ -199,14 +280,26 @@ def pod_runtime_copy(tmp_path: Path) -> Path:
     return target
 
 
-def run_fetch(tmp_path: Path, url: str, extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run_fetch(
+    tmp_path: Path, url: str, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     access = tmp_path / "access"
     access.mkdir(parents=True, exist_ok=True)
     (access / "bundle_url").write_text(url + "\n")
     workspace = tmp_path / "workspace"
-    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(access), "TFJOB_WORKSPACE": str(workspace),
-           **(extra_env or {})}
+    env = {
+        "PATH": os.environ["PATH"],
+        "TFJOB_ACCESS_DIR": str(access),
+        "TFJOB_WORKSPACE": str(workspace),
+        **(extra_env or {}),
+    }
     runtime = pod_runtime_copy(tmp_path)
-    result = subprocess.run([sys.executable, "-I", str(runtime / "fetch.py")], env=env, capture_output=True,
-                            text=True, timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-I", str(runtime / "fetch.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     return result, workspace

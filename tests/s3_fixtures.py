@@ -2,7 +2,9 @@
 
 Use it from any test module:
 
-    from s3_fixtures import s3_client, s3_env, s3_server  # noqa: F401  (pytest fixtures; tests/ is on sys.path)
+    import s3_fixtures  # tests/ is on sys.path under pytest
+
+    s3_server = s3_fixtures.s3_server  # make the fixture visible in this module
 
     def test_something(s3_server, s3_client):
         s3_client.put_object(Bucket=s3_server.bucket, Key="k", Body=b"x")
@@ -60,15 +62,35 @@ class S3Server:
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name=self.region)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+        )
 
 
-def start_s3_server(workdir: Path, buckets: tuple[str, ...] = BUCKETS) -> tuple[S3Server, subprocess.Popen[bytes]]:
+def start_s3_server(
+    workdir: Path, buckets: tuple[str, ...] = BUCKETS
+) -> tuple[S3Server, subprocess.Popen[bytes]]:
     """Start the server process on a free loopback port and wait until it serves."""
     ready = workdir / "s3-ready.json"
-    command = [sys.executable, str(SERVER_SCRIPT), "serve", "--port", "0", "--ready-file", str(ready),
-               "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, "--region", REGION]
+    command = [
+        sys.executable,
+        str(SERVER_SCRIPT),
+        "serve",
+        "--port",
+        "0",
+        "--ready-file",
+        str(ready),
+        "--access-key",
+        ACCESS_KEY,
+        "--secret-key",
+        SECRET_KEY,
+        "--region",
+        REGION,
+    ]
     for bucket in buckets:
         command += ["--bucket", bucket]
     log = open(workdir / "s3-server.log", "wb")  # noqa: SIM115 - closed with the process
@@ -78,7 +100,9 @@ def start_s3_server(workdir: Path, buckets: tuple[str, ...] = BUCKETS) -> tuple[
     while not ready.exists():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError(f"S3 server did not start: {(workdir / 's3-server.log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"S3 server did not start: {(workdir / 's3-server.log').read_text()[-2000:]}"
+            )
         time.sleep(0.05)
     info = json.loads(ready.read_text())
     server = S3Server(info["endpoint"], ACCESS_KEY, SECRET_KEY, REGION, tuple(buckets), process.pid)

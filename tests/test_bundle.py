@@ -14,7 +14,6 @@ from runtime.bundle import (
     DEFAULT_MAX_TOTAL_SIZE,
     MANIFEST_NAME,
     BundleError,
-    Refusal,
     extract_bundle,
     verify_bundle,
     write_bundle,
@@ -50,8 +49,14 @@ def test_pack_lists_every_file_in_a_manifest_that_comes_first(tmp_path: Path) ->
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST_NAME).read())  # type: ignore[union-attr]
     assert names[0] == MANIFEST_NAME
-    expected = ["code/link_to_model.py", "code/pkg/model.py", "code/run.sh", "code/train.py",
-                "data/blob.bin", "data/sub/rows.csv"]
+    expected = [
+        "code/link_to_model.py",
+        "code/pkg/model.py",
+        "code/run.sh",
+        "code/train.py",
+        "data/blob.bin",
+        "data/sub/rows.csv",
+    ]
     assert names[1:] == expected
     assert [f["path"] for f in manifest["files"]] == expected
     assert manifest["name"] == "demo" and manifest["format_version"] == 1
@@ -140,6 +145,8 @@ def test_manifest_listing_an_unsafe_path_is_refused(tmp_path: Path) -> None:
     from bundle_fixtures import add_bytes, manifest_for, write_archive
 
     files = {**GOOD_FILES, "code/../../x": b"1"}
-    path = write_archive(tmp_path / "m.tar.gz", manifest_for(files), lambda tar: add_bytes(tar, "code/train.py", b""))
+    path = write_archive(
+        tmp_path / "m.tar.gz", manifest_for(files), lambda tar: add_bytes(tar, "code/train.py", b"")
+    )
     with pytest.raises(BundleError, match=r"code/\.\./\.\./x: path contains '\.\.'"):
         verify_bundle(path)

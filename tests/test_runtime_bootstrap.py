@@ -12,19 +12,28 @@ import time
 from pathlib import Path
 
 import pytest
-from s3_fixtures import S3Server, s3_server  # noqa: F401 - pytest fixture
+import s3_fixtures
+from s3_fixtures import S3Server
 
 from operators.s3access import presign_upload
+
+s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 REPO = Path(__file__).resolve().parent.parent
 BOOTSTRAP = REPO / "runtime" / "bootstrap.py"
 DEADLINE_S = 30.0
 
 CLUSTER = {
-    "tf_config": {"cluster": {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]},
-                  "task": {"type": "worker", "index": 1}},
-    "legacy": {"PS_HOSTS": "10.0.0.1:2222", "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
-               "JOB_NAME": "worker", "TASK_INDEX": "1"},
+    "tf_config": {
+        "cluster": {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]},
+        "task": {"type": "worker", "index": 1},
+    },
+    "legacy": {
+        "PS_HOSTS": "10.0.0.1:2222",
+        "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
+        "JOB_NAME": "worker",
+        "TASK_INDEX": "1",
+    },
 }
 
 DUMP_ENV = """
@@ -48,13 +57,25 @@ def make_pod_dirs(tmp_path: Path, program: str) -> dict[str, Path]:
 
 
 def pod_env(dirs: dict[str, Path], **extra: str) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "TFJOB_WORKSPACE": str(dirs["workspace"]), "TFJOB_CONFIG_DIR": str(dirs["config"]),
-            "TFJOB_ACCESS_DIR": str(dirs["access"]), **extra}
+    return {
+        "PATH": os.environ["PATH"],
+        "TFJOB_WORKSPACE": str(dirs["workspace"]),
+        "TFJOB_CONFIG_DIR": str(dirs["config"]),
+        "TFJOB_ACCESS_DIR": str(dirs["access"]),
+        **extra,
+    }
 
 
-def start_bootstrap(dirs: dict[str, Path], env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-I", str(BOOTSTRAP), "--", sys.executable, "prog.py", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_bootstrap(
+    dirs: dict[str, Path], env: dict[str, str], *args: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-I", str(BOOTSTRAP), "--", sys.executable, "prog.py", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +85,9 @@ def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
         time.sleep(0.05)
 
 
-def test_single_mode_runs_in_code_dir_with_workspace_env_and_passes_exit_code(tmp_path: Path) -> None:
+def test_single_mode_runs_in_code_dir_with_workspace_env_and_passes_exit_code(
+    tmp_path: Path,
+) -> None:
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
     env = pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="0", EXIT_WITH="3", MY_SETTING="kept")
     proc = start_bootstrap(dirs, env, "--epochs", "2")
@@ -81,9 +104,13 @@ def test_single_mode_runs_in_code_dir_with_workspace_env_and_passes_exit_code(tm
     assert "TFJOB_METRICS" not in out
 
 
-def test_distributed_mode_waits_for_cluster_json_then_exports_tf_config_and_legacy_vars(tmp_path: Path) -> None:
+def test_distributed_mode_waits_for_cluster_json_then_exports_tf_config_and_legacy_vars(
+    tmp_path: Path,
+) -> None:
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
-    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", TFJOB_CLUSTERSPEC_TIMEOUT="30"))
+    proc = start_bootstrap(
+        dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", TFJOB_CLUSTERSPEC_TIMEOUT="30")
+    )
     assert "waiting up to 30s" in proc.stderr.readline()  # type: ignore[union-attr]
     assert proc.poll() is None and not (dirs["workspace"] / "seen.json").exists()
     tmp = dirs["config"] / ".cluster.json.tmp"
@@ -98,7 +125,9 @@ def test_distributed_mode_waits_for_cluster_json_then_exports_tf_config_and_lega
 
 def test_missing_cluster_spec_exits_64_with_a_message(tmp_path: Path) -> None:
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
-    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", TFJOB_CLUSTERSPEC_TIMEOUT="0.5"))
+    proc = start_bootstrap(
+        dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", TFJOB_CLUSTERSPEC_TIMEOUT="0.5")
+    )
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 64
     assert "no ClusterSpec" in err and "TFJOB_CLUSTERSPEC_TIMEOUT" in err
@@ -129,7 +158,9 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_is_forwarded_to_the_program_and_its_exit_code_returned(tmp_path: Path, signum: int) -> None:
+def test_signal_is_forwarded_to_the_program_and_its_exit_code_returned(
+    tmp_path: Path, signum: int
+) -> None:
     dirs = make_pod_dirs(tmp_path, SIGNAL_PROGRAM)
     proc = start_bootstrap(dirs, pod_env(dirs, HANDLE="1"))
     wait_for(lambda: (dirs["workspace"] / "ready").exists(), "the program to start")
@@ -160,7 +191,9 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 """
 
 
-def write_upload_json(server: S3Server, dirs: dict[str, Path], run_id: str, prefix_override: str | None = None) -> str:
+def write_upload_json(
+    server: S3Server, dirs: dict[str, Path], run_id: str, prefix_override: str | None = None
+) -> str:
     policy = presign_upload(server.client(), f"s3://{server.bucket}/outputs/job", run_id, 300)
     if prefix_override is not None:
         policy["prefix"] = prefix_override
@@ -173,21 +206,32 @@ def list_keys(server: S3Server, prefix: str) -> list[str]:
     return sorted(o["Key"] for o in answer.get("Contents", []))
 
 
-def test_model_and_metrics_are_uploaded_under_the_run_prefix(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_model_and_metrics_are_uploaded_under_the_run_prefix(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
     prefix = write_upload_json(s3_server, dirs, "run-upload-ok")
     proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1"))
     out, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
-    assert list_keys(s3_server, prefix) == [f"{prefix}metrics.json", f"{prefix}model/saved_model.pb",
-                                            f"{prefix}model/variables/variables.index"]
-    body = s3_server.client().get_object(Bucket=s3_server.bucket, Key=f"{prefix}model/saved_model.pb")["Body"].read()
+    assert list_keys(s3_server, prefix) == [
+        f"{prefix}metrics.json",
+        f"{prefix}model/saved_model.pb",
+        f"{prefix}model/variables/variables.index",
+    ]
+    body = (
+        s3_server.client()
+        .get_object(Bucket=s3_server.bucket, Key=f"{prefix}model/saved_model.pb")["Body"]
+        .read()
+    )
     assert body == b"graph"
     assert 'TFJOB_METRICS {"accuracy":0.97,"loss":0.1}' in out.splitlines()
     assert "X-Amz-Signature" not in out + err and "policy" not in out + err
 
 
-def test_failed_program_uploads_nothing_and_keeps_its_exit_code(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_failed_program_uploads_nothing_and_keeps_its_exit_code(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
     prefix = write_upload_json(s3_server, dirs, "run-failed")
     proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1", EXIT_WITH="7"))
@@ -197,9 +241,13 @@ def test_failed_program_uploads_nothing_and_keeps_its_exit_code(tmp_path: Path, 
     assert "TFJOB_METRICS" in out
 
 
-def test_upload_outside_the_policy_prefix_is_refused_and_exits_74(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_upload_outside_the_policy_prefix_is_refused_and_exits_74(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
-    write_upload_json(s3_server, dirs, "run-scoped", prefix_override="outputs/job/runs/someone-else/")
+    write_upload_json(
+        s3_server, dirs, "run-scoped", prefix_override="outputs/job/runs/someone-else/"
+    )
     proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1"))
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 74

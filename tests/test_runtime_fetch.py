@@ -30,8 +30,14 @@ def test_fetch_extracts_a_good_bundle_and_prints_a_summary_without_the_url(tmp_p
 
 
 def test_fetch_without_bundle_url_exits_2_and_says_what_is_missing(tmp_path: Path) -> None:
-    env = {"PATH": os.environ["PATH"], "TFJOB_ACCESS_DIR": str(tmp_path / "nothing"), "TFJOB_WORKSPACE": str(tmp_path / "ws")}
-    result = subprocess.run([sys.executable, "-I", str(FETCH)], env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": os.environ["PATH"],
+        "TFJOB_ACCESS_DIR": str(tmp_path / "nothing"),
+        "TFJOB_WORKSPACE": str(tmp_path / "ws"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-I", str(FETCH)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "bundle_url" in result.stderr and "access Secret" in result.stderr
 

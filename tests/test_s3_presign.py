@@ -13,31 +13,41 @@ from pathlib import Path
 
 import boto3
 import pytest
+import s3_fixtures
 from botocore.config import Config
-from s3_fixtures import S3Server, s3_server  # noqa: F401 - pytest fixture
+from s3_fixtures import S3Server
 
 from operators.s3access import parse_s3_uri, presign_bundle_url, presign_upload, run_output_prefix
 from runtime import transfer
+
+s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 EXPIRY_DEADLINE_S = 15.0
 
 
 def sigv4_client(server: S3Server):  # type: ignore[no-untyped-def]
-    return boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
-                        aws_secret_access_key=server.secret_key, region_name=server.region,
-                        config=Config(signature_version="s3v4"))
+    return boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+        region_name=server.region,
+        config=Config(signature_version="s3v4"),
+    )
 
 
 def http_status(url: str, method: str = "GET") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as answer:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, method=method), timeout=10
+        ) as answer:
             return answer.status, answer.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")
 
 
 @pytest.fixture(params=["sigv2-default", "sigv4"])
-def client(request: pytest.FixtureRequest, s3_server: S3Server):  # type: ignore[no-untyped-def] # noqa: F811
+def client(request: pytest.FixtureRequest, s3_server: S3Server):  # type: ignore[no-untyped-def]
     return s3_server.client() if request.param == "sigv2-default" else sigv4_client(s3_server)
 
 
@@ -48,12 +58,17 @@ def test_parse_s3_uri_splits_bucket_and_key_and_names_bad_values() -> None:
         parse_s3_uri("http://b/k")
     with pytest.raises(ValueError, match="bucket name is missing"):
         parse_s3_uri("s3:///k")
-    assert run_output_prefix("s3://b/out/job/", "manual__2026") == ("b", "out/job/runs/manual__2026/")
+    assert run_output_prefix("s3://b/out/job/", "manual__2026") == (
+        "b",
+        "out/job/runs/manual__2026/",
+    )
     with pytest.raises(ValueError, match="run_id"):
         run_output_prefix("s3://b/out", "a/b")
 
 
-def test_presigned_get_works_before_expiry_and_is_refused_after(s3_server: S3Server, client) -> None:  # noqa: F811
+def test_presigned_get_works_before_expiry_and_is_refused_after(
+    s3_server: S3Server, client
+) -> None:
     client.put_object(Bucket=s3_server.bucket, Key="bundles/b.tar.gz", Body=b"bundle-bytes")
     url = presign_bundle_url(client, f"s3://{s3_server.bucket}/bundles/b.tar.gz", 2)
     assert http_status(url) == (200, "bundle-bytes")
@@ -64,7 +79,9 @@ def test_presigned_get_works_before_expiry_and_is_refused_after(s3_server: S3Ser
     assert answer[0] == 403 and "Request has expired" in answer[1]
 
 
-def test_presigned_get_with_a_tampered_signature_or_key_is_refused(s3_server: S3Server, client) -> None:  # noqa: F811
+def test_presigned_get_with_a_tampered_signature_or_key_is_refused(
+    s3_server: S3Server, client
+) -> None:
     client.put_object(Bucket=s3_server.bucket, Key="bundles/a.tar.gz", Body=b"a")
     client.put_object(Bucket=s3_server.bucket, Key="bundles/other.tar.gz", Body=b"other")
     url = presign_bundle_url(client, f"s3://{s3_server.bucket}/bundles/a.tar.gz", 60)
@@ -76,13 +93,13 @@ def test_presigned_get_with_a_tampered_signature_or_key_is_refused(s3_server: S3
     assert status == 403 and "SignatureDoesNotMatch" in body
 
 
-def test_anonymous_requests_are_refused(s3_server: S3Server) -> None:  # noqa: F811
+def test_anonymous_requests_are_refused(s3_server: S3Server) -> None:
     s3_server.client().put_object(Bucket=s3_server.bucket, Key="open.txt", Body=b"x")
     status, body = http_status(f"{s3_server.endpoint}/{s3_server.bucket}/open.txt")
     assert status == 403 and "Anonymous access is refused" in body
 
 
-def test_presign_rejects_out_of_range_expiry_and_prefixes(s3_server: S3Server) -> None:  # noqa: F811
+def test_presign_rejects_out_of_range_expiry_and_prefixes(s3_server: S3Server) -> None:
     with pytest.raises(ValueError, match="expires: 0 given; between 1 and 604800"):
         presign_bundle_url(s3_server.client(), "s3://b/k.tar.gz", 0)
     with pytest.raises(ValueError, match="must name an object"):
@@ -95,15 +112,23 @@ def make_file(tmp_path: Path, body: bytes = b"weights") -> Path:
     return path
 
 
-def test_upload_policy_allows_keys_under_the_run_prefix_only(tmp_path: Path, s3_server: S3Server, client) -> None:  # noqa: F811
+def test_upload_policy_allows_keys_under_the_run_prefix_only(
+    tmp_path: Path, s3_server: S3Server, client
+) -> None:
     raw = presign_upload(client, f"s3://{s3_server.bucket}/outputs/job", "run-1", 60)
     policy = transfer.UploadPolicy.from_json(raw)
     assert policy.prefix == "outputs/job/runs/run-1/"
     path = make_file(tmp_path)
     transfer.post_file(policy, policy.prefix + "model/w.bin", path, retries=0)
-    got = s3_server.client().get_object(Bucket=s3_server.bucket, Key="outputs/job/runs/run-1/model/w.bin")
+    got = s3_server.client().get_object(
+        Bucket=s3_server.bucket, Key="outputs/job/runs/run-1/model/w.bin"
+    )
     assert got["Body"].read() == b"weights"
-    for key in ("outputs/job/runs/run-2/model/w.bin", "outputs/job/latest", "outputs/job/runs/run-1"):
+    for key in (
+        "outputs/job/runs/run-2/model/w.bin",
+        "outputs/job/latest",
+        "outputs/job/runs/run-1",
+    ):
         with pytest.raises(transfer.TransferError) as caught:
             transfer.post_file(policy, key, path, retries=0)
         assert caught.value.status == 403 and "starts-with" in str(caught.value)
@@ -111,16 +136,24 @@ def test_upload_policy_allows_keys_under_the_run_prefix_only(tmp_path: Path, s3_
     assert [o["Key"] for o in listed["Contents"]] == ["outputs/job/runs/run-1/model/w.bin"]
 
 
-def test_upload_policy_cannot_be_redirected_to_another_bucket(tmp_path: Path, s3_server: S3Server, client) -> None:  # noqa: F811
-    policy = transfer.UploadPolicy.from_json(presign_upload(client, f"s3://{s3_server.bucket}/o", "r", 60))
-    other = transfer.UploadPolicy(policy.url.replace(s3_server.bucket, "tfjob-other"), policy.fields, policy.prefix, "")
+def test_upload_policy_cannot_be_redirected_to_another_bucket(
+    tmp_path: Path, s3_server: S3Server, client
+) -> None:
+    policy = transfer.UploadPolicy.from_json(
+        presign_upload(client, f"s3://{s3_server.bucket}/o", "r", 60)
+    )
+    other = transfer.UploadPolicy(
+        policy.url.replace(s3_server.bucket, "tfjob-other"), policy.fields, policy.prefix, ""
+    )
     with pytest.raises(transfer.TransferError) as caught:
         transfer.post_file(other, policy.prefix + "x", make_file(tmp_path), retries=0)
     assert caught.value.status == 403 and "bucket" in str(caught.value)
 
 
-def test_upload_policy_is_refused_after_expiry(tmp_path: Path, s3_server: S3Server, client) -> None:  # noqa: F811
-    policy = transfer.UploadPolicy.from_json(presign_upload(client, f"s3://{s3_server.bucket}/o", "exp", 1))
+def test_upload_policy_is_refused_after_expiry(tmp_path: Path, s3_server: S3Server, client) -> None:
+    policy = transfer.UploadPolicy.from_json(
+        presign_upload(client, f"s3://{s3_server.bucket}/o", "exp", 1)
+    )
     path = make_file(tmp_path)
     transfer.post_file(policy, policy.prefix + "first", path, retries=0)
     deadline = time.monotonic() + EXPIRY_DEADLINE_S
@@ -134,13 +167,17 @@ def test_upload_policy_is_refused_after_expiry(tmp_path: Path, s3_server: S3Serv
         time.sleep(0.25)
 
 
-def test_upload_policy_with_a_tampered_policy_document_is_refused(tmp_path: Path, s3_server: S3Server, client) -> None:  # noqa: F811
+def test_upload_policy_with_a_tampered_policy_document_is_refused(
+    tmp_path: Path, s3_server: S3Server, client
+) -> None:
     import base64
     import json
 
     raw = presign_upload(client, f"s3://{s3_server.bucket}/o", "t", 60)
     document = json.loads(base64.b64decode(raw["fields"]["policy"]))
-    document["conditions"] = [c for c in document["conditions"] if not (isinstance(c, list) and c[0] == "starts-with")]
+    document["conditions"] = [
+        c for c in document["conditions"] if not (isinstance(c, list) and c[0] == "starts-with")
+    ]
     raw["fields"]["policy"] = base64.b64encode(json.dumps(document).encode()).decode()
     policy = transfer.UploadPolicy.from_json(raw)
     with pytest.raises(transfer.TransferError) as caught:
@@ -148,7 +185,9 @@ def test_upload_policy_with_a_tampered_policy_document_is_refused(tmp_path: Path
     assert caught.value.status == 403 and "SignatureDoesNotMatch" in str(caught.value)
 
 
-def test_transfer_errors_never_show_the_query_string(tmp_path: Path, s3_server: S3Server, client) -> None:  # noqa: F811
+def test_transfer_errors_never_show_the_query_string(
+    tmp_path: Path, s3_server: S3Server, client
+) -> None:
     url = presign_bundle_url(client, f"s3://{s3_server.bucket}/missing/none.tar.gz", 60)
     with pytest.raises(transfer.TransferError) as caught:
         transfer.download_to_file(url, tmp_path / "x", retries=0)

@@ -1,4 +1,4 @@
-"""pack -> upload -> fetch through the real local S3 server process over HTTP, as users and pods do it."""
+"""pack -> upload -> fetch through the real S3 server process over HTTP, as users and pods do."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import s3_fixtures
 from bundle_fixtures import BAD_BUNDLES, run_fetch
-from s3_fixtures import S3Server, s3_server  # noqa: F401 - pytest fixture
+from s3_fixtures import S3Server
 
 from operators.s3access import presign_bundle_url
+
+s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
@@ -21,8 +24,14 @@ MIB = 1024 * 1024
 def tshell(server: S3Server, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **server.env(), "PYTHONPATH": str(REPO)}
     env.pop("AWS_PROFILE", None)
-    return subprocess.run([sys.executable, "-m", "tshell", *args], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "tshell", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def make_project(root: Path) -> Path:
@@ -34,9 +43,11 @@ def make_project(root: Path) -> Path:
     return root
 
 
-def test_push_then_fetch_in_a_pod_restores_the_tree(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_push_then_fetch_in_a_pod_restores_the_tree(tmp_path: Path, s3_server: S3Server) -> None:
     src = make_project(tmp_path / "digits")
-    pushed = tshell(s3_server, "push", str(src), f"s3://{s3_server.bucket}/bundles/", "--part-size", "5")
+    pushed = tshell(
+        s3_server, "push", str(src), f"s3://{s3_server.bucket}/bundles/", "--part-size", "5"
+    )
     assert pushed.returncode == 0, pushed.stderr
     uri = f"s3://{s3_server.bucket}/bundles/digits.tar.gz"
     assert uri in pushed.stdout
@@ -51,24 +62,45 @@ def test_push_then_fetch_in_a_pod_restores_the_tree(tmp_path: Path, s3_server: S
     assert result.returncode == 0, result.stderr
     assert url not in result.stderr and "Signature" not in result.stderr
     for rel in ("code/train.py", "data/features.bin"):
-        assert hashlib.sha256((workspace / rel).read_bytes()).digest() == hashlib.sha256((src / rel).read_bytes()).digest()
+        assert (
+            hashlib.sha256((workspace / rel).read_bytes()).digest()
+            == hashlib.sha256((src / rel).read_bytes()).digest()
+        )
 
 
-def test_upload_of_a_packed_file_reports_size_and_checksum(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_upload_of_a_packed_file_reports_size_and_checksum(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
     src = make_project(tmp_path / "proj")
     packed = tshell(s3_server, "pack", str(src), "-o", str(tmp_path / "out.tar.gz"))
     assert packed.returncode == 0, packed.stderr
     archive = tmp_path / "out.tar.gz"
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     assert f"sha256 {sha}" in packed.stdout
-    uploaded = tshell(s3_server, "upload", str(archive), f"s3://{s3_server.bucket}/exact/key.tar.gz", "--part-size", "5")
+    uploaded = tshell(
+        s3_server,
+        "upload",
+        str(archive),
+        f"s3://{s3_server.bucket}/exact/key.tar.gz",
+        "--part-size",
+        "5",
+    )
     assert uploaded.returncode == 0, uploaded.stderr
-    assert f"s3://{s3_server.bucket}/exact/key.tar.gz" in uploaded.stdout and f"sha256 {sha}" in uploaded.stdout
-    body = s3_server.client().get_object(Bucket=s3_server.bucket, Key="exact/key.tar.gz")["Body"].read()
+    assert (
+        f"s3://{s3_server.bucket}/exact/key.tar.gz" in uploaded.stdout
+        and f"sha256 {sha}" in uploaded.stdout
+    )
+    body = (
+        s3_server.client()
+        .get_object(Bucket=s3_server.bucket, Key="exact/key.tar.gz")["Body"]
+        .read()
+    )
     assert hashlib.sha256(body).hexdigest() == sha
 
 
-def test_upload_to_a_missing_bucket_fails_with_a_message(tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
+def test_upload_to_a_missing_bucket_fails_with_a_message(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
     path = tmp_path / "f.txt"
     path.write_text("x")
     result = tshell(s3_server, "upload", str(path), "s3://no-such-bucket/p/")
@@ -76,8 +108,12 @@ def test_upload_to_a_missing_bucket_fails_with_a_message(tmp_path: Path, s3_serv
     assert "s3://no-such-bucket/p/f.txt failed" in result.stderr and "NoSuchBucket" in result.stderr
 
 
-@pytest.mark.parametrize("case", ["tar-slip", "symlink-escape", "checksum-mismatch", "truncated-gzip"])
-def test_bad_bundle_from_s3_is_refused_by_the_pod(tmp_path: Path, s3_server: S3Server, case: str) -> None:  # noqa: F811
+@pytest.mark.parametrize(
+    "case", ["tar-slip", "symlink-escape", "checksum-mismatch", "truncated-gzip"]
+)
+def test_bad_bundle_from_s3_is_refused_by_the_pod(
+    tmp_path: Path, s3_server: S3Server, case: str
+) -> None:
     build, _reason, text = BAD_BUNDLES[case]
     path = build(tmp_path / "bad.tar.gz")
     key = f"bad/{case}.tar.gz"

@@ -31,8 +31,9 @@ def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) 
     assert "usage: tshell" in capsys.readouterr().err
 
 
-def test_pack_prints_size_and_sha256_of_the_archive(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pack_prints_size_and_sha256_of_the_archive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = make_project(tmp_path / "mnist")
     monkeypatch.chdir(tmp_path)
     assert run(["pack", str(src)]) == 0
@@ -42,7 +43,9 @@ def test_pack_prints_size_and_sha256_of_the_archive(tmp_path: Path, capsys: pyte
     assert f"({archive.stat().st_size} bytes)" in out and "2 files" in out
 
 
-def test_pack_into_a_directory_with_a_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pack_into_a_directory_with_a_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = make_project(tmp_path / "proj")
     (tmp_path / "out").mkdir()
     assert run(["pack", str(src), "-o", str(tmp_path / "out"), "--name", "digits"]) == 0
@@ -50,8 +53,9 @@ def test_pack_into_a_directory_with_a_name(tmp_path: Path, capsys: pytest.Captur
         assert tar.getnames() == ["MANIFEST.json", "code/train.py", "data/big.bin"]
 
 
-def test_pack_warns_about_very_large_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pack_warns_about_very_large_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runtime.bundle, "LARGE_FILE_BYTES", 1000)
     src = make_project(tmp_path / "proj", big=5000)
     assert run(["pack", str(src), "-o", str(tmp_path / "p.tar.gz")]) == 0
@@ -59,14 +63,17 @@ def test_pack_warns_about_very_large_files(tmp_path: Path, capsys: pytest.Captur
     assert "warning: data/big.bin is" in err and "code/train.py" not in err
 
 
-def test_pack_shows_a_progress_bar_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pack_shows_a_progress_bar_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TSHELL_PROGRESS", "1")
     src = make_project(tmp_path / "proj")
     assert run(["pack", str(src), "-o", str(tmp_path / "p.tar.gz")]) == 0
     assert "pack proj [" in capsys.readouterr().err
 
 
-def test_pack_of_a_missing_directory_fails_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pack_of_a_missing_directory_fails_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(["pack", str(tmp_path / "nope")]) == 1
     assert "nope: cannot be packed (not a directory)" in capsys.readouterr().err

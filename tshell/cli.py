@@ -13,15 +13,15 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "tshell.pack_commands",
-)
+COMMAND_MODULES: tuple[str, ...] = ("tshell.pack_commands",)
 
 EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tshell", description="TF-on-K8s: bundles and training runs.")
+    parser = argparse.ArgumentParser(
+        prog="tshell", description="TF-on-K8s: bundles and training runs."
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -59,8 +59,10 @@ class UploadResult:
 def parse_destination(dest: str, file_name: str) -> tuple[str, str]:
     """`s3://b/prefix/` -> (b, prefix + file_name); `s3://b/key` -> (b, key)."""
     if not dest.startswith("s3://"):
-        raise ValueError(f"destination: {dest!r} given; expected s3://bucket/prefix/ or s3://bucket/key")
-    bucket, _, key = dest[len("s3://"):].partition("/")
+        raise ValueError(
+            f"destination: {dest!r} given; expected s3://bucket/prefix/ or s3://bucket/key"
+        )
+    bucket, _, key = dest[len("s3://") :].partition("/")
     if not bucket:
         raise ValueError(f"destination: {dest!r} given; the bucket name is missing")
     if not key or key.endswith("/"):
@@ -79,8 +81,11 @@ def make_s3_client(aws_conn_id: str | None = None) -> Any:
 
     endpoint = os.environ.get("TSHELL_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
     # Custom endpoints (MinIO, moto) rarely resolve virtual-hosted bucket names.
-    config = Config(signature_version="s3v4", s3={"addressing_style": "path" if endpoint else "auto"},
-                    retries={"max_attempts": 5, "mode": "standard"})
+    config = Config(
+        signature_version="s3v4",
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        retries={"max_attempts": 5, "mode": "standard"},
+    )
     return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
 
@@ -123,36 +128,63 @@ def upload_file(
     file_path = Path(path)
     bucket, key = parse_destination(dest, file_path.name)
     size = file_path.stat().st_size
-    config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size,
-                            max_concurrency=concurrency, use_threads=True)
+    config = TransferConfig(
+        multipart_threshold=part_size,
+        multipart_chunksize=part_size,
+        max_concurrency=concurrency,
+        use_threads=True,
+    )
     # Hash while the upload runs: both read the same (cached) file.
     hashed: dict[str, Any] = {}
     hasher = threading.Thread(
-        target=lambda: hashed.update(zip(("sha256", "etag", "parts"), expected_etag(file_path, part_size, part_size), strict=True)),
+        target=lambda: hashed.update(
+            zip(
+                ("sha256", "etag", "parts"),
+                expected_etag(file_path, part_size, part_size),
+                strict=True,
+            )
+        ),
         name="tshell-hash",
     )
     hasher.start()
     extra = {"Metadata": {SHA256_METADATA_KEY: sha256}} if sha256 else None
     try:
-        client.upload_file(str(file_path), bucket, key, ExtraArgs=extra, Config=config,
-                           Callback=progress.add if progress else None)
-    except Exception as exc:  # boto3 raises several unrelated types (S3UploadFailedError, ClientError, ...)
+        client.upload_file(
+            str(file_path),
+            bucket,
+            key,
+            ExtraArgs=extra,
+            Config=config,
+            Callback=progress.add if progress else None,
+        )
+    except (
+        Exception
+    ) as exc:  # boto3 raises several unrelated types (S3UploadFailedError, ClientError, ...)
         raise UploadError(f"upload of {file_path} to s3://{bucket}/{key} failed: {exc}") from None
     finally:
         hasher.join()
     if sha256 and sha256 != hashed["sha256"]:
-        raise UploadError(f"{file_path} changed while uploading (sha256 {hashed['sha256']}, packed as {sha256})")
+        raise UploadError(
+            f"{file_path} changed while uploading (sha256 {hashed['sha256']}, packed as {sha256})"
+        )
     head = client.head_object(Bucket=bucket, Key=key)
     etag = str(head.get("ETag", "")).strip('"')
     if head.get("ContentLength") != size:
-        raise UploadError(f"s3://{bucket}/{key}: S3 holds {head.get('ContentLength')} bytes; {size} were sent")
+        raise UploadError(
+            f"s3://{bucket}/{key}: S3 holds {head.get('ContentLength')} bytes; {size} were sent"
+        )
     if etag == hashed["etag"]:
         verified_by = f"ETag {etag} matches the local MD5 of {hashed['parts']} part(s)"
     elif len(etag.split("-")[0]) != 32:
         verified_by = verify_by_download(client, bucket, key, hashed["sha256"])
     else:
-        raise UploadError(f"s3://{bucket}/{key}: S3's ETag {etag} differs from the local {hashed['etag']}; the upload is corrupt")
-    return UploadResult(f"s3://{bucket}/{key}", size, hashed["sha256"], etag, hashed["parts"], verified_by)
+        raise UploadError(
+            f"s3://{bucket}/{key}: S3's ETag {etag} differs from the local {hashed['etag']}; "
+            "the upload is corrupt"
+        )
+    return UploadResult(
+        f"s3://{bucket}/{key}", size, hashed["sha256"], etag, hashed["parts"], verified_by
+    )
 
 
 def verify_by_download(client: Any, bucket: str, key: str, sha256: str) -> str:
@@ -161,12 +193,19 @@ def verify_by_download(client: Any, bucket: str, key: str, sha256: str) -> str:
     for chunk in iter(lambda: body.read(MIB), b""):
         digest.update(chunk)
     if digest.hexdigest() != sha256:
-        raise UploadError(f"s3://{bucket}/{key}: downloaded sha256 {digest.hexdigest()} differs from the local {sha256}")
+        raise UploadError(
+            f"s3://{bucket}/{key}: downloaded sha256 {digest.hexdigest()} "
+            f"differs from the local {sha256}"
+        )
     return "sha256 of the downloaded object matches"
 
 
-def pack_directory(src: str | os.PathLike[str], out: str | os.PathLike[str] | None, name: str | None,
-                   show_progress: bool | None = None) -> BundleInfo:
+def pack_directory(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    name: str | None,
+    show_progress: bool | None = None,
+) -> BundleInfo:
     """Pack with a progress bar; warnings about large or skipped files go to stderr."""
     src_path = Path(src)
     bundle_name = name or src_path.resolve().name
@@ -179,11 +218,17 @@ def pack_directory(src: str | os.PathLike[str], out: str | os.PathLike[str] | No
     finally:
         bar.close()
     for entry in info.large_files:
-        print(f"tshell: warning: {entry.path} is {format_bytes(entry.size)} (over {format_bytes(LARGE_FILE_BYTES)}); "
-              "every pod downloads it at start: consider keeping large data in S3 and reading it directly",
-              file=sys.stderr)
+        print(
+            f"tshell: warning: {entry.path} is {format_bytes(entry.size)} "
+            f"(over {format_bytes(LARGE_FILE_BYTES)}); every pod downloads it at start: "
+            "consider keeping large data in S3 and reading it directly",
+            file=sys.stderr,
+        )
     for skipped in info.skipped:
-        print(f"tshell: note: {src_path / skipped} is not packed (only code/ and data/ are)", file=sys.stderr)
+        print(
+            f"tshell: note: {src_path / skipped} is not packed (only code/ and data/ are)",
+            file=sys.stderr,
+        )
     return info
 
 
@@ -191,23 +236,36 @@ def pack_directory(src: str | os.PathLike[str], out: str | os.PathLike[str] | No
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pack = subparsers.add_parser("pack", help="pack DIR into <name>.tar.gz (code/, data/, MANIFEST.json)")
+    pack = subparsers.add_parser(
+        "pack", help="pack DIR into <name>.tar.gz (code/, data/, MANIFEST.json)"
+    )
     pack.add_argument("directory", help="DIR with code/ and data/ (or only code, packed as code/)")
     pack.add_argument("-o", "--output", help="archive path or directory (default ./<name>.tar.gz)")
     pack.add_argument("--name", help="bundle name (default: DIR's name)")
     pack.set_defaults(func=run_pack)
 
-    for name, func, text in (("upload", run_upload, "upload FILE to s3://bucket/prefix/ and verify it"),
-                             ("push", run_push, "pack DIR and upload the bundle")):
+    for name, func, text in (
+        ("upload", run_upload, "upload FILE to s3://bucket/prefix/ and verify it"),
+        ("push", run_push, "pack DIR and upload the bundle"),
+    ):
         sub = subparsers.add_parser(name, help=text)
         sub.add_argument("source", help="FILE" if name == "upload" else "DIR")
         sub.add_argument("destination", help="s3://bucket/prefix/ (ends in /) or s3://bucket/key")
         if name == "push":
             sub.add_argument("--name", help="bundle name (default: DIR's name)")
-        sub.add_argument("--part-size", type=int, default=DEFAULT_PART_SIZE // MIB, metavar="MiB",
-                         help=f"multipart part size and threshold (default {DEFAULT_PART_SIZE // MIB})")
-        sub.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="parallel part uploads")
-        sub.add_argument("--aws-conn-id", help="use this Airflow AWS connection instead of boto3's defaults")
+        sub.add_argument(
+            "--part-size",
+            type=int,
+            default=DEFAULT_PART_SIZE // MIB,
+            metavar="MiB",
+            help=f"multipart part size and threshold (default {DEFAULT_PART_SIZE // MIB})",
+        )
+        sub.add_argument(
+            "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="parallel part uploads"
+        )
+        sub.add_argument(
+            "--aws-conn-id", help="use this Airflow AWS connection instead of boto3's defaults"
+        )
         sub.set_defaults(func=func)
 
 
@@ -222,23 +280,32 @@ def run_pack(args: argparse.Namespace) -> int:
 
 
 def print_bundle(info: BundleInfo) -> None:
-    print(f"{info.path}  {format_bytes(info.archive_size)} ({info.archive_size} bytes), "
-          f"{len(info.manifest.files)} files, {format_bytes(info.manifest.total_size)} unpacked")
+    print(
+        f"{info.path}  {format_bytes(info.archive_size)} ({info.archive_size} bytes), "
+        f"{len(info.manifest.files)} files, {format_bytes(info.manifest.total_size)} unpacked"
+    )
     print(f"sha256 {info.archive_sha256}")
 
 
 def _upload_with_bar(args: argparse.Namespace, path: Path, sha256: str | None) -> int:
     if args.part_size < 5 and path.stat().st_size > args.part_size * MIB:
-        print(f"tshell: --part-size: {args.part_size} given; S3 requires at least 5 MiB parts", file=sys.stderr)
+        print(
+            f"tshell: --part-size: {args.part_size} given; S3 requires at least 5 MiB parts",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         client = make_s3_client(args.aws_conn_id)
         with ProgressBar(f"upload {path.name}", path.stat().st_size) as bar:
-            result = upload_file(client, path, args.destination, args.part_size * MIB, args.concurrency, sha256, bar)
+            result = upload_file(
+                client, path, args.destination, args.part_size * MIB, args.concurrency, sha256, bar
+            )
     except (UploadError, ValueError) as exc:
         print(f"tshell: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{result.uri}  {format_bytes(result.size)} ({result.size} bytes) in {result.parts} part(s)")
+    print(
+        f"{result.uri}  {format_bytes(result.size)} ({result.size} bytes) in {result.parts} part(s)"
+    )
     print(f"sha256 {result.sha256}; verified: {result.verified_by}")
     return EXIT_OK
 

@@ -26,7 +26,9 @@ def format_bytes(count: float) -> str:
 
 
 class ProgressBar:
-    def __init__(self, label: str, total: int, stream: TextIO | None = None, enabled: bool | None = None) -> None:
+    def __init__(
+        self, label: str, total: int, stream: TextIO | None = None, enabled: bool | None = None
+    ) -> None:
         self.label = label
         self.total = max(total, 0)
         self.stream = stream or sys.stderr

@@ -64,8 +64,8 @@ def main():
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     resolver = strategy.cluster_resolver
     print(
-        "%s %d of %d replicas"
-        % (resolver.task_type, resolver.task_id, strategy.num_replicas_in_sync),
+        f"{resolver.task_type} {resolver.task_id}: "
+        f"{strategy.num_replicas_in_sync} replicas in sync",
         flush=True,
     )
 
@@ -98,7 +98,7 @@ def main():
                     loss_object(labels, logits), global_batch_size=GLOBAL_BATCH_SIZE
                 )
             gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
             return loss
 
         features, labels = next(iterator)
@@ -126,7 +126,7 @@ def main():
         "train_seconds": round(train_seconds, 2),
     }
     write_metrics(metrics_file, metrics)
-    print("test accuracy %.4f, loss %.4f, %d steps" % (accuracy, loss, STEPS), flush=True)
+    print(f"test accuracy {accuracy:.4f}, loss {loss:.4f}, {STEPS} steps", flush=True)
 
 
 if __name__ == "__main__":

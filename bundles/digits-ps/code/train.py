@@ -46,7 +46,7 @@ def serve_forever(resolver):
         protocol="grpc",
         start=True,
     )
-    print("%s %d serving at %s" % (resolver.task_type, resolver.task_id, server.target), flush=True)
+    print(f"{resolver.task_type} {resolver.task_id} serving at {server.target}", flush=True)
     server.join()
 
 
@@ -96,7 +96,7 @@ def run_chief(resolver):
                     loss_object(labels, logits), global_batch_size=GLOBAL_BATCH_SIZE
                 )
             gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
             return loss
 
         features, labels = next(iterator)
@@ -121,7 +121,7 @@ def run_chief(resolver):
         "train_seconds": round(train_seconds, 2),
     }
     write_metrics(metrics_file, metrics)
-    print("test accuracy %.4f, loss %.4f, %d steps" % (accuracy, loss, STEPS), flush=True)
+    print(f"test accuracy {accuracy:.4f}, loss {loss:.4f}, {STEPS} steps", flush=True)
 
 
 def main():
@@ -132,7 +132,8 @@ def main():
         run_chief(resolver)
     else:
         raise SystemExit(
-            "TF_CONFIG task.type %r: this program runs as chief, ps or worker" % resolver.task_type
+            f"TF_CONFIG task.type {resolver.task_type!r} given; "
+            "this program runs as chief, ps or worker"
         )
 
 

@@ -69,7 +69,7 @@ def main():
         "train_seconds": round(time.monotonic() - started, 2),
     }
     write_metrics(metrics_file, metrics)
-    print("test accuracy %.4f, loss %.4f, %d steps" % (accuracy, loss, steps))
+    print(f"test accuracy {accuracy:.4f}, loss {loss:.4f}, {steps} steps", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def parse_flags():
     parser.add_argument("--train_steps", type=int, default=int(os.environ.get("STEPS", "600")))
     flags = parser.parse_args()
     if flags.job_name not in ("ps", "worker"):
-        parser.error("--job_name (or JOB_NAME) must be ps or worker, got %r" % flags.job_name)
+        parser.error(f"--job_name (or JOB_NAME) {flags.job_name!r} given; allowed: ps, worker")
     if not flags.ps_hosts or not flags.worker_hosts:
         parser.error("--ps_hosts and --worker_hosts (or PS_HOSTS, WORKER_HOSTS) are required")
     if not flags.metrics_file:
@@ -100,13 +100,13 @@ def main():
     )
     server = tf1.train.Server(cluster, job_name=flags.job_name, task_index=flags.task_index)
     if flags.job_name == "ps":
-        print("ps %d serving at %s" % (flags.task_index, server.target), flush=True)
+        print(f"ps {flags.task_index} serving at {server.target}", flush=True)
         server.join()
         return
 
     is_chief = flags.task_index == 0
     x_train, y_train, x_test, y_test = load_digits(flags.data_dir)
-    worker_device = "/job:worker/task:%d" % flags.task_index
+    worker_device = f"/job:worker/task:{flags.task_index}"
     with tf1.device(tf1.train.replica_device_setter(worker_device=worker_device, cluster=cluster)):
         global_step = tf1.train.get_or_create_global_step()
         features = tf1.placeholder(tf.float32, [None, 64], name="features")
@@ -138,7 +138,7 @@ def main():
             session.run(train_op, feed_dict={features: x_train[batch], labels: y_train[batch]})
             local_steps += 1
     train_seconds = time.monotonic() - started
-    print("worker %d ran %d steps" % (flags.task_index, local_steps), flush=True)
+    print(f"worker {flags.task_index} ran {local_steps} steps", flush=True)
     if not is_chief:
         return
 
@@ -154,7 +154,7 @@ def main():
         "train_seconds": round(train_seconds, 2),
     }
     write_metrics(flags.metrics_file, metrics)
-    print("test accuracy %.4f, loss %.4f, %d steps" % (test_accuracy, test_loss, steps), flush=True)
+    print(f"test accuracy {test_accuracy:.4f}, loss {test_loss:.4f}, {steps} steps", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""The example bundles: valid requests, data that matches its export script, and
+real TensorFlow training runs (as local processes) that reach the stated accuracy."""
+
+import importlib.util
+import json
+import math
+import re
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from local_tf_cluster import LocalTFCluster
+
+from tfjob.request import Mode, Strategy, SuccessPolicy, load_request
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLES_DIR = REPO_ROOT / "bundles"
+EXAMPLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1")
+STATED_ACCURACY_PATTERN = re.compile(r"^# Stated accuracy: >= (0\.\d+)", re.MULTILINE)
+RUN_TIMEOUT_S = 150
+# Replicas that only start their server and join: they never exit by themselves.
+JOINING_ROLES = {"digits-ps": ("ps", "worker"), "digits-tf1": ("ps",)}
+
+
+def import_export_script():
+    spec = importlib.util.spec_from_file_location(
+        "export_digits", REPO_ROOT / "scripts" / "export_digits.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_stated_accuracy(name: str) -> float:
+    """The accuracy a bundle promises, from the comment in its request.yaml."""
+    text = (BUNDLES_DIR / name / "request.yaml").read_text()
+    match = STATED_ACCURACY_PATTERN.search(text)
+    assert match, f"{name}/request.yaml has no '# Stated accuracy: >= 0.NN' comment"
+    return float(match.group(1))
+
+
+def test_committed_digits_match_what_the_export_script_makes():
+    export_digits = import_export_script()
+    assert export_digits.EXAMPLE_BUNDLES == EXAMPLES
+    assert export_digits.find_stale_exports(list(export_digits.DEFAULT_OUTPUT_DIRS)) == []
+
+
+def test_digits_split_is_fixed_scaled_and_stratified():
+    import numpy as np
+
+    arrays = import_export_script().split_digits()
+    assert arrays["x_train"].shape == (1437, 64) and arrays["x_test"].shape == (360, 64)
+    assert arrays["x_train"].dtype == np.float32
+    assert 0.0 <= arrays["x_train"].min() and arrays["x_train"].max() == 1.0
+    assert sorted(set(arrays["y_test"].tolist())) == list(range(10))
+    assert np.bincount(arrays["y_test"]).min() >= 35  # every digit is in the test split
+
+
+def test_export_check_reports_a_changed_data_file(tmp_path):
+    export_digits = import_export_script()
+    (written,) = export_digits.export_digits([tmp_path])
+    assert export_digits.find_stale_exports([tmp_path]) == []
+    written.write_bytes(written.read_bytes()[:-10])
+    assert export_digits.find_stale_exports([tmp_path]) == [written]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_request_is_valid_and_names_its_bundle(name):
+    request = load_request(BUNDLES_DIR / name / "request.yaml")
+    assert request.name == name
+    assert request.tenant == "demo"
+    assert request.bundle == f"s3://tfjob-demo/bundles/{name}.tar.gz"
+    assert request.output == f"s3://tfjob-demo/outputs/{name}"
+    assert request.image == "tensorflow/tensorflow:2.21.0"
+    assert (BUNDLES_DIR / name / "code" / request.entrypoint[-1]).is_file()
+    assert 0.5 < read_stated_accuracy(name) < 1.0
+
+
+def test_example_requests_cover_every_mode_and_strategy():
+    requests = {name: load_request(BUNDLES_DIR / name / "request.yaml") for name in EXAMPLES}
+    assert requests["digits-single"].mode is Mode.SINGLE
+    assert requests["digits-ps"].strategy is Strategy.PARAMETER_SERVER
+    assert requests["digits-ps"].replicas.chief == 1
+    assert 1 <= requests["digits-ps"].replicas.ps <= 2
+    assert requests["digits-ps"].replicas.worker == 2
+    assert requests["digits-mwms"].strategy is Strategy.MULTI_WORKER_MIRRORED
+    assert requests["digits-mwms"].replicas.worker == 2
+    assert requests["digits-tf1"].replicas.chief == 0
+    assert requests["digits-tf1"].success_policy is SuccessPolicy.WORKER0
+
+
+def assert_model_written(name: str, model_dir: Path) -> None:
+    if name == "digits-tf1":
+        checkpoint = (model_dir / "checkpoint").read_text()
+        assert "model_checkpoint_path" in checkpoint
+        assert list(model_dir.glob("model.ckpt-*.index"))
+    else:
+        with zipfile.ZipFile(model_dir / "digits.keras") as saved:
+            assert "config.json" in saved.namelist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_trains_to_its_stated_accuracy(name, tmp_path):
+    request = load_request(BUNDLES_DIR / name / "request.yaml")
+    stated = read_stated_accuracy(name)
+    started = time.monotonic()
+    job = LocalTFCluster.from_request(BUNDLES_DIR / name, request, tmp_path)
+    with job:
+        owner = job.wait_for_owner(timeout_s=RUN_TIMEOUT_S)
+        if request.success_policy is SuccessPolicy.ALL_WORKERS:
+            for replica in job.replicas:
+                job.wait_for_exit(replica, timeout_s=RUN_TIMEOUT_S)
+        joining = [r for r in job.replicas if r.role in JOINING_ROLES.get(name, ())]
+        still_running = [r for r in joining if r.process.poll() is None]
+    elapsed = time.monotonic() - started
+
+    metrics = owner.read_metrics()
+    print(f"{name}: {elapsed:.1f} s, metrics {json.dumps(metrics)}")
+    assert metrics["accuracy"] >= stated, (metrics, owner.read_log_tail())
+    assert math.isfinite(metrics["loss"]) and metrics["loss"] > 0
+    assert metrics["steps"] > 0
+    assert_model_written(name, owner.model_dir)
+    # Joining replicas were still serving when the owner finished; the launcher stopped them.
+    assert still_running == joining
+    assert all(replica.process.returncode is not None for replica in job.replicas)

@@ -1,0 +1,394 @@
+"""Tenants on a live cluster and a live Airflow: apply them, read their quota, size their pools.
+
+`tfjob.tenants` says what a tenant's objects should be; this module makes a
+cluster hold exactly that, and is safe to run again and again: each object is
+read first and created when absent, patched only when a field we own differs
+(labels we set, spec), and otherwise left alone; the report says which was which.
+
+The quota preflight reads a tenant's ResourceQuota and the namespace's pods.
+The quota's `status.used` is updated by a controller and may lag behind pods
+created a moment ago, so used = the larger of status.used and the sum over
+the live pods (`tfjob.quota.sum_usage`).
+
+Airflow pools (`tfjob-tenant-<name>`, slots = max_concurrent_jobs) are set
+through the REST API (`RestPoolClient`, for tshell and scripts) or, in a
+process with Airflow's database configured (start-up scripts, tests),
+through Airflow's own model (`DatabasePoolClient`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tfjob.quantity import is_quantity, parse_quantity
+from tfjob.quota import QuotaCheck, check_gang_fits, read_quota_amounts, sum_usage
+from tfjob.request import TrainingRequest
+from tfjob.tenants import Tenant, TenantsConfig, build_tenant_manifests
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+POOLS_PATH = "/api/v2/pools"
+POOL_REQUEST_TIMEOUT_S = 15.0
+# Deferred tasks (a waiting train trigger) keep their slot: the pool caps running jobs.
+POOL_INCLUDE_DEFERRED = True
+
+
+class Outcome(StrEnum):
+    CREATED = "created"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"  # the cluster does not serve the kind
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    kind: str
+    name: str
+    namespace: str
+    outcome: Outcome
+    note: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.kind} {where}{self.name}: {self.outcome.value}{note}"
+
+
+class TenantNotAppliedError(RuntimeError):
+    """The tenant's namespace does not exist on the cluster."""
+
+
+@dataclass(frozen=True)
+class _KindApi:
+    api: str  # attribute of `Clients`
+    suffix: str  # e.g. "namespaced_resource_quota"
+    namespaced: bool
+
+
+_KINDS: dict[str, _KindApi] = {
+    "Namespace": _KindApi("core", "namespace", False),
+    "ResourceQuota": _KindApi("core", "namespaced_resource_quota", True),
+    "LimitRange": _KindApi("core", "namespaced_limit_range", True),
+    "ServiceAccount": _KindApi("core", "namespaced_service_account", True),
+    "NetworkPolicy": _KindApi("networking", "namespaced_network_policy", True),
+}
+
+
+@dataclass
+class Clients:
+    """The typed Kubernetes APIs tenancy needs, on one ApiClient."""
+
+    core: k8s.CoreV1Api
+    networking: k8s.NetworkingV1Api
+
+    @classmethod
+    def from_api_client(cls, api_client: k8s.ApiClient) -> "Clients":
+        return cls(k8s.CoreV1Api(api_client), k8s.NetworkingV1Api(api_client))
+
+
+def _call(clients: Clients, kind: str, verb: str, manifest: Mapping[str, Any], *args: Any,
+          **kwargs: Any) -> Any:
+    info = _KINDS[kind]
+    method = getattr(getattr(clients, info.api), f"{verb}_{info.suffix}")
+    name = manifest["metadata"]["name"]
+    namespace = manifest["metadata"].get("namespace")
+    positional: list[Any] = []
+    if verb != "create":
+        positional.append(name)
+    if info.namespaced:
+        positional.append(namespace)
+    return method(*positional, *args, **kwargs)
+
+
+def _normalise(value: Any) -> Any:
+    """Values as the API server may rewrite them: quantities by value ("1000m" == "1")."""
+    if isinstance(value, Mapping):
+        return {key: _normalise(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normalise(item) for item in value]
+    if isinstance(value, str) and is_quantity(value):
+        return parse_quantity(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value)
+    return value
+
+
+def _owned_fields(manifest: Mapping[str, Any]) -> list[str]:
+    return [key for key in manifest if key not in ("apiVersion", "kind", "metadata", "status")]
+
+
+def diff_manifest(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch turning `live` into `desired` for the fields we own; {} if none.
+
+    We own: the labels and annotations we set (others' are kept), and every other
+    top-level field of the manifest (spec, automountServiceAccountToken) as a whole.
+    """
+    patch: dict[str, Any] = {}
+    meta_patch: dict[str, Any] = {}
+    for key in ("labels", "annotations"):
+        wanted = (desired.get("metadata") or {}).get(key) or {}
+        have = (live.get("metadata") or {}).get(key) or {}
+        changed = {k: v for k, v in wanted.items() if have.get(k) != v}
+        if changed:
+            meta_patch[key] = changed
+    if meta_patch:
+        patch["metadata"] = meta_patch
+    for key in _owned_fields(desired):
+        if _normalise(desired[key]) != _normalise(live.get(key)):
+            patch[key] = _merge_replacement(desired[key], live.get(key))
+    return patch
+
+
+def _merge_replacement(wanted: Any, have: Any) -> Any:
+    """`wanted`, with None for map keys only `have` has (a merge patch then drops them)."""
+    if not isinstance(wanted, Mapping) or not isinstance(have, Mapping):
+        return wanted
+    result = {key: _merge_replacement(value, have.get(key)) for key, value in wanted.items()}
+    for key in have:
+        if key not in wanted:
+            result[key] = None
+    return result
+
+
+def _is_unserved(exc: ApiException) -> bool:
+    """404 for the kind itself (no such API), not for one missing object."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except ValueError:
+        return True
+    details = body.get("details") or {}
+    return exc.status == 404 and not details.get("name")
+
+
+def apply_manifest(clients: Clients, manifest: Mapping[str, Any]) -> ApplyResult:
+    """Create `manifest`, or patch what differs, or leave it; say which."""
+    kind = manifest["kind"]
+    name = manifest["metadata"]["name"]
+    namespace = manifest["metadata"].get("namespace", "")
+    api_client = getattr(clients, _KINDS[kind].api).api_client
+    try:
+        live = api_client.sanitize_for_serialization(_call(clients, kind, "read", manifest))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        try:
+            _call(clients, kind, "create", manifest, dict(manifest))
+        except ApiException as create_exc:
+            if create_exc.status == 404 and _is_unserved(create_exc):
+                return ApplyResult(kind, name, namespace, Outcome.SKIPPED,
+                                   f"the cluster does not serve {manifest['apiVersion']} {kind}")
+            raise
+        return ApplyResult(kind, name, namespace, Outcome.CREATED)
+    patch = diff_manifest(manifest, live)
+    if not patch:
+        return ApplyResult(kind, name, namespace, Outcome.UNCHANGED)
+    _call(clients, kind, "patch", manifest, patch, _content_type=MERGE_PATCH)
+    return ApplyResult(kind, name, namespace, Outcome.CHANGED,
+                       "fields " + ", ".join(sorted(_flatten_keys(patch))))
+
+
+def _flatten_keys(patch: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in patch.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value and key in ("metadata", "labels", "annotations",
+                                                            "spec", "hard"):
+            keys.extend(_flatten_keys(value, path + "."))
+        else:
+            keys.append(path)
+    return keys
+
+
+def apply_tenant(clients: Clients, tenant: Tenant, config: TenantsConfig) -> list[ApplyResult]:
+    """Every object of one tenant, the namespace first."""
+    return [apply_manifest(clients, manifest)
+            for manifest in build_tenant_manifests(tenant, config.network)]
+
+
+def apply_tenants(clients: Clients, config: TenantsConfig,
+                  only: Iterable[str] | None = None) -> list[ApplyResult]:
+    """Every object of every tenant (or of the tenants named in `only`)."""
+    wanted = set(only) if only is not None else None
+    results = []
+    for tenant in config.tenants:
+        if wanted is None or tenant.name in wanted:
+            results.extend(apply_tenant(clients, tenant, config))
+    return results
+
+
+# --- quota preflight ----------------------------------------------------------------------
+
+def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, Any],
+                                                                       dict[str, Decimal]]:
+    """(hard, used) of the tenant's namespace as the preflight needs them.
+
+    hard: the tightest of the namespace's ResourceQuotas, or the tenants file's
+    quota when the namespace has none yet; used: the larger of the quotas'
+    status.used and the sum over the namespace's live pods.
+    """
+    namespace = tenant.namespace
+    try:
+        core.read_namespace(namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise TenantNotAppliedError(
+                f"tenant {tenant.name}: namespace {namespace} does not exist on the cluster; "
+                "run `tshell tenants apply` first") from None
+        raise
+    quotas = core.list_namespaced_resource_quota(namespace).items
+    hard: dict[str, Any] = {}
+    used = {name: Decimal(0) for name in ("cpu", "memory", "nvidia.com/gpu", "pods")}
+    for quota in quotas:
+        for name, value in read_quota_amounts((quota.spec and quota.spec.hard) or {}).items():
+            hard[name] = min(hard.get(name, value), value)
+        status_used = read_quota_amounts((quota.status and quota.status.used) or {})
+        for name, value in status_used.items():
+            used[name] = max(used.get(name, Decimal(0)), value)
+    if not quotas:
+        log.warning("tenant %s: no ResourceQuota in %s; checking against the tenants file",
+                    tenant.name, namespace)
+        hard = read_quota_amounts(tenant.hard_quota())
+    pods = core.list_namespaced_pod(namespace).items
+    plain = [core.api_client.sanitize_for_serialization(pod) for pod in pods]
+    # Live pods already went through LimitRanger: no defaults to apply again.
+    for name, value in sum_usage(plain).items():
+        used[name] = max(used.get(name, Decimal(0)), value)
+    return hard, used
+
+
+def preflight_quota(core: k8s.CoreV1Api, request: TrainingRequest, tenant: Tenant) -> QuotaCheck:
+    """Would the request's whole gang fit in what is left of the tenant's quota now?"""
+    hard, used = read_tenant_quota(core, tenant)
+    return check_gang_fits(request, tenant, hard, used)
+
+
+# --- Airflow pools ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    slots: int
+    description: str
+
+
+def build_pool_specs(config: TenantsConfig) -> list[PoolSpec]:
+    """One pool per tenant: `tfjob-tenant-<name>` with max_concurrent_jobs slots."""
+    return [PoolSpec(tenant.pool, tenant.max_concurrent_jobs,
+                     f"TF-on-K8s tenant {tenant.name}: at most {tenant.max_concurrent_jobs} "
+                     "concurrent job(s)") for tenant in config.tenants]
+
+
+class PoolClient(Protocol):
+    def read_pool(self, name: str) -> PoolSpec | None: ...
+    def create_pool(self, spec: PoolSpec) -> None: ...
+    def update_pool(self, spec: PoolSpec) -> None: ...
+
+
+def apply_pool(pools: PoolClient, spec: PoolSpec) -> ApplyResult:
+    live = pools.read_pool(spec.name)
+    if live is None:
+        pools.create_pool(spec)
+        return ApplyResult("Pool", spec.name, "", Outcome.CREATED, f"{spec.slots} slot(s)")
+    if live.slots == spec.slots and live.description == spec.description:
+        return ApplyResult("Pool", spec.name, "", Outcome.UNCHANGED)
+    pools.update_pool(spec)
+    return ApplyResult("Pool", spec.name, "", Outcome.CHANGED,
+                       f"slots {live.slots} -> {spec.slots}" if live.slots != spec.slots
+                       else "description")
+
+
+def apply_pools(pools: PoolClient, config: TenantsConfig) -> list[ApplyResult]:
+    return [apply_pool(pools, spec) for spec in build_pool_specs(config)]
+
+
+class PoolApiError(RuntimeError):
+    """Airflow refused or failed a pool call; the message has its detail."""
+
+
+class RestPoolClient:
+    """Pools through Airflow's REST API (`/api/v2/pools`) with a bearer token."""
+
+    def __init__(self, base_url: str, token: Callable[[], str],
+                 timeout: float = POOL_REQUEST_TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base_url + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {self.token()}",
+                     "Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and method == "GET":
+                return None
+            detail = exc.read().decode(errors="replace")[:500]
+            raise PoolApiError(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
+                               f"{exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise PoolApiError(f"Airflow is not reachable at {self.base_url} "
+                               f"({getattr(exc, 'reason', exc)})") from None
+        return json.loads(payload) if payload else {}
+
+    def read_pool(self, name: str) -> PoolSpec | None:
+        found = self._request("GET", f"{POOLS_PATH}/{urllib.parse.quote(name)}")
+        if found is None:
+            return None
+        return PoolSpec(found["name"], int(found["slots"]), found.get("description") or "")
+
+    def create_pool(self, spec: PoolSpec) -> None:
+        self._request("POST", POOLS_PATH, {"name": spec.name, "slots": spec.slots,
+                                           "description": spec.description,
+                                           "include_deferred": POOL_INCLUDE_DEFERRED})
+
+    def update_pool(self, spec: PoolSpec) -> None:
+        mask = "update_mask=slots&update_mask=description&update_mask=include_deferred"
+        self._request("PATCH", f"{POOLS_PATH}/{urllib.parse.quote(spec.name)}?{mask}",
+                      {"slots": spec.slots, "description": spec.description,
+                       "include_deferred": POOL_INCLUDE_DEFERRED})
+
+
+class DatabasePoolClient:
+    """Pools through Airflow's model, for processes with Airflow's database configured."""
+
+    def read_pool(self, name: str) -> PoolSpec | None:
+        from airflow.models.pool import Pool
+
+        pool = Pool.get_pool(name)
+        if pool is None:
+            return None
+        return PoolSpec(pool.pool, int(pool.slots), pool.description or "")
+
+    def _write(self, spec: PoolSpec) -> None:
+        from airflow.models.pool import Pool
+
+        Pool.create_or_update_pool(spec.name, spec.slots, spec.description,
+                                   POOL_INCLUDE_DEFERRED)
+
+    create_pool = _write
+    update_pool = _write
+
+
+__all__ = [
+    "ApplyResult", "Clients", "DatabasePoolClient", "Outcome", "PoolClient", "PoolSpec",
+    "RestPoolClient", "TenantNotAppliedError", "apply_manifest", "apply_pool", "apply_pools",
+    "apply_tenant", "apply_tenants", "build_pool_specs", "diff_manifest", "preflight_quota",
+    "read_tenant_quota",
+]

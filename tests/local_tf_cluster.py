@@ -2,7 +2,8 @@
 
 Why this exists: the example bundles must be checked (and benchmarked) as real
 multi-process TensorFlow jobs without Airflow or Kubernetes. This launcher
-gives every replica what the pod bootstrap would give it (docs/architecture.md,
+gives every replica what the pod bootstrap would give it, built by the
+platform's own ClusterSpec code (`tfjob.clusterspec`) (docs/architecture.md,
 "The pod protocol"): TF_CONFIG, the legacy PS_HOSTS/WORKER_HOSTS/JOB_NAME/
 TASK_INDEX, DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE, TFJOB_ROLE,
 TFJOB_INDEX, TFJOB_UPLOAD_MODEL, and `code/` as working directory.
@@ -35,6 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tfjob.clusterspec import build_legacy_env, build_tf_config
+from tfjob.request import Role
 
 LOOPBACK = "127.0.0.1"
 ROLE_ORDER = ("chief", "ps", "worker")
@@ -142,13 +146,9 @@ def build_replica_env(
     """
     env = {}
     if distributed:
-        env = {
-            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}}),
-            "PS_HOSTS": ",".join(cluster.get("ps", [])),
-            "WORKER_HOSTS": ",".join(cluster.get("worker", [])),
-            "JOB_NAME": role,
-            "TASK_INDEX": str(index),
-        }
+        # The platform's own builders, so local runs see what pods see.
+        env = {"TF_CONFIG": json.dumps(build_tf_config(cluster, Role(role), index))}
+        env |= build_legacy_env(cluster, Role(role), index)
     return env | {
         "TFJOB_ROLE": role,
         "TFJOB_INDEX": str(index),

@@ -1,0 +1,111 @@
+"""A real `airflow standalone` for tests, started once per test session.
+
+Why this exists: Airflow takes 10–40 s to start on two cores, so tests share
+one instance instead of each starting their own. It runs with this repo's
+airflow.cfg (parallelism 4, LocalExecutor, SQLite migrated by standalone at
+start) on a free port, with a home under pytest's temp dir, and with the
+AIRFLOW_CONN_* and other variables the caller passes. It is stopped, every
+process of it, when the session ends.
+
+Use from a test module (tests/ is on sys.path in pytest's default import mode):
+
+    from airflow_fixtures import start_airflow
+
+    @pytest.fixture(scope="session")
+    def airflow(tmp_path_factory):
+        handle = start_airflow(tmp_path_factory.mktemp("airflow"), extra_env={...})
+        yield handle
+        handle.stop()
+
+or take `repo_airflow` (this repo's dags and plugins, no connections) by
+importing it into the module: `from airflow_fixtures import repo_airflow  # noqa: F401`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_airflow_server() -> Any:
+    # scripts/ is not a package; load the launcher the Make targets use, so tests run the same code.
+    name = "tfjob_scripts_airflow_server"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / "airflow_server.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+airflow_server = _load_airflow_server()
+
+
+@dataclass
+class AirflowHandle:
+    """A running Airflow: URL, admin login, a fresh token on demand, and stop()."""
+
+    url: str
+    username: str
+    password: str
+    home: Path
+    pid: int
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def token(self) -> str:
+        return airflow_server.fetch_token(self.url, self.username, self.password)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One authenticated REST call; returns the decoded JSON answer."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=15) as response:
+            payload = response.read()
+        return json.loads(payload) if payload else None
+
+    def stop(self) -> list[int]:
+        return airflow_server.stop_airflow(self.home)
+
+
+def start_airflow(
+    home: Path,
+    port: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    dags_folder: Path = REPO_ROOT / "dags",
+    plugins_folder: Path = REPO_ROOT / "plugins",
+) -> AirflowHandle:
+    """Start `airflow standalone` and return once it is healthy and has parsed `dags_folder`."""
+    settings = airflow_server.AirflowSettings(
+        home=Path(home),
+        port=port or airflow_server.pick_free_port(),
+        dags_folder=Path(dags_folder),
+        plugins_folder=Path(plugins_folder),
+        extra_env=dict(extra_env or {}),
+    )
+    instance = airflow_server.start_airflow(settings)
+    return AirflowHandle(
+        url=instance.url, username=instance.username, password=instance.password,
+        home=instance.home, pid=instance.pid, env=dict(settings.extra_env),
+    )
+
+
+@pytest.fixture(scope="session")
+def repo_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHandle]:
+    handle = start_airflow(tmp_path_factory.mktemp("repo-airflow"))
+    yield handle
+    handle.stop()

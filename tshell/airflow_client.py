@@ -1,0 +1,196 @@
+"""A logged-in session with the Airflow REST API, for the tshell run commands.
+
+Why this exists: apache-airflow-client has no token helper. Airflow 3 wants a
+JWT from ``POST /auth/token`` as a bearer token, valid for a limited time. This
+module fetches it, refreshes it shortly before it expires and once more when
+the server answers 401 anyway (a restarted Airflow with a new secret), and
+turns transport and HTTP failures into errors a person can act on:
+unreachable, wrong credentials, not found, refused input.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import airflow_client.client as airflow_api
+import urllib3
+from airflow_client.client.exceptions import ApiException
+
+from tshell.config import AirflowConfig
+
+T = TypeVar("T")
+TOKEN_PATH = "/auth/token"
+REQUEST_TIMEOUT_S = 15.0
+# Refresh this long before the token's own expiry, so no call races it.
+TOKEN_REFRESH_MARGIN_S = 60.0
+
+
+class AirflowClientError(Exception):
+    """A failure of a call to Airflow, worded for the person at the terminal."""
+
+
+class AirflowUnreachableError(AirflowClientError):
+    pass
+
+
+class AirflowAuthError(AirflowClientError):
+    pass
+
+
+class AirflowNotFoundError(AirflowClientError):
+    pass
+
+
+class AirflowRefusedError(AirflowClientError):
+    """The server refused the input (400/409/422); the message carries its detail."""
+
+
+def describe_api_detail(body: str | bytes | None) -> str:
+    """The server's `detail` as one readable line, field names included."""
+    if not body:
+        return "(no detail)"
+    try:
+        detail = json.loads(body).get("detail", body)
+    except (ValueError, AttributeError):
+        return body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    if isinstance(detail, list):  # FastAPI validation errors: [{"loc": [...], "msg": ...}]
+        parts = []
+        for item in detail:
+            location = ".".join(str(p) for p in item.get("loc", []) if p != "body")
+            parts.append(f"{location}: {item.get('msg', item)}" if location else str(item.get("msg")))
+        return "; ".join(parts)
+    if isinstance(detail, dict):
+        return json.dumps(detail)
+    # Param validation errors continue with the whole JSON schema; the first line names the field.
+    return str(detail).strip().splitlines()[0] if str(detail).strip() else "(no detail)"
+
+
+def read_token_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT (seconds since the epoch), read without verifying it."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return float(claims["exp"])
+    except (IndexError, KeyError, ValueError, TypeError):
+        return None
+
+
+def fetch_token(config: AirflowConfig, timeout: float = REQUEST_TIMEOUT_S) -> str:
+    """A fresh access token for config's user."""
+    body = json.dumps({"username": config.username, "password": config.password}).encode()
+    request = urllib.request.Request(
+        config.url + TOKEN_PATH, data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())["access_token"]
+    except urllib.error.HTTPError as error:
+        if error.code in (400, 401, 403):
+            raise AirflowAuthError(
+                f"Airflow at {config.url} refused the login of user {config.username!r} "
+                f"(HTTP {error.code}): check TSHELL_USERNAME/TSHELL_PASSWORD or the config file"
+            ) from None
+        raise AirflowClientError(
+            f"Airflow at {config.url} answered HTTP {error.code} to {TOKEN_PATH}: "
+            f"{describe_api_detail(error.read())}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise AirflowUnreachableError(
+            f"Airflow is not reachable at {config.url} ({reason}); is it running "
+            f"(`make up`), or set TSHELL_AIRFLOW_URL"
+        ) from None
+
+
+class AirflowSession:
+    """Calls to one Airflow with a bearer token that is kept valid."""
+
+    def __init__(self, config: AirflowConfig, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._token: str | None = None
+        self._token_expiry: float | None = None
+        self._api: airflow_api.ApiClient | None = None
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    def token(self) -> str:
+        """The current token, fetched or refreshed when needed."""
+        expiring = (
+            self._token_expiry is not None
+            and self._token_expiry - time.time() < TOKEN_REFRESH_MARGIN_S
+        )
+        if self._token is None or expiring:
+            self.refresh_token()
+        assert self._token is not None
+        return self._token
+
+    def refresh_token(self) -> None:
+        self._token = fetch_token(self.config, self.timeout)
+        self._token_expiry = read_token_expiry(self._token)
+        if self._api is not None:
+            self._api.configuration.access_token = self._token
+
+    def api_client(self) -> airflow_api.ApiClient:
+        token = self.token()
+        if self._api is None:
+            configuration = airflow_api.Configuration(host=self.config.url, access_token=token)
+            configuration.retries = 1
+            self._api = airflow_api.ApiClient(configuration)
+        return self._api
+
+    def call(self, operation: Callable[[airflow_api.ApiClient], T], what: str = "") -> T:
+        """Run `operation` with a logged-in client; one retry with a new token on 401."""
+        for attempt in (1, 2):
+            try:
+                return operation(self.api_client())
+            except ApiException as error:
+                if error.status == 401 and attempt == 1:
+                    self.refresh_token()
+                    continue
+                raise self.describe_http_error(error, what) from None
+            except urllib3.exceptions.HTTPError as error:
+                raise AirflowUnreachableError(
+                    f"Airflow is not reachable at {self.config.url} ({error.__class__.__name__}"
+                    f"); is it running (`make up`), or set TSHELL_AIRFLOW_URL"
+                ) from None
+        raise AssertionError("unreachable")
+
+    def describe_http_error(self, error: ApiException, what: str) -> AirflowClientError:
+        detail = describe_api_detail(error.body)
+        subject = f"{what}: " if what else ""
+        if error.status == 404:
+            return AirflowNotFoundError(f"{subject}not found on {self.config.url} ({detail})")
+        if error.status in (401, 403):
+            return AirflowAuthError(
+                f"{subject}user {self.config.username!r} is not allowed (HTTP {error.status}: {detail})"
+            )
+        if error.status in (400, 409, 422):
+            return AirflowRefusedError(f"{subject}Airflow refused it (HTTP {error.status}): {detail}")
+        return AirflowClientError(f"{subject}Airflow answered HTTP {error.status}: {detail}")
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """A raw GET of the REST API, for endpoints whose client model is too strict."""
+
+        def run(api: airflow_api.ApiClient) -> Any:
+            response = api.call_api(
+                *api.param_serialize(
+                    method="GET", resource_path=path, query_params=list((params or {}).items()),
+                    header_params={"Accept": "application/json"}, auth_settings=["HTTPBearer"],
+                ),
+                _request_timeout=self.timeout,
+            )
+            response.read()
+            if response.status >= 400:
+                raise ApiException(status=response.status, reason=response.reason, body=response.data)
+            return json.loads(response.data)
+
+        return self.call(run, path)

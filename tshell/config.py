@@ -1,0 +1,112 @@
+"""Where tshell finds Airflow (URL and login) and S3 (endpoint), and in what order.
+
+Why this exists: the same CLI talks to the embedded default on this machine and
+to a real Airflow elsewhere, and a person should never have to guess which
+setting won. Order, first found wins, field by field:
+
+1. environment: TSHELL_AIRFLOW_URL, TSHELL_USERNAME, TSHELL_PASSWORD,
+   TSHELL_S3_ENDPOINT_URL (or the standard AWS_ENDPOINT_URL);
+2. the config file: $TSHELL_CONFIG, else ~/.config/tshell/config.yaml
+   (``airflow: {url, username, password}`` and ``s3: {endpoint_url, region}``);
+3. the embedded default: http://127.0.0.1:8080, user admin, the password Airflow
+   generated in <airflow home>/simple_auth_manager_passwords.json.generated
+   (home: $AIRFLOW_HOME, else .state/airflow of this repo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
+DEFAULT_USERNAME = "admin"
+DEFAULT_CONFIG_PATH = Path("~/.config/tshell/config.yaml")
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_AIRFLOW_HOME = REPO_ROOT / ".state" / "airflow"
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class AirflowConfig:
+    url: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class S3Config:
+    endpoint_url: str | None
+    region: str | None
+
+
+@dataclass(frozen=True)
+class TshellConfig:
+    airflow: AirflowConfig
+    s3: S3Config
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The config file as a dict; {} when it does not exist."""
+    path = path.expanduser()
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: a mapping with 'airflow' and 's3' is required")
+    for section in ("airflow", "s3"):
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"config file {path}: '{section}' must be a mapping")
+    return data
+
+
+def read_generated_password(airflow_home: Path, username: str) -> str | None:
+    """The password Airflow's simple auth manager generated for `username`, if any."""
+    path = airflow_home / PASSWORDS_FILE
+    try:
+        return json.loads(path.read_text()).get(username)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def load_config(env: Mapping[str, str] | None = None, config_path: Path | None = None) -> TshellConfig:
+    """Resolve every setting (environment, then config file, then the embedded default)."""
+    env = os.environ if env is None else env
+    path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
+    data = read_config_file(path)
+    file_airflow = data.get("airflow", {})
+    file_s3 = data.get("s3", {})
+
+    url = env.get("TSHELL_AIRFLOW_URL") or file_airflow.get("url") or DEFAULT_AIRFLOW_URL
+    username = env.get("TSHELL_USERNAME") or file_airflow.get("username") or DEFAULT_USERNAME
+    password = env.get("TSHELL_PASSWORD") or file_airflow.get("password")
+    if not password:
+        home = Path(env.get("AIRFLOW_HOME") or DEFAULT_AIRFLOW_HOME)
+        password = read_generated_password(home, username)
+    if not password:
+        raise ConfigError(
+            f"no Airflow password for user {username!r}: set TSHELL_PASSWORD, or 'airflow: "
+            f"{{password: …}}' in {path}, or start the embedded Airflow (`make up`), which "
+            f"writes {DEFAULT_AIRFLOW_HOME / PASSWORDS_FILE}"
+        )
+    endpoint = (
+        env.get("TSHELL_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL")
+        or file_s3.get("endpoint_url")
+    )
+    region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or file_s3.get("region")
+    return TshellConfig(
+        airflow=AirflowConfig(url=str(url).rstrip("/"), username=str(username), password=str(password)),
+        s3=S3Config(endpoint_url=endpoint, region=region),
+    )

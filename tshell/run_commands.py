@@ -1,0 +1,707 @@
+"""tshell submit, status, list, logs, cancel and download: training runs through Airflow's REST API.
+
+Why this exists: a person submits a request file and follows the run without
+opening the Airflow UI. The request is validated locally first (the same
+`tfjob.request` model the DAG uses), so most mistakes never reach the server;
+what the server still refuses (400/422) is shown with the field it names.
+
+A run is an Airflow DAG run. `RUN` is its run id; the DAG is found by searching
+every DAG unless `--dag` names it. While a run is active its logs come from the
+Airflow task log of the `train` task, where each replica's line is prefixed
+with `[<role>-<index>]`; once archived they come from
+`<output>/runs/<run_id>/logs/<role>-<index>.log` in S3, `<output>` being the
+request's `output` (the run's conf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from airflow_client.client.api.dag_run_api import DagRunApi
+from airflow_client.client.api.task_instance_api import TaskInstanceApi
+from airflow_client.client.models.dag_run_patch_body import DAGRunPatchBody
+from airflow_client.client.models.patch_task_instance_body import PatchTaskInstanceBody
+from airflow_client.client.models.task_instance_state import TaskInstanceState
+from airflow_client.client.models.dag_run_mutable_states import DagRunMutableStates
+from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
+
+from tfjob.request import RequestError, load_request
+from tshell.airflow_client import AirflowClientError, AirflowNotFoundError, AirflowSession
+from tshell.config import ConfigError, TshellConfig, load_config
+
+SUBMIT_DAG_ID = "tfjob_submit"
+DAG_ID_PREFIX = "tfjob"
+TRAIN_TASK_ID = "train"
+LAUNCH_TASK_ID = "launch"
+REPLICA_LOG_PREFIX = "[{role}-{index}]"
+POLL_INTERVAL_S = 2.0
+LIST_LIMIT = 50
+
+
+class RunState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in (RunState.SUCCESS, RunState.FAILED)
+
+
+class ArtifactKind(enum.StrEnum):
+    MODEL = "model"
+    LOGS = "logs"
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    RUN_FAILED = 1
+    INVALID_REQUEST = 2
+    AIRFLOW_ERROR = 3
+    NOT_FOUND = 4
+    CONFIG_ERROR = 5
+
+
+FINISHED_TASK_STATES = {"success", "failed", "skipped", "upstream_failed", "removed"}
+ACTIVE_TASK_STATES = {"scheduled", "queued", "running", "deferred", "up_for_retry",
+                      "up_for_reschedule", "restarting", "awaiting_input"}
+# Trigger rules of tasks that run whatever happened upstream (teardown: all_done_setup_success).
+CLEANUP_TRIGGER_RULES = {"all_done", "all_done_setup_success", "always"}
+CANCEL_NOTE = "cancelled with tshell"
+CANCEL_ROUNDS = 3
+CANCEL_TIMEOUT_S = 600.0
+
+
+class CommandError(Exception):
+    """An error for the person at the terminal, with the exit code to leave with."""
+
+    def __init__(self, message: str, code: ExitCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class RunRef:
+    dag_id: str
+    run_id: str
+
+    @property
+    def path(self) -> str:
+        return (f"/api/v2/dags/{quote(self.dag_id)}/dagRuns/{quote(self.run_id)}")
+
+
+def quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+# --- request and conf -------------------------------------------------------------------
+
+def parse_set_value(text: str) -> Any:
+    """A --set value as YAML would read it (3 → int, true → bool, [a, b] → list)."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """`data` with each `dotted.key=value` of `overrides` set (a copy; nested maps created).
+
+    Values read as YAML (3 is a number, [a, b] a list), except under `env`, which
+    holds strings only.
+    """
+    result = json.loads(json.dumps(data))
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CommandError(f"--set {item!r}: KEY=VALUE is required (e.g. replicas.worker=3)",
+                               ExitCode.INVALID_REQUEST)
+        target = result
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = target.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise CommandError(f"--set {item!r}: {part!r} is not a mapping in the request",
+                                   ExitCode.INVALID_REQUEST)
+            target = child
+        # Environment values are strings by contract; everything else reads as YAML.
+        target[parts[-1]] = value if parts[0] == "env" else parse_set_value(value)
+    return result
+
+
+def read_request_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CommandError(f"request file {str(path)!r} does not exist", ExitCode.INVALID_REQUEST) from None
+    except yaml.YAMLError as exc:
+        raise CommandError(f"request file {str(path)!r} is not valid YAML/JSON: {exc}",
+                           ExitCode.INVALID_REQUEST) from None
+    if not isinstance(data, dict):
+        raise CommandError(f"request file {str(path)!r}: a mapping of request fields is required",
+                           ExitCode.INVALID_REQUEST)
+    return data
+
+
+def build_conf(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The validated request of `path` with `overrides`, as the DAG run's conf."""
+    data = apply_overrides(read_request_file(path), overrides)
+    try:
+        request = load_request(data)
+    except RequestError as exc:
+        raise CommandError(f"{path}: {exc}", ExitCode.INVALID_REQUEST) from None
+    return request.model_dump(mode="json")
+
+
+# --- Airflow reads ------------------------------------------------------------------------
+
+def run_ui_url(session: AirflowSession, ref: RunRef) -> str:
+    return f"{session.url}/dags/{quote(ref.dag_id)}/runs/{quote(ref.run_id)}"
+
+
+def find_run(session: AirflowSession, run_id: str, dag_id: str | None = None) -> dict[str, Any]:
+    """The DAG run `run_id` (of `dag_id`, or of whichever DAG has it)."""
+    if dag_id:
+        try:
+            return session.get_json(RunRef(dag_id, run_id).path)
+        except AirflowNotFoundError:
+            raise CommandError(f"unknown run {run_id!r} of DAG {dag_id!r}; `tshell list` shows "
+                               f"the runs", ExitCode.NOT_FOUND) from None
+    page = session.get_json("/api/v2/dags/~/dagRuns",
+                            {"run_id_prefix_pattern": run_id, "limit": 100})
+    matches = [run for run in page["dag_runs"] if run["dag_run_id"] == run_id]
+    if not matches:
+        raise CommandError(f"unknown run {run_id!r}: no DAG on {session.url} has it; "
+                           f"`tshell list` shows the runs", ExitCode.NOT_FOUND)
+    if len(matches) > 1:
+        dags = ", ".join(sorted(run["dag_id"] for run in matches))
+        raise CommandError(f"run {run_id!r} exists in several DAGs ({dags}); choose one with --dag",
+                           ExitCode.NOT_FOUND)
+    return matches[0]
+
+
+def list_task_instances(session: AirflowSession, ref: RunRef) -> list[dict[str, Any]]:
+    page = session.get_json(f"{ref.path}/taskInstances", {"limit": 100})
+    return sorted(page["task_instances"], key=lambda ti: (ti.get("start_date") or "~", ti["task_id"]))
+
+
+def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
+    """The `launch` task's XCom ({role: [ip:port, …]}), once it exists."""
+    try:
+        entry = session.get_json(
+            f"{ref.path}/taskInstances/{LAUNCH_TASK_ID}/xcomEntries/return_value",
+            {"deserialize": "true"},
+        )
+    except AirflowClientError:
+        return None
+    value = entry.get("value")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def fetch_task_log(
+    session: AirflowSession, ref: RunRef, task_id: str, try_number: int,
+    continuation_token: str | None = None,
+) -> tuple[list[str], str | None]:
+    """Lines of one task try's log after `continuation_token`, and the token to continue."""
+    params: dict[str, Any] = {"full_content": "false"}
+    if continuation_token:
+        params["token"] = continuation_token
+    body = session.get_json(f"{ref.path}/taskInstances/{quote(task_id)}/logs/{try_number}", params)
+    lines = []
+    for item in body.get("content") or []:
+        if isinstance(item, dict):
+            event = str(item.get("event", ""))
+            if event.startswith("::group::") or event == "::endgroup::":
+                continue
+            lines.extend(event.splitlines() or [""])
+            for error in item.get("error_detail") or []:
+                lines.append(f"  {error.get('exc_type')}: {error.get('exc_value')}")
+        else:
+            lines.extend(str(item).splitlines())
+    return lines, body.get("continuation_token")
+
+
+def select_replica_lines(lines: Sequence[str], role: str | None, index: int | None) -> list[str]:
+    """Only the lines of one replica (prefix removed); every line when no role is given."""
+    if role is None:
+        return list(lines)
+    prefix = REPLICA_LOG_PREFIX.format(role=role, index=0 if index is None else index)
+    return [line[len(prefix):].lstrip() for line in lines if line.startswith(prefix)]
+
+
+# --- S3 -----------------------------------------------------------------------------------
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise CommandError(f"output {url!r}: an s3://bucket/prefix URL is required",
+                           ExitCode.INVALID_REQUEST)
+    return parsed.netloc, parsed.path.strip("/")
+
+
+def run_output_prefix(run: dict[str, Any], output_override: str | None) -> tuple[str, str]:
+    """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/."""
+    output = output_override or (run.get("conf") or {}).get("output")
+    if not output:
+        raise CommandError(f"run {run['dag_run_id']!r} has no 'output' in its conf; give it "
+                           f"with --output s3://bucket/prefix", ExitCode.NOT_FOUND)
+    bucket, prefix = split_s3_url(output)
+    key = "/".join(p for p in (prefix, "runs", run["dag_run_id"]) if p)
+    return bucket, key + "/"
+
+
+def make_s3_client(config: TshellConfig) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=config.s3.endpoint_url,
+                        region_name=config.s3.region or "us-east-1")
+
+
+def list_s3_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    keys: list[str] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys.extend(obj["Key"] for obj in page.get("Contents", []))
+    except ClientError as exc:
+        raise CommandError(f"s3://{bucket}/{prefix}: {exc.response['Error'].get('Message', exc)}",
+                           ExitCode.NOT_FOUND) from None
+    except BotoCoreError as exc:
+        raise CommandError(f"S3 is not reachable for s3://{bucket}/{prefix}: {exc}",
+                           ExitCode.AIRFLOW_ERROR) from None
+    return keys
+
+
+def download_prefix(s3: Any, bucket: str, prefix: str, target: Path) -> list[Path]:
+    keys = list_s3_keys(s3, bucket, prefix)
+    if not keys:
+        raise CommandError(f"no objects under s3://{bucket}/{prefix}: the run has not archived "
+                           f"them (yet); `tshell status` shows how far it got", ExitCode.NOT_FOUND)
+    written = []
+    for key in keys:
+        relative = key[len(prefix):]
+        if not relative or relative.endswith("/"):
+            continue
+        destination = (target / relative).resolve()
+        if not destination.is_relative_to(target.resolve()):
+            raise CommandError(f"s3://{bucket}/{key}: refusing a key that leaves {target}",
+                               ExitCode.NOT_FOUND)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, key, str(destination))
+        written.append(destination)
+    return written
+
+
+def read_s3_text(s3: Any, bucket: str, key: str) -> str | None:
+    from botocore.exceptions import ClientError
+
+    try:
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode(errors="replace")
+    except ClientError as exc:
+        if exc.response["Error"].get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+            return None
+        raise
+
+
+# --- output -------------------------------------------------------------------------------
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def short_time(value: str | None) -> str:
+    return value[:19].replace("T", " ") if value else ""
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
+    conf = run.get("conf") or {}
+    return {
+        "run_id": run["dag_run_id"], "dag_id": run["dag_id"], "state": run["state"],
+        "name": conf.get("name"), "tenant": conf.get("tenant"),
+        "start_date": run.get("start_date"), "end_date": run.get("end_date"),
+        "duration": run.get("duration"),
+    }
+
+
+def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [[t["task_id"], t.get("state") or "none", t.get("try_number"),
+             short_time(t.get("start_date")), format_duration(t.get("duration"))] for t in tasks]
+
+
+TASK_HEADERS = ("task", "state", "try", "started", "duration")
+
+
+def emit_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+# --- commands -----------------------------------------------------------------------------
+
+def open_session() -> tuple[TshellConfig, AirflowSession]:
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        raise CommandError(str(exc), ExitCode.CONFIG_ERROR) from None
+    return config, AirflowSession(config.airflow)
+
+
+def follow_run(session: AirflowSession, ref: RunRef, out: TextIO,
+               poll_interval: float = POLL_INTERVAL_S) -> dict[str, Any]:
+    """Print task state changes (and the replicas once launched) until the run ends."""
+    seen: dict[str, str] = {}
+    endpoints_shown = False
+    while True:
+        run = session.get_json(ref.path)
+        for task in list_task_instances(session, ref):
+            state = task.get("state") or "none"
+            if seen.get(task["task_id"]) != state:
+                seen[task["task_id"]] = state
+                out.write(f"{time.strftime('%H:%M:%S')}  {task['task_id']:<14} {state}\n")
+        if not endpoints_shown and seen.get(LAUNCH_TASK_ID) == "success":
+            endpoints = fetch_replica_endpoints(session, ref)
+            if endpoints:
+                for role, addresses in endpoints.items():
+                    out.write(f"           replicas {role}: {', '.join(map(str, addresses))}\n")
+                endpoints_shown = True
+        out.flush()
+        if RunState(run["state"]).is_finished:
+            return run
+        time.sleep(poll_interval)
+
+
+def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    conf = build_conf(Path(args.request), args.set or [])
+    _, session = open_session()
+
+    def trigger(api: Any) -> Any:
+        body = TriggerDAGRunPostBody(conf=conf, logical_date=None)
+        return DagRunApi(api).trigger_dag_run(args.dag, body)
+
+    try:
+        run = session.call(trigger, f"trigger of DAG {args.dag!r}")
+    except AirflowNotFoundError:
+        raise CommandError(f"DAG {args.dag!r} does not exist on {session.url} (not parsed yet, "
+                           f"or a parse error: see the Airflow UI)", ExitCode.NOT_FOUND) from None
+    ref = RunRef(run.dag_id, run.dag_run_id)
+    if args.json and not args.wait:
+        emit_json({"run_id": ref.run_id, "dag_id": ref.dag_id, "url": run_ui_url(session, ref),
+                   "state": str(run.state.value)}, out)
+        return ExitCode.OK
+    if not args.json:
+        out.write(f"submitted run {ref.run_id}\n  DAG: {ref.dag_id}\n  UI:  {run_ui_url(session, ref)}\n")
+    if not args.wait:
+        return ExitCode.OK
+    final = follow_run(session, ref, sys.stderr if args.json else out, args.poll_interval)
+    if args.json:
+        emit_json(summarize_run(final), out)
+    else:
+        out.write(f"run {ref.run_id}: {final['state']}\n")
+    return ExitCode.OK if final["state"] == RunState.SUCCESS else ExitCode.RUN_FAILED
+
+
+def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    _, session = open_session()
+    run = find_run(session, args.run, args.dag)
+    ref = RunRef(run["dag_id"], run["dag_run_id"])
+    tasks = list_task_instances(session, ref)
+    summary = summarize_run(run)
+    if args.json:
+        summary["tasks"] = [{k: t.get(k) for k in ("task_id", "state", "try_number", "start_date",
+                                                  "end_date", "duration")} for t in tasks]
+        summary["replicas"] = fetch_replica_endpoints(session, ref)
+        summary["url"] = run_ui_url(session, ref)
+        emit_json(summary, out)
+        return ExitCode.OK
+    out.write(f"run      {ref.run_id}\nDAG      {ref.dag_id}\nstate    {run['state']}\n")
+    if summary["name"]:
+        out.write(f"request  {summary['name']} (tenant {summary['tenant']})\n")
+    out.write(f"started  {short_time(run.get('start_date'))}\n")
+    if run.get("end_date"):
+        out.write(f"ended    {short_time(run['end_date'])} ({format_duration(run.get('duration'))})\n")
+    out.write(f"UI       {run_ui_url(session, ref)}\n\n")
+    out.write(format_table(TASK_HEADERS, task_rows(tasks)) + "\n")
+    endpoints = fetch_replica_endpoints(session, ref)
+    if endpoints:
+        out.write("\nreplicas\n")
+        for role, addresses in endpoints.items():
+            out.write(f"  {role}: {', '.join(map(str, addresses))}\n")
+    return ExitCode.OK
+
+
+def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    _, session = open_session()
+    params: dict[str, Any] = {"limit": args.limit, "order_by": "-run_after"}
+    if args.dag:
+        path = f"/api/v2/dags/{quote(args.dag)}/dagRuns"
+    else:
+        path = "/api/v2/dags/~/dagRuns"
+        params["dag_id_prefix_pattern"] = DAG_ID_PREFIX
+    if args.state:
+        params["state"] = args.state
+    runs = [summarize_run(r) for r in session.get_json(path, params)["dag_runs"]]
+    if args.tenant:
+        runs = [r for r in runs if r["tenant"] == args.tenant]
+    if args.json:
+        emit_json(runs, out)
+        return ExitCode.OK
+    headers = ("run id", "dag", "state", "name", "tenant", "started", "duration")
+    rows = [[r["run_id"], r["dag_id"], r["state"], r["name"], r["tenant"],
+             short_time(r["start_date"]), format_duration(r["duration"])] for r in runs]
+    out.write(format_table(headers, rows) + "\n")
+    return ExitCode.OK
+
+
+def iter_live_log(session: AirflowSession, ref: RunRef, task_id: str, follow: bool,
+                  poll_interval: float) -> Iterator[str]:
+    """Lines of the task's latest try; with `follow`, keep reading until the task ends."""
+    token: str | None = None
+    while True:
+        tasks = {t["task_id"]: t for t in list_task_instances(session, ref)}
+        task = tasks.get(task_id)
+        if task is None:
+            raise CommandError(f"run {ref.run_id!r} has no task {task_id!r} (tasks: "
+                               f"{', '.join(sorted(tasks)) or 'none yet'})", ExitCode.NOT_FOUND)
+        finished = (task.get("state") or "none") in FINISHED_TASK_STATES
+        if task.get("try_number"):
+            lines, token = fetch_task_log(session, ref, task_id, task["try_number"], token)
+            yield from lines
+        if not follow or finished:
+            return
+        time.sleep(poll_interval)
+
+
+def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    config, session = open_session()
+    run = find_run(session, args.run, args.dag)
+    ref = RunRef(run["dag_id"], run["dag_run_id"])
+    archived = RunState(run["state"]).is_finished and (run.get("conf") or {}).get("output")
+    if archived and args.task is None:
+        bucket, prefix = run_output_prefix(run, args.output)
+        s3 = make_s3_client(config)
+        if args.role is not None:
+            key = f"{prefix}logs/{args.role}-{args.index}.log"
+            text = read_s3_text(s3, bucket, key)
+            if text is not None:
+                out.write(text if text.endswith("\n") or not text else text + "\n")
+                return ExitCode.OK
+        else:
+            keys = sorted(list_s3_keys(s3, bucket, prefix + "logs/"))
+            for key in keys:
+                out.write(f"==> {key.rsplit('/', 1)[-1]} <==\n")
+                out.write((read_s3_text(s3, bucket, key) or "").rstrip("\n") + "\n")
+            if keys:
+                return ExitCode.OK
+        sys.stderr.write(f"note: no archived log under s3://{bucket}/{prefix}logs/; "
+                         f"showing the Airflow task log\n")
+    task_id = args.task or TRAIN_TASK_ID
+    for line in iter_live_log(session, ref, task_id, args.follow, args.poll_interval):
+        for selected in select_replica_lines([line], args.role, args.index):
+            out.write(selected + "\n")
+            out.flush()
+    return ExitCode.OK
+
+
+def list_cleanup_task_ids(session: AirflowSession, dag_id: str) -> set[str]:
+    """Tasks that run whatever happened upstream (teardown, archive): cancel spares them."""
+    tasks = session.get_json(f"/api/v2/dags/{quote(dag_id)}/tasks")["tasks"]
+    return {t["task_id"] for t in tasks if t.get("trigger_rule") in CLEANUP_TRIGGER_RULES}
+
+
+def fail_active_tasks(session: AirflowSession, ref: RunRef, spared: set[str]) -> list[str]:
+    """Mark every started, unfinished task of the run failed, except `spared`; their ids."""
+    failed = []
+    for task in list_task_instances(session, ref):
+        if task["task_id"] in spared or (task.get("state") or "none") not in ACTIVE_TASK_STATES:
+            continue
+
+        def patch(api: Any, task_id: str = task["task_id"], map_index: int = task["map_index"]) -> Any:
+            body = PatchTaskInstanceBody(new_state=TaskInstanceState.FAILED, note=CANCEL_NOTE)
+            return TaskInstanceApi(api).patch_task_instance(
+                ref.dag_id, ref.run_id, task_id, body,
+                map_index=None if map_index < 0 else map_index,
+            )
+
+        session.call(patch, f"cancel of task {task['task_id']!r}")
+        failed.append(task["task_id"])
+    return failed
+
+
+def cmd_cancel(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    _, session = open_session()
+    run = find_run(session, args.run, args.dag)
+    ref = RunRef(run["dag_id"], run["dag_run_id"])
+    if RunState(run["state"]).is_finished:
+        out.write(f"run {ref.run_id} already ended: {run['state']}\n")
+        return ExitCode.OK
+    # Not PATCH dagRun state=failed first: Airflow then marks every task that has not
+    # started SKIPPED, teardown included, so pods would stay behind. Failing the active
+    # tasks lets the scheduler run archive and teardown; the run is marked failed after.
+    spared = list_cleanup_task_ids(session, ref.dag_id)
+    failed: list[str] = []
+    for _ in range(CANCEL_ROUNDS):  # a task may be scheduled between listing and patching
+        newly = fail_active_tasks(session, ref, spared)
+        if not newly:
+            break
+        failed += newly
+    if not failed:
+        mark_run_failed(session, ref)
+        out.write(f"run {ref.run_id} marked failed before any task started\n")
+        return ExitCode.OK
+    kept = ", ".join(sorted(spared)) or "none"
+    out.write(f"run {ref.run_id}: failed {', '.join(failed)}; cleanup tasks ({kept}) still run\n")
+    if args.no_wait:
+        return ExitCode.OK
+    await_tasks_finished(session, ref, args.timeout, args.poll_interval)
+    # A DAG whose leaves are cleanup tasks would otherwise end "success".
+    if session.get_json(ref.path)["state"] != RunState.FAILED:
+        mark_run_failed(session, ref)
+    out.write(f"run {ref.run_id} cancelled: failed, cleanup done\n")
+    return ExitCode.OK
+
+
+def mark_run_failed(session: AirflowSession, ref: RunRef) -> None:
+    def patch_run(api: Any) -> Any:
+        body = DAGRunPatchBody(state=DagRunMutableStates.FAILED, note=CANCEL_NOTE)
+        return DagRunApi(api).patch_dag_run(ref.dag_id, ref.run_id, body)
+
+    session.call(patch_run, f"cancel of run {ref.run_id!r}")
+
+
+def await_tasks_finished(session: AirflowSession, ref: RunRef, timeout: float,
+                         poll_interval: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = list_task_instances(session, ref)
+        unfinished = [t["task_id"] for t in tasks
+                      if (t.get("state") or "none") not in FINISHED_TASK_STATES]
+        if not unfinished:
+            return
+        if time.monotonic() > deadline:
+            raise CommandError(f"run {ref.run_id}: tasks {', '.join(unfinished)} still not finished "
+                               f"after {timeout:.0f} s; see `tshell status {ref.run_id}`",
+                               ExitCode.AIRFLOW_ERROR)
+        time.sleep(poll_interval)
+
+
+def cmd_download(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    config, session = open_session()
+    run = find_run(session, args.run, args.dag)
+    bucket, prefix = run_output_prefix(run, args.output)
+    target = Path(args.dir)
+    written = download_prefix(make_s3_client(config), bucket, f"{prefix}{args.what}/", target)
+    if args.json:
+        emit_json([str(p) for p in written], out)
+    else:
+        out.write(f"downloaded {len(written)} files from s3://{bucket}/{prefix}{args.what}/ to {target}\n")
+    return ExitCode.OK
+
+
+# --- argument parsing ---------------------------------------------------------------------
+
+def add_common(parser: argparse.ArgumentParser, run_arg: bool = True) -> None:
+    if run_arg:
+        parser.add_argument("run", metavar="RUN", help="the run id (Airflow dag_run_id)")
+    parser.add_argument("--dag", help="the DAG of the run (default: whichever DAG has it)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def register(subparsers: Any) -> None:
+    """Add submit, status, list, logs, cancel and download to tshell's subcommands."""
+    submit = subparsers.add_parser("submit", help="validate a request and start a training run")
+    submit.add_argument("request", help="request file (.yaml or .json)")
+    submit.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a request field, dotted for nesting (replicas.worker=3)")
+    submit.add_argument("--wait", action="store_true", help="follow the run to its end")
+    submit.add_argument("--dag", default=SUBMIT_DAG_ID, help=f"DAG to trigger (default {SUBMIT_DAG_ID})")
+    submit.add_argument("--json", action="store_true", help="machine-readable output")
+    submit.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
+    submit.set_defaults(func=cmd_submit)
+
+    status = subparsers.add_parser("status", help="state of a run and its tasks")
+    add_common(status)
+    status.set_defaults(func=cmd_status)
+
+    listing = subparsers.add_parser("list", help="recent runs")
+    add_common(listing, run_arg=False)
+    listing.add_argument("--tenant", help="only this tenant's runs")
+    listing.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
+    listing.add_argument("--limit", type=int, default=LIST_LIMIT)
+    listing.set_defaults(func=cmd_list)
+
+    logs = subparsers.add_parser("logs", help="logs of a run (live from Airflow, archived from S3)")
+    add_common(logs)
+    logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")
+    logs.add_argument("--index", type=int, default=0, help="replica index (default 0)")
+    logs.add_argument("--task", help=f"an Airflow task's log instead (default {TRAIN_TASK_ID})")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the task ends")
+    logs.add_argument("--output", help="the run's output s3://bucket/prefix, if not in its conf")
+    logs.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
+    logs.set_defaults(func=cmd_logs)
+
+    cancel = subparsers.add_parser(
+        "cancel", help="stop a run: its active tasks fail, teardown still removes the pods")
+    add_common(cancel)
+    cancel.add_argument("--no-wait", action="store_true",
+                        help="return once the active tasks are failed, before cleanup ends")
+    cancel.add_argument("--timeout", type=float, default=CANCEL_TIMEOUT_S,
+                        help=f"seconds to wait for cleanup (default {CANCEL_TIMEOUT_S:.0f})")
+    cancel.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
+    cancel.set_defaults(func=cmd_cancel)
+
+    download = subparsers.add_parser("download", help="download a run's model or logs from S3")
+    add_common(download)
+    download.add_argument("what", choices=[k.value for k in ArtifactKind])
+    download.add_argument("dir", metavar="DIR", help="local directory to write into")
+    download.add_argument("--output", help="the run's output s3://bucket/prefix, if not in its conf")
+    download.set_defaults(func=cmd_download)
+
+
+def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run one parsed subcommand; errors become a message on stderr and an exit code."""
+    try:
+        return int(args.func(args, out or sys.stdout))
+    except CommandError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return int(exc.code)
+    except AirflowClientError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return int(ExitCode.NOT_FOUND if isinstance(exc, AirflowNotFoundError) else ExitCode.AIRFLOW_ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry (python -m tshell.run_commands …) until tshell's own CLI registers us."""
+    parser = argparse.ArgumentParser(prog="tshell")
+    register(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -96,10 +96,16 @@ class QuotaCheck:
                     f"refuse the pods: {'; '.join(self.problems)}")
         if self.verdict is Verdict.EXCEEDS_QUOTA:
             short = ", ".join(line.resource for line in self.lines if not line.fits)
+            never = [line.resource for line in self.lines
+                     if line.hard is not None and line.needed > line.hard]
+            hint = (f"it needs more {', '.join(never)} than the tenant's whole quota, so it "
+                    "cannot run even when the tenant is idle: ask for fewer/smaller replicas "
+                    "or a larger quota in the tenants file" if never else
+                    "wait for the tenant's running jobs to end, ask for fewer/smaller "
+                    "replicas, or raise the tenant's quota in the tenants file")
             return (f"tenant {self.tenant} (namespace {self.namespace}): the job's gang does "
                     f"not fit in the remaining quota ({short}); no pod was created. {table}. "
-                    "Ask for fewer/smaller replicas, wait for the tenant's running jobs to "
-                    "end, or raise the tenant's quota in the tenants file")
+                    f"{hint[0].upper()}{hint[1:]}")
         return f"tenant {self.tenant} (namespace {self.namespace}): the gang fits. {table}"
 
 

@@ -1,0 +1,213 @@
+"""The tenants file: what it declares, the objects built from it, and every refusal."""
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tfjob import naming
+from tfjob.tenants import (
+    DEFAULT_TENANTS_FILE,
+    TENANTS_FILE_ENV,
+    TenantsFileError,
+    UnknownTenantError,
+    build_run_network_policy,
+    build_tenant_manifests,
+    load_tenants,
+    parse_tenants,
+    pool_name,
+    resolve_namespace,
+    resolve_tenant,
+    validate_tenants,
+)
+
+KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def tenant_data(**changes):
+    data = {"name": "team-a", "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4,
+                                        "pods": 20},
+            "defaults": {"cpu": "500m", "memory": "1Gi"}, "max_concurrent_jobs": 2}
+    data.update(changes)
+    return data
+
+
+def config_data(*tenants, **top):
+    return {"tenants": list(tenants) or [tenant_data()], **top}
+
+
+def refusal(data) -> str:
+    with pytest.raises(TenantsFileError) as caught:
+        validate_tenants(data, "t.yaml")
+    return str(caught.value)
+
+
+def validate_manifest(manifest: dict) -> None:
+    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_shipped_tenants_file_loads_with_demo_and_test_tenants():
+    config = load_tenants(DEFAULT_TENANTS_FILE)
+    assert {"demo", "test"} <= set(config.names())
+    demo = config.find("demo")
+    assert demo.namespace == "tfjob-demo"
+    assert demo.pool == "tfjob-tenant-demo"
+    assert config.network.s3_port == 9000
+
+
+def test_the_tenants_file_is_found_through_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(yaml.safe_dump(config_data(tenant_data(name="solo"))))
+    monkeypatch.setenv(TENANTS_FILE_ENV, str(path))
+    assert load_tenants().names() == ["solo"]
+
+
+def test_every_manifest_in_deploy_validates_against_the_kubernetes_schema():
+    checked = 0
+    for path in sorted(DEPLOY.rglob("*.y*ml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and "apiVersion" in document and "kind" in document:
+                validate_manifest(document)
+                checked += 1
+    config = load_tenants(DEPLOY / "tenants.yaml")
+    for tenant in config.tenants:
+        for manifest in build_tenant_manifests(tenant, config.network):
+            validate_manifest(manifest)
+            checked += 1
+    assert checked >= 5 * len(config.tenants)
+
+
+def test_schema_validation_would_catch_a_wrong_network_policy_field():
+    config = validate_tenants(config_data())
+    policy = build_tenant_manifests(config.tenants[0], config.network)[-1]
+    policy["spec"]["podSelectors"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_manifest(policy)
+
+
+def test_tenant_objects_carry_namespace_quota_defaults_and_no_api_rights():
+    config = validate_tenants(config_data(tenant_data(default_limits={"cpu": "2",
+                                                                      "memory": "4Gi"})))
+    namespace, quota, limits, account, policy = build_tenant_manifests(config.tenants[0],
+                                                                       config.network)
+    assert namespace["metadata"]["name"] == "tfjob-team-a"
+    assert quota["metadata"]["namespace"] == "tfjob-team-a"
+    assert quota["spec"]["hard"] == {"requests.cpu": "8", "requests.memory": "16Gi",
+                                     "requests.nvidia.com/gpu": "4", "pods": "20"}
+    assert limits["spec"]["limits"] == [{"type": "Container",
+                                         "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                                         "default": {"cpu": "2", "memory": "4Gi"}}]
+    assert account["automountServiceAccountToken"] is False
+    # Tenant objects are not run objects: the janitor selects on tfjob.io/run.
+    for manifest in (namespace, quota, limits, account, policy):
+        assert naming.LABEL_RUN not in manifest["metadata"]["labels"]
+        assert manifest["metadata"]["labels"][naming.LABEL_TENANT] == "team-a"
+
+
+def test_the_tenant_network_policy_denies_ingress_and_allows_only_dns_and_s3_egress():
+    config = validate_tenants(config_data(network={"s3_port": 9443, "s3_cidr": "10.9.0.0/16"}))
+    policy = build_tenant_manifests(config.tenants[0], config.network)[-1]
+    assert policy["apiVersion"] == "networking.k8s.io/v1"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == []
+    assert spec["egress"] == [
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"ports": [{"protocol": "TCP", "port": 9443}],
+         "to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]},
+    ]
+
+
+def test_a_run_network_policy_lets_only_the_runs_pods_talk_to_each_other():
+    config = validate_tenants(config_data())
+    labels = naming.run_labels("digits", "digits-1234abcd", "team-a")
+    policy = build_run_network_policy("tfjob-team-a", "digits-1234abcd", labels,
+                                      {naming.ANNOTATION_RUN_ID: "r1",
+                                       naming.ANNOTATION_DAG_ID: "d1"}, config.network)
+    validate_manifest(policy)
+    same_run = {"podSelector": {"matchLabels": {"tfjob.io/run": "digits-1234abcd"}}}
+    assert policy["metadata"]["name"] == "digits-1234abcd-network"
+    assert policy["metadata"]["labels"] == labels
+    assert policy["spec"]["podSelector"] == same_run["podSelector"]
+    assert policy["spec"]["ingress"] == [{"from": [same_run]}]
+    assert policy["spec"]["egress"][0] == {"to": [same_run]}
+    assert {"protocol": "TCP", "port": 9000} in policy["spec"]["egress"][2]["ports"]
+
+
+def test_an_unknown_tenant_is_refused_with_the_known_ones_listed():
+    config = validate_tenants(config_data(tenant_data(), tenant_data(name="team-b")), "t.yaml")
+    assert resolve_namespace(config, "team-b") == "tfjob-team-b"
+    with pytest.raises(UnknownTenantError) as caught:
+        resolve_tenant(config, "team-c")
+    message = str(caught.value)
+    assert "request.tenant: 'team-c' given" in message
+    assert "known tenants (from t.yaml): team-a, team-b" in message
+
+
+def test_the_pool_of_a_tenant_is_named_after_it():
+    assert pool_name("team-a") == "tfjob-tenant-team-a"
+
+
+def test_a_namespace_other_than_the_tenants_own_is_refused():
+    message = refusal(config_data(tenant_data(namespace="tfjob-team-b")))
+    assert "t.yaml: tenants[0].namespace: 'tfjob-team-b' given" in message
+    assert "always tfjob-<name>: tfjob-team-a" in message
+    # Writing the right one explicitly is fine.
+    validate_tenants(config_data(tenant_data(namespace="tfjob-team-a")))
+
+
+@pytest.mark.parametrize("change, where, allowed", [
+    ({"name": "Team_A"}, "tenants[0].name", "DNS-1123 label"),
+    ({"name": "x" * 58}, "tenants[0].name", "at most 57 characters"),
+    ({"quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4}}, "tenants[0].quota.pods",
+     "the field is required"),
+    ({"quota": {"cpu": "lots", "memory": "16Gi", "nvidia.com/gpu": 4, "pods": 1}},
+     "tenants[0].quota.cpu", "a Kubernetes quantity"),
+    ({"quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "1.5", "pods": 1}},
+     "tenants[0].quota.nvidia.com/gpu", "a whole number"),
+    ({"quota": {"cpu": "8", "memory": "1Gi", "gpu": 1, "nvidia.com/gpu": 1, "pods": 1}},
+     "tenants[0].quota.gpu", "allowed fields: cpu, memory, nvidia.com/gpu, pods"),
+    ({"defaults": {"cpu": "1"}}, "tenants[0].defaults.memory", "the field is required"),
+    ({"default_limits": {"cpu": "100m"}}, "tenants[0].default_limits.cpu",
+     "at least defaults.cpu (500m)"),
+    ({"max_concurrent_jobs": 0}, "tenants[0].max_concurrent_jobs", "from 1 to 1000"),
+    ({"max_concurrent_jobs": True}, "tenants[0].max_concurrent_jobs", "from 1 to 1000"),
+    ({"gpus": 2}, "tenants[0].gpus", "unknown field; allowed fields: name, namespace"),
+])
+def test_each_invalid_tenant_field_is_named_with_what_is_allowed(change, where, allowed):
+    message = refusal(config_data(tenant_data(**change)))
+    assert f"t.yaml: {where}: " in message
+    assert allowed in message
+
+
+def test_a_tenant_declared_twice_is_refused():
+    message = refusal(config_data(tenant_data(), tenant_data()))
+    assert "tenants[1].name: 'team-a' given; tenant names must be unique" in message
+
+
+@pytest.mark.parametrize("data, where, allowed", [
+    ([], "", "a mapping with `tenants:`"),
+    ({"tenants": []}, "tenants", "a non-empty list"),
+    ({"tenants": [tenant_data()], "network": {"s3_port": 70000}}, "network.s3_port",
+     "from 1 to 65535"),
+    ({"tenants": [tenant_data()], "network": {"s3_cidr": "everywhere"}}, "network.s3_cidr",
+     "a CIDR"),
+    ({"tenants": [tenant_data()], "pools": {}}, "pools", "allowed fields: network, tenants"),
+])
+def test_each_invalid_top_level_field_is_named(data, where, allowed):
+    message = refusal(data)
+    assert message.startswith(f"t.yaml: {where}: " if where else "t.yaml: ")
+    assert allowed in message
+
+
+def test_a_file_that_is_not_yaml_or_missing_is_refused_with_the_file_named(tmp_path):
+    with pytest.raises(TenantsFileError) as caught:
+        parse_tenants("tenants: [\n  - {name: a", "broken.yaml")
+    assert "broken.yaml: line" in str(caught.value)
+    with pytest.raises(TenantsFileError) as caught:
+        load_tenants(tmp_path / "absent.yaml")
+    assert "absent.yaml" in str(caught.value)
+    assert "TFJOB_TENANTS_FILE" in str(caught.value)

@@ -122,7 +122,9 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
     return secrets
 
 
-def build_airflow_env(settings: AirflowSettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def build_airflow_env(
+    settings: AirflowSettings, base_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment every Airflow process of this instance runs with."""
     env = dict(os.environ if base_env is None else base_env)
     home = settings.home.resolve()
@@ -212,7 +214,7 @@ def get_json(url: str, token: str, timeout: float = 5.0) -> dict:
 
 
 def list_dag_files(dags_folder: Path) -> set[str]:
-    """Files the DAG processor will parse (Airflow's safe mode: mentions both 'airflow' and 'dag')."""
+    """Files the DAG processor parses (Airflow's safe mode: they mention 'airflow' and 'dag')."""
     if not dags_folder.is_dir():
         return set()
     found = set()
@@ -341,7 +343,9 @@ def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == own:
             continue
         pid = int(entry.name)
-        if has_marker(pid, marker) or (session_id is not None and read_session_id(pid) == session_id):
+        if has_marker(pid, marker) or (
+            session_id is not None and read_session_id(pid) == session_id
+        ):
             found.append(pid)
     return found
 
@@ -398,14 +402,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dags-folder", type=Path, default=REPO_ROOT / "dags")
     parser.add_argument("--plugins-folder", type=Path, default=REPO_ROOT / "plugins")
     parser.add_argument(
-        "--env", action="append", default=[], metavar="KEY=VALUE",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="extra environment for Airflow (e.g. AIRFLOW_CONN_…); repeatable",
     )
     args = parser.parse_args(argv)
     extra_env = dict(item.split("=", 1) for item in args.env)
     settings = AirflowSettings(
-        home=args.home, port=args.port, dags_folder=args.dags_folder,
-        plugins_folder=args.plugins_folder, extra_env=extra_env,
+        home=args.home,
+        port=args.port,
+        dags_folder=args.dags_folder,
+        plugins_folder=args.plugins_folder,
+        extra_env=extra_env,
     )
     if args.action == "up":
         try:
@@ -417,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.action == "down":
         stopped = stop_airflow(args.home)
-        print(f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running")
+        print(
+            f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running"
+        )
         return 0
     pid = read_pid(args.home.resolve())
     running = pid is not None and is_alive(pid) and is_healthy(fetch_health(settings.url))

@@ -71,7 +71,9 @@ class AirflowHandle:
         """One authenticated REST call; returns the decoded JSON answer."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.url + path, data=data, method=method,
+            self.url + path,
+            data=data,
+            method=method,
             headers={"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=15) as response:
@@ -99,8 +101,12 @@ def start_airflow(
     )
     instance = airflow_server.start_airflow(settings)
     return AirflowHandle(
-        url=instance.url, username=instance.username, password=instance.password,
-        home=instance.home, pid=instance.pid, env=dict(settings.extra_env),
+        url=instance.url,
+        username=instance.username,
+        password=instance.password,
+        home=instance.home,
+        pid=instance.pid,
+        env=dict(settings.extra_env),
     )
 
 

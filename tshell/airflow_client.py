@@ -6,6 +6,10 @@ module fetches it, refreshes it shortly before it expires and once more when
 the server answers 401 anyway (a restarted Airflow with a new secret), and
 turns transport and HTTP failures into errors a person can act on:
 unreachable, wrong credentials, not found, refused input.
+
+Importing apache-airflow-client costs seconds (it loads every API module), so
+reads go through `get_json` on the standard library, and the generated client
+is imported only by the commands that write (trigger, patch).
 """
 
 from __future__ import annotations
@@ -14,15 +18,15 @@ import base64
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-import airflow_client.client as airflow_api
-import urllib3
-from airflow_client.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tshell.config import AirflowConfig
+
+if TYPE_CHECKING:
+    import airflow_client.client as airflow_api
 
 T = TypeVar("T")
 TOKEN_PATH = "/auth/token"
@@ -63,7 +67,9 @@ def describe_api_detail(body: str | bytes | None) -> str:
         parts = []
         for item in detail:
             location = ".".join(str(p) for p in item.get("loc", []) if p != "body")
-            parts.append(f"{location}: {item.get('msg', item)}" if location else str(item.get("msg")))
+            parts.append(
+                f"{location}: {item.get('msg', item)}" if location else str(item.get("msg"))
+            )
         return "; ".join(parts)
     if isinstance(detail, dict):
         return json.dumps(detail)
@@ -142,13 +148,18 @@ class AirflowSession:
     def api_client(self) -> airflow_api.ApiClient:
         token = self.token()
         if self._api is None:
+            import airflow_client.client as airflow_api
+
             configuration = airflow_api.Configuration(host=self.config.url, access_token=token)
             configuration.retries = 1
             self._api = airflow_api.ApiClient(configuration)
         return self._api
 
     def call(self, operation: Callable[[airflow_api.ApiClient], T], what: str = "") -> T:
-        """Run `operation` with a logged-in client; one retry with a new token on 401."""
+        """Run `operation` with the generated client; one retry with a new token on 401."""
+        import urllib3
+        from airflow_client.client.exceptions import ApiException
+
         for attempt in (1, 2):
             try:
                 return operation(self.api_client())
@@ -156,41 +167,49 @@ class AirflowSession:
                 if error.status == 401 and attempt == 1:
                     self.refresh_token()
                     continue
-                raise self.describe_http_error(error, what) from None
+                raise self.describe_http_error(error.status, error.body, what) from None
             except urllib3.exceptions.HTTPError as error:
-                raise AirflowUnreachableError(
-                    f"Airflow is not reachable at {self.config.url} ({error.__class__.__name__}"
-                    f"); is it running (`make up`), or set TSHELL_AIRFLOW_URL"
-                ) from None
+                raise self.unreachable(error.__class__.__name__) from None
         raise AssertionError("unreachable")
 
-    def describe_http_error(self, error: ApiException, what: str) -> AirflowClientError:
-        detail = describe_api_detail(error.body)
+    def unreachable(self, reason: object) -> AirflowUnreachableError:
+        return AirflowUnreachableError(
+            f"Airflow is not reachable at {self.config.url} ({reason}); is it running "
+            f"(`make up`), or set TSHELL_AIRFLOW_URL"
+        )
+
+    def describe_http_error(
+        self, status: int, body: str | bytes | None, what: str
+    ) -> AirflowClientError:
+        detail = describe_api_detail(body)
         subject = f"{what}: " if what else ""
-        if error.status == 404:
+        if status == 404:
             return AirflowNotFoundError(f"{subject}not found on {self.config.url} ({detail})")
-        if error.status in (401, 403):
+        if status in (401, 403):
             return AirflowAuthError(
-                f"{subject}user {self.config.username!r} is not allowed (HTTP {error.status}: {detail})"
+                f"{subject}user {self.config.username!r} is not allowed (HTTP {status}: {detail})"
             )
-        if error.status in (400, 409, 422):
-            return AirflowRefusedError(f"{subject}Airflow refused it (HTTP {error.status}): {detail}")
-        return AirflowClientError(f"{subject}Airflow answered HTTP {error.status}: {detail}")
+        if status in (400, 409, 422):
+            return AirflowRefusedError(f"{subject}Airflow refused it (HTTP {status}): {detail}")
+        return AirflowClientError(f"{subject}Airflow answered HTTP {status}: {detail}")
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        """A raw GET of the REST API, for endpoints whose client model is too strict."""
-
-        def run(api: airflow_api.ApiClient) -> Any:
-            response = api.call_api(
-                *api.param_serialize(
-                    method="GET", resource_path=path, query_params=list((params or {}).items()),
-                    header_params={"Accept": "application/json"}, auth_settings=["HTTPBearer"],
-                ),
-                _request_timeout=self.timeout,
+        """GET a REST API path (query `params` may hold lists); the decoded JSON answer."""
+        query = urllib.parse.urlencode(params or {}, doseq=True)
+        url = f"{self.config.url}{path}" + (f"?{query}" if query else "")
+        for attempt in (1, 2):
+            request = urllib.request.Request(
+                url,
+                headers={"Authorization": f"Bearer {self.token()}", "Accept": "application/json"},
             )
-            response.read()
-            if response.status >= 400:
-                raise ApiException(status=response.status, reason=response.reason, body=response.data)
-            return json.loads(response.data)
-
-        return self.call(run, path)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                if error.code == 401 and attempt == 1:
+                    self.refresh_token()
+                    continue
+                raise self.describe_http_error(error.code, error.read(), path) from None
+            except (urllib.error.URLError, OSError) as error:
+                raise self.unreachable(getattr(error, "reason", error)) from None
+        raise AssertionError("unreachable")

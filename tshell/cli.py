@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES: tuple[str, ...] = ("tshell.pack_commands",)
+COMMAND_MODULES: tuple[str, ...] = ("tshell.pack_commands", "tshell.run_commands")
 
 EXIT_USAGE = 2
 

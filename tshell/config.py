@@ -81,7 +81,9 @@ def read_generated_password(airflow_home: Path, username: str) -> str | None:
         return None
 
 
-def load_config(env: Mapping[str, str] | None = None, config_path: Path | None = None) -> TshellConfig:
+def load_config(
+    env: Mapping[str, str] | None = None, config_path: Path | None = None
+) -> TshellConfig:
     """Resolve every setting (environment, then config file, then the embedded default)."""
     env = os.environ if env is None else env
     path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
@@ -102,11 +104,14 @@ def load_config(env: Mapping[str, str] | None = None, config_path: Path | None =
             f"writes {DEFAULT_AIRFLOW_HOME / PASSWORDS_FILE}"
         )
     endpoint = (
-        env.get("TSHELL_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL")
+        env.get("TSHELL_S3_ENDPOINT_URL")
+        or env.get("AWS_ENDPOINT_URL")
         or file_s3.get("endpoint_url")
     )
     region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or file_s3.get("region")
     return TshellConfig(
-        airflow=AirflowConfig(url=str(url).rstrip("/"), username=str(username), password=str(password)),
+        airflow=AirflowConfig(
+            url=str(url).rstrip("/"), username=str(username), password=str(password)
+        ),
         s3=S3Config(endpoint_url=endpoint, region=region),
     )

@@ -21,23 +21,18 @@ import json
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from airflow_client.client.api.dag_run_api import DagRunApi
-from airflow_client.client.api.task_instance_api import TaskInstanceApi
-from airflow_client.client.models.dag_run_patch_body import DAGRunPatchBody
-from airflow_client.client.models.patch_task_instance_body import PatchTaskInstanceBody
-from airflow_client.client.models.task_instance_state import TaskInstanceState
-from airflow_client.client.models.dag_run_mutable_states import DagRunMutableStates
-from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
 
-from tfjob.request import RequestError, load_request
 from tshell.airflow_client import AirflowClientError, AirflowNotFoundError, AirflowSession
 from tshell.config import ConfigError, TshellConfig, load_config
+
+# apache-airflow-client (seconds to import), boto3 and the request model are imported
+# inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
 
 SUBMIT_DAG_ID = "tfjob_submit"
 DAG_ID_PREFIX = "tfjob"
@@ -74,8 +69,16 @@ class ExitCode(enum.IntEnum):
 
 
 FINISHED_TASK_STATES = {"success", "failed", "skipped", "upstream_failed", "removed"}
-ACTIVE_TASK_STATES = {"scheduled", "queued", "running", "deferred", "up_for_retry",
-                      "up_for_reschedule", "restarting", "awaiting_input"}
+ACTIVE_TASK_STATES = {
+    "scheduled",
+    "queued",
+    "running",
+    "deferred",
+    "up_for_retry",
+    "up_for_reschedule",
+    "restarting",
+    "awaiting_input",
+}
 # Trigger rules of tasks that run whatever happened upstream (teardown: all_done_setup_success).
 CLEANUP_TRIGGER_RULES = {"all_done", "all_done_setup_success", "always"}
 CANCEL_NOTE = "cancelled with tshell"
@@ -98,7 +101,7 @@ class RunRef:
 
     @property
     def path(self) -> str:
-        return (f"/api/v2/dags/{quote(self.dag_id)}/dagRuns/{quote(self.run_id)}")
+        return f"/api/v2/dags/{quote(self.dag_id)}/dagRuns/{quote(self.run_id)}"
 
 
 def quote(value: str) -> str:
@@ -106,6 +109,7 @@ def quote(value: str) -> str:
 
 
 # --- request and conf -------------------------------------------------------------------
+
 
 def parse_set_value(text: str) -> Any:
     """A --set value as YAML would read it (3 → int, true → bool, [a, b] → list)."""
@@ -125,15 +129,19 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise CommandError(f"--set {item!r}: KEY=VALUE is required (e.g. replicas.worker=3)",
-                               ExitCode.INVALID_REQUEST)
+            raise CommandError(
+                f"--set {item!r}: KEY=VALUE is required (e.g. replicas.worker=3)",
+                ExitCode.INVALID_REQUEST,
+            )
         target = result
         parts = key.split(".")
         for part in parts[:-1]:
             child = target.setdefault(part, {})
             if not isinstance(child, dict):
-                raise CommandError(f"--set {item!r}: {part!r} is not a mapping in the request",
-                                   ExitCode.INVALID_REQUEST)
+                raise CommandError(
+                    f"--set {item!r}: {part!r} is not a mapping in the request",
+                    ExitCode.INVALID_REQUEST,
+                )
             target = child
         # Environment values are strings by contract; everything else reads as YAML.
         target[parts[-1]] = value if parts[0] == "env" else parse_set_value(value)
@@ -144,18 +152,25 @@ def read_request_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CommandError(f"request file {str(path)!r} does not exist", ExitCode.INVALID_REQUEST) from None
+        raise CommandError(
+            f"request file {str(path)!r} does not exist", ExitCode.INVALID_REQUEST
+        ) from None
     except yaml.YAMLError as exc:
-        raise CommandError(f"request file {str(path)!r} is not valid YAML/JSON: {exc}",
-                           ExitCode.INVALID_REQUEST) from None
+        raise CommandError(
+            f"request file {str(path)!r} is not valid YAML/JSON: {exc}", ExitCode.INVALID_REQUEST
+        ) from None
     if not isinstance(data, dict):
-        raise CommandError(f"request file {str(path)!r}: a mapping of request fields is required",
-                           ExitCode.INVALID_REQUEST)
+        raise CommandError(
+            f"request file {str(path)!r}: a mapping of request fields is required",
+            ExitCode.INVALID_REQUEST,
+        )
     return data
 
 
 def build_conf(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
     """The validated request of `path` with `overrides`, as the DAG run's conf."""
+    from tfjob.request import RequestError, load_request
+
     data = apply_overrides(read_request_file(path), overrides)
     try:
         request = load_request(data)
@@ -165,6 +180,7 @@ def build_conf(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
 
 
 # --- Airflow reads ------------------------------------------------------------------------
+
 
 def run_ui_url(session: AirflowSession, ref: RunRef) -> str:
     return f"{session.url}/dags/{quote(ref.dag_id)}/runs/{quote(ref.run_id)}"
@@ -176,24 +192,33 @@ def find_run(session: AirflowSession, run_id: str, dag_id: str | None = None) ->
         try:
             return session.get_json(RunRef(dag_id, run_id).path)
         except AirflowNotFoundError:
-            raise CommandError(f"unknown run {run_id!r} of DAG {dag_id!r}; `tshell list` shows "
-                               f"the runs", ExitCode.NOT_FOUND) from None
-    page = session.get_json("/api/v2/dags/~/dagRuns",
-                            {"run_id_prefix_pattern": run_id, "limit": 100})
+            raise CommandError(
+                f"unknown run {run_id!r} of DAG {dag_id!r}; `tshell list` shows the runs",
+                ExitCode.NOT_FOUND,
+            ) from None
+    page = session.get_json(
+        "/api/v2/dags/~/dagRuns", {"run_id_prefix_pattern": run_id, "limit": 100}
+    )
     matches = [run for run in page["dag_runs"] if run["dag_run_id"] == run_id]
     if not matches:
-        raise CommandError(f"unknown run {run_id!r}: no DAG on {session.url} has it; "
-                           f"`tshell list` shows the runs", ExitCode.NOT_FOUND)
+        raise CommandError(
+            f"unknown run {run_id!r}: no DAG on {session.url} has it; `tshell list` shows the runs",
+            ExitCode.NOT_FOUND,
+        )
     if len(matches) > 1:
         dags = ", ".join(sorted(run["dag_id"] for run in matches))
-        raise CommandError(f"run {run_id!r} exists in several DAGs ({dags}); choose one with --dag",
-                           ExitCode.NOT_FOUND)
+        raise CommandError(
+            f"run {run_id!r} exists in several DAGs ({dags}); choose one with --dag",
+            ExitCode.NOT_FOUND,
+        )
     return matches[0]
 
 
 def list_task_instances(session: AirflowSession, ref: RunRef) -> list[dict[str, Any]]:
     page = session.get_json(f"{ref.path}/taskInstances", {"limit": 100})
-    return sorted(page["task_instances"], key=lambda ti: (ti.get("start_date") or "~", ti["task_id"]))
+    return sorted(
+        page["task_instances"], key=lambda ti: (ti.get("start_date") or "~", ti["task_id"])
+    )
 
 
 def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
@@ -215,7 +240,10 @@ def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, A
 
 
 def fetch_task_log(
-    session: AirflowSession, ref: RunRef, task_id: str, try_number: int,
+    session: AirflowSession,
+    ref: RunRef,
+    task_id: str,
+    try_number: int,
     continuation_token: str | None = None,
 ) -> tuple[list[str], str | None]:
     """Lines of one task try's log after `continuation_token`, and the token to continue."""
@@ -242,16 +270,18 @@ def select_replica_lines(lines: Sequence[str], role: str | None, index: int | No
     if role is None:
         return list(lines)
     prefix = REPLICA_LOG_PREFIX.format(role=role, index=0 if index is None else index)
-    return [line[len(prefix):].lstrip() for line in lines if line.startswith(prefix)]
+    return [line[len(prefix) :].lstrip() for line in lines if line.startswith(prefix)]
 
 
 # --- S3 -----------------------------------------------------------------------------------
 
+
 def split_s3_url(url: str) -> tuple[str, str]:
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme != "s3" or not parsed.netloc:
-        raise CommandError(f"output {url!r}: an s3://bucket/prefix URL is required",
-                           ExitCode.INVALID_REQUEST)
+        raise CommandError(
+            f"output {url!r}: an s3://bucket/prefix URL is required", ExitCode.INVALID_REQUEST
+        )
     return parsed.netloc, parsed.path.strip("/")
 
 
@@ -259,8 +289,11 @@ def run_output_prefix(run: dict[str, Any], output_override: str | None) -> tuple
     """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/."""
     output = output_override or (run.get("conf") or {}).get("output")
     if not output:
-        raise CommandError(f"run {run['dag_run_id']!r} has no 'output' in its conf; give it "
-                           f"with --output s3://bucket/prefix", ExitCode.NOT_FOUND)
+        raise CommandError(
+            f"run {run['dag_run_id']!r} has no 'output' in its conf; give it "
+            f"with --output s3://bucket/prefix",
+            ExitCode.NOT_FOUND,
+        )
     bucket, prefix = split_s3_url(output)
     key = "/".join(p for p in (prefix, "runs", run["dag_run_id"]) if p)
     return bucket, key + "/"
@@ -269,8 +302,9 @@ def run_output_prefix(run: dict[str, Any], output_override: str | None) -> tuple
 def make_s3_client(config: TshellConfig) -> Any:
     import boto3
 
-    return boto3.client("s3", endpoint_url=config.s3.endpoint_url,
-                        region_name=config.s3.region or "us-east-1")
+    return boto3.client(
+        "s3", endpoint_url=config.s3.endpoint_url, region_name=config.s3.region or "us-east-1"
+    )
 
 
 def list_s3_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -281,28 +315,35 @@ def list_s3_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
     except ClientError as exc:
-        raise CommandError(f"s3://{bucket}/{prefix}: {exc.response['Error'].get('Message', exc)}",
-                           ExitCode.NOT_FOUND) from None
+        raise CommandError(
+            f"s3://{bucket}/{prefix}: {exc.response['Error'].get('Message', exc)}",
+            ExitCode.NOT_FOUND,
+        ) from None
     except BotoCoreError as exc:
-        raise CommandError(f"S3 is not reachable for s3://{bucket}/{prefix}: {exc}",
-                           ExitCode.AIRFLOW_ERROR) from None
+        raise CommandError(
+            f"S3 is not reachable for s3://{bucket}/{prefix}: {exc}", ExitCode.AIRFLOW_ERROR
+        ) from None
     return keys
 
 
 def download_prefix(s3: Any, bucket: str, prefix: str, target: Path) -> list[Path]:
     keys = list_s3_keys(s3, bucket, prefix)
     if not keys:
-        raise CommandError(f"no objects under s3://{bucket}/{prefix}: the run has not archived "
-                           f"them (yet); `tshell status` shows how far it got", ExitCode.NOT_FOUND)
+        raise CommandError(
+            f"no objects under s3://{bucket}/{prefix}: the run has not archived "
+            f"them (yet); `tshell status` shows how far it got",
+            ExitCode.NOT_FOUND,
+        )
     written = []
     for key in keys:
-        relative = key[len(prefix):]
+        relative = key[len(prefix) :]
         if not relative or relative.endswith("/"):
             continue
         destination = (target / relative).resolve()
         if not destination.is_relative_to(target.resolve()):
-            raise CommandError(f"s3://{bucket}/{key}: refusing a key that leaves {target}",
-                               ExitCode.NOT_FOUND)
+            raise CommandError(
+                f"s3://{bucket}/{key}: refusing a key that leaves {target}", ExitCode.NOT_FOUND
+            )
         destination.parent.mkdir(parents=True, exist_ok=True)
         s3.download_file(bucket, key, str(destination))
         written.append(destination)
@@ -321,6 +362,7 @@ def read_s3_text(s3: Any, bucket: str, key: str) -> str | None:
 
 
 # --- output -------------------------------------------------------------------------------
+
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
@@ -344,16 +386,28 @@ def format_duration(seconds: float | None) -> str:
 def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
     conf = run.get("conf") or {}
     return {
-        "run_id": run["dag_run_id"], "dag_id": run["dag_id"], "state": run["state"],
-        "name": conf.get("name"), "tenant": conf.get("tenant"),
-        "start_date": run.get("start_date"), "end_date": run.get("end_date"),
+        "run_id": run["dag_run_id"],
+        "dag_id": run["dag_id"],
+        "state": run["state"],
+        "name": conf.get("name"),
+        "tenant": conf.get("tenant"),
+        "start_date": run.get("start_date"),
+        "end_date": run.get("end_date"),
         "duration": run.get("duration"),
     }
 
 
 def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    return [[t["task_id"], t.get("state") or "none", t.get("try_number"),
-             short_time(t.get("start_date")), format_duration(t.get("duration"))] for t in tasks]
+    return [
+        [
+            t["task_id"],
+            t.get("state") or "none",
+            t.get("try_number"),
+            short_time(t.get("start_date")),
+            format_duration(t.get("duration")),
+        ]
+        for t in tasks
+    ]
 
 
 TASK_HEADERS = ("task", "state", "try", "started", "duration")
@@ -365,6 +419,7 @@ def emit_json(value: Any, out: TextIO) -> None:
 
 # --- commands -----------------------------------------------------------------------------
 
+
 def open_session() -> tuple[TshellConfig, AirflowSession]:
     try:
         config = load_config()
@@ -373,8 +428,9 @@ def open_session() -> tuple[TshellConfig, AirflowSession]:
     return config, AirflowSession(config.airflow)
 
 
-def follow_run(session: AirflowSession, ref: RunRef, out: TextIO,
-               poll_interval: float = POLL_INTERVAL_S) -> dict[str, Any]:
+def follow_run(
+    session: AirflowSession, ref: RunRef, out: TextIO, poll_interval: float = POLL_INTERVAL_S
+) -> dict[str, Any]:
     """Print task state changes (and the replicas once launched) until the run ends."""
     seen: dict[str, str] = {}
     endpoints_shown = False
@@ -398,6 +454,9 @@ def follow_run(session: AirflowSession, ref: RunRef, out: TextIO,
 
 
 def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from airflow_client.client.api.dag_run_api import DagRunApi
+    from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
+
     conf = build_conf(Path(args.request), args.set or [])
     _, session = open_session()
 
@@ -408,15 +467,27 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
     try:
         run = session.call(trigger, f"trigger of DAG {args.dag!r}")
     except AirflowNotFoundError:
-        raise CommandError(f"DAG {args.dag!r} does not exist on {session.url} (not parsed yet, "
-                           f"or a parse error: see the Airflow UI)", ExitCode.NOT_FOUND) from None
+        raise CommandError(
+            f"DAG {args.dag!r} does not exist on {session.url} (not parsed yet, "
+            f"or a parse error: see the Airflow UI)",
+            ExitCode.NOT_FOUND,
+        ) from None
     ref = RunRef(run.dag_id, run.dag_run_id)
     if args.json and not args.wait:
-        emit_json({"run_id": ref.run_id, "dag_id": ref.dag_id, "url": run_ui_url(session, ref),
-                   "state": str(run.state.value)}, out)
+        emit_json(
+            {
+                "run_id": ref.run_id,
+                "dag_id": ref.dag_id,
+                "url": run_ui_url(session, ref),
+                "state": str(run.state.value),
+            },
+            out,
+        )
         return ExitCode.OK
     if not args.json:
-        out.write(f"submitted run {ref.run_id}\n  DAG: {ref.dag_id}\n  UI:  {run_ui_url(session, ref)}\n")
+        out.write(
+            f"submitted run {ref.run_id}\n  DAG: {ref.dag_id}\n  UI:  {run_ui_url(session, ref)}\n"
+        )
     if not args.wait:
         return ExitCode.OK
     final = follow_run(session, ref, sys.stderr if args.json else out, args.poll_interval)
@@ -434,8 +505,13 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
     tasks = list_task_instances(session, ref)
     summary = summarize_run(run)
     if args.json:
-        summary["tasks"] = [{k: t.get(k) for k in ("task_id", "state", "try_number", "start_date",
-                                                  "end_date", "duration")} for t in tasks]
+        summary["tasks"] = [
+            {
+                k: t.get(k)
+                for k in ("task_id", "state", "try_number", "start_date", "end_date", "duration")
+            }
+            for t in tasks
+        ]
         summary["replicas"] = fetch_replica_endpoints(session, ref)
         summary["url"] = run_ui_url(session, ref)
         emit_json(summary, out)
@@ -445,7 +521,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
         out.write(f"request  {summary['name']} (tenant {summary['tenant']})\n")
     out.write(f"started  {short_time(run.get('start_date'))}\n")
     if run.get("end_date"):
-        out.write(f"ended    {short_time(run['end_date'])} ({format_duration(run.get('duration'))})\n")
+        out.write(
+            f"ended    {short_time(run['end_date'])} ({format_duration(run.get('duration'))})\n"
+        )
     out.write(f"UI       {run_ui_url(session, ref)}\n\n")
     out.write(format_table(TASK_HEADERS, task_rows(tasks)) + "\n")
     endpoints = fetch_replica_endpoints(session, ref)
@@ -473,22 +551,36 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
         emit_json(runs, out)
         return ExitCode.OK
     headers = ("run id", "dag", "state", "name", "tenant", "started", "duration")
-    rows = [[r["run_id"], r["dag_id"], r["state"], r["name"], r["tenant"],
-             short_time(r["start_date"]), format_duration(r["duration"])] for r in runs]
+    rows = [
+        [
+            r["run_id"],
+            r["dag_id"],
+            r["state"],
+            r["name"],
+            r["tenant"],
+            short_time(r["start_date"]),
+            format_duration(r["duration"]),
+        ]
+        for r in runs
+    ]
     out.write(format_table(headers, rows) + "\n")
     return ExitCode.OK
 
 
-def iter_live_log(session: AirflowSession, ref: RunRef, task_id: str, follow: bool,
-                  poll_interval: float) -> Iterator[str]:
+def iter_live_log(
+    session: AirflowSession, ref: RunRef, task_id: str, follow: bool, poll_interval: float
+) -> Iterator[str]:
     """Lines of the task's latest try; with `follow`, keep reading until the task ends."""
     token: str | None = None
     while True:
         tasks = {t["task_id"]: t for t in list_task_instances(session, ref)}
         task = tasks.get(task_id)
         if task is None:
-            raise CommandError(f"run {ref.run_id!r} has no task {task_id!r} (tasks: "
-                               f"{', '.join(sorted(tasks)) or 'none yet'})", ExitCode.NOT_FOUND)
+            raise CommandError(
+                f"run {ref.run_id!r} has no task {task_id!r} (tasks: "
+                f"{', '.join(sorted(tasks)) or 'none yet'})",
+                ExitCode.NOT_FOUND,
+            )
         finished = (task.get("state") or "none") in FINISHED_TASK_STATES
         if task.get("try_number"):
             lines, token = fetch_task_log(session, ref, task_id, task["try_number"], token)
@@ -519,8 +611,10 @@ def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 out.write((read_s3_text(s3, bucket, key) or "").rstrip("\n") + "\n")
             if keys:
                 return ExitCode.OK
-        sys.stderr.write(f"note: no archived log under s3://{bucket}/{prefix}logs/; "
-                         f"showing the Airflow task log\n")
+        sys.stderr.write(
+            f"note: no archived log under s3://{bucket}/{prefix}logs/; "
+            f"showing the Airflow task log\n"
+        )
     task_id = args.task or TRAIN_TASK_ID
     for line in iter_live_log(session, ref, task_id, args.follow, args.poll_interval):
         for selected in select_replica_lines([line], args.role, args.index):
@@ -537,15 +631,24 @@ def list_cleanup_task_ids(session: AirflowSession, dag_id: str) -> set[str]:
 
 def fail_active_tasks(session: AirflowSession, ref: RunRef, spared: set[str]) -> list[str]:
     """Mark every started, unfinished task of the run failed, except `spared`; their ids."""
+    from airflow_client.client.api.task_instance_api import TaskInstanceApi
+    from airflow_client.client.models.patch_task_instance_body import PatchTaskInstanceBody
+    from airflow_client.client.models.task_instance_state import TaskInstanceState
+
     failed = []
     for task in list_task_instances(session, ref):
         if task["task_id"] in spared or (task.get("state") or "none") not in ACTIVE_TASK_STATES:
             continue
 
-        def patch(api: Any, task_id: str = task["task_id"], map_index: int = task["map_index"]) -> Any:
+        def patch(
+            api: Any, task_id: str = task["task_id"], map_index: int = task["map_index"]
+        ) -> Any:
             body = PatchTaskInstanceBody(new_state=TaskInstanceState.FAILED, note=CANCEL_NOTE)
             return TaskInstanceApi(api).patch_task_instance(
-                ref.dag_id, ref.run_id, task_id, body,
+                ref.dag_id,
+                ref.run_id,
+                task_id,
+                body,
                 map_index=None if map_index < 0 else map_index,
             )
 
@@ -588,6 +691,10 @@ def cmd_cancel(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def mark_run_failed(session: AirflowSession, ref: RunRef) -> None:
+    from airflow_client.client.api.dag_run_api import DagRunApi
+    from airflow_client.client.models.dag_run_mutable_states import DagRunMutableStates
+    from airflow_client.client.models.dag_run_patch_body import DAGRunPatchBody
+
     def patch_run(api: Any) -> Any:
         body = DAGRunPatchBody(state=DagRunMutableStates.FAILED, note=CANCEL_NOTE)
         return DagRunApi(api).patch_dag_run(ref.dag_id, ref.run_id, body)
@@ -595,19 +702,23 @@ def mark_run_failed(session: AirflowSession, ref: RunRef) -> None:
     session.call(patch_run, f"cancel of run {ref.run_id!r}")
 
 
-def await_tasks_finished(session: AirflowSession, ref: RunRef, timeout: float,
-                         poll_interval: float) -> None:
+def await_tasks_finished(
+    session: AirflowSession, ref: RunRef, timeout: float, poll_interval: float
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         tasks = list_task_instances(session, ref)
-        unfinished = [t["task_id"] for t in tasks
-                      if (t.get("state") or "none") not in FINISHED_TASK_STATES]
+        unfinished = [
+            t["task_id"] for t in tasks if (t.get("state") or "none") not in FINISHED_TASK_STATES
+        ]
         if not unfinished:
             return
         if time.monotonic() > deadline:
-            raise CommandError(f"run {ref.run_id}: tasks {', '.join(unfinished)} still not finished "
-                               f"after {timeout:.0f} s; see `tshell status {ref.run_id}`",
-                               ExitCode.AIRFLOW_ERROR)
+            raise CommandError(
+                f"run {ref.run_id}: tasks {', '.join(unfinished)} still not finished "
+                f"after {timeout:.0f} s; see `tshell status {ref.run_id}`",
+                ExitCode.AIRFLOW_ERROR,
+            )
         time.sleep(poll_interval)
 
 
@@ -620,11 +731,14 @@ def cmd_download(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.json:
         emit_json([str(p) for p in written], out)
     else:
-        out.write(f"downloaded {len(written)} files from s3://{bucket}/{prefix}{args.what}/ to {target}\n")
+        out.write(
+            f"downloaded {len(written)} files from s3://{bucket}/{prefix}{args.what}/ to {target}\n"
+        )
     return ExitCode.OK
 
 
 # --- argument parsing ---------------------------------------------------------------------
+
 
 def add_common(parser: argparse.ArgumentParser, run_arg: bool = True) -> None:
     if run_arg:
@@ -637,71 +751,92 @@ def register(subparsers: Any) -> None:
     """Add submit, status, list, logs, cancel and download to tshell's subcommands."""
     submit = subparsers.add_parser("submit", help="validate a request and start a training run")
     submit.add_argument("request", help="request file (.yaml or .json)")
-    submit.add_argument("--set", action="append", metavar="KEY=VALUE",
-                        help="override a request field, dotted for nesting (replicas.worker=3)")
+    submit.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a request field, dotted for nesting (replicas.worker=3)",
+    )
     submit.add_argument("--wait", action="store_true", help="follow the run to its end")
-    submit.add_argument("--dag", default=SUBMIT_DAG_ID, help=f"DAG to trigger (default {SUBMIT_DAG_ID})")
+    submit.add_argument(
+        "--dag", default=SUBMIT_DAG_ID, help=f"DAG to trigger (default {SUBMIT_DAG_ID})"
+    )
     submit.add_argument("--json", action="store_true", help="machine-readable output")
-    submit.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
-    submit.set_defaults(func=cmd_submit)
+    submit.add_argument(
+        "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
+    )
+    submit.set_defaults(func=wrap_command(cmd_submit))
 
     status = subparsers.add_parser("status", help="state of a run and its tasks")
     add_common(status)
-    status.set_defaults(func=cmd_status)
+    status.set_defaults(func=wrap_command(cmd_status))
 
     listing = subparsers.add_parser("list", help="recent runs")
     add_common(listing, run_arg=False)
     listing.add_argument("--tenant", help="only this tenant's runs")
-    listing.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
+    listing.add_argument(
+        "--state", choices=[s.value for s in RunState], help="only runs in this state"
+    )
     listing.add_argument("--limit", type=int, default=LIST_LIMIT)
-    listing.set_defaults(func=cmd_list)
+    listing.set_defaults(func=wrap_command(cmd_list))
 
     logs = subparsers.add_parser("logs", help="logs of a run (live from Airflow, archived from S3)")
     add_common(logs)
     logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")
     logs.add_argument("--index", type=int, default=0, help="replica index (default 0)")
     logs.add_argument("--task", help=f"an Airflow task's log instead (default {TRAIN_TASK_ID})")
-    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the task ends")
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing until the task ends"
+    )
     logs.add_argument("--output", help="the run's output s3://bucket/prefix, if not in its conf")
-    logs.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
-    logs.set_defaults(func=cmd_logs)
+    logs.add_argument(
+        "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
+    )
+    logs.set_defaults(func=wrap_command(cmd_logs))
 
     cancel = subparsers.add_parser(
-        "cancel", help="stop a run: its active tasks fail, teardown still removes the pods")
+        "cancel", help="stop a run: its active tasks fail, teardown still removes the pods"
+    )
     add_common(cancel)
-    cancel.add_argument("--no-wait", action="store_true",
-                        help="return once the active tasks are failed, before cleanup ends")
-    cancel.add_argument("--timeout", type=float, default=CANCEL_TIMEOUT_S,
-                        help=f"seconds to wait for cleanup (default {CANCEL_TIMEOUT_S:.0f})")
-    cancel.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS)
-    cancel.set_defaults(func=cmd_cancel)
+    cancel.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the active tasks are failed, before cleanup ends",
+    )
+    cancel.add_argument(
+        "--timeout",
+        type=float,
+        default=CANCEL_TIMEOUT_S,
+        help=f"seconds to wait for cleanup (default {CANCEL_TIMEOUT_S:.0f})",
+    )
+    cancel.add_argument(
+        "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
+    )
+    cancel.set_defaults(func=wrap_command(cmd_cancel))
 
     download = subparsers.add_parser("download", help="download a run's model or logs from S3")
     add_common(download)
     download.add_argument("what", choices=[k.value for k in ArtifactKind])
     download.add_argument("dir", metavar="DIR", help="local directory to write into")
-    download.add_argument("--output", help="the run's output s3://bucket/prefix, if not in its conf")
-    download.set_defaults(func=cmd_download)
+    download.add_argument(
+        "--output", help="the run's output s3://bucket/prefix, if not in its conf"
+    )
+    download.set_defaults(func=wrap_command(cmd_download))
 
 
-def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run one parsed subcommand; errors become a message on stderr and an exit code."""
-    try:
-        return int(args.func(args, out or sys.stdout))
-    except CommandError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return int(exc.code)
-    except AirflowClientError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return int(ExitCode.NOT_FOUND if isinstance(exc, AirflowNotFoundError) else ExitCode.AIRFLOW_ERROR)
+def wrap_command(handler: Callable[[argparse.Namespace, TextIO], ExitCode]) -> Callable[..., int]:
+    """`handler` as tshell's `func(args) -> int`; errors become a message and an exit code."""
 
+    def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+        try:
+            return int(handler(args, out or sys.stdout))
+        except CommandError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return int(exc.code)
+        except AirflowClientError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            not_found = isinstance(exc, AirflowNotFoundError)
+            return int(ExitCode.NOT_FOUND if not_found else ExitCode.AIRFLOW_ERROR)
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (python -m tshell.run_commands …) until tshell's own CLI registers us."""
-    parser = argparse.ArgumentParser(prog="tshell")
-    register(parser.add_subparsers(dest="command", required=True))
-    return run_command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    run.__name__ = handler.__name__
+    return run

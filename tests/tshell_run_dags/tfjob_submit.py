@@ -49,7 +49,7 @@ with DAG(
     def run_prefix(context):
         import boto3
 
-        bucket, _, prefix = context["dag_run"].conf["output"][len("s3://"):].partition("/")
+        bucket, _, prefix = context["dag_run"].conf["output"][len("s3://") :].partition("/")
         base = "/".join(p for p in (prefix.strip("/"), "runs", context["run_id"]) if p)
         return boto3.client("s3"), bucket, base
 
@@ -57,8 +57,11 @@ with DAG(
     def archive(**context):
         s3, bucket, base = run_prefix(context)
         for role in ROLES:
-            s3.put_object(Bucket=bucket, Key=f"{base}/logs/{role}-0.log",
-                          Body=f"{role}-0 archived line 1\n{role}-0 archived line 2\n".encode())
+            s3.put_object(
+                Bucket=bucket,
+                Key=f"{base}/logs/{role}-0.log",
+                Body=f"{role}-0 archived line 1\n{role}-0 archived line 2\n".encode(),
+            )
         s3.put_object(Bucket=bucket, Key=f"{base}/model/saved_model.pb", Body=b"model-bytes")
         s3.put_object(Bucket=bucket, Key=f"{base}/model/variables/variables.index", Body=b"idx")
 

@@ -107,6 +107,7 @@ class PodWorker:
         self.task: asyncio.Task | None = None
         self.lifecycle_task: asyncio.Task | None = None
         self.released = False
+        self.dir_removed = False
 
     # ---- inputs from the watch -------------------------------------------------
     def start(self) -> None:
@@ -438,12 +439,14 @@ class PodWorker:
         self.write_state()
 
     async def remove_pod_dir(self) -> None:
+        self.dir_removed = True
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
 
     # ---- reporting -------------------------------------------------------------
     def write_state(self) -> None:
-        if not os.path.isdir(self.dir):
-            os.makedirs(self.dir, exist_ok=True)
+        if self.dir_removed:
+            return
+        os.makedirs(self.dir, exist_ok=True)
         containers = {}
         for name, record in self.records.items():
             run = self.runs.get(name)

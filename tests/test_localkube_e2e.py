@@ -1,0 +1,85 @@
+"""localkube end to end: `python -m localkube up`, a real pod through the real kubelet, its log,
+exec into it, graceful deletion, and `down` leaving no process or network namespace behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from kubernetes.stream import stream
+from localkube_fixtures import start_localkube, stop_localkube
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def netns_of(state_dir: str) -> set[str]:
+    """This cluster's network namespaces: lk-<8 hex of sha256(abs state dir)>[-<pod>]."""
+    prefix = "lk-" + hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:8]
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines()
+            if line.strip() and line.split()[0].startswith(prefix)}
+
+
+def live_pids(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if b"localkube" in handle.read():
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def test_pod_runs_to_success_with_logs_exec_and_clean_down(tmp_path):
+    handle = start_localkube(tmp_path)
+    info = json.loads((tmp_path / "localkube" / "localkube.json").read_text())
+    pids = [info["pids"]["apiserver"], *info["pids"]["kubelets"].values()]
+    try:
+        core = handle.core_v1()
+        core.create_namespaced_pod("default", {"metadata": {"name": "hi"}, "spec": {
+            "restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "echo hi; sleep 1"]}]}})
+        done = wait_for(lambda: core.read_namespaced_pod("hi", "default").status.phase
+                        in ("Succeeded", "Failed") and core.read_namespaced_pod("hi", "default"),
+                        what="pod hi to finish")
+        assert done.status.phase == "Succeeded"
+        assert done.status.pod_ip.startswith("10.77.")
+        assert netns_of(handle.state_dir)
+        terminated = done.status.container_statuses[0].state.terminated
+        assert terminated.exit_code == 0 and terminated.reason == "Completed"
+        log = core.read_namespaced_pod_log("hi", "default", _preload_content=False).data
+        assert log == b"hi\n"
+
+        core.create_namespaced_pod("default", {"metadata": {"name": "sleeper"}, "spec": {
+            "terminationGracePeriodSeconds": 5, "containers": [{
+                "name": "c", "image": "busybox:1.36", "command": ["sleep", "300"]}]}})
+        wait_for(lambda: core.read_namespaced_pod("sleeper", "default").status.phase ==
+                 "Running", what="sleeper running")
+        output = stream(core.connect_get_namespaced_pod_exec, "sleeper", "default",
+                        command=["sh", "-c", "echo inside; hostname"], stderr=True,
+                        stdout=True, stdin=False, tty=False)
+        assert output.startswith("inside\n")
+        deleted = core.delete_namespaced_pod("sleeper", "default")
+        assert deleted.metadata.deletion_timestamp is not None
+        wait_for(lambda: not core.list_namespaced_pod(
+            "default", field_selector="metadata.name=sleeper").items, what="sleeper removed")
+    finally:
+        stop_localkube(handle)
+    assert live_pids(pids) == []
+    assert netns_of(handle.state_dir) == set()

@@ -432,10 +432,7 @@ def _iterate_checked(
                 current = member.name
                 check_member_path(member.name)
                 check_member_kind(member)
-                try:
-                    tarfile.data_filter(member, filter_dest)
-                except tarfile.FilterError as exc:
-                    raise BundleError(member.name, Refusal.FILTER, str(exc)) from None
+                apply_data_filter(member, filter_dest)
                 if member.isdir():
                     continue
                 entry = expected.get(member.name)
@@ -478,6 +475,17 @@ def _iterate_checked(
         ):
             raise  # a real I/O error (disk full, permission), not a bad archive
         raise BundleError(current, Refusal.CORRUPT, f"{type(exc).__name__}: {exc}") from None
+
+
+def apply_data_filter(member: tarfile.TarInfo, dest: str) -> None:
+    """Python's own `data` filter as a second guard; absent before 3.11.4 (older pod images)."""
+    data_filter = getattr(tarfile, "data_filter", None)
+    if data_filter is None:
+        return
+    try:
+        data_filter(member, dest)
+    except tarfile.FilterError as exc:
+        raise BundleError(member.name, Refusal.FILTER, str(exc)) from None
 
 
 def _read_and_hash(

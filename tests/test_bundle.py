@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 from bundle_fixtures import BAD_BUNDLES, GOOD_FILES, OVERSIZE_LIMIT, build_good
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.bundle import (
     DEFAULT_MAX_TOTAL_SIZE,
     MANIFEST_NAME,
     BundleError,
+    check_member_path,
     extract_bundle,
     verify_bundle,
     write_bundle,
@@ -150,3 +153,33 @@ def test_manifest_listing_an_unsafe_path_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(BundleError, match=r"code/\.\./\.\./x: path contains '\.\.'"):
         verify_bundle(path)
+
+
+path_parts = st.sampled_from(["code", "data", "..", ".", "", "a", "b.py", "/", "\\", "C:", "x\x00"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(path_parts, min_size=1, max_size=6))
+def test_every_accepted_member_path_stays_inside_code_or_data(parts: list[str]) -> None:
+    name = "/".join(parts)
+    try:
+        check_member_path(name)
+    except BundleError:
+        return
+    root = "/workspace"
+    resolved = os.path.normpath(os.path.join(root, name))
+    assert resolved.startswith(("/workspace/code/", "/workspace/data/")) or resolved in (
+        "/workspace/code",
+        "/workspace/data",
+    )
+
+
+def test_tarfile_data_filter_runs_as_a_second_guard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse_everything(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        raise tarfile.FilterError(f"test filter refused {member.name}")
+
+    monkeypatch.setattr(tarfile, "data_filter", refuse_everything)
+    with pytest.raises(BundleError, match="code/train.py: refused by tarfile's data filter"):
+        verify_bundle(build_good(tmp_path / "g.tar.gz"))

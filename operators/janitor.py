@@ -1,0 +1,270 @@
+"""The janitor: removes Kubernetes objects whose Airflow run is over or gone.
+
+Teardown removes a run's objects when the run ends, but not when the run
+never gets there: a worker killed mid-task, a DagRun deleted from Airflow
+while its pods live, a teardown that timed out. Kubernetes keeps those pods
+(and their GPUs and quota) forever. Every object of a run carries the run's
+labels and the `tfjob.io/dag-id` / `tfjob.io/run-id` annotations
+(docs/architecture.md), so the janitor can ask Airflow about each run:
+
+- DagRun running or queued: keep (the run's own teardown is responsible);
+- DagRun ended (success/failed): delete (its teardown did not finish the job);
+- DagRun no longer exists: delete;
+- annotations missing: keep, and say so (we cannot tell whose it is).
+
+Only objects labelled `app.kubernetes.io/managed-by=tfjob` *and* carrying a
+`tfjob.io/run` label are considered: tenant objects (namespace, quota, ...)
+have no run label and are never touched. Deletes accept 404.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+
+from operators.tenancy import Clients
+from tfjob import naming
+
+log = logging.getLogger(__name__)
+
+RUN_OBJECTS_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_RUN}"
+# Pods get a short grace: the run is over, nothing waits for their output.
+JANITOR_GRACE_SECONDS = 5
+REST_TIMEOUT_S = 15.0
+
+
+class RunState(StrEnum):
+    """What Airflow says about the run that owns some objects."""
+
+    ACTIVE = "active"
+    ENDED = "ended"
+    MISSING = "missing"
+
+
+class Verdict(StrEnum):
+    KEEP = "keep"
+    DELETE = "delete"
+
+
+# Airflow DagRunState values.
+ACTIVE_STATES = frozenset({"queued", "running"})
+ENDED_STATES = frozenset({"success", "failed"})
+
+
+def classify_dag_run_state(state: str | None) -> RunState:
+    """A DagRun's state (None: no such run) as the janitor sees it."""
+    if state is None:
+        return RunState.MISSING
+    return RunState.ENDED if str(state).lower() in ENDED_STATES else RunState.ACTIVE
+
+
+@dataclass(frozen=True)
+class _KindApi:
+    api: str
+    list_all: str
+    delete: str
+
+
+RUN_OBJECT_KINDS: dict[str, _KindApi] = {
+    "Pod": _KindApi("core", "list_pod_for_all_namespaces", "delete_namespaced_pod"),
+    "ConfigMap": _KindApi("core", "list_config_map_for_all_namespaces",
+                          "delete_namespaced_config_map"),
+    "Secret": _KindApi("core", "list_secret_for_all_namespaces", "delete_namespaced_secret"),
+    "NetworkPolicy": _KindApi("networking", "list_network_policy_for_all_namespaces",
+                              "delete_namespaced_network_policy"),
+}
+
+
+@dataclass(frozen=True)
+class RunObject:
+    kind: str
+    namespace: str
+    name: str
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass
+class RunGroup:
+    """The objects of one run, with the Airflow run they name."""
+
+    namespace: str
+    run_key: str
+    dag_id: str | None
+    run_id: str | None
+    objects: list[RunObject] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    group: RunGroup
+    verdict: Verdict
+    reason: str
+
+
+def decide(group: RunGroup, state: RunState | None) -> Decision:
+    """Keep or delete one run's objects, given what Airflow says (None: not asked)."""
+    if not group.dag_id or not group.run_id:
+        return Decision(group, Verdict.KEEP, "no tfjob.io/dag-id or tfjob.io/run-id "
+                        "annotation: cannot tell which Airflow run owns it")
+    where = f"dag {group.dag_id} run {group.run_id}"
+    if state is RunState.MISSING:
+        return Decision(group, Verdict.DELETE, f"{where} no longer exists in Airflow")
+    if state is RunState.ENDED:
+        return Decision(group, Verdict.DELETE, f"{where} has ended")
+    return Decision(group, Verdict.KEEP, f"{where} is still active")
+
+
+class RunStateLookup(Protocol):
+    def __call__(self, dag_id: str, run_id: str) -> RunState: ...
+
+
+def _list_kind(clients: Clients, kind: str) -> list[Any]:
+    info = RUN_OBJECT_KINDS[kind]
+    try:
+        return getattr(getattr(clients, info.api), info.list_all)(
+            label_selector=RUN_OBJECTS_SELECTOR).items
+    except ApiException as exc:
+        if exc.status == 404:  # the cluster does not serve this kind
+            log.info("janitor: the cluster does not serve %s; skipped", kind)
+            return []
+        raise
+
+
+def collect_run_groups(clients: Clients) -> list[RunGroup]:
+    """Every run that still has objects, with those objects, sorted by namespace and run."""
+    groups: dict[tuple[str, str], RunGroup] = {}
+    for kind in RUN_OBJECT_KINDS:
+        for item in _list_kind(clients, kind):
+            meta = item.metadata
+            labels = meta.labels or {}
+            annotations = meta.annotations or {}
+            key = (meta.namespace, labels.get(naming.LABEL_RUN, ""))
+            group = groups.setdefault(key, RunGroup(
+                meta.namespace, key[1], annotations.get(naming.ANNOTATION_DAG_ID),
+                annotations.get(naming.ANNOTATION_RUN_ID)))
+            group.dag_id = group.dag_id or annotations.get(naming.ANNOTATION_DAG_ID)
+            group.run_id = group.run_id or annotations.get(naming.ANNOTATION_RUN_ID)
+            group.objects.append(RunObject(kind, meta.namespace, meta.name))
+    return [groups[key] for key in sorted(groups)]
+
+
+def delete_objects(clients: Clients, objects: Iterable[RunObject]) -> list[RunObject]:
+    """Delete each object (404 is fine: someone was faster); return those we deleted."""
+    deleted = []
+    for obj in objects:
+        info = RUN_OBJECT_KINDS[obj.kind]
+        kwargs = {"grace_period_seconds": JANITOR_GRACE_SECONDS} if obj.kind == "Pod" else {}
+        try:
+            getattr(getattr(clients, info.api), info.delete)(obj.name, obj.namespace, **kwargs)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        deleted.append(obj)
+    return deleted
+
+
+@dataclass
+class SweepReport:
+    decisions: list[Decision]
+    deleted: list[RunObject]
+
+    def lines(self) -> list[str]:
+        out = []
+        for decision in self.decisions:
+            names = ", ".join(o.describe() for o in decision.group.objects)
+            out.append(f"{decision.verdict.value} run {decision.group.run_key} in "
+                       f"{decision.group.namespace}: {decision.reason}: {names}")
+        return out
+
+
+def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False) -> SweepReport:
+    """Find every run's objects, ask Airflow about each run once, delete what is over."""
+    decisions = []
+    states: dict[tuple[str, str], RunState] = {}
+    for group in collect_run_groups(clients):
+        state = None
+        if group.dag_id and group.run_id:
+            key = (group.dag_id, group.run_id)
+            if key not in states:
+                states[key] = lookup(group.dag_id, group.run_id)
+            state = states[key]
+        decisions.append(decide(group, state))
+    deleted: list[RunObject] = []
+    for decision in decisions:
+        if decision.verdict is Verdict.DELETE and not dry_run:
+            gone = delete_objects(clients, decision.group.objects)
+            deleted.extend(gone)
+            log.info("janitor: removed %s (%s)", ", ".join(o.describe() for o in gone) or
+                     "nothing (already gone)", decision.reason)
+        else:
+            log.info("janitor: %s run %s in %s (%s)", "would remove" if decision.verdict is
+                     Verdict.DELETE else "kept", decision.group.run_key,
+                     decision.group.namespace, decision.reason)
+    return SweepReport(decisions, deleted)
+
+
+# --- asking Airflow -----------------------------------------------------------------------
+
+def lookup_from_task_instance(ti: Any) -> RunStateLookup:
+    """Inside an Airflow task: the Task SDK's DagRun queries (no database access needed)."""
+    def lookup(dag_id: str, run_id: str) -> RunState:
+        if not ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]):
+            return RunState.MISSING
+        return classify_dag_run_state(ti.get_dagrun_state(dag_id=dag_id, run_id=run_id))
+    return lookup
+
+
+def lookup_from_rest(base_url: str, token: Callable[[], str],
+                     timeout: float = REST_TIMEOUT_S) -> RunStateLookup:
+    """Outside Airflow: `GET /api/v2/dags/{dag_id}/dagRuns/{run_id}` (404: missing)."""
+    def lookup(dag_id: str, run_id: str) -> RunState:
+        path = (f"/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns/"
+                f"{urllib.parse.quote(run_id, safe='')}")
+        request = urllib.request.Request(base_url.rstrip("/") + path, headers={
+            "Authorization": f"Bearer {token()}", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return classify_dag_run_state(json.loads(response.read()).get("state"))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return RunState.MISSING
+            raise
+    return lookup
+
+
+def sweep_in_task() -> list[str]:
+    """The janitor DAG's task: sweep with the Kubernetes connection, log and return what went."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    from airflow.sdk import get_current_context
+
+    from operators.settings import KUBERNETES_CONN_ID
+
+    context = get_current_context()
+    hook = KubernetesHook(conn_id=KUBERNETES_CONN_ID)
+    clients = Clients.from_api_client(hook.api_client)
+    report = sweep(clients, lookup_from_task_instance(context["ti"]))
+    for line in report.lines():
+        log.info("%s", line)
+    removed = [o.describe() for o in report.deleted]
+    log.info("janitor: %d object(s) removed%s", len(removed),
+             ": " + ", ".join(removed) if removed else "")
+    return removed
+
+
+__all__ = [
+    "Decision", "RunGroup", "RunObject", "RunState", "SweepReport", "Verdict",
+    "classify_dag_run_state", "collect_run_groups", "decide", "delete_objects",
+    "lookup_from_rest", "lookup_from_task_instance", "sweep", "sweep_in_task",
+]

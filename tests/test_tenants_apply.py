@@ -1,0 +1,128 @@
+"""`apply_tenants` and the quota preflight against a real localkube API server."""
+
+from decimal import Decimal
+
+import kubernetes
+import pytest
+from localkube_fixtures import localkube_api  # noqa: F401  (pytest fixture)
+from tfjob_fixtures import distributed_request_data
+
+from operators.tenancy import (
+    Clients,
+    Outcome,
+    TenantNotAppliedError,
+    apply_tenants,
+    diff_manifest,
+    preflight_quota,
+    read_tenant_quota,
+)
+from tfjob.quota import Verdict
+from tfjob.request import load_request
+from tfjob.tenants import validate_tenants
+
+
+def tenants_config(cpu: str = "4", jobs: int = 2, extra: dict | None = None):
+    tenants = [{"name": "apply-a", "quota": {"cpu": cpu, "memory": "8Gi",
+                                             "nvidia.com/gpu": 2, "pods": 6},
+                "defaults": {"cpu": "250m", "memory": "256Mi"}, "max_concurrent_jobs": jobs},
+               {"name": "apply-b", "quota": {"cpu": "2", "memory": "4Gi",
+                                             "nvidia.com/gpu": 0, "pods": 4},
+                "defaults": {"cpu": "100m", "memory": "128Mi"}, **(extra or {})}]
+    return validate_tenants({"tenants": tenants}, "test-tenants.yaml")
+
+
+@pytest.fixture(scope="module")
+def clients(localkube_api) -> Clients:  # noqa: F811
+    configuration = kubernetes.client.Configuration()
+    configuration.host = localkube_api.api_url
+    return Clients.from_api_client(kubernetes.client.ApiClient(configuration))
+
+
+def outcomes(results) -> dict[str, Outcome]:
+    return {f"{r.kind}/{r.namespace or '-'}/{r.name}": r.outcome for r in results}
+
+
+def test_apply_creates_then_leaves_everything_unchanged_then_changes_only_what_changed(clients):
+    first = outcomes(apply_tenants(clients, tenants_config()))
+    assert first["Namespace/-/tfjob-apply-a"] is Outcome.CREATED
+    assert first["ResourceQuota/tfjob-apply-a/tfjob-quota"] is Outcome.CREATED
+    assert first["LimitRange/tfjob-apply-b/tfjob-defaults"] is Outcome.CREATED
+    assert first["ServiceAccount/tfjob-apply-b/tfjob-runner"] is Outcome.CREATED
+    # localkube serves only core/v1 unless NetworkPolicy was added; either way no error.
+    assert first["NetworkPolicy/tfjob-apply-a/tfjob-isolation"] in (Outcome.CREATED,
+                                                                     Outcome.SKIPPED)
+
+    again = outcomes(apply_tenants(clients, tenants_config()))
+    assert {o for k, o in again.items() if not k.startswith("NetworkPolicy")} == \
+        {Outcome.UNCHANGED}
+
+    changed = apply_tenants(clients, tenants_config(
+        cpu="6", extra={"default_limits": {"cpu": "1", "memory": "1Gi"}}))
+    by_key = outcomes(changed)
+    assert by_key["ResourceQuota/tfjob-apply-a/tfjob-quota"] is Outcome.CHANGED
+    assert by_key["LimitRange/tfjob-apply-b/tfjob-defaults"] is Outcome.CHANGED
+    assert [k for k, o in by_key.items() if o is Outcome.CHANGED] == [
+        "ResourceQuota/tfjob-apply-a/tfjob-quota", "LimitRange/tfjob-apply-b/tfjob-defaults"]
+    quota = clients.core.read_namespaced_resource_quota("tfjob-quota", "tfjob-apply-a")
+    assert quota.spec.hard["requests.cpu"] == "6"
+    limits = clients.core.read_namespaced_limit_range("tfjob-defaults", "tfjob-apply-b")
+    assert limits.spec.limits[0].default == {"cpu": "1", "memory": "1Gi"}
+    account = clients.core.read_namespaced_service_account("tfjob-runner", "tfjob-apply-a")
+    assert account.automount_service_account_token is False
+    # Back to the first file: the default limits go away again.
+    apply_tenants(clients, tenants_config())
+    limits = clients.core.read_namespaced_limit_range("tfjob-defaults", "tfjob-apply-b")
+    assert not limits.spec.limits[0].default
+
+
+def test_diff_ignores_labels_added_by_others_and_quantities_written_differently():
+    desired = {"apiVersion": "v1", "kind": "ResourceQuota",
+               "metadata": {"name": "q", "labels": {"a": "1"}},
+               "spec": {"hard": {"requests.cpu": "1", "requests.memory": "1Gi"}}}
+    live = {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "q", "labels": {"a": "1", "other": "x"}, "uid": "u"},
+            "spec": {"hard": {"requests.cpu": "1000m", "requests.memory": "1024Mi"}},
+            "status": {"used": {}}}
+    assert diff_manifest(desired, live) == {}
+    live["spec"]["hard"]["pods"] = "3"
+    assert diff_manifest(desired, live) == {"spec": {"hard": {
+        "requests.cpu": "1", "requests.memory": "1Gi", "pods": None}}}
+
+
+def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(clients):
+    config = tenants_config()
+    apply_tenants(clients, config)
+    tenant = config.find("apply-a")
+    request = load_request(distributed_request_data(
+        tenant="apply-a", replicas={"chief": 0, "ps": 1, "worker": 2, "evaluator": 0},
+        resources={"worker": {"cpu": "1", "memory": "1Gi", "gpu": 1},
+                   "ps": {"cpu": "500m", "memory": "512Mi"}}))
+    assert preflight_quota(clients.core, request, tenant).fits
+
+    # Someone else's job holds one GPU and 2 cpu; its pod is Pending (no kubelets) but counts.
+    clients.core.create_namespaced_pod("tfjob-apply-a", {
+        "metadata": {"name": "other-job"},
+        "spec": {"containers": [{"name": "c", "image": "python:3.11", "resources": {
+            "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+            "limits": {"nvidia.com/gpu": "1"}}}]}})
+    try:
+        hard, used = read_tenant_quota(clients.core, tenant)
+        assert hard["cpu"] == Decimal(4) and hard["nvidia.com/gpu"] == Decimal(2)
+        assert used["cpu"] == Decimal(2) and used["nvidia.com/gpu"] == Decimal(1)
+        assert used["memory"] == Decimal(256 * 2**20)  # the LimitRange default request
+        check = preflight_quota(clients.core, request, tenant)
+        assert check.verdict is Verdict.EXCEEDS_QUOTA
+        assert "nvidia.com/gpu: needed 2, free 1 (hard 2, used 1) SHORT by 1" in check.message
+        assert "cpu: needed 2.5, free 2 (hard 4, used 2) SHORT by 0.5" in check.message
+    finally:
+        clients.core.delete_namespaced_pod("other-job", "tfjob-apply-a", grace_period_seconds=0)
+
+
+def test_the_preflight_of_a_tenant_never_applied_says_to_apply_it(clients):
+    config = validate_tenants({"tenants": [{"name": "never-applied", "quota": {
+        "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 1},
+        "defaults": {"cpu": "100m", "memory": "128Mi"}}]})
+    request = load_request(distributed_request_data(tenant="never-applied"))
+    with pytest.raises(TenantNotAppliedError, match="namespace tfjob-never-applied does not "
+                                                    "exist.*tshell tenants apply"):
+        preflight_quota(clients.core, request, config.tenants[0])

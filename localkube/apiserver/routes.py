@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from localkube.apiserver import discovery, errors, podexec, podlogs
+from localkube.apiserver import discovery, errors, podexec, podlogs, tables
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import ObjectApi, parse_propagation
 from localkube.apiserver.resources import RESOURCES, Resource
@@ -114,7 +114,7 @@ class CoreHandlers:
             if method == "GET":
                 if watch_path or query.get("watch") in TRUE_VALUES:
                     return await self._watch(request, target)
-                return self._list(target, query)
+                return self._list(target, query, request.headers.get("Accept", ""))
             if method == "POST":
                 body = await read_json(request)
                 created = self.api.create(resource, target.namespace, body, dry_run)
@@ -133,7 +133,11 @@ class CoreHandlers:
         if method == "GET":
             if watch_path:
                 return await self._watch(request, target)
-            return json_response(self.api.get(resource, target.namespace, target.name))
+            obj = self.api.get(resource, target.namespace, target.name)
+            if tables.wants_table(request.headers.get("Accept", "")) and not subresource:
+                return json_response(tables.build_table(target.resource, [obj],
+                                                        obj["metadata"]["resourceVersion"]))
+            return json_response(obj)
         if method == "PUT":
             body = await read_json(request)
             return json_response(self.api.replace(resource, target.namespace, target.name, body,
@@ -147,12 +151,14 @@ class CoreHandlers:
             return await self._delete(request, target, dry_run)
         raise errors.method_not_allowed()
 
-    def _list(self, target: Target, query) -> web.Response:
+    def _list(self, target: Target, query, accept: str = "") -> web.Response:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
         items = self.api.list(target.resource.plural,
                               target.namespace if target.resource.namespaced and
                               target.namespace else None, labels, fields)
+        if tables.wants_table(accept):
+            return json_response(tables.build_table(target.resource, items, str(self.store.rv)))
         body = {"kind": f"{target.resource.kind}List", "apiVersion": "v1",
                 "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
         return json_response(body)

@@ -95,7 +95,7 @@ class Clients:
     networking: k8s.NetworkingV1Api
 
     @classmethod
-    def from_api_client(cls, api_client: k8s.ApiClient) -> "Clients":
+    def from_api_client(cls, api_client: k8s.ApiClient) -> Clients:
         return cls(k8s.CoreV1Api(api_client), k8s.NetworkingV1Api(api_client))
 
 

@@ -13,7 +13,8 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES: tuple[str, ...] = ("tshell.pack_commands", "tshell.run_commands")
+COMMAND_MODULES: tuple[str, ...] = (
+    "tshell.pack_commands", "tshell.run_commands", "tshell.tenant_commands")
 
 EXIT_USAGE = 2
 

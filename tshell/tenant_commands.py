@@ -1,0 +1,196 @@
+"""`tshell tenants apply` and `tshell tenants list`: the tenants file, made real and shown.
+
+apply makes the cluster and Airflow hold what deploy/tenants.yaml declares
+(namespace, ResourceQuota, LimitRange, ServiceAccount, NetworkPolicy, and the
+Airflow pool `tfjob-tenant-<name>`), changing only what differs, and prints
+one line per object: created, changed (which fields), unchanged or skipped.
+list shows every tenant with its quota and, when the cluster answers, what
+its namespace uses now.
+
+The cluster is found through --kubeconfig, else $KUBECONFIG, else the
+embedded localkube's .state/localkube/kubeconfig, else ~/.kube/config.
+Airflow is found as for every tshell command (tshell/config.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCALKUBE_KUBECONFIG = REPO_ROOT / ".state" / "localkube" / "kubeconfig"
+HOME_KUBECONFIG = Path("~/.kube/config")
+
+
+def find_kubeconfig(given: str | None, env: dict[str, str] | None = None) -> Path:
+    """--kubeconfig, else $KUBECONFIG, else the embedded localkube's, else ~/.kube/config."""
+    env = dict(os.environ) if env is None else env
+    if given:
+        return Path(given)
+    if env.get("KUBECONFIG"):
+        return Path(env["KUBECONFIG"].split(os.pathsep)[0])
+    if LOCALKUBE_KUBECONFIG.exists():
+        return LOCALKUBE_KUBECONFIG
+    return HOME_KUBECONFIG.expanduser()
+
+
+def make_clients(kubeconfig: Path) -> Any:
+    import kubernetes
+
+    from operators.tenancy import Clients
+
+    if not kubeconfig.exists():
+        raise FileNotFoundError(f"kubeconfig {kubeconfig} does not exist: start localkube "
+                                "(`make up`) or pass --kubeconfig / set KUBECONFIG")
+    api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    return Clients.from_api_client(api_client)
+
+
+def _fail(message: str) -> int:
+    print(f"tshell tenants: {message}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from operators.tenancy import PoolApiError, RestPoolClient, apply_pools, apply_tenants
+    from tfjob.tenants import TenantsFileError, load_tenants
+
+    try:
+        config = load_tenants(args.file)
+    except TenantsFileError as exc:
+        return _fail(str(exc))
+    unknown = sorted(set(args.only or ()) - set(config.names()))
+    if unknown:
+        return _fail(f"--only {', '.join(unknown)}: not in {config.source}; tenants there: "
+                     f"{', '.join(config.names())}")
+    kubeconfig = find_kubeconfig(args.kubeconfig)
+    try:
+        results = apply_tenants(make_clients(kubeconfig), config, only=args.only)
+    except FileNotFoundError as exc:
+        return _fail(str(exc))
+    except ApiException as exc:
+        return _fail(f"the cluster ({kubeconfig}) refused: HTTP {exc.status} {exc.reason}: "
+                     f"{(exc.body or '')[:300]}")
+    except HTTPError as exc:
+        return _fail(f"the cluster of {kubeconfig} is not reachable ({exc.__class__.__name__});"
+                     " is localkube running (`make up`)?")
+    for result in results:
+        print(result.describe())
+    if args.no_pools:
+        return EXIT_OK
+    try:
+        pools = RestPoolClient(*_airflow_login())
+        wanted = set(args.only) if args.only else None
+        pool_results = [r for r in apply_pools(pools, config)
+                        if wanted is None or r.name.removeprefix("tfjob-tenant-") in wanted]
+    except (PoolApiError, RuntimeError, ValueError) as exc:
+        return _fail(f"Kubernetes objects applied; Airflow pools not: {exc} (rerun when "
+                     "Airflow is up, or --no-pools)")
+    for result in pool_results:
+        print(result.describe())
+    return EXIT_OK
+
+
+def _airflow_login() -> tuple[str, Any]:
+    from tshell.airflow_client import AirflowClientError, AirflowSession
+    from tshell.config import load_config
+
+    session = AirflowSession(load_config().airflow)
+
+    def token() -> str:
+        try:
+            return session.token()
+        except AirflowClientError as exc:
+            raise RuntimeError(str(exc)) from None
+
+    return session.url, token
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tfjob.quota import format_amount
+    from tfjob.tenants import TenantsFileError, load_tenants
+
+    try:
+        config = load_tenants(args.file)
+    except TenantsFileError as exc:
+        return _fail(str(exc))
+    usage, note = _read_usage(config, args.kubeconfig)
+    rows = []
+    for tenant in config.tenants:
+        used = usage.get(tenant.name)
+        row = {"tenant": tenant.name, "namespace": tenant.namespace, "pool": tenant.pool,
+               "max_jobs": tenant.max_concurrent_jobs, "quota": dict(tenant.quota),
+               "used": {k: format_amount(k, v) for k, v in used.items()}
+               if isinstance(used, dict) else used}
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    from tshell.run_commands import format_table
+
+    def cell(row: dict, key: str) -> str:
+        used = row["used"]
+        shown = used.get(key, "?") if isinstance(used, dict) else "?"
+        return f"{shown}/{row['quota'][key]}"
+
+    print(format_table(
+        ["tenant", "namespace", "pool", "max jobs", "cpu", "memory", "gpu", "pods"],
+        [[r["tenant"], r["namespace"], r["pool"], r["max_jobs"], cell(r, "cpu"),
+          cell(r, "memory"), cell(r, "nvidia.com/gpu"), cell(r, "pods")] for r in rows]))
+    print(f"(used/quota; tenants from {config.source}{'; ' + note if note else ''})")
+    return EXIT_OK
+
+
+def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any], str]:
+    """Each tenant's used amounts, or a word saying why not ('not applied', unreachable)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from operators.tenancy import TenantNotAppliedError, read_tenant_quota
+
+    kubeconfig = find_kubeconfig(kubeconfig_arg)
+    try:
+        clients = make_clients(kubeconfig)
+    except FileNotFoundError:
+        return {}, f"no cluster ({kubeconfig} missing): usage unknown"
+    usage: dict[str, Any] = {}
+    for tenant in config.tenants:
+        try:
+            usage[tenant.name] = read_tenant_quota(clients.core, tenant)[1]
+        except TenantNotAppliedError:
+            usage[tenant.name] = "not applied"
+        except (ApiException, HTTPError) as exc:
+            return {}, f"cluster not reachable ({exc.__class__.__name__}): usage unknown"
+    missing = [name for name, used in usage.items() if used == "not applied"]
+    note = f"not applied yet: {', '.join(missing)}" if missing else ""
+    return usage, note
+
+
+def register(subparsers: Any) -> None:
+    """Add `tenants apply` and `tenants list` to tshell's subcommands."""
+    tenants = subparsers.add_parser("tenants", help="apply and list tenants (deploy/tenants.yaml)")
+    actions = tenants.add_subparsers(dest="tenants_command", metavar="ACTION")
+    apply = actions.add_parser("apply", help="create or update every tenant's namespace, "
+                                             "quota, defaults, network policy, account and "
+                                             "Airflow pool; only what changed")
+    listing = actions.add_parser("list", help="tenants with their quota and current usage")
+    for parser in (apply, listing):
+        parser.add_argument("--file", help="tenants file (default $TFJOB_TENANTS_FILE, else "
+                                           "deploy/tenants.yaml)")
+        parser.add_argument("--kubeconfig", help="cluster to use (default $KUBECONFIG, else "
+                                                 "the embedded localkube's)")
+    apply.add_argument("--only", nargs="+", metavar="TENANT", help="apply only these tenants")
+    apply.add_argument("--no-pools", action="store_true", help="leave Airflow's pools alone")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    apply.set_defaults(func=cmd_apply)
+    listing.set_defaults(func=cmd_list)
+    tenants.set_defaults(func=lambda _args: (tenants.print_help(sys.stderr), 2)[1])

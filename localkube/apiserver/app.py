@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import uuid
 from pathlib import Path
 
 import yaml
@@ -60,9 +61,24 @@ def node_object(entry: dict) -> dict:
                                        "message": "Kubelet never posted node status.",
                                        "lastHeartbeatTime": now_rfc3339(),
                                        "lastTransitionTime": now_rfc3339()}],
-                       "nodeInfo": {"kubeletVersion": "v1.30.0-localkube",
-                                    "operatingSystem": "linux", "architecture": "amd64",
-                                    "containerRuntimeVersion": "localkube://1"}}}
+                       "nodeInfo": node_info(name)}}
+
+
+def node_info(name: str) -> dict:
+    """Every field the clients require (the python client refuses a NodeSystemInfo without)."""
+    uname = os.uname()
+    return {"architecture": "amd64", "bootID": _read_first_line("/proc/sys/kernel/random/boot_id"),
+            "containerRuntimeVersion": "localkube://1", "kernelVersion": uname.release,
+            "kubeProxyVersion": "v1.30.0-localkube", "kubeletVersion": "v1.30.0-localkube",
+            "machineID": _read_first_line("/etc/machine-id"), "operatingSystem": "linux",
+            "osImage": "localkube", "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, name))}
+
+
+def _read_first_line(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
 
 
 def bootstrap_objects(api: ObjectApi, node_entries: list[dict]) -> None:
@@ -86,6 +102,7 @@ def bootstrap_objects(api: ObjectApi, node_entries: list[dict]) -> None:
         status = node.setdefault("status", {})
         status["capacity"] = fresh["status"]["capacity"]
         status["allocatable"] = fresh["status"]["allocatable"]
+        status["nodeInfo"] = fresh["status"]["nodeInfo"]
         status["conditions"] = [
             {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
              "message": "Kubelet stopped posting node status.",

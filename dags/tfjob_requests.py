@@ -8,13 +8,15 @@ request file is built.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from airflow.sdk import get_parsing_context
 
 from operators.dag_factory import DAG_ID_PREFIX, build_request_dag, list_request_files
 
-REQUESTS_DIR = Path(__file__).resolve().parent / "requests"
+# TFJOB_REQUESTS_DIR points elsewhere (tests, a deployment keeping requests apart from code).
+REQUESTS_DIR = Path(os.environ.get("TFJOB_REQUESTS_DIR") or Path(__file__).resolve().parent / "requests")
 
 log = logging.getLogger(__name__)
 

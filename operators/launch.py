@@ -94,6 +94,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             random_name_suffix=False,
             get_logs=False,
             on_finish_action="keep_pod",
+            do_xcom_push=True,  # the endpoints: our return value, not the provider's sidecar
             **kwargs,
         )
         self.aws_conn_id = aws_conn_id

@@ -1,0 +1,264 @@
+"""A world for end-to-end pipeline tests: S3 server + localkube + a migrated Airflow home.
+
+    from pipeline_fixtures import pipeline_world  # noqa: F401  (pytest fixture)
+
+    def test_x(pipeline_world):
+        result = pipeline_world.run_request(request)   # dag.test() of tfjob__<name>
+        assert result.state == "success"
+
+`pipeline_world` (module-scoped) starts a moto S3 server process, localkube
+(its pods reach S3 through the forwarded loopback port), creates the tenant
+namespace, migrates an Airflow database in a temporary home, and uploads a
+stand-in training bundle: a small Python program (no TensorFlow) that prints
+its TF_CONFIG, writes a model and metrics, and behaves as the request's env
+`STANDIN_BEHAVIOUR` says (`{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`).
+ps replicas wait forever, like TensorFlow's.
+
+Each DAG run happens in a subprocess (`dag.test()`), so Airflow's
+configuration comes from that process's environment and nothing leaks into
+the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
+from s3_fixtures import S3Server, start_s3_server, stop_s3_server
+
+REPO = Path(__file__).resolve().parent.parent
+TENANT = "test"
+NAMESPACE = f"tfjob-{TENANT}"
+STANDIN_BUNDLE_KEY = "bundles/standin.tar.gz"
+DAG_TEST_TIMEOUT_S = 420
+
+STANDIN_PROGRAM = textwrap.dedent(
+    '''
+    """Stand-in for a TensorFlow program: what the pod protocol gives it, without TensorFlow."""
+    import json, os, sys, time
+
+    role, index = os.environ["TFJOB_ROLE"], os.environ["TFJOB_INDEX"]
+    me = f"{role}-{index}"
+    print(f"standin {me} TF_CONFIG={os.environ.get('TF_CONFIG', '')}", flush=True)
+    print(f"standin {me} legacy JOB_NAME={os.environ.get('JOB_NAME', '')} "
+          f"WORKER_HOSTS={os.environ.get('WORKER_HOSTS', '')}", flush=True)
+    behaviour = json.loads(os.environ.get("STANDIN_BEHAVIOUR") or "{}")
+    mine = behaviour.get(me, behaviour.get("*", {}))
+    if role == "ps" and not mine:
+        while True:  # like TensorFlow's ps: join() forever
+            time.sleep(1)
+    time.sleep(mine.get("sleep", 0))
+    if mine.get("exit"):
+        print(f"standin {me} failing on purpose with {mine['exit']}", file=sys.stderr, flush=True)
+        sys.exit(mine["exit"])
+    with open(os.path.join(os.environ["DATA_DIR"], "numbers.txt")) as handle:
+        total = sum(int(line) for line in handle if line.strip())
+    os.makedirs(os.environ["MODEL_DIR"], exist_ok=True)
+    with open(os.path.join(os.environ["MODEL_DIR"], "model.json"), "w") as handle:
+        json.dump({"trained_by": me, "total": total}, handle)
+    with open(os.environ["METRICS_FILE"], "w") as handle:
+        json.dump({"accuracy": 0.99, "total": total, "replica": me}, handle)
+    print(f"standin {me} done", flush=True)
+    '''
+)
+
+
+def write_standin_bundle(folder: Path) -> Path:
+    from runtime.bundle import write_bundle
+
+    src = folder / "standin-src"
+    (src / "code").mkdir(parents=True, exist_ok=True)
+    (src / "data").mkdir(parents=True, exist_ok=True)
+    (src / "code" / "train.py").write_text(STANDIN_PROGRAM)
+    (src / "data" / "numbers.txt").write_text("1\n2\n3\n")
+    out = folder / "standin.tar.gz"
+    write_bundle(src, out, "standin")
+    return out
+
+
+@dataclass
+class DagResult:
+    state: str
+    tasks: dict[str, str]
+    run_id: str
+    log: str
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.state} {self.tasks}\n--- log tail ---\n{self.log[-6000:]}"
+
+
+@dataclass
+class PipelineWorld:
+    s3: S3Server
+    kube: LocalkubeHandle
+    home: Path
+    requests_dir: Path
+    bucket: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def request(self, name: str, **changes: Any) -> dict[str, Any]:
+        """A stand-in request of this world's tenant, bundle and output."""
+        body = {
+            "name": name,
+            "tenant": TENANT,
+            "mode": "single",
+            "image": "python:3.11",
+            "entrypoint": ["python3", "train.py"],
+            "bundle": f"s3://{self.bucket}/{STANDIN_BUNDLE_KEY}",
+            "output": f"s3://{self.bucket}/outputs/{name}",
+            "startup_timeout": 60,
+            "active_deadline": 240,
+            "resources": {"worker": {"cpu": "100m", "memory": "128Mi"},
+                          "ps": {"cpu": "100m", "memory": "128Mi"},
+                          "chief": {"cpu": "100m", "memory": "128Mi"}},
+        }
+        body.update(changes)
+        return body
+
+    def write_request(self, body: dict[str, Any]) -> Path:
+        path = self.requests_dir / f"{body['name']}.yaml"
+        path.write_text(yaml.safe_dump(body))
+        return path
+
+    def run_dag(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None,
+                timeout: float = DAG_TEST_TIMEOUT_S) -> DagResult:
+        """`dag.test()` of one DAG in a subprocess; returns the run's state and every task's state."""
+        script = textwrap.dedent(
+            f"""
+            import json, sys
+            from airflow.dag_processing.dagbag import DagBag
+            bag = DagBag(dag_folder={str(REPO / 'dags')!r}, safe_mode=False)
+            dag = bag.dags[{dag_id!r}]
+            run = dag.test(run_conf={conf!r})
+            tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+            print("PIPELINE_RESULT " + json.dumps({{"state": str(run.state), "tasks": tasks,
+                                                   "run_id": run.run_id}}))
+            """
+        )
+        done = subprocess.run([sys.executable, "-c", script], env=self.env, cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
+        output = done.stdout + done.stderr
+        for line in done.stdout.splitlines():
+            if line.startswith("PIPELINE_RESULT "):
+                data = json.loads(line[len("PIPELINE_RESULT "):])
+                return DagResult(data["state"], data["tasks"], data["run_id"], output)
+        raise AssertionError(f"dag.test() of {dag_id} gave no result (rc {done.returncode}):\n{output[-8000:]}")
+
+    def run_request(self, body: dict[str, Any]) -> DagResult:
+        self.write_request(body)
+        return self.run_dag(f"tfjob__{body['name']}")
+
+    def s3_keys(self, prefix: str) -> list[str]:
+        client = self.s3.client()
+        keys = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            keys.extend(item["Key"] for item in page.get("Contents", []))
+        return sorted(keys)
+
+    def s3_text(self, key: str) -> str:
+        return self.s3.client().get_object(Bucket=self.bucket, Key=key)["Body"].read().decode()
+
+    def run_objects(self, job: str) -> list[str]:
+        """`Kind/name` of every object of any run of `job` still in the namespace."""
+        from tfjob.naming import job_selector
+
+        api = self.kube.core_v1()
+        found = []
+        for kind, lister in (("Pod", api.list_namespaced_pod), ("ConfigMap", api.list_namespaced_config_map),
+                             ("Secret", api.list_namespaced_secret)):
+            found += [f"{kind}/{o.metadata.name}" for o in lister(NAMESPACE, label_selector=job_selector(job)).items]
+        return found
+
+
+def migrate_airflow_db(env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+def airflow_env(home: Path, s3: S3Server, kube: LocalkubeHandle, requests_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        TFJOB_REQUESTS_DIR=str(requests_dir),
+        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps({
+            "conn_type": "kubernetes",
+            "extra": {"kube_config_path": kube.kubeconfig, "in_cluster": False, "namespace": NAMESPACE},
+        }),
+        AIRFLOW_CONN_AWS_DEFAULT=json.dumps({
+            "conn_type": "aws", "login": s3.access_key, "password": s3.secret_key,
+            "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
+        }),
+        PYTHONPATH=str(REPO),
+    )
+    return env
+
+
+def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
+    """Start everything; returns the world and a callable that stops it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    s3, s3_process = start_s3_server(folder)
+    try:
+        port = int(s3.endpoint.rsplit(":", 1)[1].strip("/"))
+        kube = start_localkube(folder, forward_ports=(port,))
+    except BaseException:
+        stop_s3_server(s3_process)
+        raise
+
+    def stop() -> None:
+        stop_localkube(kube)
+        stop_s3_server(s3_process)
+
+    try:
+        api = kube.core_v1()
+        api.create_namespace({"metadata": {"name": NAMESPACE}})
+        bundle = write_standin_bundle(folder)
+        s3.client().upload_file(str(bundle), s3.bucket, STANDIN_BUNDLE_KEY)
+        requests_dir = folder / "requests"
+        requests_dir.mkdir(exist_ok=True)
+        home = folder / "airflow"
+        home.mkdir(exist_ok=True)
+        env = airflow_env(home, s3, kube, requests_dir)
+        migrate_airflow_db(env)
+    except BaseException:
+        stop()
+        raise
+    return PipelineWorld(s3, kube, home, requests_dir, s3.bucket, env), stop
+
+
+@pytest.fixture(scope="module")
+def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineWorld]:
+    world, stop = start_pipeline_world(tmp_path_factory.mktemp("pipeline"))
+    try:
+        yield world
+    finally:
+        stop()
+
+
+def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll `condition()` until it returns something truthy, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -328,18 +328,19 @@ def leftovers(state_dir: str, marker: str) -> dict:
 
 
 @pytest.mark.slow
-def test_down_and_kubelet_crash_leave_nothing_behind(tmp_path):
+def test_kubelet_crash_readopts_pods_and_down_leaves_nothing_behind(tmp_path):
     marker = uuid.uuid4().hex
     handle = start_localkube(tmp_path)
     try:
         v1 = handle.core_v1()
         names = [unique("keep") for _ in range(3)]
         for name in names:
-            v1.create_namespaced_pod("default", make_pod(name, ["sh", "-c", f"sleep 3600 & sleep 3601; : {marker}"], container={"resources": {"limits": {"memory": "100Mi", "cpu": "1"}}}))
+            pod = make_pod(name, ["sh", "-c", f"sleep 3600 & sleep 3601; : {marker}"], terminationGracePeriodSeconds=1, container={"resources": {"limits": {"memory": "100Mi", "cpu": "1"}}})
+            v1.create_namespaced_pod("default", pod)
         for name in names:
             wait_phase(v1, name, ("Running",))
         assert len(processes_with(marker)) == 3
-        # a crashed kubelet: its pods' processes keep running until a new kubelet settles them
+        # SIGKILL one kubelet: its pods keep running; a new kubelet re-adopts them
         info = json.loads(open(os.path.join(handle.state_dir, "localkube.json")).read())
         crashed = v1.read_namespaced_pod(names[0], "default").spec.node_name
         os.kill(info["pids"]["kubelets"][crashed], signal.SIGKILL)
@@ -349,11 +350,12 @@ def test_down_and_kubelet_crash_leave_nothing_behind(tmp_path):
             stdout=log, stderr=subprocess.STDOUT,
         )
         try:
-            pod = wait_phase(v1, names[0], ("Failed",))
-            assert pod.status.reason == "NodeRestart"
-            assert pod.status.container_statuses[0].state.terminated.reason == "ContainerStatusUnknown"
-            on_crashed = [n for n in names if v1.read_namespaced_pod(n, "default").spec.node_name == crashed]
-            poll(lambda: len(processes_with(marker)) == 3 - len(on_crashed))
+            poll(lambda: "re-adopted" in open(log.name).read())
+            assert v1.read_namespaced_pod(names[0], "default").status.phase == "Running"
+            assert len(processes_with(marker)) == 3
+            v1.delete_namespaced_pod(names[0], "default", grace_period_seconds=1)
+            wait_gone(v1, names[0])
+            poll(lambda: len(processes_with(marker)) == 2)
         finally:
             restarted.send_signal(signal.SIGTERM)
             restarted.wait(timeout=30)
@@ -361,3 +363,13 @@ def test_down_and_kubelet_crash_leave_nothing_behind(tmp_path):
         stop_localkube(handle)
     left = leftovers(handle.state_dir, marker)
     assert left == {"processes": [], "netns": [], "cgroups": [], "mounts": [], "veths": []}
+    # after down + up, pods that were running are reported honestly
+    handle = start_localkube(tmp_path)
+    try:
+        v1 = handle.core_v1()
+        pod = wait_phase(v1, names[1], ("Failed",))
+        assert pod.status.reason == "NodeRestart"
+        assert pod.status.container_statuses[0].state.terminated.reason == "ContainerStatusUnknown"
+    finally:
+        stop_localkube(handle)
+    assert leftovers(handle.state_dir, marker) == left

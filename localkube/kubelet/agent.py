@@ -2,9 +2,10 @@
 
 It talks to the API server only over HTTP (list+watch of pods bound to the
 node, GET configmaps/secrets, PATCH status, POST events, DELETE). On start it
-settles what a previous kubelet of the node left: pods that had started are
-stopped and reported Failed with reason NodeRestart (honest: their processes
-cannot be trusted), pods that never started are started fresh. On SIGTERM it
+settles what a previous kubelet of the node left (after a crash): a started
+pod whose containers still live under their shims is re-adopted (it keeps
+running and being reported); one that cannot be re-adopted is stopped and
+reported Failed with reason NodeRestart; pods that never started start fresh. On SIGTERM it
 kills every pod's processes and releases every resource before exiting.
 """
 
@@ -35,7 +36,7 @@ HEARTBEAT_S = 10
 PARALLEL_POD_STARTS = 8
 PARALLEL_EVENTS = 8
 KUBELET_VERSION = "v1.30.0-localkube"
-NODE_RESTART_MESSAGE = "The node's kubelet restarted; the pod's containers were stopped and could not be re-adopted"
+NODE_RESTART_MESSAGE = "The node's kubelet restarted and could not re-adopt the pod's containers; they were stopped"
 
 
 class PodOrigin(str, Enum):
@@ -201,7 +202,20 @@ class Kubelet:
             worker.task = asyncio.create_task(self.settle_previous_pod(worker, origin))
 
     async def settle_previous_pod(self, worker: PodWorker, origin: PodOrigin) -> None:
-        """A pod from before this kubelet started: stop leftovers, report, await deletion."""
+        """A pod from before this kubelet started: re-adopt it, or stop leftovers and report."""
+        if origin is PodOrigin.NODE_RESTART and not worker.deletion.is_set():
+            state = cleanup.read_state(os.path.join(worker.dir, "state.json"))
+            try:
+                adopted = bool(state) and await worker.adopt(state)
+            except Exception:
+                log.exception("pod %s/%s: re-adoption failed", worker.namespace, worker.name)
+                adopted = False
+            if adopted:
+                log.info("pod %s/%s: re-adopted its running containers", worker.namespace, worker.name)
+                await worker.run()
+                return
+            if worker.forwarder:
+                await worker.forwarder.stop()
         await asyncio.to_thread(cleanup.clean_pod_leftovers, self.state_dir, worker.uid, False)
         try:
             if origin is PodOrigin.NODE_RESTART:

@@ -45,6 +45,11 @@ def log(message: str) -> None:
     print(f"tfjob-bootstrap: {message}", file=sys.stderr, flush=True)
 
 
+def log_from_handler(message: str) -> None:
+    # print() is not reentrant: a signal arriving during another print() would raise.
+    os.write(2, f"tfjob-bootstrap: {message}\n".encode())
+
+
 def split_command(argv: list[str]) -> list[str]:
     """The program to run: everything after `--` (or all arguments when there is no `--`)."""
     return argv[argv.index("--") + 1 :] if "--" in argv else argv
@@ -93,21 +98,49 @@ def workspace_environment(workspace: str) -> dict[str, str]:
     return env
 
 
-def run_forwarding_signals(command: list[str], cwd: str, env: dict[str, str]) -> int:
-    """Run the program, pass SIGTERM/SIGINT on; return its status (128+N if killed by N)."""
-    child = subprocess.Popen(command, cwd=cwd, env=env)
+class SignalForwarder:
+    """SIGTERM/SIGINT handling for the whole life of the bootstrap.
 
-    def forward(signum: int, _frame: object) -> None:
-        log(f"forwarding {signal.Signals(signum).name} to the program (pid {child.pid})")
+    As PID 1 of a container the bootstrap gets no default signal actions, so
+    it handles both itself: before the program runs a signal ends the
+    bootstrap (128+N); once it runs, the signal goes to the program, whose
+    own exit then decides.
+    """
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.starting = False
+        self.pending: int | None = None
+
+    def install(self) -> None:
+        for signum in FORWARDED_SIGNALS:
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.child is None:
+            if self.starting:  # between fork and `child` being set: deliver right after
+                self.pending = signum
+                return
+            log_from_handler(f"{name} before the program started; stopping")
+            sys.exit(128 + signum)
+        log_from_handler(f"forwarding {name} to the program (pid {self.child.pid})")
         try:
-            child.send_signal(signum)
+            self.child.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
-    returncode = child.wait()
-    return 128 - returncode if returncode < 0 else returncode
+    def run(self, command: list[str], cwd: str, env: dict[str, str]) -> int:
+        """Run the program; return its status (128+N if killed by signal N)."""
+        self.starting = True
+        try:
+            self.child = subprocess.Popen(command, cwd=cwd, env=env)
+        finally:
+            self.starting = False
+        if self.pending is not None:
+            self.handle(self.pending, None)
+        returncode = self.child.wait()
+        return 128 - returncode if returncode < 0 else returncode
 
 
 def upload_outputs(access_dir: str, model_dir: str, metrics_file: str) -> int:
@@ -162,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     config_dir = os.environ.get("TFJOB_CONFIG_DIR", "/tfjob/config")
     access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
     env = dict(os.environ)
+    forwarder = SignalForwarder()
+    forwarder.install()
 
     if os.environ.get("TFJOB_WAIT_CLUSTERSPEC", "0") == "1":
         try:
@@ -192,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
         return EXIT_USAGE
     try:
-        returncode = run_forwarding_signals(command, code_dir, env)
+        returncode = forwarder.run(command, code_dir, env)
     except OSError as exc:
         log(f"cannot start {command[0]!r}: {exc.strerror}")
         return 127 if isinstance(exc, FileNotFoundError) else 126

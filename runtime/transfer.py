@@ -107,6 +107,8 @@ def describe_http_error(exc: urllib.error.HTTPError) -> tuple[str | None, str]:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code >= 500 or exc.code == 429
+    if isinstance(getattr(exc, "reason", None), (FileNotFoundError, PermissionError, ValueError)):
+        return False  # file:// URLs and malformed URLs do not get better by waiting
     return isinstance(
         exc,
         (

@@ -134,6 +134,17 @@ def test_missing_cluster_spec_exits_64_with_a_message(tmp_path: Path) -> None:
     assert not (dirs["workspace"] / "seen.json").exists()
 
 
+def test_sigterm_while_waiting_for_the_cluster_spec_stops_at_once(tmp_path: Path) -> None:
+    dirs = make_pod_dirs(tmp_path, DUMP_ENV)
+    env = pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", TFJOB_CLUSTERSPEC_TIMEOUT="600")
+    proc = start_bootstrap(dirs, env)
+    assert "waiting up to 600s" in proc.stderr.readline()  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM before the program started" in err
+
+
 def test_malformed_cluster_spec_exits_65_naming_the_field(tmp_path: Path) -> None:
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
     (dirs["config"] / "cluster.json").write_text(json.dumps({"tf_config": "oops"}))

@@ -275,6 +275,34 @@ def preflight_quota(core: k8s.CoreV1Api, request: TrainingRequest, tenant: Tenan
     return check_gang_fits(request, tenant, hard, used)
 
 
+class TenancyRefusal(ValueError):
+    """The request may not run now: unknown tenant, tenant not applied, or no room in quota."""
+
+
+def admit_request(core: k8s.CoreV1Api, request: TrainingRequest,
+                  config: TenantsConfig | None = None) -> tuple[Tenant, QuotaCheck]:
+    """The `validate` step's tenancy check: resolve the tenant, then the quota preflight.
+
+    Raises TenancyRefusal with the message to show the user; returns the tenant
+    and the (fitting) check otherwise. `config` defaults to the tenants file
+    (`tfjob.tenants.load_tenants()`: $TFJOB_TENANTS_FILE, else deploy/tenants.yaml).
+    """
+    from tfjob.tenants import UnknownTenantError, load_tenants, resolve_tenant
+
+    config = config or load_tenants()
+    try:
+        tenant = resolve_tenant(config, request.tenant)
+    except UnknownTenantError as exc:
+        raise TenancyRefusal(str(exc)) from None
+    try:
+        check = preflight_quota(core, request, tenant)
+    except TenantNotAppliedError as exc:
+        raise TenancyRefusal(str(exc)) from None
+    if not check.fits:
+        raise TenancyRefusal(check.message)
+    return tenant, check
+
+
 # --- Airflow pools ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -388,7 +416,8 @@ class DatabasePoolClient:
 
 __all__ = [
     "ApplyResult", "Clients", "DatabasePoolClient", "Outcome", "PoolClient", "PoolSpec",
-    "RestPoolClient", "TenantNotAppliedError", "apply_manifest", "apply_pool", "apply_pools",
+    "RestPoolClient", "TenancyRefusal", "TenantNotAppliedError", "admit_request",
+    "apply_manifest", "apply_pool", "apply_pools",
     "apply_tenant", "apply_tenants", "build_pool_specs", "diff_manifest", "preflight_quota",
     "read_tenant_quota",
 ]

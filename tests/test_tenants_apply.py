@@ -10,7 +10,9 @@ from tfjob_fixtures import distributed_request_data
 from operators.tenancy import (
     Clients,
     Outcome,
+    TenancyRefusal,
     TenantNotAppliedError,
+    admit_request,
     apply_tenants,
     diff_manifest,
     preflight_quota,
@@ -126,3 +128,22 @@ def test_the_preflight_of_a_tenant_never_applied_says_to_apply_it(clients):
     with pytest.raises(TenantNotAppliedError, match="namespace tfjob-never-applied does not "
                                                     "exist.*tshell tenants apply"):
         preflight_quota(clients.core, request, config.tenants[0])
+
+
+def test_admission_refuses_unknown_tenants_and_gangs_that_do_not_fit(clients):
+    config = tenants_config()
+    apply_tenants(clients, config)
+    small = load_request(distributed_request_data(
+        tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 1, "evaluator": 0},
+        resources={"worker": {"cpu": "500m", "memory": "256Mi"},
+                   "ps": {"cpu": "500m", "memory": "256Mi"}}))
+    tenant, check = admit_request(clients.core, small, config)
+    assert tenant.name == "apply-b" and check.fits
+
+    with pytest.raises(TenancyRefusal, match="'nobody' given; known tenants .*apply-a, apply-b"):
+        admit_request(clients.core, small.model_copy(update={"tenant": "nobody"}), config)
+
+    wide = load_request(distributed_request_data(
+        tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 4, "evaluator": 0}))
+    with pytest.raises(TenancyRefusal, match="pods: needed 5, free 4"):
+        admit_request(clients.core, wide, config)

@@ -230,9 +230,17 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict],
     return preference * 1000 + least_allocated
 
 
-def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]]) -> Decision:
+NOT_READY_REASON = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+
+
+def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]],
+                not_ready: int = 0) -> Decision:
+    """The best node for `pod`, or why none fits; `not_ready` counts nodes left out because
+    their kubelet is not Ready (reported like the not-ready taint kube-scheduler sees)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
     feasible, reasons = [], Counter()
+    if not_ready:
+        reasons[NOT_READY_REASON] = not_ready
     for node in nodes:
         node_reasons = filter_node(pod, node, by_name, pods_by_node)
         if node_reasons:
@@ -240,7 +248,7 @@ def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]
         else:
             feasible.append(node)
     if not feasible:
-        return Decision(None, unschedulable_message(len(nodes), reasons))
+        return Decision(None, unschedulable_message(len(nodes) + not_ready, reasons))
     best = max(feasible, key=lambda n: (score_node(pod, n, by_name, pods_by_node),
                                         -nodes.index(n)))
     return Decision(best["metadata"]["name"], "")
@@ -297,22 +305,18 @@ class Scheduler:
                          key=lambda p: p["metadata"].get("creationTimestamp", ""))
         if not pending:
             return
-        nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
-        nodes = [n for n in nodes if self.api.node_ready(n["metadata"]["name"])] or []
+        every_node = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
+        nodes = [n for n in every_node if self.api.node_ready(n["metadata"]["name"])]
+        not_ready = len(every_node) - len(nodes)
         pods_by_node: dict[str, list[dict]] = {n["metadata"]["name"]: [] for n in nodes}
         for pod in self.store.list("pods"):
             node = (pod.get("spec") or {}).get("nodeName")
             if node in pods_by_node:
                 pods_by_node[node].append(pod)
-        total_nodes = len(self.store.list("nodes"))
         for pod in pending:
-            decision = choose_node(pod, nodes, pods_by_node)
+            decision = choose_node(pod, nodes, pods_by_node, not_ready)
             if decision.node is None:
-                message = decision.message
-                if not nodes and total_nodes:
-                    message = (f"0/{total_nodes} nodes are available: {total_nodes} node(s) "
-                               "had untolerated taint {node.kubernetes.io/not-ready: }.")
-                self._report_unschedulable(pod, message)
+                self._report_unschedulable(pod, decision.message)
                 continue
             bound = self._bind(pod, decision.node, nodes, pods_by_node)
             if bound is not None:

@@ -200,3 +200,10 @@ def test_scheduler_binds_with_gpu_ids_and_reports_unschedulable(cluster):
                     core.read_namespaced_pod("toobig", ns))
     assert late.spec.node_name == bound[0].spec.node_name
     assert late.metadata.annotations["localkube.io/gpu-ids"] == "0,1"
+
+
+def test_nodes_without_a_ready_kubelet_are_counted_in_the_message():
+    decision = choose_node(pod("x", gpu=5), NODES[:1], {"node-1": []}, not_ready=1)
+    assert decision.message == ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+                                "1 node(s) had untolerated taint "
+                                "{node.kubernetes.io/not-ready: }.")

@@ -65,6 +65,11 @@ def is_terminated(pod: dict | None, container: str) -> bool:
     return "terminated" in (_container_status(pod, container).get("state") or {})
 
 
+def current_restart(state_dir: str, uid: str, container: str) -> int | None:
+    entry = read_pod_state(state_dir, uid).get("containers", {}).get(container) or {}
+    return entry.get("restartCount")
+
+
 def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path:
     name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
     directory = pod_dir(state_dir, uid) / "logs" / container

@@ -225,13 +225,17 @@ class CoreHandlers:
         if text:
             await response.write(text)
         namespace, name, uid = target.namespace, target.name, pod["metadata"]["uid"]
+        restart = int(path.stem)
 
         def finished() -> bool:
+            if options.previous:
+                return True
             current = self.store.get("pods", namespace, name)
             if current is None or current["metadata"].get("uid") != uid:
                 return True
-            return not options.previous and podlogs.is_terminated(current, container) or \
-                options.previous
+            # A restarted container writes a new file: this stream is over, as on a kubelet.
+            return podlogs.is_terminated(current, container) or \
+                podlogs.current_restart(self.state_dir, uid, container) not in (None, restart)
         try:
             async for chunk in podlogs.follow_logs(path, offset, options, finished):
                 if options.limit_bytes is not None:

@@ -259,13 +259,17 @@ class PodWorker:
         if not self.facts.start_time:
             self.facts.start_time = now_rfc3339()
         self.images = images
-        ip = self.k.addresses.allocate()
-        self.facts.pod_ip = ip
         os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
         os.chmod(os.path.join(self.dir, "tmp"), 0o1777)
-        self.netns = await asyncio.to_thread(network.setup_pod_network, self.k.state_dir, self.uid, ip)
+        if (self.pod.get("spec") or {}).get("hostNetwork"):
+            ip = self.facts.host_ip  # like Kubernetes: a hostNetwork pod's IP is its node's
+            self.facts.pod_ip = ip
+        else:
+            ip = self.k.addresses.allocate()
+            self.facts.pod_ip = ip
+            self.netns = await asyncio.to_thread(network.setup_pod_network, self.k.state_dir, self.uid, ip)
         self.write_state()
-        if self.k.forward_ports:
+        if self.k.forward_ports and self.netns:
             self.forwarder = network.PodPortForwarder(self.netns, self.k.forward_ports)
             await self.forwarder.start()
         self.mark_dirty()
@@ -391,13 +395,16 @@ class PodWorker:
             self.mark_dirty()
             await self.wait_stopping(VOLUME_RETRY_S)
             return {"exitCode": 1, "retry": True} if not isinstance(exc, NoCommandError) else {"exitCode": 128}
+        security = {**((self.pod.get("spec") or {}).get("securityContext") or {}), **(spec.get("securityContext") or {})}
         base = os.path.join(self.dir, "containers", name)
         for sub in ("root", "scratch"):
             os.makedirs(os.path.join(base, sub), exist_ok=True)
         log_dir = os.path.join(self.dir, "logs", name)
         os.makedirs(log_dir, exist_ok=True)
         shim_spec = {
-            "netns_path": os.path.join(network.NETNS_DIR, self.netns),
+            "netns_path": os.path.join(network.NETNS_DIR, self.netns) if self.netns else None,
+            "runAsUser": security.get("runAsUser"),
+            "runAsGroup": security.get("runAsGroup"),
             "root": os.path.join(base, "root"),
             "scratch_dir": os.path.join(base, "scratch"),
             "tmp_dir": os.path.join(self.dir, "tmp"),

@@ -194,6 +194,11 @@ def run_child(spec: dict, out_w: int, err_w: int, errpipe_w: int) -> None:
         os.dup2(err_w, 2)
         for sig in (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        if spec.get("runAsGroup") is not None:
+            os.setgroups([])
+            os.setgid(int(spec["runAsGroup"]))
+        if spec.get("runAsUser") is not None:
+            os.setuid(int(spec["runAsUser"]))
         argv = spec["argv"]
         os.execvpe(argv[0], argv, spec["env"])
     except BaseException as exc:  # noqa: BLE001 - everything must reach the kubelet
@@ -207,9 +212,10 @@ def run_child(spec: dict, out_w: int, err_w: int, errpipe_w: int) -> None:
 
 
 def enter_namespaces(spec: dict) -> None:
-    fd = os.open(spec["netns_path"], os.O_RDONLY)
-    check_call(libc.setns(fd, CLONE_NEWNET), "setns net")
-    os.close(fd)
+    if spec.get("netns_path"):  # None: hostNetwork
+        fd = os.open(spec["netns_path"], os.O_RDONLY)
+        check_call(libc.setns(fd, CLONE_NEWNET), "setns net")
+        os.close(fd)
     check_call(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from local_tf_cluster import LocalTFCluster
 
+from runtime.bundle import extract_bundle, write_bundle
 from tfjob.request import Mode, Strategy, SuccessPolicy, load_request
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +91,24 @@ def test_example_requests_cover_every_mode_and_strategy():
     assert requests["digits-tf1"].success_policy is SuccessPolicy.WORKER0
 
 
+def pack_and_extract(name: str, tmp_path: Path) -> Path:
+    """The bundle as a pod receives it: packed, then verified and extracted."""
+    archive = tmp_path / f"{name}.tar.gz"
+    write_bundle(BUNDLES_DIR / name, archive, name)
+    workspace = tmp_path / "fetched"
+    extract_bundle(archive, workspace)
+    return workspace
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_packs_into_a_bundle_of_its_code_and_data(name, tmp_path):
+    info = write_bundle(BUNDLES_DIR / name, tmp_path / f"{name}.tar.gz", name)
+    paths = sorted(entry.path for entry in info.manifest.files)
+    assert paths == ["code/train.py", "data/digits.npz"]
+    assert "request.yaml" in info.skipped  # the request travels separately
+    assert info.archive_size < 200_000
+
+
 def assert_model_written(name: str, model_dir: Path) -> None:
     if name == "digits-tf1":
         checkpoint = (model_dir / "checkpoint").read_text()
@@ -105,8 +124,9 @@ def assert_model_written(name: str, model_dir: Path) -> None:
 def test_example_trains_to_its_stated_accuracy(name, tmp_path):
     request = load_request(BUNDLES_DIR / name / "request.yaml")
     stated = read_stated_accuracy(name)
+    bundle_dir = pack_and_extract(name, tmp_path)
     started = time.monotonic()
-    job = LocalTFCluster.from_request(BUNDLES_DIR / name, request, tmp_path)
+    job = LocalTFCluster.from_request(bundle_dir, request, tmp_path / "replicas")
     with job:
         owner = job.wait_for_owner(timeout_s=RUN_TIMEOUT_S)
         if request.success_policy is SuccessPolicy.ALL_WORKERS:

@@ -342,3 +342,45 @@ def test_services_get_a_cluster_ip_and_secrets_encode_string_data(core, ns):
     secret = core.create_namespaced_secret(ns, {"metadata": {"name": "s"},
                                                 "stringData": {"k": "v"}})
     assert secret.data == {"k": "dg=="}
+
+
+def test_a_node_filtered_watch_sees_a_pod_arrive_when_it_is_bound(localkube_api, core, ns):
+    """What a kubelet relies on: spec.nodeName=<node> watches get ADDED at binding time."""
+    since = core.list_pod_for_all_namespaces().metadata.resource_version
+    core.create_namespaced_pod(ns, pod_body("p", schedulerName="nobody"))
+    localkube_api.request("POST", f"/api/v1/namespaces/{ns}/pods/p/binding",
+                          {"target": {"kind": "Node", "name": "node-2"}})
+    events = [(e["type"], e["object"].metadata.name, e["object"].spec.node_name)
+              for e in watch.Watch().stream(core.list_pod_for_all_namespaces,
+                                            field_selector="spec.nodeName=node-2",
+                                            resource_version=since, timeout_seconds=1)
+              if e["object"].metadata.namespace == ns]
+    assert events == [("ADDED", "p", "node-2")]
+
+
+def test_watch_bookmarks_and_raw_watch_lines(localkube_api, ns):
+    import urllib.request
+    url = (f"{localkube_api.api_url}/api/v1/namespaces/{ns}/configmaps?watch=1"
+           "&allowWatchBookmarks=true&timeoutSeconds=6")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        lines = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    assert any(line["type"] == "BOOKMARK" and
+               int(line["object"]["metadata"]["resourceVersion"]) > 0 for line in lines)
+
+
+def test_delete_collection_by_label(core, ns):
+    for name, labels in (("a", {"x": "1"}), ("b", {"x": "1"}), ("c", {})):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels}})
+    core.delete_collection_namespaced_config_map(ns, label_selector="x=1")
+    assert [c.metadata.name for c in core.list_namespaced_config_map(ns).items] == ["c"]
+
+
+def test_limit_range_maximum_is_enforced(core, ns):
+    core.create_namespaced_limit_range(ns, {"metadata": {"name": "lr"}, "spec": {"limits": [{
+        "type": "Container", "max": {"cpu": "1"}}]}})
+    body = pod_body("big")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2"}}
+    with pytest.raises(ApiException) as error:
+        core.create_namespaced_pod(ns, body)
+    assert status_of(error)["message"] == \
+        'pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 2'

@@ -306,7 +306,7 @@ class Kubelet:
                     self.handle_pod_event(event["type"], obj)
             except WatchExpired:
                 resource_version = None
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
                 log.warning("pod watch interrupted: %s; relisting", exc)
                 resource_version = None
                 await asyncio.sleep(0.5)
@@ -334,13 +334,17 @@ class Kubelet:
         for worker in workers:
             worker.status_enabled = False
             worker.gone = True  # no DELETE: the pod stays; the next kubelet reports it
-            if worker.task:
-                worker.task.cancel()
+            worker.stopping.set()  # no new container starts from here on
+        for worker in workers:
+            await worker.kill_everything()
+        lifecycles = [w.lifecycle_task for w in workers if w.lifecycle_task and not w.lifecycle_task.done()]
+        if lifecycles:
+            await asyncio.wait(lifecycles, timeout=5)
         for worker in workers:
             if worker.task:
+                worker.task.cancel()
                 with contextlib.suppress(BaseException):
                     await worker.task
-            worker.stopping.set()
             await worker.kill_everything()
             await worker.release_resources()
         await asyncio.to_thread(self.release_leftovers, [w.uid for w in workers])

@@ -55,6 +55,7 @@ VOLUME_RETRY_S = 2.0
 HOOK_TIMEOUT_S = 30
 DEFAULT_GRACE_S = 30
 KILL_WAIT_S = 10
+STATUS_RETRY_S = 1.0
 
 
 def restart_delay(restart_count: int) -> float:
@@ -565,18 +566,23 @@ class PodWorker:
             await self.dirty.wait()
             await asyncio.sleep(0.01)  # coalesce bursts of changes into one PATCH
             self.dirty.clear()
-            await self.send_status()
+            if not await self.send_status():
+                await asyncio.sleep(STATUS_RETRY_S)
+                self.mark_dirty()
 
-    async def send_status(self) -> None:
+    async def send_status(self) -> bool:
+        """PATCH the current status; False when it did not get through (retry later)."""
         if not self.status_enabled:
-            return
+            return True
         try:
             status = self.current_status()
             result = await self.k.api.patch_pod_status(self.namespace, self.name, status)
             if result is None:
                 self.vanish()
-        except Exception as exc:  # noqa: BLE001 - a lost update is retried by the next change
+            return True
+        except Exception as exc:  # noqa: BLE001 - the status loop retries
             log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, exc)
+            return False
 
     async def flush_status(self) -> None:
         self.dirty.clear()

@@ -46,7 +46,8 @@ PID_FILE = "standalone.pid"
 LOG_FILE = "standalone.log"
 ADMIN_USER = "admin"
 
-START_TIMEOUT_S = 120.0
+# Generous: on 2 shared cores under load, standalone has taken over 2 minutes to get healthy.
+START_TIMEOUT_S = 300.0
 PARSE_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
 POLL_INTERVAL_S = 0.5

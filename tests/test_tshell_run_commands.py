@@ -1,0 +1,297 @@
+"""tshell submit/status/list/logs/cancel/download against a real `airflow standalone` and S3 server.
+
+The DAG is a stand-in with the pipeline's task names (tests/tshell_run_dags/),
+so these tests check tshell's REST mechanics, not the training pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import s3_fixtures
+from airflow_fixtures import AirflowHandle, airflow_server, start_airflow
+from s3_fixtures import S3Server
+
+from tshell.cli import run as run_tshell_cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_DAGS = Path(__file__).resolve().parent / "tshell_run_dags"
+BUCKET = s3_fixtures.BUCKETS[0]
+RUN_TIMEOUT_S = 180.0
+
+REQUEST_YAML = """\
+name: digits
+tenant: team-a
+entrypoint: [python3, train.py]
+bundle: s3://bundles/digits.tar.gz
+output: s3://tfjob-test/digits
+"""
+
+
+s3_server = s3_fixtures.s3_server  # the shared module-scoped S3 server process
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server
+) -> Iterator[AirflowHandle]:
+    home = tmp_path_factory.mktemp("airflow")
+    handle = start_airflow(
+        home,
+        extra_env=s3_server.env(),
+        dags_folder=TEST_DAGS,
+        plugins_folder=home / "plugins",
+    )
+    yield handle
+    handle.stop()
+    leftover = airflow_server.find_instance_pids(handle.home)
+    assert not [pid for pid in leftover if airflow_server.is_alive(pid)], "Airflow outlived stop()"
+
+
+@pytest.fixture
+def tshell_env(
+    airflow: AirflowHandle, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("TSHELL_AIRFLOW_URL", airflow.url)
+    monkeypatch.setenv("TSHELL_USERNAME", airflow.username)
+    monkeypatch.setenv("TSHELL_PASSWORD", airflow.password)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def tshell(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
+    capsys.readouterr()
+    code = run_tshell_cli([*argv, "--poll-interval", "0.5"] if argv[0] in POLLING else list(argv))
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+POLLING = {"submit", "logs", "cancel"}
+
+
+@pytest.fixture
+def request_file(tmp_path: Path) -> Path:
+    path = tmp_path / "request.yaml"
+    path.write_text(REQUEST_YAML)
+    return path
+
+
+def submit_run(capsys: pytest.CaptureFixture[str], request_file: Path, *sets: str) -> str:
+    args = [item for s in sets for item in ("--set", s)]
+    result = tshell(capsys, "submit", str(request_file), *args, "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["run_id"]
+
+
+def await_task_state(capsys, run_id: str, task_id: str, states: set[str]) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        status = json.loads(tshell(capsys, "status", run_id, "--json").out)
+        state = {t["task_id"]: t["state"] for t in status["tasks"]}.get(task_id)
+        if state in states:
+            return
+        assert time.monotonic() < deadline, f"{task_id} never reached {states} (last: {state})"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def finished_run(airflow: AirflowHandle, s3_server: S3Server, tmp_path_factory) -> dict:
+    """One run submitted with --wait and followed to success, shared by the read-only tests."""
+    env = {
+        **os.environ,
+        "TSHELL_CONFIG": "/nonexistent/tshell.yaml",
+        "TSHELL_AIRFLOW_URL": airflow.url,
+        "TSHELL_USERNAME": airflow.username,
+        "TSHELL_PASSWORD": airflow.password,
+    }
+    request = tmp_path_factory.mktemp("request") / "request.yaml"
+    request.write_text(REQUEST_YAML)
+    # Through the installed entry point, as a person would run it.
+    completed = subprocess.run(
+        [sys.executable, "-m", "tshell", "submit", str(request), "--set", "env.TRAIN_SECONDS=1"]
+        + ["--wait", "--poll-interval", "0.5"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    first = completed.stdout.splitlines()[0]
+    assert first.startswith("submitted run "), completed.stdout + completed.stderr
+    return {
+        "code": completed.returncode,
+        "out": completed.stdout,
+        "err": completed.stderr,
+        "run_id": first.removeprefix("submitted run "),
+    }
+
+
+def test_submit_wait_prints_run_id_ui_link_and_each_task_reaching_success(finished_run, airflow):
+    assert finished_run["code"] == 0, finished_run["err"]
+    out = finished_run["out"]
+    assert f"UI:  {airflow.url}/dags/tfjob_submit/runs/manual__" in out
+    for task in ("validate", "launch", "train", "archive", "remove_pods"):
+        assert any(line.split()[1:] == [task, "success"] for line in out.splitlines()[3:]), task
+    assert "replicas worker: 127.0.0.1:2222" in out
+    assert out.rstrip().endswith(f"run {finished_run['run_id']}: success")
+
+
+def test_status_json_shows_tasks_replicas_and_request(tshell_env, capsys, finished_run):
+    result = tshell(capsys, "status", finished_run["run_id"], "--json")
+    assert result.code == 0, result.err
+    status = json.loads(result.out)
+    assert status["state"] == "success"
+    assert (status["name"], status["tenant"]) == ("digits", "team-a")
+    assert {t["task_id"]: t["state"] for t in status["tasks"]}["train"] == "success"
+    assert status["replicas"] == {"worker": ["127.0.0.1:2222"], "ps": ["127.0.0.1:2223"]}
+
+
+def test_status_table_lists_every_task(tshell_env, capsys, finished_run):
+    result = tshell(capsys, "status", finished_run["run_id"])
+    assert result.code == 0, result.err
+    assert "state    success" in result.out
+    header = next(line for line in result.out.splitlines() if line.startswith("TASK"))
+    assert header.split() == ["TASK", "STATE", "TRY", "STARTED", "DURATION"]
+
+
+def test_list_filters_by_tenant_and_state(tshell_env, capsys, finished_run):
+    run_id = finished_run["run_id"]
+    assert run_id in tshell(capsys, "list", "--tenant", "team-a").out
+    assert run_id not in tshell(capsys, "list", "--tenant", "team-b").out
+    assert run_id not in tshell(capsys, "list", "--state", "failed").out
+    runs = json.loads(tshell(capsys, "list", "--state", "success", "--json").out)
+    assert run_id in [r["run_id"] for r in runs]
+
+
+def test_logs_of_a_finished_run_come_from_s3_per_replica(tshell_env, capsys, finished_run):
+    result = tshell(capsys, "logs", finished_run["run_id"], "--role", "ps", "--index", "0")
+    assert result.code == 0, result.err
+    assert result.out == "ps-0 archived line 1\nps-0 archived line 2\n"
+    every = tshell(capsys, "logs", finished_run["run_id"]).out
+    assert "==> worker-0.log <==" in every and "==> ps-0.log <==" in every
+
+
+def test_logs_of_an_airflow_task_show_its_printed_lines(tshell_env, capsys, finished_run):
+    result = tshell(capsys, "logs", finished_run["run_id"], "--task", "train", "--role", "worker")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[:3] == ["step 0", "step 1", "step 2"]
+    assert lines[-1] == "training done"
+    assert not any("[ps-0]" in line for line in lines)
+
+
+def test_download_model_writes_the_run_s_model_files(tshell_env, capsys, finished_run, tmp_path):
+    result = tshell(capsys, "download", finished_run["run_id"], "model", str(tmp_path / "m"))
+    assert result.code == 0, result.err
+    assert (tmp_path / "m" / "saved_model.pb").read_bytes() == b"model-bytes"
+    assert (tmp_path / "m" / "variables" / "variables.index").read_bytes() == b"idx"
+
+
+def test_download_of_missing_objects_names_the_s3_prefix(
+    tshell_env, capsys, finished_run, tmp_path
+):
+    run_id = finished_run["run_id"]
+    result = tshell(
+        capsys, "download", run_id, "logs", str(tmp_path), "--output", "s3://tfjob-test/elsewhere"
+    )
+    assert result.code == 4
+    assert f"no objects under s3://tfjob-test/elsewhere/runs/{run_id}/logs/" in result.err
+
+
+def test_logs_follow_prints_replica_lines_live_until_the_task_ends(
+    tshell_env, capsys, request_file
+):
+    run_id = submit_run(capsys, request_file, "env.TRAIN_SECONDS=4")
+    await_task_state(capsys, run_id, "train", {"running", "success"})
+    result = tshell(capsys, "logs", run_id, "--role", "worker", "--follow")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == "step 0" and lines[-1] == "training done"
+    assert lines.count("step 1") == 1  # the continuation token prevents repeats
+    assert lines.count("still training") >= 4
+
+
+def test_cancel_fails_the_run_and_still_runs_its_teardown(
+    tshell_env, capsys, request_file, s3_server
+):
+    run_id = submit_run(capsys, request_file, "env.TRAIN_SECONDS=300")
+    await_task_state(capsys, run_id, "train", {"running"})
+    result = tshell(capsys, "cancel", run_id, "--timeout", str(RUN_TIMEOUT_S))
+    assert result.code == 0, result.err
+    assert "failed train" in result.out
+    status = json.loads(tshell(capsys, "status", run_id, "--json").out)
+    states = {t["task_id"]: t["state"] for t in status["tasks"]}
+    assert status["state"] == "failed"
+    assert states["train"] == "failed" and states["remove_pods"] == "success"
+    marker = s3_server.client().list_objects_v2(
+        Bucket=BUCKET, Prefix=f"digits/runs/{run_id}/teardown.done"
+    )
+    assert marker.get("KeyCount") == 1
+    again = tshell(capsys, "cancel", run_id)
+    assert again.code == 0 and "already ended: failed" in again.out
+
+
+def test_conf_refused_by_the_server_is_shown_with_the_field(tshell_env, capsys, request_file):
+    result = tshell(capsys, "submit", str(request_file), "--set", "tenant=team-z")
+    assert result.code == 3
+    assert "HTTP 400" in result.err
+    assert "Invalid input for param tenant: 'team-z' is not one of" in result.err
+
+
+def test_invalid_request_is_refused_locally_with_the_field(tshell_env, capsys, request_file):
+    result = tshell(capsys, "submit", str(request_file), "--set", "name=Not_A_Label")
+    assert result.code == 2
+    assert 'request.name: "Not_A_Label" given' in result.err
+
+
+def test_unknown_run_says_so(tshell_env, capsys):
+    result = tshell(capsys, "status", "manual__no-such-run")
+    assert result.code == 4
+    assert "unknown run 'manual__no-such-run'" in result.err
+
+
+def test_wrong_password_is_reported_as_a_refused_login(tshell_env, capsys, monkeypatch):
+    monkeypatch.setenv("TSHELL_PASSWORD", "not-the-password")
+    result = tshell(capsys, "list")
+    assert result.code == 3
+    assert "refused the login of user 'admin' (HTTP 401)" in result.err
+
+
+def test_unreachable_airflow_names_the_url(tshell_env, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setenv("TSHELL_AIRFLOW_URL", url)
+    result = tshell(capsys, "list")
+    assert result.code == 3
+    assert f"Airflow is not reachable at {url}" in result.err
+
+
+def test_a_rejected_token_is_replaced_once(airflow):
+    from tshell.airflow_client import AirflowSession
+    from tshell.config import AirflowConfig
+
+    session = AirflowSession(AirflowConfig(airflow.url, airflow.username, airflow.password))
+    session._token, session._token_expiry = "not-a-valid-token", time.time() + 3600
+    assert "dags" in session.get_json("/api/v2/dags")
+    assert session._token != "not-a-valid-token"

@@ -1,0 +1,147 @@
+"""tshell's settings resolution and the pure helpers of the run commands (no server)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from tshell.airflow_client import describe_api_detail, read_token_expiry
+from tshell.config import ConfigError, load_config
+from tshell.run_commands import (
+    CommandError,
+    ExitCode,
+    apply_overrides,
+    build_conf,
+    format_table,
+    run_output_prefix,
+    select_replica_lines,
+)
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_environment_wins_over_config_file(tmp_path):
+    path = write_config(tmp_path, "airflow: {url: 'http://file:1', username: u, password: p}\n")
+    env = {"TSHELL_AIRFLOW_URL": "http://env:2/", "TSHELL_PASSWORD": "secret"}
+    config = load_config(env, path)
+    assert config.airflow.url == "http://env:2"
+    assert (config.airflow.username, config.airflow.password) == ("u", "secret")
+
+
+def test_config_file_supplies_airflow_and_s3_settings(tmp_path):
+    path = write_config(
+        tmp_path,
+        "airflow: {url: 'http://file:1', username: u, password: p}\n"
+        "s3: {endpoint_url: 'http://s3:9', region: eu-west-1}\n",
+    )
+    config = load_config({}, path)
+    assert config.airflow.url == "http://file:1"
+    assert (config.s3.endpoint_url, config.s3.region) == ("http://s3:9", "eu-west-1")
+
+
+def test_embedded_default_reads_the_generated_admin_password(tmp_path):
+    home = tmp_path / "airflow"
+    home.mkdir()
+    (home / "simple_auth_manager_passwords.json.generated").write_text('{"admin": "gen-pw"}')
+    config = load_config({"AIRFLOW_HOME": str(home)}, tmp_path / "missing.yaml")
+    assert config.airflow.url == "http://127.0.0.1:8080"
+    assert (config.airflow.username, config.airflow.password) == ("admin", "gen-pw")
+
+
+def test_missing_password_says_where_to_set_one(tmp_path):
+    with pytest.raises(
+        ConfigError, match="no Airflow password for user 'admin': set TSHELL_PASSWORD"
+    ):
+        load_config({"AIRFLOW_HOME": str(tmp_path)}, tmp_path / "missing.yaml")
+
+
+def test_config_file_that_is_not_a_mapping_is_refused(tmp_path):
+    path = write_config(tmp_path, "- a\n- b\n")
+    with pytest.raises(ConfigError, match="a mapping with 'airflow' and 's3' is required"):
+        load_config({"TSHELL_PASSWORD": "x"}, path)
+
+
+def test_overrides_set_nested_fields_with_yaml_values():
+    data = {"name": "a", "replicas": {"worker": 1}}
+    result = apply_overrides(
+        data, ["replicas.worker=3", "replicas.ps=2", "args=[--epochs, '5']", "resources.ps.cpu=1"]
+    )
+    assert result["replicas"] == {"worker": 3, "ps": 2}
+    assert result["args"] == ["--epochs", "5"]
+    assert result["resources"] == {"ps": {"cpu": 1}}
+    assert data == {"name": "a", "replicas": {"worker": 1}}
+
+
+def test_overrides_keep_env_values_as_strings():
+    assert apply_overrides({}, ["env.EPOCHS=5"]) == {"env": {"EPOCHS": "5"}}
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [("replicas", "KEY=VALUE is required"), ("name.first=x", "'name' is not a mapping")],
+)
+def test_malformed_overrides_are_refused(item, message):
+    with pytest.raises(CommandError, match=message) as caught:
+        apply_overrides({"name": "a"}, [item])
+    assert caught.value.code == ExitCode.INVALID_REQUEST
+
+
+def test_build_conf_validates_and_fills_defaults(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "name: digits\ntenant: team-a\nentrypoint: [python3, train.py]\n"
+        "bundle: s3://bundles/d.tar.gz\noutput: s3://models/digits\n"
+    )
+    conf = build_conf(path, ["mode=distributed", "replicas.ps=1", "replicas.worker=2"])
+    assert conf["replicas"]["worker"] == 2 and conf["port"] == 2222
+    json.dumps(conf)  # a JSON-ready dict, as the REST API needs
+    with pytest.raises(CommandError, match=r"request\.replicas\.ps: 0 given") as caught:
+        build_conf(path, ["mode=distributed", "replicas.ps=0", "replicas.worker=2"])
+    assert caught.value.code == ExitCode.INVALID_REQUEST
+
+
+def test_missing_request_file_is_named(tmp_path):
+    with pytest.raises(CommandError, match="does not exist"):
+        build_conf(tmp_path / "nope.yaml", [])
+
+
+def test_replica_lines_are_selected_by_role_and_index():
+    lines = ["[worker-0] a", "[ps-0] b", "[worker-1] c", "[worker-0]   d", "plain"]
+    assert select_replica_lines(lines, "worker", 0) == ["a", "d"]
+    assert select_replica_lines(lines, "worker", 1) == ["c"]
+    assert select_replica_lines(lines, None, None) == lines
+
+
+def test_run_output_prefix_joins_output_runs_and_run_id():
+    run = {"dag_run_id": "manual__1", "conf": {"output": "s3://models/team/digits/"}}
+    assert run_output_prefix(run, None) == ("models", "team/digits/runs/manual__1/")
+    assert run_output_prefix(run, "s3://other") == ("other", "runs/manual__1/")
+    with pytest.raises(CommandError, match="has no 'output' in its conf"):
+        run_output_prefix({"dag_run_id": "x", "conf": {}}, None)
+
+
+def test_table_columns_are_aligned():
+    table = format_table(("run id", "state"), [["a", "success"], ["longer-id", None]])
+    assert table.splitlines() == ["RUN ID     STATE", "a          success", "longer-id"]
+
+
+def test_server_detail_is_reduced_to_the_line_naming_the_field():
+    body = json.dumps({"detail": "Invalid input for param tenant: 'x'\n\nFailed validating"})
+    assert describe_api_detail(body) == "Invalid input for param tenant: 'x'"
+    validation = json.dumps(
+        {"detail": [{"loc": ["body", "logical_date"], "msg": "Field required"}]}
+    )
+    assert describe_api_detail(validation) == "logical_date: Field required"
+
+
+def test_token_expiry_is_read_from_the_jwt_claims():
+    claims = base64.urlsafe_b64encode(json.dumps({"exp": 1234}).encode()).decode().rstrip("=")
+    assert read_token_expiry(f"h.{claims}.s") == 1234.0
+    assert read_token_expiry("garbage") is None

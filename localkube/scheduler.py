@@ -384,7 +384,7 @@ class Scheduler:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), RETRY_INTERVAL_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:

@@ -1,6 +1,8 @@
 """The localkube API server through the official `kubernetes` client: verbs, selectors, watch,
 patch formats, deletion semantics, errors, admission and garbage collection."""
 
+# ruff: noqa: F811  (pytest fixtures imported by name and used as arguments)
+
 from __future__ import annotations
 
 import json
@@ -116,7 +118,8 @@ def test_list_with_field_selectors(core, ns):
     core.create_namespaced_pod(ns, pod_body("p2"))
     by_name = core.list_namespaced_pod(ns, field_selector="metadata.name=p1")
     assert [p.metadata.name for p in by_name.items] == ["p1"]
-    unbound = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName=,metadata.namespace={ns}")
+    unbound = core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName=,metadata.namespace={ns}")
     assert {p.metadata.name for p in unbound.items} == {"p1", "p2"}
     pending = core.list_namespaced_pod(ns, field_selector="status.phase!=Running")
     assert len(pending.items) == 2

@@ -1,6 +1,8 @@
 """kubernetes_asyncio (which sends `watch=True` and only speaks exec v4) through the lifecycle:
 create, get, list with selectors, watch, patch, delete."""
 
+# ruff: noqa: F811  (pytest fixtures imported by name and used as arguments)
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,8 @@ real host process (`sleep`) as the container's main process, so exec enters its 
 nsenter, exactly as for a kubelet-run container.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported by name and used as arguments)
+
 from __future__ import annotations
 
 import asyncio
@@ -59,7 +61,7 @@ class FakeKubeletPod:
                    restart: int = 0, when: datetime.datetime | None = None) -> None:
         path = self.dir / "logs" / container / f"{restart}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = cri_stamp(when or datetime.datetime.now(datetime.timezone.utc))
+        stamp = cri_stamp(when or datetime.datetime.now(datetime.UTC))
         with path.open("a") as handle:
             for stream_name, tag, text in lines:
                 handle.write(f"{stamp} {stream_name} {tag} {text}\n")
@@ -88,7 +90,7 @@ def fake_pod(localkube_api):
 
 def test_logs_join_partial_lines_and_honour_tail_and_timestamps(localkube_api, fake_pod):
     core = localkube_api.core_v1()
-    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     fake_pod.append_log("main", [("stdout", "F", "old line")], when=old)
     fake_pod.append_log("main", [("stdout", "P", "hel"), ("stdout", "F", "lo"),
                                  ("stderr", "F", "warn"), ("stdout", "F", "last")])

@@ -54,7 +54,8 @@ def test_pod_runs_to_success_with_logs_exec_and_clean_down(tmp_path):
         core = handle.core_v1()
         core.create_namespaced_pod("default", {"metadata": {"name": "hi"}, "spec": {
             "restartPolicy": "Never", "containers": [{
-                "name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "echo hi; sleep 1"]}]}})
+                "name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "echo hi; sleep 1"]}]}})
         done = wait_for(lambda: core.read_namespaced_pod("hi", "default").status.phase
                         in ("Succeeded", "Failed") and core.read_namespaced_pod("hi", "default"),
                         what="pod hi to finish")

@@ -125,8 +125,8 @@ def check_pod_quota(store: Store, pod: dict) -> None:
         over = sorted(h for h in hard if h in requested
                       and used[h] + requested[h] > parse_quantity(hard[h]))
         if over:
-            def listing(values: dict) -> str:
-                return ",".join(f"{h}={format_like(h, values[h])}" for h in over)
+            def listing(values: dict, keys: list[str] = over) -> str:
+                return ",".join(f"{h}={format_like(h, values[h])}" for h in keys)
             limited = {h: parse_quantity(hard[h]) for h in over}
             raise forbidden("pods", name, f"exceeded quota: {quota['metadata']['name']}, "
                             f"requested: {listing(requested)}, used: {listing(used)}, "

@@ -11,7 +11,7 @@ SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/16")
 
 
 def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def new_uid() -> str:

@@ -135,7 +135,7 @@ class GarbageCollector:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), QUOTA_REFRESH_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:

@@ -12,8 +12,9 @@ import copy
 import datetime
 import random
 import re
-from enum import Enum
-from typing import Any, Callable
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
 
 from localkube.apiserver import admission, errors
 from localkube.apiserver.defaults import apply_defaults, new_uid, now_rfc3339
@@ -30,7 +31,7 @@ PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 STATUS_SUBRESOURCE = ("pods", "nodes", "namespaces", "services", "resourcequotas")
 
 
-class Propagation(str, Enum):
+class Propagation(StrEnum):
     ORPHAN = "Orphan"
     BACKGROUND = "Background"
     FOREGROUND = "Foreground"
@@ -43,11 +44,11 @@ def parse_propagation(value: str | None) -> Propagation | None:
         return Propagation(value)
     except ValueError:
         raise errors.bad_request(f"propagationPolicy {value!r} is not valid; allowed: "
-                                 "Orphan, Background, Foreground")
+                                 "Orphan, Background, Foreground") from None
 
 
 def _later_rfc3339(seconds: int) -> str:
-    moment = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

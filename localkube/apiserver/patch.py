@@ -70,7 +70,8 @@ def _resolve(doc: Any, parts: list[str], path: str) -> Any:
             try:
                 doc = doc[int(part)]
             except (ValueError, IndexError):
-                raise ApiError(422, "Invalid", f"json patch path {path!r}: no index {part}")
+                raise ApiError(422, "Invalid",
+                               f"json patch path {path!r}: no index {part}") from None
         elif isinstance(doc, dict) and part in doc:
             doc = doc[part]
         else:
@@ -112,7 +113,7 @@ def _remove(doc: Any, parts: list[str], path: str) -> Any:
         else:
             del parent[last]
     except (KeyError, IndexError, ValueError, TypeError):
-        raise ApiError(422, "Invalid", f"doc is missing path: {path!r}")
+        raise ApiError(422, "Invalid", f"doc is missing path: {path!r}") from None
     return doc
 
 

@@ -11,8 +11,8 @@ import datetime
 import json
 import os
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 from localkube.apiserver import errors
 
@@ -100,7 +100,7 @@ def parse_timestamp(text: str) -> datetime.datetime:
         head, frac = text.split(".", 1)
         text = f"{head}.{frac[:6]}"
     moment = datetime.datetime.fromisoformat(text)
-    return moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.replace(tzinfo=datetime.UTC)
 
 
 class LogOptions:
@@ -112,7 +112,7 @@ class LogOptions:
             try:
                 return int(value)
             except ValueError:
-                raise errors.bad_request(f"{key}={value!r} is not an integer")
+                raise errors.bad_request(f"{key}={value!r} is not an integer") from None
         self.timestamps = query.get("timestamps", "false").lower() in ("true", "1")
         self.follow = query.get("follow", "false").lower() in ("true", "1")
         self.previous = query.get("previous", "false").lower() in ("true", "1")
@@ -121,13 +121,14 @@ class LogOptions:
         since_seconds = integer("sinceSeconds")
         self.since: datetime.datetime | None = None
         if since_seconds is not None:
-            self.since = datetime.datetime.now(datetime.timezone.utc) - \
+            self.since = datetime.datetime.now(datetime.UTC) - \
                 datetime.timedelta(seconds=since_seconds)
         elif query.get("sinceTime"):
             try:
                 self.since = parse_timestamp(query["sinceTime"])
             except ValueError:
-                raise errors.bad_request(f"sinceTime={query['sinceTime']!r} is not RFC 3339")
+                raise errors.bad_request(
+                    f"sinceTime={query['sinceTime']!r} is not RFC 3339") from None
 
 
 class _Renderer:

@@ -79,7 +79,7 @@ async def read_json(request: web.Request):
             return yaml.safe_load(raw)
         return json.loads(raw)
     except ValueError as error:
-        raise errors.bad_request(f"the request body is not valid JSON: {error}")
+        raise errors.bad_request(f"the request body is not valid JSON: {error}") from None
 
 
 class CoreHandlers:
@@ -171,7 +171,8 @@ class CoreHandlers:
             try:
                 grace = int(grace)
             except ValueError:
-                raise errors.bad_request(f"gracePeriodSeconds={grace!r} is not an integer")
+                raise errors.bad_request(
+                    f"gracePeriodSeconds={grace!r} is not an integer") from None
         propagation = parse_propagation(query.get("propagationPolicy",
                                                   options.get("propagationPolicy")))
         if propagation is None and options.get("orphanDependents") is True:
@@ -261,7 +262,7 @@ class CoreHandlers:
             timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
         except ValueError:
             raise errors.bad_request(f"timeoutSeconds={query.get('timeoutSeconds')!r} is not "
-                                     "a number")
+                                     "a number") from None
         bookmarks = query.get("allowWatchBookmarks") in TRUE_VALUES
         since = query.get("resourceVersion") or ""
         expired = False
@@ -274,7 +275,7 @@ class CoreHandlers:
             try:
                 backlog = self.store.events_since(int(since), info.plural)
             except ValueError:
-                raise errors.bad_request(f"resourceVersion={since!r} is not valid")
+                raise errors.bad_request(f"resourceVersion={since!r} is not valid") from None
             if backlog is None:
                 expired = True
             else:
@@ -311,7 +312,7 @@ class CoreHandlers:
             try:
                 kind_of_event, obj = await asyncio.wait_for(
                     watcher.queue.get(), min(remaining, DISCONNECT_CHECK_S))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 transport = request.transport
                 if transport is None or transport.is_closing():
                     return

@@ -8,8 +8,9 @@ involvedObject.name, ...). A missing field compares as the empty string, as on a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from localkube.apiserver.errors import bad_request
 

@@ -16,9 +16,9 @@ import asyncio
 import collections
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Callable
+from enum import StrEnum
 
 from localkube.apiserver.selectors import Requirement, fields_match, labels_match
 
@@ -26,7 +26,7 @@ HISTORY_SIZE = 50_000
 FLUSH_DELAY_S = 0.02
 
 
-class EventType(str, Enum):
+class EventType(StrEnum):
     ADDED = "ADDED"
     MODIFIED = "MODIFIED"
     DELETED = "DELETED"

@@ -37,8 +37,8 @@ def age(timestamp: str | None) -> str:
     if not timestamp:
         return "<unknown>"
     moment = datetime.datetime.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S").replace(
-        tzinfo=datetime.timezone.utc)
-    return human_duration((datetime.datetime.now(datetime.timezone.utc) - moment)
+        tzinfo=datetime.UTC)
+    return human_duration((datetime.datetime.now(datetime.UTC) - moment)
                           .total_seconds())
 
 
@@ -136,7 +136,7 @@ def build_table(resource: Resource, items: list[dict], resource_version: str) ->
         lambda o: [o["metadata"]["name"], age(o["metadata"].get("creationTimestamp"))]))
     columns = [{"name": name, "type": "integer" if name in ("Restarts", "Data") else "string",
                 "format": "name" if name == "Name" else "", "description": "",
-                "priority": priority} for name, priority in zip(names, priorities)]
+                "priority": priority} for name, priority in zip(names, priorities, strict=True)]
     rows = [{"cells": cells(obj), "object": {
         "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
         "metadata": obj["metadata"]}} for obj in items]

@@ -145,8 +145,13 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
     """Start localkube in the background; returns the contents of DIR/localkube.json."""
     state_dir.mkdir(parents=True, exist_ok=True)
     info = read_cluster_info(state_dir)
-    if any(is_alive(pid) for pid in all_pids(info)):
+    recorded = [pid for pid in all_pids(info) if pid]
+    if recorded and all(is_alive(pid) for pid in recorded) and \
+            len(recorded) == 1 + (len(info.get("nodes") or []) if start_kubelets else 0):
         return info
+    if recorded:
+        # Part of an earlier cluster died (a crash): stop the rest and sweep, then start afresh.
+        down(state_dir)
     node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
     (state_dir / "apiserver.json").unlink(missing_ok=True)
     apiserver = spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir",

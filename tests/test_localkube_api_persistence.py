@@ -3,6 +3,10 @@ before the restart get 410 Gone (the client must relist), as after an etcd compa
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+
 import pytest
 from kubernetes import watch
 from kubernetes.client import ApiException
@@ -39,5 +43,23 @@ def test_objects_survive_restart_and_versions_continue(tmp_path):
                                           timeout_seconds=2):
                 pass
         assert error.value.status == 410
+    finally:
+        stop_localkube(handle)
+
+
+def test_a_killed_api_server_loses_nothing_it_acknowledged(tmp_path):
+    handle = start_localkube(tmp_path, kubelets=False)
+    info = json.loads((tmp_path / "localkube" / "localkube.json").read_text())
+    try:
+        core = handle.core_v1()
+        names = [f"c{i}" for i in range(20)]
+        for name in names:
+            core.create_namespaced_config_map("default", {"metadata": {"name": name}})
+        os.kill(info["pids"]["apiserver"], signal.SIGKILL)
+        # `up` notices the dead server, cleans up and starts a new one on the same state.
+        handle = start_localkube(tmp_path, kubelets=False)
+        kept = {c.metadata.name for c in handle.core_v1().list_namespaced_config_map(
+            "default").items}
+        assert set(names) <= kept
     finally:
         stop_localkube(handle)

@@ -6,8 +6,9 @@ method that does not await is atomic). Objects handed out are never mutated afte
 write stores a new dict, so watch events can share them without copying.
 
 Persistence is a SQLite database in WAL mode (DIR/store.db) with one row per object and a
-meta row holding the last resourceVersion; commits are batched by a short flush timer, so a burst
-of writes costs one commit. On restart the resourceVersion continues from the stored one.
+meta row holding the last resourceVersion. Every write is committed before the client hears
+back (synchronous=NORMAL: a commit is a write() to the WAL, no fsync), so a killed API server
+loses nothing it acknowledged. On restart the resourceVersion continues from the stored one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from enum import StrEnum
 from localkube.apiserver.selectors import Requirement, fields_match, labels_match
 
 HISTORY_SIZE = 50_000
-FLUSH_DELAY_S = 0.02
 
 
 class EventType(StrEnum):
@@ -98,7 +98,6 @@ class Store:
         self.watchers: set[Watcher] = set()
         self.listeners: list[Callable[[WatchEvent], None]] = []
         self._pending: dict[tuple[str, str, str], str | None] = {}
-        self._flush_handle: asyncio.TimerHandle | None = None
         self._db.execute("BEGIN")
 
     # -- reads ---------------------------------------------------------------------------------
@@ -169,16 +168,9 @@ class Store:
 
     def _persist(self, resource: str, key: Key, obj: dict | None) -> None:
         self._pending[(resource, key[0], key[1])] = None if obj is None else json.dumps(obj)
-        if self._flush_handle is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._flush_handle = loop.call_later(FLUSH_DELAY_S, self.flush)
+        self.flush()
 
     def flush(self) -> None:
-        self._flush_handle = None
         if not self._pending:
             return
         pending, self._pending = self._pending, {}

@@ -96,7 +96,9 @@ def unique(prefix: str) -> str:
 
 
 def wait_phase(v1, name: str, phases: tuple[str, ...], timeout: float = POD_TIMEOUT_S):
-    return poll(lambda: (p := v1.read_namespaced_pod(name, "default")).status.phase in phases and p, timeout)
+    return poll(
+        lambda: (p := v1.read_namespaced_pod(name, "default")).status.phase in phases and p, timeout
+    )
 
 
 def wait_gone(v1, name: str, timeout: float = POD_TIMEOUT_S) -> None:
@@ -114,7 +116,9 @@ def wait_gone(v1, name: str, timeout: float = POD_TIMEOUT_S) -> None:
 
 def read_log(v1, name: str, **kwargs) -> str:
     # kubernetes 36 returns str(bytes) for logs unless the raw response is read
-    return v1.read_namespaced_pod_log(name, "default", _preload_content=False, **kwargs).data.decode()
+    return v1.read_namespaced_pod_log(
+        name, "default", _preload_content=False, **kwargs
+    ).data.decode()
 
 
 def processes_with(marker: str) -> list[int]:
@@ -135,10 +139,13 @@ def processes_with(marker: str) -> list[int]:
 def test_pod_runs_with_its_env_hostname_volumes_and_logs(v1):
     name = unique("basic")
     script = (
-        "echo ip=$POD_IP name=$POD_NAME; hostname; echo hi > /tfjob/workspace/f; cat /tfjob/workspace/f; "
+        "echo ip=$POD_IP name=$POD_NAME; hostname; "
+        "echo hi > /tfjob/workspace/f; cat /tfjob/workspace/f; "
         "cat /cfg/greeting; ls /airflow/xcom && echo xcom-ok; echo err >&2"
     )
-    v1.create_namespaced_config_map("default", {"metadata": {"name": name}, "data": {"greeting": "hello-cm"}})
+    v1.create_namespaced_config_map(
+        "default", {"metadata": {"name": name}, "data": {"greeting": "hello-cm"}}
+    )
     pod = make_pod(
         name,
         ["sh", "-c", script],
@@ -153,7 +160,11 @@ def test_pod_runs_with_its_env_hostname_volumes_and_logs(v1):
                 {"name": "xcom", "mountPath": "/airflow/xcom"},
             ],
         },
-        volumes=[{"name": "work", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": name}}, {"name": "xcom", "emptyDir": {}}],
+        volumes=[
+            {"name": "work", "emptyDir": {}},
+            {"name": "cfg", "configMap": {"name": name}},
+            {"name": "xcom", "emptyDir": {}},
+        ],
     )
     v1.create_namespaced_pod("default", pod)
     done = wait_phase(v1, name, ("Succeeded", "Failed"))
@@ -164,26 +175,49 @@ def test_pod_runs_with_its_env_hostname_volumes_and_logs(v1):
     log = read_log(v1, name)
     assert f"ip={done.status.pod_ip} name={name}" in log
     assert f"\n{name}\n" in log and "hi\nhello-cmxcom-ok" in log and "err" in log
-    assert not os.path.exists("/tfjob") and not os.path.exists("/airflow") and not os.path.exists("/cfg")
+    assert (
+        not os.path.exists("/tfjob")
+        and not os.path.exists("/airflow")
+        and not os.path.exists("/cfg")
+    )
     v1.delete_namespaced_pod(name, "default")
     wait_gone(v1, name)
 
 
 def test_pods_on_both_nodes_listen_on_one_port_and_talk_across_nodes(v1):
     server = (
-        "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "import socket\ns=socket.socket()\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
         "s.bind(('0.0.0.0', 2222)); s.listen(); print('listening', flush=True)\n"
         "while True:\n c,_=s.accept(); c.sendall(socket.gethostname().encode()); c.close()\n"
     )
     names = [unique("srv1"), unique("srv2")]
-    for name, node in zip(names, ("node-1", "node-2")):
-        v1.create_namespaced_pod("default", make_pod(name, ["python3", "-c", server], nodeSelector={"kubernetes.io/hostname": node}, terminationGracePeriodSeconds=1))
+    for name, node in zip(names, ("node-1", "node-2"), strict=True):
+        v1.create_namespaced_pod(
+            "default",
+            make_pod(
+                name,
+                ["python3", "-c", server],
+                nodeSelector={"kubernetes.io/hostname": node},
+                terminationGracePeriodSeconds=1,
+            ),
+        )
     pods = [wait_phase(v1, n, ("Running",)) for n in names]
     assert {p.spec.node_name for p in pods} == {"node-1", "node-2"}
     poll(lambda: all("listening" in read_log(v1, n) for n in names))
     client_name = unique("client")
-    client = f"import socket\nfor ip in {[p.status.pod_ip for p in pods]!r}:\n c=socket.create_connection((ip, 2222), timeout=5); print(c.recv(100).decode())\n"
-    v1.create_namespaced_pod("default", make_pod(client_name, ["python3", "-c", client], nodeSelector={"kubernetes.io/hostname": "node-2"}))
+    client = (
+        f"import socket\nfor ip in {[p.status.pod_ip for p in pods]!r}:\n"
+        " c=socket.create_connection((ip, 2222), timeout=5); print(c.recv(100).decode())\n"
+    )
+    v1.create_namespaced_pod(
+        "default",
+        make_pod(
+            client_name,
+            ["python3", "-c", client],
+            nodeSelector={"kubernetes.io/hostname": "node-2"},
+        ),
+    )
     done = wait_phase(v1, client_name, ("Succeeded", "Failed"))
     assert done.status.phase == "Succeeded", read_log(v1, client_name)
     assert read_log(v1, client_name).split() == names
@@ -195,7 +229,11 @@ def test_pods_on_both_nodes_listen_on_one_port_and_talk_across_nodes(v1):
 
 def test_forwarded_host_port_answers_on_the_pods_loopback(v1, host_service):
     name = unique("fwd")
-    code = f"import socket\nc=socket.create_connection(('127.0.0.1', {host_service.port}), timeout=5)\nprint(c.recv(100).decode())"
+    code = (
+        "import socket\n"
+        f"c=socket.create_connection(('127.0.0.1', {host_service.port}), timeout=5)\n"
+        "print(c.recv(100).decode())"
+    )
     v1.create_namespaced_pod("default", make_pod(name, ["python3", "-c", code]))
     done = wait_phase(v1, name, ("Succeeded", "Failed"))
     assert done.status.phase == "Succeeded", read_log(v1, name)
@@ -205,7 +243,11 @@ def test_forwarded_host_port_answers_on_the_pods_loopback(v1, host_service):
 
 def test_memory_limit_exceeded_is_oomkilled(v1):
     name = unique("oom")
-    pod = make_pod(name, ["python3", "-c", "x = bytearray(300 * 2**20); print('survived')"], container={"resources": {"limits": {"memory": "64Mi"}}})
+    pod = make_pod(
+        name,
+        ["python3", "-c", "x = bytearray(300 * 2**20); print('survived')"],
+        container={"resources": {"limits": {"memory": "64Mi"}}},
+    )
     v1.create_namespaced_pod("default", pod)
     done = wait_phase(v1, name, ("Succeeded", "Failed"))
     state = done.status.container_statuses[0].state.terminated
@@ -216,8 +258,14 @@ def test_memory_limit_exceeded_is_oomkilled(v1):
 
 def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(v1):
     marker = uuid.uuid4().hex
-    stubborn = f"import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(3600)  # {marker}"
-    polite = f"import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\ntime.sleep(3600)  # {marker}"
+    stubborn = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"print('ready', flush=True)\ntime.sleep(3600)  # {marker}"
+    )
+    polite = (
+        "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        f"print('ready', flush=True)\ntime.sleep(3600)  # {marker}"
+    )
     stubborn_name, polite_name = unique("stubborn"), unique("polite")
     v1.create_namespaced_pod("default", make_pod(stubborn_name, ["python3", "-c", stubborn]))
     v1.create_namespaced_pod("default", make_pod(polite_name, ["python3", "-c", polite]))
@@ -228,7 +276,9 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(v1):
     start = time.monotonic()
     v1.delete_namespaced_pod(polite_name, "default", grace_period_seconds=30)
     wait_gone(v1, polite_name)
-    assert time.monotonic() - start < 10, "a process that exits on SIGTERM must not wait for the grace period"
+    assert time.monotonic() - start < 10, (
+        "a process that exits on SIGTERM must not wait for the grace period"
+    )
     start = time.monotonic()
     v1.delete_namespaced_pod(stubborn_name, "default", grace_period_seconds=2)
     pod = v1.read_namespaced_pod(stubborn_name, "default")
@@ -252,7 +302,9 @@ def test_unmapped_image_fails_like_an_unpullable_image(v1):
     assert poll(lambda: reason() == "ImagePullBackOff")
     assert v1.read_namespaced_pod(name, "default").status.phase == "Pending"
     events = v1.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-    assert any(e.reason == "Failed" and 'Failed to pull image "nginx:1.27"' in e.message for e in events)
+    assert any(
+        e.reason == "Failed" and 'Failed to pull image "nginx:1.27"' in e.message for e in events
+    )
     v1.delete_namespaced_pod(name, "default")
     wait_gone(v1, name)
 
@@ -261,11 +313,20 @@ def test_init_containers_run_in_order_and_on_failure_restarts(v1):
     name = unique("init")
     pod = make_pod(
         name,
-        ["sh", "-c", "cat /w/order; n=$(cat /w/n 2>/dev/null || echo 0); echo $((n+1)) > /w/n; [ $n -ge 1 ]"],
+        [
+            "sh",
+            "-c",
+            "cat /w/order; n=$(cat /w/n 2>/dev/null || echo 0); echo $((n+1)) > /w/n; [ $n -ge 1 ]",
+        ],
         restart_policy="OnFailure",
         container={"volumeMounts": [{"name": "w", "mountPath": "/w"}]},
         initContainers=[
-            {"name": f"i{i}", "image": "busybox:1.36", "command": ["sh", "-c", f"echo i{i} >> /w/order"], "volumeMounts": [{"name": "w", "mountPath": "/w"}]}
+            {
+                "name": f"i{i}",
+                "image": "busybox:1.36",
+                "command": ["sh", "-c", f"echo i{i} >> /w/order"],
+                "volumeMounts": [{"name": "w", "mountPath": "/w"}],
+            }
             for i in (1, 2)
         ],
         volumes=[{"name": "w", "emptyDir": {}}],
@@ -273,7 +334,10 @@ def test_init_containers_run_in_order_and_on_failure_restarts(v1):
     v1.create_namespaced_pod("default", pod)
     done = wait_phase(v1, name, ("Succeeded", "Failed"))
     assert done.status.phase == "Succeeded"
-    assert [s.state.terminated.reason for s in done.status.init_container_statuses] == ["Completed", "Completed"]
+    assert [s.state.terminated.reason for s in done.status.init_container_statuses] == [
+        "Completed",
+        "Completed",
+    ]
     main = done.status.container_statuses[0]
     assert main.restart_count == 1 and main.last_state.terminated.exit_code == 1
     assert read_log(v1, name).split() == ["i1", "i2"]
@@ -283,7 +347,10 @@ def test_init_containers_run_in_order_and_on_failure_restarts(v1):
 
 def test_active_deadline_fails_the_pod(v1):
     name = unique("deadline")
-    v1.create_namespaced_pod("default", make_pod(name, ["sleep", "3600"], activeDeadlineSeconds=1, terminationGracePeriodSeconds=1))
+    v1.create_namespaced_pod(
+        "default",
+        make_pod(name, ["sleep", "3600"], activeDeadlineSeconds=1, terminationGracePeriodSeconds=1),
+    )
     done = wait_phase(v1, name, ("Failed",))
     assert done.status.reason == "DeadlineExceeded"
     v1.delete_namespaced_pod(name, "default")
@@ -291,9 +358,22 @@ def test_active_deadline_fails_the_pod(v1):
 
 def test_exec_command_runs_inside_the_container(v1, cluster):
     name = unique("exec")
-    v1.create_namespaced_pod("default", make_pod(name, ["sleep", "3600"], terminationGracePeriodSeconds=0, container={"env": [{"name": "GREETING", "value": "hi"}]}))
+    v1.create_namespaced_pod(
+        "default",
+        make_pod(
+            name,
+            ["sleep", "3600"],
+            terminationGracePeriodSeconds=0,
+            container={"env": [{"name": "GREETING", "value": "hi"}]},
+        ),
+    )
     pod = wait_phase(v1, name, ("Running",))
-    argv, env, cwd = build_exec_command(cluster.state_dir, pod.metadata.uid, "main", ["sh", "-c", "hostname; echo $GREETING; cat /proc/1/cmdline | tr '\\0' ' '"])
+    argv, env, cwd = build_exec_command(
+        cluster.state_dir,
+        pod.metadata.uid,
+        "main",
+        ["sh", "-c", "hostname; echo $GREETING; cat /proc/1/cmdline | tr '\\0' ' '"],
+    )
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=10)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == [name, "hi", "sleep 3600 "]
@@ -314,7 +394,11 @@ def test_exec_command_runs_inside_the_container(v1, cluster):
 
 def leftovers(state_dir: str, marker: str) -> dict:
     h = state_hash(state_dir)
-    cgroup_dirs = [d for d in (f"/sys/fs/cgroup/{c}/localkube-{h}" for c in ("memory", "cpu", "pids")) if os.path.exists(d)]
+    cgroup_dirs = [
+        d
+        for d in (f"/sys/fs/cgroup/{c}/localkube-{h}" for c in ("memory", "cpu", "pids"))
+        if os.path.exists(d)
+    ]
     with open("/proc/mounts") as f:
         mounts = [line for line in f if state_dir in line]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -335,7 +419,12 @@ def test_kubelet_crash_readopts_pods_and_down_leaves_nothing_behind(tmp_path):
         v1 = handle.core_v1()
         names = [unique("keep") for _ in range(3)]
         for name in names:
-            pod = make_pod(name, ["sh", "-c", f"sleep 3600 & sleep 3601; : {marker}"], terminationGracePeriodSeconds=1, container={"resources": {"limits": {"memory": "100Mi", "cpu": "1"}}})
+            pod = make_pod(
+                name,
+                ["sh", "-c", f"sleep 3600 & sleep 3601; : {marker}"],
+                terminationGracePeriodSeconds=1,
+                container={"resources": {"limits": {"memory": "100Mi", "cpu": "1"}}},
+            )
             v1.create_namespaced_pod("default", pod)
         for name in names:
             wait_phase(v1, name, ("Running",))
@@ -346,8 +435,19 @@ def test_kubelet_crash_readopts_pods_and_down_leaves_nothing_behind(tmp_path):
         os.kill(info["pids"]["kubelets"][crashed], signal.SIGKILL)
         log = open(os.path.join(str(tmp_path), "kubelet-restarted.log"), "w")
         restarted = subprocess.Popen(
-            [sys.executable, "-m", "localkube.kubelet", "--api", handle.api_url, "--node", crashed, "--state-dir", handle.state_dir],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "localkube.kubelet",
+                "--api",
+                handle.api_url,
+                "--node",
+                crashed,
+                "--state-dir",
+                handle.state_dir,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             poll(lambda: "re-adopted" in open(log.name).read())

@@ -16,8 +16,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m localkube.kubelet", description=__doc__)
     parser.add_argument("--api", required=True, help="API server URL, e.g. http://127.0.0.1:6443")
     parser.add_argument("--node", required=True, help="this node's name (a Node object in the API)")
-    parser.add_argument("--state-dir", required=True, help="the cluster's state dir (pods live in DIR/kubelet/)")
-    parser.add_argument("--node-index", type=int, default=None, help="1-based index of the node (pod CIDR 10.77.<i>.0/24); default: from DIR/localkube.json")
+    parser.add_argument(
+        "--state-dir", required=True, help="the cluster's state dir (pods live in DIR/kubelet/)"
+    )
+    parser.add_argument(
+        "--node-index",
+        type=int,
+        default=None,
+        help="1-based node index (pod CIDR 10.77.<i>.0/24); default: from DIR/localkube.json",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOCALKUBE_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
 
@@ -37,9 +44,15 @@ async def run_kubelet(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s kubelet[{args.node}] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s kubelet[{args.node}] %(levelname)s %(name)s: %(message)s",
+    )
     if os.geteuid() != 0:
-        print("localkube kubelet: must run as root (network namespaces, mounts, cgroups)", file=sys.stderr)
+        print(
+            "localkube kubelet: must run as root (network namespaces, mounts, cgroups)",
+            file=sys.stderr,
+        )
         return 2
     asyncio.run(run_kubelet(args))
     return 0

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import signal
-from enum import Enum
+from enum import StrEnum
 from urllib.parse import urlparse
 
 import aiohttp
@@ -36,10 +36,12 @@ HEARTBEAT_S = 10
 PARALLEL_POD_STARTS = 8
 PARALLEL_EVENTS = 8
 KUBELET_VERSION = "v1.30.0-localkube"
-NODE_RESTART_MESSAGE = "The node's kubelet restarted and could not re-adopt the pod's containers; they were stopped"
+NODE_RESTART_MESSAGE = (
+    "The node's kubelet restarted and could not re-adopt the pod's containers; they were stopped"
+)
 
 
-class PodOrigin(str, Enum):
+class PodOrigin(StrEnum):
     """How a pod came to this kubelet."""
 
     NEW = "new"
@@ -64,7 +66,9 @@ def find_node_index(cluster: dict, node: str) -> int | None:
 
 
 class Kubelet:
-    def __init__(self, api_url: str, node: str, state_dir: str, node_index: int | None = None) -> None:
+    def __init__(
+        self, api_url: str, node: str, state_dir: str, node_index: int | None = None
+    ) -> None:
         self.api_url = api_url
         self.node = node
         self.state_dir = os.path.abspath(state_dir)
@@ -103,7 +107,9 @@ class Kubelet:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    def record_event(self, pod: dict, kind: str, reason: str, message: str, container: str | None = None) -> None:
+    def record_event(
+        self, pod: dict, kind: str, reason: str, message: str, container: str | None = None
+    ) -> None:
         meta = pod["metadata"]
         now = now_rfc3339()
         involved = {
@@ -153,12 +159,30 @@ class Kubelet:
 
         return {
             "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
                 condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
-            "addresses": [{"type": "InternalIP", "address": self.host_ip}, {"type": "Hostname", "address": self.node}],
+            "addresses": [
+                {"type": "InternalIP", "address": self.host_ip},
+                {"type": "Hostname", "address": self.node},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
             "nodeInfo": {
                 "kubeletVersion": KUBELET_VERSION,
@@ -179,7 +203,7 @@ class Kubelet:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self.api.patch_node_status(self.node, self.node_status())
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
     # ---- pods ------------------------------------------------------------------
@@ -187,7 +211,9 @@ class Kubelet:
         status = pod.get("status") or {}
         if status.get("phase") in (PodPhase.SUCCEEDED.value, PodPhase.FAILED.value):
             return PodOrigin.FINISHED
-        if status.get("startTime") or os.path.isdir(pod_dir(self.state_dir, pod["metadata"]["uid"])):
+        if status.get("startTime") or os.path.isdir(
+            pod_dir(self.state_dir, pod["metadata"]["uid"])
+        ):
             return PodOrigin.NODE_RESTART
         return PodOrigin.NEW
 
@@ -211,7 +237,9 @@ class Kubelet:
                 log.exception("pod %s/%s: re-adoption failed", worker.namespace, worker.name)
                 adopted = False
             if adopted:
-                log.info("pod %s/%s: re-adopted its running containers", worker.namespace, worker.name)
+                log.info(
+                    "pod %s/%s: re-adopted its running containers", worker.namespace, worker.name
+                )
                 await worker.run()
                 return
             if worker.forwarder:
@@ -219,8 +247,18 @@ class Kubelet:
         await asyncio.to_thread(cleanup.clean_pod_leftovers, self.state_dir, worker.uid, False)
         try:
             if origin is PodOrigin.NODE_RESTART:
-                previous = {s["name"]: s for s in ((worker.pod.get("status") or {}).get("containerStatuses") or [])}
-                previous.update({s["name"]: s for s in ((worker.pod.get("status") or {}).get("initContainerStatuses") or [])})
+                previous = {
+                    s["name"]: s
+                    for s in ((worker.pod.get("status") or {}).get("containerStatuses") or [])
+                }
+                previous.update(
+                    {
+                        s["name"]: s
+                        for s in (
+                            (worker.pod.get("status") or {}).get("initContainerStatuses") or []
+                        )
+                    }
+                )
                 now = now_rfc3339()
                 for name, record in worker.records.items():
                     before = previous.get(name) or {}
@@ -228,11 +266,23 @@ class Kubelet:
                     terminated = (before.get("state") or {}).get("terminated")
                     record.state = ContainerState.TERMINATED
                     if terminated:
-                        record.exit_code, record.reason = terminated.get("exitCode"), terminated.get("reason")
-                        record.started_at, record.finished_at = terminated.get("startedAt"), terminated.get("finishedAt")
+                        record.exit_code, record.reason = (
+                            terminated.get("exitCode"),
+                            terminated.get("reason"),
+                        )
+                        record.started_at, record.finished_at = (
+                            terminated.get("startedAt"),
+                            terminated.get("finishedAt"),
+                        )
                     else:
-                        record.exit_code, record.reason, record.finished_at = 137, "ContainerStatusUnknown", now
-                        record.message = "The container could not be located when the pod was terminated"
+                        record.exit_code, record.reason, record.finished_at = (
+                            137,
+                            "ContainerStatusUnknown",
+                            now,
+                        )
+                        record.message = (
+                            "The container could not be located when the pod was terminated"
+                        )
                 worker.facts.pod_ip = (worker.pod.get("status") or {}).get("podIP")
                 worker.facts.failure_reason = "NodeRestart"
                 worker.facts.failure_message = NODE_RESTART_MESSAGE
@@ -300,13 +350,15 @@ class Kubelet:
                     resource_version = await self.sync_pods()
                 async for event in self.api.watch_node_pods(self.node, resource_version):
                     obj = event.get("object") or {}
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                    resource_version = (obj.get("metadata") or {}).get(
+                        "resourceVersion"
+                    ) or resource_version
                     if event.get("type") == "BOOKMARK":
                         continue
                     self.handle_pod_event(event["type"], obj)
             except WatchExpired:
                 resource_version = None
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
+            except (TimeoutError, ApiError, aiohttp.ClientError, ValueError, OSError) as exc:
                 log.warning("pod watch interrupted: %s; relisting", exc)
                 resource_version = None
                 await asyncio.sleep(0.5)
@@ -337,7 +389,9 @@ class Kubelet:
             worker.stopping.set()  # no new container starts from here on
         for worker in workers:
             await worker.kill_everything()
-        lifecycles = [w.lifecycle_task for w in workers if w.lifecycle_task and not w.lifecycle_task.done()]
+        lifecycles = [
+            w.lifecycle_task for w in workers if w.lifecycle_task and not w.lifecycle_task.done()
+        ]
         if lifecycles:
             await asyncio.wait(lifecycles, timeout=5)
         for worker in workers:

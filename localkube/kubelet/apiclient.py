@@ -40,18 +40,36 @@ class ApiClient:
 
     async def open(self) -> None:
         connector = aiohttp.TCPConnector(limit=32)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+        )
 
     async def close(self) -> None:
         if self.session:
             await self.session.close()
 
-    async def request(self, method: str, path: str, *, body: dict | None = None, params: dict | None = None, content_type: str = "application/json", ok404: bool = False) -> dict | None:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict | None = None,
+        params: dict | None = None,
+        content_type: str = "application/json",
+        ok404: bool = False,
+    ) -> dict | None:
         data = json.dumps(body) if body is not None else None
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         for attempt in range(RETRIES):
             try:
-                async with self.session.request(method, self.base_url + path, data=data, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                async with self.session.request(
+                    method,
+                    self.base_url + path,
+                    data=data,
+                    params=params,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=30),
+                ) as resp:
                     text = await resp.text()
                     if resp.status == 404 and ok404:
                         return None
@@ -61,7 +79,7 @@ class ApiClient:
                     if resp.status >= 400:
                         raise ApiError(resp.status, text, f"{method} {path}")
                     return json.loads(text) if text else {}
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if attempt == RETRIES - 1:
                     raise
                 log.debug("retrying %s %s after %s", method, path, exc)
@@ -69,10 +87,14 @@ class ApiClient:
         return None
 
     async def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        return await self.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}", ok404=True)
+        return await self.request(
+            "GET", f"/api/v1/namespaces/{namespace}/{kind}/{name}", ok404=True
+        )
 
     async def list_node_pods(self, node: str) -> dict:
-        return await self.request("GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"})
+        return await self.request(
+            "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"}
+        )
 
     async def watch_node_pods(self, node: str, resource_version: str) -> AsyncIterator[dict]:
         params = {
@@ -83,7 +105,9 @@ class ApiClient:
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=WATCH_TIMEOUT_S + 30)
-        async with self.session.get(self.base_url + "/api/v1/pods", params=params, timeout=timeout) as resp:
+        async with self.session.get(
+            self.base_url + "/api/v1/pods", params=params, timeout=timeout
+        ) as resp:
             if resp.status == 410:
                 raise WatchExpired()
             if resp.status >= 400:
@@ -99,27 +123,47 @@ class ApiClient:
                     if event.get("type") == "ERROR":
                         if (event.get("object") or {}).get("code") == 410:
                             raise WatchExpired()
-                        raise ApiError((event.get("object") or {}).get("code", 500), line.decode(), "watch pods")
+                        raise ApiError(
+                            (event.get("object") or {}).get("code", 500),
+                            line.decode(),
+                            "watch pods",
+                        )
                     yield event
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict | None:
         return await self.request(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", body={"status": status}, content_type=MERGE_PATCH, ok404=True
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"status": status},
+            content_type=MERGE_PATCH,
+            ok404=True,
         )
 
     async def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
         try:
-            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, ok404=True)
+            await self.request(
+                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, ok404=True
+            )
         except ApiError as exc:
             if exc.status != 409:  # a newer pod of the same name: ours is already gone
                 raise
 
     async def patch_node_status(self, node: str, status: dict) -> dict | None:
-        return await self.request("PATCH", f"/api/v1/nodes/{node}/status", body={"status": status}, content_type=MERGE_PATCH)
+        return await self.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            body={"status": status},
+            content_type=MERGE_PATCH,
+        )
 
     async def post_event(self, namespace: str, event: dict) -> None:
         try:
             await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
             log.debug("event not recorded: %s", exc)

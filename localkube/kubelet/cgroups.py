@@ -35,7 +35,9 @@ def parse_quantity(value: str | int | float, field: str) -> float:
                 return float(text[: -len(suffix)]) * factor
         return float(text)
     except ValueError:
-        raise ValueError(f"{field}: {value!r} is not a Kubernetes quantity (e.g. 512Mi, 250m, 2)") from None
+        raise ValueError(
+            f"{field}: {value!r} is not a Kubernetes quantity (e.g. 512Mi, 250m, 2)"
+        ) from None
 
 
 def pod_group_rel(state_hash: str, pod_uid: str) -> str:
@@ -52,7 +54,9 @@ def write_value(path: str, name: str, value: str | int) -> None:
         f.write(str(value))
 
 
-def create_container_cgroups(state_hash: str, pod_uid: str, container: dict, pids_limit: int = DEFAULT_PIDS_LIMIT) -> list[str]:
+def create_container_cgroups(
+    state_hash: str, pod_uid: str, container: dict, pids_limit: int = DEFAULT_PIDS_LIMIT
+) -> list[str]:
     """Create (or reuse) the container's groups with the limits of its spec."""
     paths = container_cgroup_paths(state_hash, pod_uid, container["name"])
     limits = (container.get("resources") or {}).get("limits") or {}
@@ -63,7 +67,9 @@ def create_container_cgroups(state_hash: str, pod_uid: str, container: dict, pid
         if controller == "memory":
             # use_hierarchy so the pod group's counters include its containers
             if "memory" in limits:
-                memory = int(parse_quantity(limits["memory"], f"containers[{name}].resources.limits.memory"))
+                memory = int(
+                    parse_quantity(limits["memory"], f"containers[{name}].resources.limits.memory")
+                )
                 write_value(path, "memory.limit_in_bytes", memory)
             else:
                 write_value(path, "memory.limit_in_bytes", -1)

@@ -12,7 +12,12 @@ from __future__ import annotations
 import re
 
 from localkube.kubelet.images import ResolvedImage
-from localkube.kubelet.volumes import ObjectGetter, VolumeError, resolve_field_path, resolve_resource_field
+from localkube.kubelet.volumes import (
+    ObjectGetter,
+    VolumeError,
+    resolve_field_path,
+    resolve_resource_field,
+)
 
 GPU_ANNOTATION = "localkube.io/gpu-ids"
 REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -50,7 +55,9 @@ async def read_key(kind: str, ref: dict, namespace: str, get: ObjectGetter) -> s
     else:
         value = (obj.get("data") or {}).get(ref["key"])
     if value is None and not ref.get("optional"):
-        raise VolumeError(f'couldn\'t find key {ref["key"]} in {kind[:-1]} {namespace}/{ref["name"]}')
+        raise VolumeError(
+            f"couldn't find key {ref['key']} in {kind[:-1]} {namespace}/{ref['name']}"
+        )
     return value
 
 
@@ -128,5 +135,8 @@ def build_argv(container: dict, image: ResolvedImage, env: dict[str, str]) -> li
     else:
         argv = list(image.cmd)
     if not argv:
-        raise NoCommandError(f'containers[{container["name"]}]: no command specified and image "{image.image}" has none')
+        raise NoCommandError(
+            f"containers[{container['name']}]: no command specified "
+            f'and image "{image.image}" has none'
+        )
     return [expand_references(a, env) for a in argv]

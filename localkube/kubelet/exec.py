@@ -24,21 +24,40 @@ def read_pod_state(state_dir: str, pod_uid: str) -> dict:
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError):
-        raise ContainerNotRunning(f"pod {pod_uid}: no state at {path}; is it running on a localkube node?") from None
+        raise ContainerNotRunning(
+            f"pod {pod_uid}: no state at {path}; is it running on a localkube node?"
+        ) from None
 
 
-def build_exec_command(state_dir: str, pod_uid: str, container: str, command: list[str]) -> tuple[list[str], dict[str, str], str]:
+def build_exec_command(
+    state_dir: str, pod_uid: str, container: str, command: list[str]
+) -> tuple[list[str], dict[str, str], str]:
     """(argv, env, cwd) that runs `command` inside `container` of the pod."""
     if not command:
         raise ValueError("command: [] given; exec needs at least the program to run")
     state = read_pod_state(state_dir, pod_uid)
     containers = state.get("containers") or {}
+    pod = f"{state.get('namespace')}/{state.get('name')}"
     if container not in containers:
-        raise ContainerNotRunning(f"container {container!r} not found in pod {state.get('namespace')}/{state.get('name')}; containers: {sorted(containers)}")
+        raise ContainerNotRunning(
+            f"container {container!r} not found in pod {pod}; containers: {sorted(containers)}"
+        )
     entry = containers[container]
     pid = entry.get("pid")
     if not pid or not os.path.exists(f"/proc/{pid}/ns/mnt"):
-        raise ContainerNotRunning(f"container {container!r} of pod {state.get('namespace')}/{state.get('name')} is not running")
-    argv = [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd", "--", *command]
+        raise ContainerNotRunning(f"container {container!r} of pod {pod} is not running")
+    argv = [
+        NSENTER,
+        f"--target={pid}",
+        "--net",
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--pid",
+        "--root",
+        "--wd",
+        "--",
+        *command,
+    ]
     env = dict(entry.get("env") or {})
     return argv, env, "/"

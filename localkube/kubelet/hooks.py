@@ -15,7 +15,14 @@ import aiohttp
 from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
 
 
-async def run_hook(state_dir: str, pod_uid: str, container: str, handler: dict, pod_ip: str | None, timeout_s: float) -> str | None:
+async def run_hook(
+    state_dir: str,
+    pod_uid: str,
+    container: str,
+    handler: dict,
+    pod_ip: str | None,
+    timeout_s: float,
+) -> str | None:
     if "exec" in handler:
         command = handler["exec"].get("command") or []
         try:
@@ -23,29 +30,35 @@ async def run_hook(state_dir: str, pod_uid: str, container: str, handler: dict, 
         except (ContainerNotRunning, ValueError) as exc:
             return str(exc)
         proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            *argv,
+            env=env,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         try:
             output, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
             return f"command {command!r} timed out after {timeout_s:.0f} s"
         if proc.returncode != 0:
-            return f"command {command!r} exited with {proc.returncode}: {output.decode(errors='replace')[-500:]}"
+            tail = output.decode(errors="replace")[-500:]
+            return f"command {command!r} exited with {proc.returncode}: {tail}"
         return None
     if "httpGet" in handler:
         get = handler["httpGet"]
         host = get.get("host") or pod_ip or "127.0.0.1"
-        url = f"{(get.get('scheme') or 'HTTP').lower()}://{host}:{get.get('port')}{get.get('path') or '/'}"
+        scheme = (get.get("scheme") or "HTTP").lower()
+        url = f"{scheme}://{host}:{get.get('port')}{get.get('path') or '/'}"
         try:
             async with aiohttp.ClientSession() as session:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                     if resp.status >= 400:
                         return f"Get {url}: HTTP {resp.status}"
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             return f"Get {url}: {exc}"
         return None
     if "sleep" in handler:

@@ -13,7 +13,7 @@ import fnmatch
 import os
 import sys
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import yaml
 
@@ -21,7 +21,7 @@ DEFAULT_IMAGES_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class ImageKind(str, Enum):
+class ImageKind(StrEnum):
     HOST = "host"
 
 
@@ -48,10 +48,14 @@ def load_image_rules(path: str | None = None) -> list[ImageRule]:
     for i, entry in enumerate(entries):
         kind = entry.get("kind", "host")
         try:
-            rules.append(ImageRule(str(entry["pattern"]), ImageKind(kind), list(entry.get("cmd") or [])))
+            rules.append(
+                ImageRule(str(entry["pattern"]), ImageKind(kind), list(entry.get("cmd") or []))
+            )
         except (KeyError, ValueError):
             allowed = [k.value for k in ImageKind]
-            raise ValueError(f"{path}[{i}]: {entry!r}; each entry needs a pattern and kind in {allowed}") from None
+            raise ValueError(
+                f"{path}[{i}]: {entry!r}; each entry needs a pattern and kind in {allowed}"
+            ) from None
     return rules
 
 

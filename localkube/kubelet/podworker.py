@@ -41,7 +41,12 @@ from localkube.kubelet.status import (
     build_pod_status,
     now_rfc3339,
 )
-from localkube.kubelet.volumes import VolumeError, build_container_mounts, materialize_volumes, write_etc_files
+from localkube.kubelet.volumes import (
+    VolumeError,
+    build_container_mounts,
+    materialize_volumes,
+    write_etc_files,
+)
 
 if TYPE_CHECKING:
     from localkube.kubelet.agent import Kubelet
@@ -93,10 +98,16 @@ class PodWorker:
         main_wait = "PodInitializing" if self.init_specs else "ContainerCreating"
         self.records: dict[str, ContainerRecord] = {}
         for c in self.init_specs:
-            self.records[c["name"]] = ContainerRecord(c["name"], c.get("image", ""), is_init=True, waiting_reason="PodInitializing")
+            self.records[c["name"]] = ContainerRecord(
+                c["name"], c.get("image", ""), is_init=True, waiting_reason="PodInitializing"
+            )
         for c in self.main_specs:
-            self.records[c["name"]] = ContainerRecord(c["name"], c.get("image", ""), waiting_reason=main_wait)
-        self.facts = PodRuntimeFacts(host_ip=kubelet.host_ip, start_time=(pod.get("status") or {}).get("startTime"))
+            self.records[c["name"]] = ContainerRecord(
+                c["name"], c.get("image", ""), waiting_reason=main_wait
+            )
+        self.facts = PodRuntimeFacts(
+            host_ip=kubelet.host_ip, start_time=(pod.get("status") or {}).get("startTime")
+        )
         self.runs: dict[str, ContainerRun] = {}
         self.container_env: dict[str, dict] = {}
         self.netns: str | None = None
@@ -134,7 +145,9 @@ class PodWorker:
             self.lifecycle_task = asyncio.create_task(self.lifecycle())
             deadline_task = asyncio.create_task(self.enforce_deadline())
             deletion_wait = asyncio.create_task(self.deletion.wait())
-            await asyncio.wait({self.lifecycle_task, deletion_wait}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {self.lifecycle_task, deletion_wait}, return_when=asyncio.FIRST_COMPLETED
+            )
             if self.deletion.is_set():
                 await self.stop_containers(0 if self.gone else self.grace_period())
             else:
@@ -166,7 +179,9 @@ class PodWorker:
         meta = self.pod["metadata"]
         if meta.get("deletionGracePeriodSeconds") is not None:
             return float(meta["deletionGracePeriodSeconds"])
-        return float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds") or DEFAULT_GRACE_S)
+        return float(
+            (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds") or DEFAULT_GRACE_S
+        )
 
     async def lifecycle(self) -> None:
         if self.adopted:
@@ -207,8 +222,16 @@ class PodWorker:
         """
         status = self.pod.get("status") or {}
         previous = {s["name"]: s for s in status.get("containerStatuses") or []}
-        init_done = {s["name"] for s in status.get("initContainerStatuses") or [] if ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0}
-        if any(c["name"] not in init_done for c in self.init_specs) or not state.get("netns") or not network.netns_exists(state["netns"]):
+        init_done = {
+            s["name"]
+            for s in status.get("initContainerStatuses") or []
+            if ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+        }
+        if (
+            any(c["name"] not in init_done for c in self.init_specs)
+            or not state.get("netns")
+            or not network.netns_exists(state["netns"])
+        ):
             return False
         images = {}
         for c in self.init_specs + self.main_specs:
@@ -227,23 +250,50 @@ class PodWorker:
             if before.get("lastState", {}).get("terminated"):
                 record.last_terminated = before["lastState"]["terminated"]
             terminated = (before.get("state") or {}).get("terminated")
-            if is_process_alive(entry.get("shimPid"), "localkube/kubelet/shim.py") and is_process_alive(entry.get("pid")):
-                runs[name] = ContainerRun(os.path.join(base_dir, name, "exit.json"), entry["shimPid"], entry["pid"], (before.get("state") or {}).get("running", {}).get("startedAt"))
-                record.state, record.started_at, record.ready = ContainerState.RUNNING, runs[name].started_at, True
+            if is_process_alive(
+                entry.get("shimPid"), "localkube/kubelet/shim.py"
+            ) and is_process_alive(entry.get("pid")):
+                runs[name] = ContainerRun(
+                    os.path.join(base_dir, name, "exit.json"),
+                    entry["shimPid"],
+                    entry["pid"],
+                    (before.get("state") or {}).get("running", {}).get("startedAt"),
+                )
+                record.state, record.started_at, record.ready = (
+                    ContainerState.RUNNING,
+                    runs[name].started_at,
+                    True,
+                )
             elif terminated:
-                record.state, record.exit_code, record.reason = ContainerState.TERMINATED, terminated.get("exitCode"), terminated.get("reason")
-                record.started_at, record.finished_at = terminated.get("startedAt"), terminated.get("finishedAt")
+                record.state, record.exit_code, record.reason = (
+                    ContainerState.TERMINATED,
+                    terminated.get("exitCode"),
+                    terminated.get("reason"),
+                )
+                record.started_at, record.finished_at = (
+                    terminated.get("startedAt"),
+                    terminated.get("finishedAt"),
+                )
             else:
                 return False
         for c in self.init_specs:
             record = self.records[c["name"]]
-            record.state, record.exit_code, record.reason = ContainerState.TERMINATED, 0, "Completed"
+            record.state, record.exit_code, record.reason = (
+                ContainerState.TERMINATED,
+                0,
+                "Completed",
+            )
         for name, entry in (state.get("containers") or {}).items():
-            self.container_env[name] = {"env": entry.get("env") or {}, "workingDir": entry.get("workingDir") or "/"}
+            self.container_env[name] = {
+                "env": entry.get("env") or {},
+                "workingDir": entry.get("workingDir") or "/",
+            }
         self.images, self.runs, self.adopted = images, runs, True
         self.netns, self.facts.pod_ip = state["netns"], state.get("ip")
         self.k.addresses.reserve(self.facts.pod_ip)
-        self.volume_paths = await materialize_volumes(self.pod, self.dir, self.ips(), self.k.get_object)
+        self.volume_paths = await materialize_volumes(
+            self.pod, self.dir, self.ips(), self.k.get_object
+        )
         self.etc_files = write_etc_files(self.pod, self.dir, self.facts.pod_ip)
         if self.k.forward_ports:
             self.forwarder = network.PodPortForwarder(self.netns, self.k.forward_ports)
@@ -268,7 +318,9 @@ class PodWorker:
         else:
             ip = self.k.addresses.allocate()
             self.facts.pod_ip = ip
-            self.netns = await asyncio.to_thread(network.setup_pod_network, self.k.state_dir, self.uid, ip)
+            self.netns = await asyncio.to_thread(
+                network.setup_pod_network, self.k.state_dir, self.uid, ip
+            )
         self.write_state()
         if self.k.forward_ports and self.netns:
             self.forwarder = network.PodPortForwarder(self.netns, self.k.forward_ports)
@@ -276,11 +328,15 @@ class PodWorker:
         self.mark_dirty()
         while True:
             try:
-                self.volume_paths = await materialize_volumes(self.pod, self.dir, self.ips(), self.k.get_object)
+                self.volume_paths = await materialize_volumes(
+                    self.pod, self.dir, self.ips(), self.k.get_object
+                )
                 self.etc_files = write_etc_files(self.pod, self.dir, ip)
                 return True
             except VolumeError as exc:
-                self.k.record_event(self.pod, "Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
+                self.k.record_event(
+                    self.pod, "Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}"
+                )
                 if await self.wait_stopping(VOLUME_RETRY_S):
                     return False
 
@@ -299,14 +355,31 @@ class PodWorker:
             for c in missing:
                 record = self.records[c["name"]]
                 record.waiting_reason = reason
-                message = f'failed to pull and unpack image "{c.get("image")}": no rule in localkube images.yaml matches it'
+                message = (
+                    f'failed to pull and unpack image "{c.get("image")}": '
+                    "no rule in localkube images.yaml matches it"
+                )
                 if reason == "ImagePullBackOff":
                     message = f'Back-off pulling image "{c.get("image")}"'
                 record.waiting_message = message
                 if first:
-                    self.k.record_event(self.pod, "Normal", "Pulling", f'Pulling image "{c.get("image")}"', c["name"])
-                    self.k.record_event(self.pod, "Warning", "Failed", f'Failed to pull image "{c.get("image")}": {message}', c["name"])
-                    self.k.record_event(self.pod, "Warning", "Failed", "Error: ErrImagePull", c["name"])
+                    self.k.record_event(
+                        self.pod,
+                        "Normal",
+                        "Pulling",
+                        f'Pulling image "{c.get("image")}"',
+                        c["name"],
+                    )
+                    self.k.record_event(
+                        self.pod,
+                        "Warning",
+                        "Failed",
+                        f'Failed to pull image "{c.get("image")}": {message}',
+                        c["name"],
+                    )
+                    self.k.record_event(
+                        self.pod, "Warning", "Failed", "Error: ErrImagePull", c["name"]
+                    )
                 elif reason == "ImagePullBackOff":
                     self.k.record_event(self.pod, "Normal", "BackOff", message, c["name"])
             self.mark_dirty()
@@ -372,8 +445,17 @@ class PodWorker:
         if delay:
             record.state = ContainerState.WAITING
             record.waiting_reason = "CrashLoopBackOff"
-            record.waiting_message = f"back-off {delay:.0f}s restarting failed container={record.name} pod={self.name}_{self.namespace}({self.uid})"
-            self.k.record_event(self.pod, "Warning", "BackOff", "Back-off restarting failed container " + record.name, record.name)
+            record.waiting_message = (
+                f"back-off {delay:.0f}s restarting failed container={record.name} "
+                f"pod={self.name}_{self.namespace}({self.uid})"
+            )
+            self.k.record_event(
+                self.pod,
+                "Warning",
+                "BackOff",
+                "Back-off restarting failed container " + record.name,
+                record.name,
+            )
             self.mark_dirty()
             await self.wait_stopping(delay)
         if not self.stopping.is_set():
@@ -385,18 +467,35 @@ class PodWorker:
         record = self.records[name]
         image = self.images[name]
         try:
-            env = await build_environment(self.pod, spec, image, self.ips(), self.k.api_port, self.k.get_object)
+            env = await build_environment(
+                self.pod, spec, image, self.ips(), self.k.api_port, self.k.get_object
+            )
             argv = build_argv(spec, image, env)
             mounts = build_container_mounts(spec, self.volume_paths, self.etc_files)
             groups = cgroups.create_container_cgroups(self.k.state_hash, self.uid, spec)
         except (VolumeError, NoCommandError, ValueError, OSError) as exc:
-            reason = "CreateContainerError" if isinstance(exc, NoCommandError) else "CreateContainerConfigError"
-            record.state, record.waiting_reason, record.waiting_message = ContainerState.WAITING, reason, str(exc)
+            reason = (
+                "CreateContainerError"
+                if isinstance(exc, NoCommandError)
+                else "CreateContainerConfigError"
+            )
+            record.state, record.waiting_reason, record.waiting_message = (
+                ContainerState.WAITING,
+                reason,
+                str(exc),
+            )
             self.k.record_event(self.pod, "Warning", "Failed", f"Error: {exc}", name)
             self.mark_dirty()
             await self.wait_stopping(VOLUME_RETRY_S)
-            return {"exitCode": 1, "retry": True} if not isinstance(exc, NoCommandError) else {"exitCode": 128}
-        security = {**((self.pod.get("spec") or {}).get("securityContext") or {}), **(spec.get("securityContext") or {})}
+            return (
+                {"exitCode": 1, "retry": True}
+                if not isinstance(exc, NoCommandError)
+                else {"exitCode": 128}
+            )
+        security = {
+            **((self.pod.get("spec") or {}).get("securityContext") or {}),
+            **(spec.get("securityContext") or {}),
+        }
         base = os.path.join(self.dir, "containers", name)
         for sub in ("root", "scratch"):
             os.makedirs(os.path.join(base, sub), exist_ok=True)
@@ -422,18 +521,37 @@ class PodWorker:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(shim_spec["log_path"])
         if record.restart_count == 0:
-            self.k.record_event(self.pod, "Normal", "Pulled", f'Container image "{spec.get("image")}" already present on machine', name)
+            self.k.record_event(
+                self.pod,
+                "Normal",
+                "Pulled",
+                f'Container image "{spec.get("image")}" already present on machine',
+                name,
+            )
         run = await start_container_run(shim_spec, os.path.join(base, "spec.json"))
         if run.start_error:
             await await_container_exit(run)
             now = now_rfc3339()
-            record.state, record.exit_code, record.reason = ContainerState.TERMINATED, 128, "StartError"
-            record.message, record.started_at, record.finished_at, record.ready = run.start_error, now, now, False
+            record.state, record.exit_code, record.reason = (
+                ContainerState.TERMINATED,
+                128,
+                "StartError",
+            )
+            record.message, record.started_at, record.finished_at, record.ready = (
+                run.start_error,
+                now,
+                now,
+                False,
+            )
             self.k.record_event(self.pod, "Warning", "Failed", f"Error: {run.start_error}", name)
             self.mark_dirty()
             return {"exitCode": 128}
         self.runs[name] = run
-        record.state, record.started_at, record.waiting_message = ContainerState.RUNNING, run.started_at, None
+        record.state, record.started_at, record.waiting_message = (
+            ContainerState.RUNNING,
+            run.started_at,
+            None,
+        )
         record.container_id = f"localkube://{self.uid[:8]}-{name}-{record.restart_count}"
         self.write_state()
         if record.restart_count == 0:
@@ -441,11 +559,21 @@ class PodWorker:
         self.k.record_event(self.pod, "Normal", "Started", f"Started container {name}", name)
         if self.stopping.is_set():
             signal_process(run.pid, signal.SIGKILL)
-        post_start = ((spec.get("lifecycle") or {}).get("postStart")) if not record.is_init else None
+        post_start = (
+            ((spec.get("lifecycle") or {}).get("postStart")) if not record.is_init else None
+        )
         if post_start and not self.stopping.is_set():
-            error = await run_hook(self.k.state_dir, self.uid, name, post_start, self.facts.pod_ip, HOOK_TIMEOUT_S)
+            error = await run_hook(
+                self.k.state_dir, self.uid, name, post_start, self.facts.pod_ip, HOOK_TIMEOUT_S
+            )
             if error:
-                self.k.record_event(self.pod, "Warning", "FailedPostStartHook", f"PostStartHook failed: {error}", name)
+                self.k.record_event(
+                    self.pod,
+                    "Warning",
+                    "FailedPostStartHook",
+                    f"PostStartHook failed: {error}",
+                    name,
+                )
                 signal_process(run.pid, signal.SIGKILL)
         record.ready = not record.is_init and not self.stopping.is_set()
         self.mark_dirty()
@@ -476,10 +604,12 @@ class PodWorker:
         deadline = time.monotonic() + grace
         if first and grace > 0:
             hooks = []
-            for name, run in list(self.runs.items()):
+            for name in list(self.runs):
                 spec = next((c for c in self.main_specs if c["name"] == name), None)
                 pre_stop = ((spec or {}).get("lifecycle") or {}).get("preStop")
-                self.k.record_event(self.pod, "Normal", "Killing", f"Stopping container {name}", name)
+                self.k.record_event(
+                    self.pod, "Normal", "Killing", f"Stopping container {name}", name
+                )
                 if pre_stop:
                     hooks.append(self.run_pre_stop(name, pre_stop, grace))
             if hooks:
@@ -501,7 +631,9 @@ class PodWorker:
     async def run_pre_stop(self, name: str, handler: dict, grace: float) -> None:
         error = await run_hook(self.k.state_dir, self.uid, name, handler, self.facts.pod_ip, grace)
         if error:
-            self.k.record_event(self.pod, "Warning", "FailedPreStopHook", f"PreStopHook failed: {error}", name)
+            self.k.record_event(
+                self.pod, "Warning", "FailedPreStopHook", f"PreStopHook failed: {error}", name
+            )
 
     async def kill_everything(self) -> None:
         for run in list(self.runs.values()):

@@ -49,7 +49,11 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
         os.unlink(spec["exit_path"])
     write_json_atomically(spec_path, spec)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", SHIM_PATH, spec_path,
+        sys.executable,
+        "-I",
+        "-S",
+        SHIM_PATH,
+        spec_path,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=None,
@@ -58,14 +62,16 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
     run = ContainerRun(exit_path=spec["exit_path"], shim_pid=process.pid, process=process)
     try:
         line = await asyncio.wait_for(process.stdout.readline(), SHIM_START_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         line = b"FAILED the container did not start within %d s" % SHIM_START_TIMEOUT_S
     text = line.decode(errors="replace").strip()
     if text.startswith("STARTED "):
         _, pid, started_at = text.split(" ", 2)
         run.pid, run.started_at = int(pid), started_at
     else:
-        run.start_error = text.removeprefix("FAILED ").strip() or "the shim exited before starting the container"
+        run.start_error = (
+            text.removeprefix("FAILED ").strip() or "the shim exited before starting the container"
+        )
     return run
 
 
@@ -101,7 +107,12 @@ async def await_container_exit(run: ContainerRun) -> dict:
         await await_pid_exit(run.shim_pid)
     record = read_exit_record(run.exit_path)
     if record is None:
-        return {"exitCode": 137, "signal": 9, "reason": "ContainerStatusUnknown", "message": "The container's shim exited without an exit record"}
+        return {
+            "exitCode": 137,
+            "signal": 9,
+            "reason": "ContainerStatusUnknown",
+            "message": "The container's shim exited without an exit record",
+        }
     return record
 
 

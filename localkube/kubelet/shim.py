@@ -53,7 +53,9 @@ def check_call(rc: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(
+    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     rc = libc.mount(
         source.encode() if source else None,
         target.encode(),

@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class ContainerState(str, Enum):
+class ContainerState(StrEnum):
     WAITING = "waiting"
     RUNNING = "running"
     TERMINATED = "terminated"
 
 
-class PodPhase(str, Enum):
+class PodPhase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     ALWAYS = "Always"
     ON_FAILURE = "OnFailure"
     NEVER = "Never"
@@ -138,10 +138,20 @@ def compute_phase(pod: dict, init: list[ContainerRecord], main: list[ContainerRe
     return PodPhase.PENDING
 
 
-def make_condition(kind: str, ok: bool, previous: dict[str, dict], reason: str | None = None, message: str | None = None) -> dict:
+def make_condition(
+    kind: str,
+    ok: bool,
+    previous: dict[str, dict],
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict:
     status = "True" if ok else "False"
     before = previous.get(kind)
-    since = before["lastTransitionTime"] if before and before.get("status") == status and before.get("lastTransitionTime") else now_rfc3339()
+    since = (
+        before["lastTransitionTime"]
+        if before and before.get("status") == status and before.get("lastTransitionTime")
+        else now_rfc3339()
+    )
     cond = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
     if not ok and reason:
         cond["reason"] = reason
@@ -150,7 +160,9 @@ def make_condition(kind: str, ok: bool, previous: dict[str, dict], reason: str |
     return cond
 
 
-def build_conditions(pod: dict, phase: PodPhase, init: list[ContainerRecord], main: list[ContainerRecord]) -> list[dict]:
+def build_conditions(
+    pod: dict, phase: PodPhase, init: list[ContainerRecord], main: list[ContainerRecord]
+) -> list[dict]:
     previous = {c.get("type"): c for c in ((pod.get("status") or {}).get("conditions") or [])}
     unfinished_init = [r.name for r in init if not r.succeeded()]
     unready = [r.name for r in main if not r.ready]
@@ -166,8 +178,12 @@ def build_conditions(pod: dict, phase: PodPhase, init: list[ContainerRecord], ma
             init_reason,
             f"containers with incomplete status: [{' '.join(unfinished_init)}]",
         ),
-        make_condition("Ready", not unready and not terminal, previous, ready_reason, ready_message),
-        make_condition("ContainersReady", not unready and not terminal, previous, ready_reason, ready_message),
+        make_condition(
+            "Ready", not unready and not terminal, previous, ready_reason, ready_message
+        ),
+        make_condition(
+            "ContainersReady", not unready and not terminal, previous, ready_reason, ready_message
+        ),
     ]
     scheduled = previous.get("PodScheduled") or {
         "type": "PodScheduled",
@@ -189,7 +205,9 @@ class PodRuntimeFacts:
     failure_message: str | None = None
 
 
-def build_pod_status(pod: dict, init: list[ContainerRecord], main: list[ContainerRecord], facts: PodRuntimeFacts) -> dict:
+def build_pod_status(
+    pod: dict, init: list[ContainerRecord], main: list[ContainerRecord], facts: PodRuntimeFacts
+) -> dict:
     """The whole `status` of the pod (sent as a merge patch, so lists are complete)."""
     phase = PodPhase.FAILED if facts.failure_reason else compute_phase(pod, init, main)
     status: dict = {

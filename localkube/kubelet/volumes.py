@@ -40,14 +40,19 @@ def resolve_field_path(pod: dict, path: str, pod_ip: str | None, host_ip: str) -
     }
     if path in simple:
         return simple[path] or ""
-    for prefix, mapping in (("metadata.labels", meta.get("labels")), ("metadata.annotations", meta.get("annotations"))):
+    for prefix, mapping in (
+        ("metadata.labels", meta.get("labels")),
+        ("metadata.annotations", meta.get("annotations")),
+    ):
         mapping = mapping or {}
         if path == prefix:
             return "\n".join(f'{k}="{v}"' for k, v in sorted(mapping.items()))
         if path.startswith(prefix + "['") and path.endswith("']"):
             return mapping.get(path[len(prefix) + 2 : -2], "")
     allowed = sorted(simple) + ["metadata.labels['KEY']", "metadata.annotations['KEY']"]
-    raise VolumeError(f"fieldRef.fieldPath: {path!r} is not supported; allowed: {', '.join(allowed)}")
+    raise VolumeError(
+        f"fieldRef.fieldPath: {path!r} is not supported; allowed: {', '.join(allowed)}"
+    )
 
 
 def write_file(directory: str, relpath: str, data: bytes, mode: int) -> None:
@@ -62,18 +67,24 @@ def write_file(directory: str, relpath: str, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def select_items(data: dict[str, bytes], items: list[dict] | None, default_mode: int) -> list[tuple[str, bytes, int]]:
+def select_items(
+    data: dict[str, bytes], items: list[dict] | None, default_mode: int
+) -> list[tuple[str, bytes, int]]:
     if not items:
         return [(k, v, default_mode) for k, v in data.items()]
     chosen = []
     for item in items:
         if item["key"] not in data:
             raise VolumeError(f"configmap/secret key {item['key']!r} not found")
-        chosen.append((item.get("path") or item["key"], data[item["key"]], item.get("mode") or default_mode))
+        chosen.append(
+            (item.get("path") or item["key"], data[item["key"]], item.get("mode") or default_mode)
+        )
     return chosen
 
 
-async def read_source_data(kind: str, source: dict, namespace: str, get: ObjectGetter) -> dict[str, bytes] | None:
+async def read_source_data(
+    kind: str, source: dict, namespace: str, get: ObjectGetter
+) -> dict[str, bytes] | None:
     name = source.get("name") or source.get("secretName")
     obj = await get(kind, namespace, name)
     if obj is None:
@@ -91,14 +102,24 @@ async def read_source_data(kind: str, source: dict, namespace: str, get: ObjectG
     return data
 
 
-async def fill_source(directory: str, kind: str, source: dict, pod: dict, ips: tuple[str | None, str], get: ObjectGetter, mode: int) -> None:
+async def fill_source(
+    directory: str,
+    kind: str,
+    source: dict,
+    pod: dict,
+    ips: tuple[str | None, str],
+    get: ObjectGetter,
+    mode: int,
+) -> None:
     namespace = pod["metadata"]["namespace"]
     if kind in ("configMap", "secret"):
         api_kind = "configmaps" if kind == "configMap" else "secrets"
         data = await read_source_data(api_kind, source, namespace, get)
         if data is None:
             return
-        for rel, blob, item_mode in select_items(data, source.get("items"), source.get("defaultMode") or mode):
+        for rel, blob, item_mode in select_items(
+            data, source.get("items"), source.get("defaultMode") or mode
+        ):
             write_file(directory, rel, blob, item_mode)
     elif kind == "downwardAPI":
         for item in source.get("items") or []:
@@ -125,11 +146,17 @@ def resolve_resource_field(pod: dict, ref: dict, container_name: str | None = No
 
             number = parse_quantity(value, f"resourceFieldRef {resource}")
             divisor = parse_quantity(ref.get("divisor") or "1", "resourceFieldRef.divisor")
-            return str(max(1, int(-(-number // divisor)))) if key == "cpu" else str(int(number // divisor))
+            return (
+                str(max(1, int(-(-number // divisor))))
+                if key == "cpu"
+                else str(int(number // divisor))
+            )
     return "0"
 
 
-async def materialize_volumes(pod: dict, pod_dir: str, ips: tuple[str | None, str], get: ObjectGetter) -> dict[str, str]:
+async def materialize_volumes(
+    pod: dict, pod_dir: str, ips: tuple[str | None, str], get: ObjectGetter
+) -> dict[str, str]:
     """Create every volume of the pod; returns volume name -> host path."""
     paths = {}
     for volume in (pod.get("spec") or {}).get("volumes") or []:
@@ -145,7 +172,15 @@ async def materialize_volumes(pod: dict, pod_dir: str, ips: tuple[str | None, st
         paths[name] = directory
         for kind in ("configMap", "secret", "downwardAPI"):
             if kind in volume:
-                await fill_source(directory, kind, volume[kind], pod, ips, get, volume[kind].get("defaultMode") or DEFAULT_MODE)
+                await fill_source(
+                    directory,
+                    kind,
+                    volume[kind],
+                    pod,
+                    ips,
+                    get,
+                    volume[kind].get("defaultMode") or DEFAULT_MODE,
+                )
         if "projected" in volume:
             projected = volume["projected"]
             mode = projected.get("defaultMode") or DEFAULT_MODE
@@ -160,7 +195,10 @@ def write_etc_files(pod: dict, pod_dir: str, pod_ip: str | None) -> dict[str, st
     hostname = (pod.get("spec") or {}).get("hostname") or name
     etc = os.path.join(pod_dir, "etc")
     os.makedirs(etc, exist_ok=True)
-    hosts = "# Kubernetes-managed hosts file (localkube).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    hosts = (
+        "# Kubernetes-managed hosts file (localkube).\n127.0.0.1\tlocalhost\n"
+        "::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
     if pod_ip:
         hosts += f"{pod_ip}\t{hostname}\n"
     for alias in (pod.get("spec") or {}).get("hostAliases") or []:
@@ -175,18 +213,27 @@ def write_etc_files(pod: dict, pod_dir: str, pod_ip: str | None) -> dict[str, st
     return out
 
 
-def build_container_mounts(container: dict, volume_paths: dict[str, str], etc_files: dict[str, str]) -> list[dict]:
-    mounts = [{"source": src, "target": target, "readOnly": False} for target, src in etc_files.items()]
+def build_container_mounts(
+    container: dict, volume_paths: dict[str, str], etc_files: dict[str, str]
+) -> list[dict]:
+    mounts = [
+        {"source": src, "target": target, "readOnly": False} for target, src in etc_files.items()
+    ]
     for vm in container.get("volumeMounts") or []:
         name = vm["name"]
         if name not in volume_paths:
-            raise VolumeError(f'containers[{container["name"]}].volumeMounts: volume "{name}" is not a volume of the pod')
+            raise VolumeError(
+                f'containers[{container["name"]}].volumeMounts: volume "{name}" '
+                "is not a volume of the pod"
+            )
         source = volume_paths[name]
         if vm.get("subPath"):
             source = os.path.join(source, vm["subPath"])
             if not os.path.exists(source):
                 os.makedirs(source, exist_ok=True)
-        mounts.append({"source": source, "target": vm["mountPath"], "readOnly": bool(vm.get("readOnly"))})
+        mounts.append(
+            {"source": source, "target": vm["mountPath"], "readOnly": bool(vm.get("readOnly"))}
+        )
     return mounts
 
 

@@ -473,3 +473,56 @@ def test_kubelet_crash_readopts_pods_and_down_leaves_nothing_behind(tmp_path):
     finally:
         stop_localkube(handle)
     assert leftovers(handle.state_dir, marker) == left
+
+
+def test_lifecycle_hooks_run_inside_the_container(v1, tmp_path):
+    name = unique("hooks")
+    out = tmp_path / "hooks"
+    out.mkdir()
+    loop = "trap 'exit 0' TERM; while true; do sleep 0.1; done"
+    pod = make_pod(
+        name,
+        ["sh", "-c", loop],
+        terminationGracePeriodSeconds=10,
+        container={
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+            "lifecycle": {
+                "postStart": {"exec": {"command": ["sh", "-c", "hostname > /out/post"]}},
+                "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /out/pre"]}},
+            },
+        },
+        volumes=[{"name": "out", "hostPath": {"path": str(out)}}],
+    )
+    v1.create_namespaced_pod("default", pod)
+    wait_phase(v1, name, ("Running",))
+    poll(lambda: (out / "post").exists() and (out / "post").read_text() == f"{name}\n")
+    start = time.monotonic()
+    v1.delete_namespaced_pod(name, "default")
+    wait_gone(v1, name)
+    assert (out / "pre").read_text() == "stopping\n"
+    assert time.monotonic() - start < 8
+
+
+def test_missing_command_fails_to_start_with_exit_128(v1):
+    name = unique("nocmd")
+    v1.create_namespaced_pod("default", make_pod(name, ["no-such-program-anywhere"]))
+    done = wait_phase(v1, name, ("Failed",))
+    state = done.status.container_statuses[0].state.terminated
+    assert state.exit_code == 128 and state.reason == "StartError"
+    assert "no-such-program-anywhere" in state.message
+    v1.delete_namespaced_pod(name, "default")
+
+
+def test_gpus_allocated_by_the_scheduler_are_visible_to_the_container(v1):
+    name = unique("gpu")
+    pod = make_pod(
+        name,
+        ["sh", "-c", "echo devices=$NVIDIA_VISIBLE_DEVICES"],
+        container={"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+    )
+    v1.create_namespaced_pod("default", pod)
+    done = wait_phase(v1, name, ("Succeeded", "Failed"))
+    ids = (done.metadata.annotations or {}).get("localkube.io/gpu-ids")
+    assert ids and len(ids.split(",")) == 2
+    assert f"devices={ids}" in read_log(v1, name)
+    v1.delete_namespaced_pod(name, "default")

@@ -198,8 +198,11 @@ def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> tupl
 class _HashingWriter(io.RawIOBase):
     """A write-only file that hashes and counts what passes through it."""
 
-    def __init__(self, target: io.BufferedWriter) -> None:
+    def __init__(
+        self, target: io.BufferedWriter, also: Callable[[bytes], None] | None = None
+    ) -> None:
         self.target = target
+        self.also = also
         self.digest = hashlib.sha256()
         self.size = 0
 
@@ -210,6 +213,8 @@ class _HashingWriter(io.RawIOBase):
         self.digest.update(data)
         self.size += len(data)
         self.target.write(data)
+        if self.also is not None:
+            self.also(bytes(data))
         return len(data)
 
 
@@ -229,12 +234,14 @@ def write_bundle(
     name: str,
     progress: ProgressCallback | None = None,
     compresslevel: int = DEFAULT_COMPRESSLEVEL,
+    on_archive_bytes: Callable[[bytes], None] | None = None,
 ) -> BundleInfo:
     """Pack `src_dir` into `out_path` (a .tar.gz with MANIFEST.json first).
 
     Excludes `.git`, `__pycache__` and `*.pyc`; members are in sorted order
     with owner 0 and normalized modes. The archive is written to a temporary
-    name and renamed into place when complete.
+    name and renamed into place when complete. `on_archive_bytes` sees the
+    compressed bytes as they are written (tshell push uploads them at once).
     """
     pairs, skipped = collect_source_files(src_dir)
     sizes = [p.stat().st_size for _, p in pairs]
@@ -262,7 +269,7 @@ def write_bundle(
     tmp = out.with_name(f".{out.name}.partial")
     try:
         with open(tmp, "wb") as raw:
-            hashing = _HashingWriter(raw)
+            hashing = _HashingWriter(raw, on_archive_bytes)
             with gzip.GzipFile(
                 filename="", mode="wb", fileobj=hashing, compresslevel=compresslevel, mtime=0
             ) as gz:

@@ -52,10 +52,10 @@ def test_push_then_fetch_in_a_pod_restores_the_tree(tmp_path: Path, s3_server: S
     uri = f"s3://{s3_server.bucket}/bundles/digits.tar.gz"
     assert uri in pushed.stdout
     assert "in 3 part(s)" in pushed.stdout and "verified: ETag" in pushed.stdout
-    head = s3_server.client().head_object(Bucket=s3_server.bucket, Key="bundles/digits.tar.gz")
+    stored = s3_server.client().get_object(Bucket=s3_server.bucket, Key="bundles/digits.tar.gz")
     sha_line = next(line for line in pushed.stdout.splitlines() if line.startswith("sha256 "))
-    assert head["Metadata"]["sha256"] == sha_line.split()[1].rstrip(";")
-    assert head["ETag"].strip('"').endswith("-3")
+    assert hashlib.sha256(stored["Body"].read()).hexdigest() == sha_line.split()[1]
+    assert stored["ETag"].strip('"').endswith("-3")
 
     url = presign_bundle_url(s3_server.client(), uri, 300)
     result, workspace = run_fetch(tmp_path / "pod", url)
@@ -123,3 +123,29 @@ def test_bad_bundle_from_s3_is_refused_by_the_pod(
     assert result.returncode == 65
     assert text in result.stderr
     assert not (workspace / "code").exists()
+
+
+def test_push_of_a_small_bundle_uses_one_put_and_is_verified(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    src = tmp_path / "tiny"
+    (src / "code").mkdir(parents=True)
+    (src / "code" / "main.py").write_text("print(1)\n")
+    pushed = tshell(s3_server, "push", str(src), f"s3://{s3_server.bucket}/small/", "--name", "t1")
+    assert pushed.returncode == 0, pushed.stderr
+    assert (
+        f"s3://{s3_server.bucket}/small/t1.tar.gz" in pushed.stdout
+        and "in 1 part(s)" in pushed.stdout
+    )
+    head = s3_server.client().head_object(Bucket=s3_server.bucket, Key="small/t1.tar.gz")
+    assert "-" not in head["ETag"]
+
+
+def test_push_to_a_missing_bucket_fails_and_leaves_no_upload(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    src = make_project(tmp_path / "proj")
+    pushed = tshell(s3_server, "push", str(src), "s3://no-such-bucket/b/", "--part-size", "5")
+    assert pushed.returncode == 1
+    assert "upload to s3://no-such-bucket/b/proj.tar.gz failed" in pushed.stderr
+    assert "NoSuchBucket" in pushed.stderr

@@ -2,13 +2,14 @@
 
 pack writes the bundle format of `runtime/bundle.py` (the one place that
 knows it). upload sends a file with boto3's managed transfer (multipart and
-parallel above the threshold) and then checks that S3 holds the same bytes:
-it computes, while the upload runs, the ETag S3 must report for these bytes
-and this part size (MD5 of the part MD5s, `-N`, or the plain MD5 for a single
-PUT) and compares it with the ETag S3 returns, plus the size. Where S3's ETag
-is not an MD5 (SSE-KMS objects) it falls back to downloading and hashing.
-The file's sha256 is stored as object metadata `sha256` when known up front
-(push knows it from pack).
+parallel above the threshold); push packs and uploads at the same time,
+sending each part as soon as it is compressed (`StreamingUpload`).
+
+Both then check that S3 holds the same bytes: they know the ETag S3 must
+report for these bytes and this part size (MD5 of the part MD5s and `-N`,
+or the plain MD5 for a single PUT) and compare it and the size with
+`head_object`. Where S3's ETag is not an MD5 (SSE-KMS objects) they download
+the object and compare sha256.
 
 Endpoint, credentials and region come from boto3's usual places (AWS_*
 environment, ~/.aws), TSHELL_S3_ENDPOINT_URL, or with --aws-conn-id from an
@@ -167,23 +168,32 @@ def upload_file(
         raise UploadError(
             f"{file_path} changed while uploading (sha256 {hashed['sha256']}, packed as {sha256})"
         )
+    verified_by = verify_uploaded(
+        client, bucket, key, size, hashed["etag"], hashed["parts"], hashed["sha256"]
+    )
+    etag = verified_by.split()[1] if verified_by.startswith("ETag ") else ""
+    return UploadResult(
+        f"s3://{bucket}/{key}", size, hashed["sha256"], etag, hashed["parts"], verified_by
+    )
+
+
+def verify_uploaded(
+    client: Any, bucket: str, key: str, size: int, expected: str, parts: int, sha256: str
+) -> str:
+    """Check that S3 holds `size` bytes whose ETag is `expected`; say how it was verified."""
     head = client.head_object(Bucket=bucket, Key=key)
     etag = str(head.get("ETag", "")).strip('"')
     if head.get("ContentLength") != size:
         raise UploadError(
             f"s3://{bucket}/{key}: S3 holds {head.get('ContentLength')} bytes; {size} were sent"
         )
-    if etag == hashed["etag"]:
-        verified_by = f"ETag {etag} matches the local MD5 of {hashed['parts']} part(s)"
-    elif len(etag.split("-")[0]) != 32:
-        verified_by = verify_by_download(client, bucket, key, hashed["sha256"])
-    else:
-        raise UploadError(
-            f"s3://{bucket}/{key}: S3's ETag {etag} differs from the local {hashed['etag']}; "
-            "the upload is corrupt"
-        )
-    return UploadResult(
-        f"s3://{bucket}/{key}", size, hashed["sha256"], etag, hashed["parts"], verified_by
+    if etag == expected:
+        return f"ETag {etag} matches the local MD5 of {parts} part(s)"
+    if len(etag.split("-")[0]) != 32:  # not an MD5 (e.g. SSE-KMS): compare the content itself
+        return verify_by_download(client, bucket, key, sha256)
+    raise UploadError(
+        f"s3://{bucket}/{key}: S3's ETag {etag} differs from the local {expected}; "
+        "the upload is corrupt"
     )
 
 
@@ -205,6 +215,8 @@ def pack_directory(
     out: str | os.PathLike[str] | None,
     name: str | None,
     show_progress: bool | None = None,
+    bar: ProgressBar | None = None,
+    on_archive_bytes: Any = None,
 ) -> BundleInfo:
     """Pack with a progress bar; warnings about large or skipped files go to stderr."""
     src_path = Path(src)
@@ -212,9 +224,11 @@ def pack_directory(
     out_path = Path(out) if out else Path(f"{bundle_name}.tar.gz")
     if out_path.is_dir():
         out_path = out_path / f"{bundle_name}.tar.gz"
-    bar = ProgressBar(f"pack {bundle_name}", 0, enabled=show_progress)
+    bar = bar or ProgressBar(f"pack {bundle_name}", 0, enabled=show_progress)
     try:
-        info = write_bundle(src_path, out_path, bundle_name, progress=bar.set)
+        info = write_bundle(
+            src_path, out_path, bundle_name, progress=bar.set, on_archive_bytes=on_archive_bytes
+        )
     finally:
         bar.close()
     for entry in info.large_files:
@@ -230,6 +244,141 @@ def pack_directory(
             file=sys.stderr,
         )
     return info
+
+
+class StreamingUpload:
+    """A multipart upload fed with an archive's bytes while they are being written.
+
+    `tshell push` hands this to `write_bundle`, so parts go up in parallel
+    while later parts are still being compressed: push takes about
+    max(pack, upload) rather than their sum. Part MD5s are taken as the bytes
+    pass, which gives the expected ETag without reading the file again.
+    Archives smaller than one part go up with a single PUT.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        key: str,
+        part_size: int,
+        concurrency: int,
+        progress: ProgressBar | None = None,
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.client, self.bucket, self.key = client, bucket, key
+        self.part_size = part_size
+        self.progress = progress
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tshell-part")
+        # Bounds memory: at most this many parts are held while waiting for the network.
+        self.slots = threading.BoundedSemaphore(concurrency + 2)
+        self.buffer = bytearray()
+        self.part_md5s: list[bytes] = []
+        self.futures: list[Any] = []
+        self.upload_id: str | None = None
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        self.size += len(data)
+        while len(self.buffer) >= self.part_size:
+            part = bytes(self.buffer[: self.part_size])
+            del self.buffer[: self.part_size]
+            self._submit(part)
+
+    def _submit(self, part: bytes) -> None:
+        for future in self.futures:
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # stop packing at the first failed part
+        if self.upload_id is None:
+            answer = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)
+            self.upload_id = answer["UploadId"]
+        self.part_md5s.append(hashlib.md5(part, usedforsecurity=False).digest())
+        number = len(self.part_md5s)
+        self.slots.acquire()
+        self.futures.append(self.pool.submit(self._upload_part, number, part))
+
+    def _upload_part(self, number: int, part: bytes) -> dict[str, Any]:
+        try:
+            answer = self.client.upload_part(
+                Bucket=self.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                PartNumber=number,
+                Body=part,
+            )
+            if self.progress:
+                self.progress.add(len(part))
+            return {"PartNumber": number, "ETag": answer["ETag"]}
+        finally:
+            self.slots.release()
+
+    def finish(self) -> tuple[str, int]:
+        """Send what is left and complete; returns (expected ETag, number of parts)."""
+        if self.upload_id is None:
+            body = bytes(self.buffer)
+            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=body)
+            if self.progress:
+                self.progress.add(len(body))
+            return hashlib.md5(body, usedforsecurity=False).hexdigest(), 1
+        if self.buffer:
+            self._submit(bytes(self.buffer))
+            self.buffer.clear()
+        parts = [future.result() for future in self.futures]
+        self.client.complete_multipart_upload(
+            Bucket=self.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": parts},
+        )
+        self.pool.shutdown()
+        combined = hashlib.md5(b"".join(self.part_md5s), usedforsecurity=False).hexdigest()
+        return f"{combined}-{len(self.part_md5s)}", len(self.part_md5s)
+
+    def abort(self) -> None:
+        for future in self.futures:
+            future.cancel()
+        self.pool.shutdown(wait=True)
+        if self.upload_id is not None:
+            try:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=self.key, UploadId=self.upload_id
+                )
+            except Exception:  # noqa: BLE001 - best effort; the original error matters more
+                pass
+
+
+def push_directory(
+    client: Any,
+    src: str | os.PathLike[str],
+    dest: str,
+    name: str | None,
+    workdir: str | os.PathLike[str],
+    part_size: int = DEFAULT_PART_SIZE,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    show_progress: bool | None = None,
+) -> tuple[BundleInfo, UploadResult]:
+    """Pack `src` and upload the archive while it is being written, then verify it in S3."""
+    bundle_name = name or Path(src).resolve().name
+    bucket, key = parse_destination(dest, f"{bundle_name}.tar.gz")
+    bar = ProgressBar(f"push {bundle_name}", 0, enabled=show_progress)
+    stream = StreamingUpload(client, bucket, key, part_size, concurrency)
+    try:
+        info = pack_directory(src, workdir, bundle_name, bar=bar, on_archive_bytes=stream.write)
+        expected, parts = stream.finish()
+    except BaseException as exc:
+        stream.abort()
+        if isinstance(exc, (BundleError, KeyboardInterrupt)):
+            raise
+        raise UploadError(f"upload to s3://{bucket}/{key} failed: {exc}") from None
+    verified_by = verify_uploaded(
+        client, bucket, key, info.archive_size, expected, parts, info.archive_sha256
+    )
+    result = UploadResult(
+        f"s3://{bucket}/{key}", info.archive_size, info.archive_sha256, expected, parts, verified_by
+    )
+    return info, result
 
 
 # --------------------------------------------------------------------------- commands
@@ -319,11 +468,30 @@ def run_upload(args: argparse.Namespace) -> int:
 
 
 def run_push(args: argparse.Namespace) -> int:
+    if args.part_size < 5:
+        print(
+            f"tshell: --part-size: {args.part_size} given; S3 requires at least 5 MiB parts",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     with tempfile.TemporaryDirectory(prefix="tshell-push-") as tmp:
         try:
-            info = pack_directory(args.source, tmp, args.name)
-        except BundleError as exc:
+            client = make_s3_client(args.aws_conn_id)
+            info, result = push_directory(
+                client,
+                args.source,
+                args.destination,
+                args.name,
+                tmp,
+                args.part_size * MIB,
+                args.concurrency,
+            )
+        except (BundleError, UploadError, ValueError) as exc:
             print(f"tshell: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        print_bundle(info)
-        return _upload_with_bar(args, info.path, info.archive_sha256)
+    print_bundle(info)
+    print(
+        f"{result.uri}  {format_bytes(result.size)} ({result.size} bytes) in {result.parts} part(s)"
+    )
+    print(f"verified: {result.verified_by}")
+    return EXIT_OK

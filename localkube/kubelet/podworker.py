@@ -254,7 +254,7 @@ class PodWorker:
                 entry.get("shimPid"), "localkube/kubelet/shim.py"
             ) and is_process_alive(entry.get("pid")):
                 runs[name] = ContainerRun(
-                    os.path.join(base_dir, name, "exit.json"),
+                    os.path.join(base_dir, name, "exit.bin"),
                     entry["shimPid"],
                     entry["pid"],
                     (before.get("state") or {}).get("running", {}).get("startedAt"),
@@ -515,7 +515,7 @@ class PodWorker:
             "argv": argv,
             "env": env,
             "log_path": os.path.join(log_dir, f"{record.restart_count}.log"),
-            "exit_path": os.path.join(base, "exit.json"),
+            "exit_path": os.path.join(base, "exit.bin"),
         }
         self.container_env[name] = {"env": env, "workingDir": shim_spec["workingDir"]}
         with contextlib.suppress(FileNotFoundError):
@@ -528,7 +528,7 @@ class PodWorker:
                 f'Container image "{spec.get("image")}" already present on machine',
                 name,
             )
-        run = await start_container_run(shim_spec, os.path.join(base, "spec.json"))
+        run = await start_container_run(shim_spec, os.path.join(base, "spec.bin"))
         if run.start_error:
             await await_container_exit(run)
             now = now_rfc3339()

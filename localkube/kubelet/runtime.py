@@ -1,7 +1,7 @@
 """Starting, signalling and awaiting container runs through the shim.
 
 One run = one shim process (see shim.py). `start_container_run` writes the
-shim's spec, spawns it and reads its first line (STARTED pid / FAILED why);
+shim's spec (a marshal file), spawns it and reads its first line (STARTED pid / FAILED why);
 `await_container_exit` waits for the shim and returns its exit record. Runs
 re-adopted after a kubelet restart are awaited through a pidfd.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import marshal
 import os
 import signal
 import sys
@@ -47,7 +48,10 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
     """Spawn the shim for `spec`; returns once the container's process exists (or failed)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(spec["exit_path"])
-    write_json_atomically(spec_path, spec)
+    tmp = f"{spec_path}.tmp"
+    with open(tmp, "wb") as f:
+        marshal.dump(spec, f)
+    os.replace(tmp, spec_path)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-I",
@@ -77,9 +81,9 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
 
 def read_exit_record(path: str) -> dict | None:
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            return marshal.load(f)
+    except (OSError, ValueError, EOFError, TypeError):
         return None
 
 

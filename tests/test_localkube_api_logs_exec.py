@@ -233,3 +233,10 @@ def test_exec_into_a_container_without_a_process_is_refused(localkube_api, fake_
     assert error.value.code == 400
     assert json.loads(error.value.read())["message"] == \
         'unable to upgrade connection: container not found ("main")'
+
+
+def test_logs_of_a_container_that_ended_without_output_are_empty(localkube_api, fake_pod):
+    fake_pod.set_container_state("main", {"terminated": {"exitCode": 128,
+                                                         "reason": "StartError"}},
+                                 phase="Failed")
+    assert read_log(localkube_api.core_v1(), fake_pod.name, "default") == ""

@@ -70,7 +70,8 @@ def current_restart(state_dir: str, uid: str, container: str) -> int | None:
     return entry.get("restartCount")
 
 
-def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path:
+def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path | None:
+    """The file to read; None when the container finished without a log file."""
     name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
     directory = pod_dir(state_dir, uid) / "logs" / container
     state = read_pod_state(state_dir, uid).get("containers", {}).get(container, {})
@@ -84,6 +85,9 @@ def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path:
                                      f'"{name}" not found')
         restart -= 1
     if restart is None or not (directory / f"{restart}.log").exists():
+        if not previous and is_terminated(pod, container) and \
+                (pod.get("spec") or {}).get("nodeName"):
+            return None  # it ended without writing a line (e.g. it never started): no output
         if not (pod.get("spec") or {}).get("nodeName"):
             raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
                                      "start: ContainerCreating")

@@ -213,6 +213,8 @@ class CoreHandlers:
         options = podlogs.LogOptions(request.rel_url.query)
         container = podlogs.pick_container(pod, request.rel_url.query.get("container"))
         path = podlogs.log_file(self.state_dir, pod, container, options.previous)
+        if path is None:
+            return web.Response(body=b"", content_type="text/plain")
         text, offset = podlogs.read_logs(path, options)
         if options.limit_bytes is not None:
             text = text[:options.limit_bytes]

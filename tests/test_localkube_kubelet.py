@@ -234,3 +234,26 @@ def test_quantities_parse(text, value):
 def test_bad_quantity_names_the_field():
     with pytest.raises(ValueError, match="limits.memory: 'lots'"):
         parse_quantity("lots", "limits.memory")
+
+
+def test_log_lines_are_written_in_cri_format(tmp_path):
+    import re
+
+    from localkube.kubelet.shim import PARTIAL_LINE_LIMIT, LogWriter
+
+    path = tmp_path / "0.log"
+    writer = LogWriter(str(path))
+    writer.feed("stdout", b"one\ntw")
+    writer.feed("stderr", b"err\n")
+    writer.feed("stdout", b"o\n" + b"x" * (PARTIAL_LINE_LIMIT + 5))
+    writer.flush_stream("stdout")
+    lines = path.read_bytes().decode().splitlines()
+    pattern = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr) ([FP]) (.*)$")
+    parsed = [pattern.match(line).groups() for line in lines]
+    assert parsed == [
+        ("stdout", "F", "one"),
+        ("stderr", "F", "err"),
+        ("stdout", "F", "two"),
+        ("stdout", "P", "x" * PARTIAL_LINE_LIMIT),
+        ("stdout", "F", "xxxxx"),
+    ]

@@ -131,16 +131,22 @@ class PipelineWorld:
         path.write_text(yaml.safe_dump(body))
         return path
 
-    def run_dag(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None,
+    def run_dag(self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None,
                 timeout: float = DAG_TEST_TIMEOUT_S) -> DagResult:
-        """`dag.test()` of one DAG in a subprocess; returns the run's state and every task's state."""
+        """`dag.test()` of one DAG in a subprocess; returns the run's state and every task's state.
+
+        The same `logical_date` twice gives the same run_id: the second call
+        replaces the first run, as clearing a run does.
+        """
         script = textwrap.dedent(
             f"""
-            import json, sys
+            import datetime, json, sys
             from airflow.dag_processing.dagbag import DagBag
             bag = DagBag(dag_folder={str(REPO / 'dags')!r}, safe_mode=False)
             dag = bag.dags[{dag_id!r}]
-            run = dag.test(run_conf={conf!r})
+            logical_date = {logical_date!r}
+            kwargs = {{"logical_date": datetime.datetime.fromisoformat(logical_date), "run_after": datetime.datetime.fromisoformat(logical_date)}} if logical_date else {{}}
+            run = dag.test(run_conf={conf!r}, **kwargs)
             tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
             print("PIPELINE_RESULT " + json.dumps({{"state": str(run.state), "tasks": tasks,
                                                    "run_id": run.run_id}}))
@@ -155,9 +161,9 @@ class PipelineWorld:
                 return DagResult(data["state"], data["tasks"], data["run_id"], output)
         raise AssertionError(f"dag.test() of {dag_id} gave no result (rc {done.returncode}):\n{output[-8000:]}")
 
-    def run_request(self, body: dict[str, Any]) -> DagResult:
+    def run_request(self, body: dict[str, Any], logical_date: str | None = None) -> DagResult:
         self.write_request(body)
-        return self.run_dag(f"tfjob__{body['name']}")
+        return self.run_dag(f"tfjob__{body['name']}", logical_date=logical_date)
 
     def s3_keys(self, prefix: str) -> list[str]:
         client = self.s3.client()

@@ -128,9 +128,6 @@ def teardown_pod_network(state_dir: str, pod_uid: str) -> None:
     name = pod_netns_name(state_dir, pod_uid)
     if netns_exists(name):
         run_ip(["netns", "del", name], check=False)
-    cluster = cluster_netns_name(state_dir)
-    if netns_exists(cluster):
-        run_ip(["-n", cluster, "link", "del", pod_veth_name(pod_uid)], check=False)
 
 
 class AddressPool:

@@ -189,7 +189,7 @@ class PodWorker:
             await asyncio.gather(*loops)
             return
         async with self.k.start_slots:
-            prepared = await self.prepare()
+            prepared = not self.stopping.is_set() and await self.prepare()
         if not prepared:
             await self.stopping.wait()
             return
@@ -466,6 +466,8 @@ class PodWorker:
         name = spec["name"]
         record = self.records[name]
         image = self.images[name]
+        if self.stopping.is_set():
+            return {"exitCode": 137}
         try:
             env = await build_environment(
                 self.pod, spec, image, self.ips(), self.k.api_port, self.k.get_object
@@ -648,8 +650,9 @@ class PodWorker:
         await self.kill_everything()
         if self.forwarder:
             await self.forwarder.stop()
+        # unconditional: a stop may have raced with the namespace's creation
+        await asyncio.to_thread(network.teardown_pod_network, self.k.state_dir, self.uid)
         if self.netns:
-            await asyncio.to_thread(network.teardown_pod_network, self.k.state_dir, self.uid)
             self.k.addresses.release(self.facts.pod_ip)
         self.write_state()
 

@@ -3,7 +3,7 @@
 Why this exists: apache-airflow-client has no token helper. Airflow 3 wants a
 JWT from ``POST /auth/token`` as a bearer token, valid for a limited time. This
 module fetches it, refreshes it shortly before it expires and once more when
-the server answers 401 anyway (a restarted Airflow with a new secret), and
+the server rejects it anyway (401/403: a restarted Airflow with a new secret), and
 turns transport and HTTP failures into errors a person can act on:
 unreachable, wrong credentials, not found, refused input.
 
@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TOKEN_PATH = "/auth/token"
-REQUEST_TIMEOUT_S = 15.0
+REQUEST_TIMEOUT_S = 30.0
+# Airflow answers 401 without a token and 403 "Invalid JWT token" for a bad or expired one.
+TOKEN_REJECTED = (401, 403)
 # Refresh this long before the token's own expiry, so no call races it.
 TOKEN_REFRESH_MARGIN_S = 60.0
 
@@ -156,7 +158,7 @@ class AirflowSession:
         return self._api
 
     def call(self, operation: Callable[[airflow_api.ApiClient], T], what: str = "") -> T:
-        """Run `operation` with the generated client; one retry with a new token on 401."""
+        """Run `operation` with the generated client; one retry with a new token when it is rejected."""
         import urllib3
         from airflow_client.client.exceptions import ApiException
 
@@ -164,7 +166,7 @@ class AirflowSession:
             try:
                 return operation(self.api_client())
             except ApiException as error:
-                if error.status == 401 and attempt == 1:
+                if error.status in TOKEN_REJECTED and attempt == 1:
                     self.refresh_token()
                     continue
                 raise self.describe_http_error(error.status, error.body, what) from None
@@ -206,7 +208,7 @@ class AirflowSession:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
-                if error.code == 401 and attempt == 1:
+                if error.code in TOKEN_REJECTED and attempt == 1:
                     self.refresh_token()
                     continue
                 raise self.describe_http_error(error.code, error.read(), path) from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import functools
 import json
 import sys
 import time
@@ -24,22 +25,30 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from tshell.airflow_client import AirflowClientError, AirflowNotFoundError, AirflowSession
+from tshell.airflow_client import (
+    AirflowClientError,
+    AirflowNotFoundError,
+    AirflowSession,
+    AirflowUnreachableError,
+)
 from tshell.config import ConfigError, TshellConfig, load_config
 
 # apache-airflow-client (seconds to import), boto3 and the request model are imported
 # inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
 
+T = TypeVar("T")
 SUBMIT_DAG_ID = "tfjob_submit"
 DAG_ID_PREFIX = "tfjob"
 TRAIN_TASK_ID = "train"
 LAUNCH_TASK_ID = "launch"
 REPLICA_LOG_PREFIX = "[{role}-{index}]"
 POLL_INTERVAL_S = 2.0
+# How long a following command (--wait, --follow, cancel) rides out an unreachable Airflow.
+UNREACHABLE_PATIENCE_S = 120.0
 LIST_LIMIT = 50
 
 
@@ -428,6 +437,25 @@ def open_session() -> tuple[TshellConfig, AirflowSession]:
     return config, AirflowSession(config.airflow)
 
 
+def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PATIENCE_S) -> T:
+    """`operation()`, retried while Airflow is unreachable for up to `patience` seconds.
+
+    Following a run takes minutes; one slow answer of a busy API server should not end it.
+    """
+    first_failure: float | None = None
+    while True:
+        try:
+            return operation()
+        except AirflowUnreachableError as error:
+            now = time.monotonic()
+            if first_failure is None:
+                first_failure = now
+                sys.stderr.write(f"note: {error}; retrying for {patience:.0f} s\n")
+            if now - first_failure > patience:
+                raise
+            time.sleep(POLL_INTERVAL_S)
+
+
 def follow_run(
     session: AirflowSession, ref: RunRef, out: TextIO, poll_interval: float = POLL_INTERVAL_S
 ) -> dict[str, Any]:
@@ -435,8 +463,8 @@ def follow_run(
     seen: dict[str, str] = {}
     endpoints_shown = False
     while True:
-        run = session.get_json(ref.path)
-        for task in list_task_instances(session, ref):
+        run = call_patiently(lambda: session.get_json(ref.path))
+        for task in call_patiently(lambda: list_task_instances(session, ref)):
             state = task.get("state") or "none"
             if seen.get(task["task_id"]) != state:
                 seen[task["task_id"]] = state
@@ -573,7 +601,7 @@ def iter_live_log(
     """Lines of the task's latest try; with `follow`, keep reading until the task ends."""
     token: str | None = None
     while True:
-        tasks = {t["task_id"]: t for t in list_task_instances(session, ref)}
+        tasks = {t["task_id"]: t for t in call_patiently(lambda: list_task_instances(session, ref))}
         task = tasks.get(task_id)
         if task is None:
             raise CommandError(
@@ -583,7 +611,10 @@ def iter_live_log(
             )
         finished = (task.get("state") or "none") in FINISHED_TASK_STATES
         if task.get("try_number"):
-            lines, token = fetch_task_log(session, ref, task_id, task["try_number"], token)
+            read = functools.partial(
+                fetch_task_log, session, ref, task_id, task["try_number"], token
+            )
+            lines, token = call_patiently(read)
             yield from lines
         if not follow or finished:
             return
@@ -707,7 +738,7 @@ def await_tasks_finished(
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        tasks = list_task_instances(session, ref)
+        tasks = call_patiently(lambda: list_task_instances(session, ref))
         unfinished = [
             t["task_id"] for t in tasks if (t.get("state") or "none") not in FINISHED_TASK_STATES
         ]

@@ -63,6 +63,7 @@ def tshell_env(
     airflow: AirflowHandle, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
     monkeypatch.setenv("TSHELL_AIRFLOW_URL", airflow.url)
     monkeypatch.setenv("TSHELL_USERNAME", airflow.username)
     monkeypatch.setenv("TSHELL_PASSWORD", airflow.password)
@@ -118,6 +119,7 @@ def finished_run(airflow: AirflowHandle, s3_server: S3Server, tmp_path_factory) 
     env = {
         **os.environ,
         "TSHELL_CONFIG": "/nonexistent/tshell.yaml",
+        "TSHELL_SERVICES_FILE": "/nonexistent/services.json",
         "TSHELL_AIRFLOW_URL": airflow.url,
         "TSHELL_USERNAME": airflow.username,
         "TSHELL_PASSWORD": airflow.password,

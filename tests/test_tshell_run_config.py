@@ -21,6 +21,12 @@ from tshell.run_commands import (
 )
 
 
+@pytest.fixture(autouse=True)
+def no_embedded_services(tmp_path, monkeypatch):
+    # A running `make up` on this machine must not leak into these tests.
+    monkeypatch.setattr("tshell.config.SERVICES_FILE", tmp_path / "no-services.json")
+
+
 def write_config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -53,6 +59,38 @@ def test_embedded_default_reads_the_generated_admin_password(tmp_path):
     config = load_config({"AIRFLOW_HOME": str(home)}, tmp_path / "missing.yaml")
     assert config.airflow.url == "http://127.0.0.1:8080"
     assert (config.airflow.username, config.airflow.password) == ("admin", "gen-pw")
+
+
+def test_embedded_default_uses_what_make_up_recorded(tmp_path):
+    home = tmp_path / "airflow"
+    home.mkdir()
+    (home / "simple_auth_manager_passwords.json.generated").write_text('{"admin": "gen-pw"}')
+    services = tmp_path / "services.json"
+    services.write_text(
+        json.dumps(
+            {
+                "airflow": {"url": "http://127.0.0.1:18080", "home": str(home)},
+                "s3": {
+                    "endpoint_url": "http://127.0.0.1:19000",
+                    "access_key": "k",
+                    "secret_key": "s",
+                    "region": "us-east-1",
+                },
+            }
+        )
+    )
+    config = load_config({"TSHELL_SERVICES_FILE": str(services)}, tmp_path / "missing.yaml")
+    assert (config.airflow.url, config.airflow.password) == ("http://127.0.0.1:18080", "gen-pw")
+    assert (config.s3.endpoint_url, config.s3.access_key, config.s3.secret_key) == (
+        "http://127.0.0.1:19000",
+        "k",
+        "s",
+    )
+    with_env = load_config(
+        {"TSHELL_SERVICES_FILE": str(services), "AWS_ENDPOINT_URL": "http://real:1"},
+        tmp_path / "missing.yaml",
+    )
+    assert (with_env.s3.endpoint_url, with_env.s3.access_key) == ("http://real:1", None)
 
 
 def test_missing_password_says_where_to_set_one(tmp_path):

@@ -8,9 +8,11 @@ setting won. Order, first found wins, field by field:
    TSHELL_S3_ENDPOINT_URL (or the standard AWS_ENDPOINT_URL);
 2. the config file: $TSHELL_CONFIG, else ~/.config/tshell/config.yaml
    (``airflow: {url, username, password}`` and ``s3: {endpoint_url, region}``);
-3. the embedded default: http://127.0.0.1:8080, user admin, the password Airflow
-   generated in <airflow home>/simple_auth_manager_passwords.json.generated
-   (home: $AIRFLOW_HOME, else .state/airflow of this repo).
+3. the embedded default (`make up`): the URLs and S3 credentials that
+   scripts/services.py recorded in .state/services.json of this repo, else
+   http://127.0.0.1:8080; user admin with the password Airflow generated in
+   <airflow home>/simple_auth_manager_passwords.json.generated (home:
+   $AIRFLOW_HOME, else .state/airflow of this repo).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ DEFAULT_CONFIG_PATH = Path("~/.config/tshell/config.yaml")
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_AIRFLOW_HOME = REPO_ROOT / ".state" / "airflow"
+SERVICES_FILE = REPO_ROOT / ".state" / "services.json"
 
 
 class ConfigError(ValueError):
@@ -47,6 +50,9 @@ class AirflowConfig:
 class S3Config:
     endpoint_url: str | None
     region: str | None
+    # Only set for the embedded default; otherwise boto3's usual chain finds credentials.
+    access_key: str | None = None
+    secret_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,15 @@ def read_generated_password(airflow_home: Path, username: str) -> str | None:
         return None
 
 
+def read_services_file(path: Path) -> dict[str, Any]:
+    """What `make up` recorded about the embedded default; {} when it is not up."""
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def load_config(
     env: Mapping[str, str] | None = None, config_path: Path | None = None
 ) -> TshellConfig:
@@ -90,12 +105,20 @@ def load_config(
     data = read_config_file(path)
     file_airflow = data.get("airflow", {})
     file_s3 = data.get("s3", {})
+    services = read_services_file(Path(env.get("TSHELL_SERVICES_FILE") or SERVICES_FILE))
+    embedded_airflow = services.get("airflow", {})
+    embedded_s3 = services.get("s3", {})
 
-    url = env.get("TSHELL_AIRFLOW_URL") or file_airflow.get("url") or DEFAULT_AIRFLOW_URL
+    url = (
+        env.get("TSHELL_AIRFLOW_URL")
+        or file_airflow.get("url")
+        or embedded_airflow.get("url")
+        or DEFAULT_AIRFLOW_URL
+    )
     username = env.get("TSHELL_USERNAME") or file_airflow.get("username") or DEFAULT_USERNAME
     password = env.get("TSHELL_PASSWORD") or file_airflow.get("password")
     if not password:
-        home = Path(env.get("AIRFLOW_HOME") or DEFAULT_AIRFLOW_HOME)
+        home = Path(env.get("AIRFLOW_HOME") or embedded_airflow.get("home") or DEFAULT_AIRFLOW_HOME)
         password = read_generated_password(home, username)
     if not password:
         raise ConfigError(
@@ -109,9 +132,15 @@ def load_config(
         or file_s3.get("endpoint_url")
     )
     region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or file_s3.get("region")
+    access_key = secret_key = None
+    if endpoint is None and embedded_s3.get("endpoint_url"):
+        endpoint = embedded_s3["endpoint_url"]
+        region = region or embedded_s3.get("region")
+        if not env.get("AWS_ACCESS_KEY_ID"):
+            access_key, secret_key = embedded_s3.get("access_key"), embedded_s3.get("secret_key")
     return TshellConfig(
         airflow=AirflowConfig(
             url=str(url).rstrip("/"), username=str(username), password=str(password)
         ),
-        s3=S3Config(endpoint_url=endpoint, region=region),
+        s3=S3Config(endpoint, region, access_key, secret_key),
     )

@@ -312,7 +312,11 @@ def make_s3_client(config: TshellConfig) -> Any:
     import boto3
 
     return boto3.client(
-        "s3", endpoint_url=config.s3.endpoint_url, region_name=config.s3.region or "us-east-1"
+        "s3",
+        endpoint_url=config.s3.endpoint_url,
+        region_name=config.s3.region or "us-east-1",
+        aws_access_key_id=config.s3.access_key,
+        aws_secret_access_key=config.s3.secret_key,
     )
 
 

@@ -1,0 +1,271 @@
+"""Bring the embedded default up or down in one step: S3 server, localkube, Airflow.
+
+    python scripts/services.py up   [--state-dir .state] [--s3-port 9000] [--kube-port 6443]
+                                    [--airflow-port 8080] [--bucket tfjob-demo]
+    python scripts/services.py down [--state-dir .state]
+    python scripts/services.py env  [--state-dir .state]   # export lines for tshell/boto3
+
+Why this exists: the three services depend on each other in a fixed order.
+localkube forwards the S3 port into every pod, so S3 starts first; Airflow's
+connections name localkube's kubeconfig and the S3 endpoint, so Airflow starts
+last. Stopping goes the other way: Airflow first (no task creates a pod while
+the cluster goes away), then localkube (its kubelets remove every pod, network
+namespace and mount), then S3. Each step is idempotent, so `up` twice and
+`down` twice are both fine.
+
+After `up`, <state>/services.json records the endpoints and <state>/services.env
+holds `export` lines (AWS_ENDPOINT_URL, credentials, TSHELL_AIRFLOW_URL) for a
+shell: `source .state/services.env`. tshell reads services.json by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STATE_DIR = REPO_ROOT / ".state"
+DEFAULT_BUCKET = "tfjob-demo"
+S3_ACCESS_KEY = os.environ.get("TFJOB_S3_ACCESS_KEY", "tfjob-local")
+S3_SECRET_KEY = os.environ.get("TFJOB_S3_SECRET_KEY", "tfjob-local-secret")
+S3_REGION = "us-east-1"
+SERVICES_FILE = "services.json"
+ENV_FILE = "services.env"
+STEP_TIMEOUT_S = 600
+
+
+class ServiceError(RuntimeError):
+    """A service did not start or stop; the message names it and where its log is."""
+
+
+def _load_airflow_server() -> Any:
+    # scripts/ is not a package: load the sibling launcher by path.
+    spec = importlib.util.spec_from_file_location(
+        "tfjob_scripts_airflow_server", Path(__file__).with_name("airflow_server.py")
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+airflow_server = _load_airflow_server()
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    root: Path
+
+    @property
+    def s3(self) -> Path:
+        return self.root / "s3"
+
+    @property
+    def localkube(self) -> Path:
+        return self.root / "localkube"
+
+    @property
+    def airflow(self) -> Path:
+        return self.root / "airflow"
+
+
+def run_step(name: str, argv: list[str]) -> str:
+    """Run one component's own CLI; its output, or ServiceError with it."""
+    completed = subprocess.run(
+        argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=STEP_TIMEOUT_S
+    )
+    output = (completed.stdout + completed.stderr).strip()
+    if completed.returncode != 0:
+        raise ServiceError(f"{name} failed (exit {completed.returncode}):\n{output}")
+    return output
+
+
+def build_connections(kubeconfig: Path, s3_endpoint: str) -> dict[str, str]:
+    """Airflow's connections to localkube and the S3 server, as AIRFLOW_CONN_* variables."""
+    kubernetes = {
+        "conn_type": "kubernetes",
+        "extra": {"kube_config_path": str(kubeconfig), "in_cluster": False},
+    }
+    aws = {
+        "conn_type": "aws",
+        "login": S3_ACCESS_KEY,
+        "password": S3_SECRET_KEY,
+        "extra": {"endpoint_url": s3_endpoint, "region_name": S3_REGION},
+    }
+    return {
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(kubernetes),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
+    }
+
+
+def start_s3(paths: StatePaths, port: int, buckets: list[str]) -> str:
+    argv = [sys.executable, str(REPO_ROOT / "scripts" / "s3_server.py"), "up"]
+    argv += ["--port", str(port), "--state-dir", str(paths.s3)]
+    argv += ["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY]
+    for bucket in buckets:
+        argv += ["--bucket", bucket]
+    print(run_step("S3 server", argv))
+    return json.loads((paths.s3 / "ready.json").read_text())["endpoint"]
+
+
+def start_localkube(paths: StatePaths, port: int, s3_port: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(paths.localkube)]
+    argv += ["--port", str(port), "--forward", str(s3_port)]
+    print(run_step("localkube", argv))
+    return json.loads((paths.localkube / "localkube.json").read_text())
+
+
+def write_service_files(paths: StatePaths, record: dict[str, Any]) -> None:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    (paths.root / SERVICES_FILE).write_text(json.dumps(record, indent=2))
+    (paths.root / ENV_FILE).write_text(format_env_lines(record))
+
+
+def format_env_lines(record: dict[str, Any]) -> str:
+    values = {
+        "AWS_ENDPOINT_URL": record["s3"]["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": record["s3"]["access_key"],
+        "AWS_SECRET_ACCESS_KEY": record["s3"]["secret_key"],
+        "AWS_DEFAULT_REGION": record["s3"]["region"],
+        "KUBECONFIG": record["localkube"]["kubeconfig"],
+        "TSHELL_AIRFLOW_URL": record["airflow"]["url"],
+        "AIRFLOW_HOME": record["airflow"]["home"],
+    }
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in values.items())
+
+
+def bring_up(
+    paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, buckets: list[str]
+) -> dict[str, Any]:
+    """Start (or find running) S3, localkube and Airflow, in that order."""
+    s3_endpoint = start_s3(paths, s3_port, buckets)
+    actual_s3_port = int(s3_endpoint.rsplit(":", 1)[1])
+    cluster = start_localkube(paths, kube_port, actual_s3_port)
+    kubeconfig = Path(cluster["kubeconfig"])
+    settings = airflow_server.AirflowSettings(
+        home=paths.airflow,
+        port=airflow_port,
+        extra_env=build_connections(kubeconfig, s3_endpoint),
+    )
+    instance = airflow_server.start_airflow(settings)
+    record = {
+        "s3": {
+            "endpoint_url": s3_endpoint,
+            "access_key": S3_ACCESS_KEY,
+            "secret_key": S3_SECRET_KEY,
+            "region": S3_REGION,
+            "buckets": buckets,
+        },
+        "localkube": {"api_url": cluster["api_url"], "kubeconfig": str(kubeconfig)},
+        "airflow": {"url": instance.url, "username": instance.username, "home": str(instance.home)},
+    }
+    write_service_files(paths, record)
+    return record | {"airflow_password": instance.password}
+
+
+def bring_down(paths: StatePaths) -> list[str]:
+    """Stop Airflow, localkube and S3, in that order; what each said."""
+    said = []
+    stopped = airflow_server.stop_airflow(paths.airflow)
+    said.append(
+        f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running"
+    )
+    errors = []
+    for name, argv in (
+        (
+            "localkube",
+            [sys.executable, "-m", "localkube", "down", "--state-dir", str(paths.localkube)],
+        ),
+        (
+            "S3 server",
+            [
+                sys.executable,
+                str(REPO_ROOT / "scripts" / "s3_server.py"),
+                "down",
+                "--state-dir",
+                str(paths.s3),
+            ],
+        ),
+    ):
+        try:
+            said.append(run_step(name, argv))
+        except ServiceError as error:  # go on: stop the rest before reporting
+            errors.append(str(error))
+    (paths.root / SERVICES_FILE).unlink(missing_ok=True)
+    (paths.root / ENV_FILE).unlink(missing_ok=True)
+    if errors:
+        raise ServiceError("\n".join(errors))
+    return said
+
+
+def check_root() -> None:
+    if os.geteuid() != 0:
+        raise ServiceError(
+            "localkube runs pods in their own network and mount namespaces, which needs root: "
+            "run as root (sudo make up)"
+        )
+
+
+def print_summary(record: dict[str, Any], paths: StatePaths) -> None:
+    print()
+    print(
+        f"Airflow UI   {record['airflow']['url']}  (login {record['airflow']['username']} / "
+        f"{record['airflow_password']})"
+    )
+    s3, kube = record["s3"], record["localkube"]
+    print(f"S3           {s3['endpoint_url']}  buckets: {', '.join(s3['buckets'])}")
+    print(f"Kubernetes   {kube['api_url']}  kubeconfig {kube['kubeconfig']}")
+    print(f"For a shell: source {paths.root / ENV_FILE}")
+    print("Stop everything: make down")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["up", "down", "env"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--s3-port", type=int, default=9000)
+    parser.add_argument("--kube-port", type=int, default=6443)
+    parser.add_argument("--airflow-port", type=int, default=airflow_server.DEFAULT_PORT)
+    parser.add_argument(
+        "--bucket", action="append", help=f"bucket to create (default {DEFAULT_BUCKET})"
+    )
+    args = parser.parse_args(argv)
+    paths = StatePaths(args.state_dir.resolve())
+    try:
+        if args.action == "up":
+            check_root()
+            record = bring_up(
+                paths,
+                args.s3_port,
+                args.kube_port,
+                args.airflow_port,
+                args.bucket or [DEFAULT_BUCKET],
+            )
+            print_summary(record, paths)
+        elif args.action == "down":
+            for line in bring_down(paths):
+                print(line)
+        else:
+            env_file = paths.root / ENV_FILE
+            if not env_file.exists():
+                raise ServiceError(f"no {env_file}: the services are not up (make up)")
+            print(env_file.read_text(), end="")
+    except (ServiceError, airflow_server.AirflowStartError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        if args.action == "up":
+            print("Services that did start keep running; `make down` stops them.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -60,11 +60,13 @@ ACTIVE_STATES = frozenset({"queued", "running"})
 ENDED_STATES = frozenset({"success", "failed"})
 
 
-def classify_dag_run_state(state: str | None) -> RunState:
+def classify_dag_run_state(state: Any) -> RunState:
     """A DagRun's state (None: no such run) as the janitor sees it."""
     if state is None:
         return RunState.MISSING
-    return RunState.ENDED if str(state).lower() in ENDED_STATES else RunState.ACTIVE
+    # The Task SDK's DagRunState is a (str, Enum): str() of it is "DagRunState.SUCCESS".
+    value = str(getattr(state, "value", state)).lower()
+    return RunState.ENDED if value in ENDED_STATES else RunState.ACTIVE
 
 
 @dataclass(frozen=True)
@@ -220,9 +222,12 @@ def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False) -> Sw
 def lookup_from_task_instance(ti: Any) -> RunStateLookup:
     """Inside an Airflow task: the Task SDK's DagRun queries (no database access needed)."""
     def lookup(dag_id: str, run_id: str) -> RunState:
-        if not ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]):
+        count = ti.get_dr_count(dag_id=dag_id, run_ids=[run_id])
+        if not count:
             return RunState.MISSING
-        return classify_dag_run_state(ti.get_dagrun_state(dag_id=dag_id, run_id=run_id))
+        state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        log.info("janitor: Airflow has dag %s run %s in state %r", dag_id, run_id, state)
+        return classify_dag_run_state(state)
     return lookup
 
 

@@ -1,5 +1,7 @@
 """The janitor's sweep against a real localkube API server; Airflow's answers given per run."""
 
+import enum
+
 import kubernetes
 import pytest
 from localkube_fixtures import localkube_api  # noqa: F401  (pytest fixture)
@@ -51,6 +53,11 @@ def test_airflow_states_map_to_what_the_janitor_does():
     assert classify_dag_run_state("failed") is RunState.ENDED
     assert classify_dag_run_state("running") is RunState.ACTIVE
     assert classify_dag_run_state("queued") is RunState.ACTIVE
+
+    class SdkDagRunState(str, enum.Enum):  # noqa: UP042  (the Task SDK's shape)
+        SUCCESS = "success"
+
+    assert classify_dag_run_state(SdkDagRunState.SUCCESS) is RunState.ENDED
 
 
 def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(clients):

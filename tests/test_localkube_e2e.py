@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -84,3 +85,62 @@ def test_pod_runs_to_success_with_logs_exec_and_clean_down(tmp_path):
         stop_localkube(handle)
     assert live_pids(pids) == []
     assert netns_of(handle.state_dir) == set()
+
+
+KPO_DAG = '''
+import os
+import pendulum
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+
+with DAG("localkube_kpo", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+    KubernetesPodOperator(
+        task_id="ok", name="ok", namespace="default", image="busybox:1.36",
+        cmds=["sh", "-c", 'echo hello from pod; mkdir -p /airflow/xcom; '
+                          'echo "$ANSWER" > /airflow/xcom/return.json'],
+        env_vars={"ANSWER": '{"answer": 42}'},
+        config_file=os.environ["LOCALKUBE_KUBECONFIG"], in_cluster=False,
+        get_logs=True, do_xcom_push=True)
+    KubernetesPodOperator(
+        task_id="bad", name="bad", namespace="default", image="busybox:1.36",
+        cmds=["sh", "-c", "echo failing now; exit 3"],
+        config_file=os.environ["LOCALKUBE_KUBECONFIG"], in_cluster=False, get_logs=True)
+'''
+
+RUN_DAG = '''
+import json
+from airflow.dag_processing.dagbag import DagBag
+run = DagBag(dag_folder={folder!r}, safe_mode=False).dags["localkube_kpo"].test()
+print("KPO_RESULT " + json.dumps({{ti.task_id: [str(ti.state), ti.xcom_pull(task_ids=ti.task_id)
+                                    if ti.task_id == "ok" else None]
+                                   for ti in run.get_task_instances()}}))
+'''
+
+
+@pytest.mark.slow
+def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
+    """KPO with get_logs and do_xcom_push (its sidecar is read through exec) succeeds; a failing
+    pod fails its task with the pod's log in the task log; both pods are deleted."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "kpo.py").write_text(KPO_DAG)
+    handle = start_localkube(tmp_path)
+    try:
+        env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+               "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+               "LOCALKUBE_KUBECONFIG": handle.kubeconfig}
+        env.pop("AIRFLOW_CONFIG", None)
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
+                       capture_output=True, check=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", RUN_DAG.format(folder=str(dags))], env=env,
+                              capture_output=True, text=True, timeout=400)
+        output = done.stdout + done.stderr
+        result = next((json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines()
+                       if line.startswith("KPO_RESULT ")), None)
+        assert result is not None, output[-5000:]
+        assert result["ok"] == ["success", {"answer": 42}], output[-5000:]
+        assert result["bad"][0] == "failed"
+        assert "hello from pod" in output and "failing now" in output
+        assert handle.core_v1().list_namespaced_pod("default").items == []
+    finally:
+        stop_localkube(handle)

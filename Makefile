@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
-.PHONY: setup test test-fast lint demo down bench
+.PHONY: setup test test-fast lint demo up down bench
 
 setup: $(STAMP)
 
@@ -32,3 +32,14 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The main job: services up, digits-ps packed, uploaded, submitted and followed.
+demo: setup
+	$(PY) scripts/demo.py
+
+up: setup
+	$(PY) scripts/services.py up
+
+down:
+	@test -x $(PY) || { echo "nothing to stop: no .venv"; exit 0; }
+	$(PY) scripts/services.py down

@@ -364,7 +364,7 @@ def test_exec_command_runs_inside_the_container(v1, cluster):
             name,
             ["sleep", "3600"],
             terminationGracePeriodSeconds=0,
-            container={"env": [{"name": "GREETING", "value": "hi"}]},
+            container={"env": [{"name": "GREETING", "value": "hi"}], "workingDir": "/srv/lk-work"},
         ),
     )
     pod = wait_phase(v1, name, ("Running",))
@@ -372,11 +372,12 @@ def test_exec_command_runs_inside_the_container(v1, cluster):
         cluster.state_dir,
         pod.metadata.uid,
         "main",
-        ["sh", "-c", "hostname; echo $GREETING; cat /proc/1/cmdline | tr '\\0' ' '"],
+        ["sh", "-c", "hostname; echo $GREETING; cat /proc/1/cmdline | tr '\\0' ' '; echo; pwd"],
     )
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=10)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == [name, "hi", "sleep 3600 "]
+    assert out.stdout.split("\n")[:4] == [name, "hi", "sleep 3600 ", "/srv/lk-work"]
+    assert not os.path.exists("/srv/lk-work")
     with pytest.raises(ContainerNotRunning):
         build_exec_command(cluster.state_dir, pod.metadata.uid, "nope", ["true"])
     v1.delete_namespaced_pod(name, "default")
@@ -526,3 +527,22 @@ def test_gpus_allocated_by_the_scheduler_are_visible_to_the_container(v1):
     assert ids and len(ids.split(",")) == 2
     assert f"devices={ids}" in read_log(v1, name)
     v1.delete_namespaced_pod(name, "default")
+
+
+def test_unsupported_volume_type_keeps_the_pod_pending_with_failed_mount(v1):
+    name = unique("pvc")
+    pod = make_pod(
+        name,
+        ["true"],
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}],
+    )
+    v1.create_namespaced_pod("default", pod)
+
+    def failed_mount():
+        events = v1.list_namespaced_event("default", field_selector=f"involvedObject.name={name}")
+        return [e for e in events.items if e.reason == "FailedMount"]
+
+    assert "not supported by localkube" in poll(failed_mount)[0].message
+    assert v1.read_namespaced_pod(name, "default").status.phase == "Pending"
+    v1.delete_namespaced_pod(name, "default")
+    wait_gone(v1, name)

@@ -347,6 +347,9 @@ class Kubelet:
         while True:
             try:
                 if resource_version is None:
+                    if not self.initial_sync:
+                        # the API server may have restarted, resetting our node to Unknown
+                        await self.api.patch_node_status(self.node, self.node_status())
                     resource_version = await self.sync_pods()
                 async for event in self.api.watch_node_pods(self.node, resource_version):
                     obj = event.get("object") or {}

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 ObjectGetter = Callable[[str, str, str], Awaitable[dict | None]]
 DEFAULT_MODE = 0o644
+SUPPORTED_VOLUME_KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
 
 
 class VolumeError(RuntimeError):
@@ -161,6 +162,12 @@ async def materialize_volumes(
     paths = {}
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         name = volume["name"]
+        kinds = [k for k in volume if k != "name"]
+        if not any(k in SUPPORTED_VOLUME_KINDS for k in kinds):
+            raise VolumeError(
+                f"volume {name!r}: type {kinds} is not supported by localkube; "
+                f"supported: {', '.join(SUPPORTED_VOLUME_KINDS)}"
+            )
         if "hostPath" in volume:
             host = volume["hostPath"]["path"]
             if volume["hostPath"].get("type") in ("DirectoryOrCreate",):

@@ -15,10 +15,12 @@ Use it from any test module:
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +85,56 @@ def mark_node_ready(handle: LocalkubeHandle, node: str, ready: bool = True) -> N
     handle.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [
         {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
          "message": "set by a test"}]}}, content_type="application/merge-patch+json")
+
+
+def cri_stamp(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+
+
+class FakeKubeletPod:
+    """A pod bound to node-1 whose kubelet files (state.json, CRI logs) the test writes itself,
+    for pods/log and pods/exec tests against an API server without kubelets."""
+
+    def __init__(self, handle, namespace: str, containers: tuple[str, ...] = ("main",)) -> None:
+        self.handle, self.namespace = handle, namespace
+        self.name = f"p-{uuid.uuid4().hex[:6]}"
+        core = handle.core_v1()
+        pod = core.create_namespaced_pod(namespace, {"metadata": {"name": self.name}, "spec": {
+            "schedulerName": "nobody",
+            "containers": [{"name": c, "image": "busybox:1"} for c in containers]}})
+        self.uid = pod.metadata.uid
+        handle.request("POST", f"/api/v1/namespaces/{namespace}/pods/{self.name}/binding",
+                       {"target": {"kind": "Node", "name": "node-1"}})
+        self.dir = Path(handle.state_dir) / "kubelet" / "pods" / self.uid
+        self.containers = {c: {"pid": None, "restartCount": 0, "env": {}, "workingDir": "/",
+                               "root": None} for c in containers}
+        self.write_state()
+
+    def write_state(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name,
+                                   "uid": self.uid, "netns": "", "ip": "10.77.1.2",
+                                   "containers": self.containers}))
+        tmp.replace(self.dir / "state.json")
+
+    def append_log(self, container: str, lines: list[tuple[str, str, str]],
+                   restart: int = 0, when: datetime.datetime | None = None) -> None:
+        path = self.dir / "logs" / container / f"{restart}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = cri_stamp(when or datetime.datetime.now(datetime.UTC))
+        with path.open("a") as handle:
+            for stream_name, tag, text in lines:
+                handle.write(f"{stamp} {stream_name} {tag} {text}\n")
+
+    def set_container_state(self, container: str, state: dict, phase: str = "Running") -> None:
+        self.handle.request(
+            "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
+            {"status": {"phase": phase, "containerStatuses": [
+                {"name": container, "state": state, "ready": "running" in state,
+                 "restartCount": self.containers[container]["restartCount"],
+                 "image": "busybox:1", "imageID": "", "started": "running" in state}]}},
+            content_type="application/merge-patch+json")
 
 
 @pytest.fixture

@@ -18,62 +18,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
-from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiException
 from kubernetes.stream import stream
-from localkube_fixtures import localkube_api  # noqa: F401  (fixture)
-
-
-def cri_stamp(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
-
-
-class FakeKubeletPod:
-    """A pod bound to node-1 whose files the test writes like the kubelet would."""
-
-    def __init__(self, handle, namespace: str, containers: tuple[str, ...] = ("main",)) -> None:
-        self.handle, self.namespace = handle, namespace
-        self.name = f"p-{uuid.uuid4().hex[:6]}"
-        core = handle.core_v1()
-        pod = core.create_namespaced_pod(namespace, {"metadata": {"name": self.name}, "spec": {
-            "schedulerName": "nobody",
-            "containers": [{"name": c, "image": "busybox:1"} for c in containers]}})
-        self.uid = pod.metadata.uid
-        handle.request("POST", f"/api/v1/namespaces/{namespace}/pods/{self.name}/binding",
-                       {"target": {"kind": "Node", "name": "node-1"}})
-        self.dir = Path(handle.state_dir) / "kubelet" / "pods" / self.uid
-        self.containers = {c: {"pid": None, "restartCount": 0, "env": {}, "workingDir": "/",
-                               "root": None} for c in containers}
-        self.write_state()
-
-    def write_state(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / "state.json.tmp"
-        tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name,
-                                   "uid": self.uid, "netns": "", "ip": "10.77.1.2",
-                                   "containers": self.containers}))
-        tmp.replace(self.dir / "state.json")
-
-    def append_log(self, container: str, lines: list[tuple[str, str, str]],
-                   restart: int = 0, when: datetime.datetime | None = None) -> None:
-        path = self.dir / "logs" / container / f"{restart}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = cri_stamp(when or datetime.datetime.now(datetime.UTC))
-        with path.open("a") as handle:
-            for stream_name, tag, text in lines:
-                handle.write(f"{stamp} {stream_name} {tag} {text}\n")
-
-    def set_container_state(self, container: str, state: dict, phase: str = "Running") -> None:
-        self.handle.request(
-            "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
-            {"status": {"phase": phase, "containerStatuses": [
-                {"name": container, "state": state, "ready": "running" in state,
-                 "restartCount": self.containers[container]["restartCount"],
-                 "image": "busybox:1", "imageID": "", "started": "running" in state}]}},
-            content_type="application/merge-patch+json")
+from localkube_fixtures import FakeKubeletPod, localkube_api  # noqa: F401  (fixture)
 
 
 def read_log(core, name: str, namespace: str, **options) -> str:

@@ -294,7 +294,8 @@ class CoreHandlers:
                 await response.write(json.dumps({"type": "ERROR", "object": status})
                                      .encode() + b"\n")
                 return response
-            await self._stream_events(request, response, watcher, timeout, bookmarks)
+            as_table = tables.wants_table(request.headers.get("Accept", ""))
+            await self._stream_events(request, response, watcher, timeout, bookmarks, as_table)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -302,8 +303,23 @@ class CoreHandlers:
         return response
 
     async def _stream_events(self, request: web.Request, response: web.StreamResponse,
-                             watcher: Watcher, timeout: float, bookmarks: bool) -> None:
+                             watcher: Watcher, timeout: float, bookmarks: bool,
+                             as_table: bool = False) -> None:
         loop = asyncio.get_running_loop()
+        info = RESOURCES[watcher.resource]
+        columns_sent = False
+
+        def line(event_type: EventType, obj: dict) -> str:
+            nonlocal columns_sent
+            if as_table:
+                # As kube-apiserver: each event carries a one-row Table, columns only once.
+                table = tables.build_table(info, [obj], obj["metadata"]["resourceVersion"])
+                if columns_sent:
+                    table["columnDefinitions"] = []
+                columns_sent = True
+                obj = table
+            return json.dumps({"type": event_type.value, "object": obj})
+
         deadline = loop.time() + timeout
         last_bookmark = loop.time()
         kind = watcher.resource and RESOURCES[watcher.resource].kind
@@ -324,10 +340,9 @@ class CoreHandlers:
                         "kind": kind, "apiVersion": "v1",
                         "metadata": {"resourceVersion": str(self.store.rv)}}}).encode() + b"\n")
                 continue
-            lines = [json.dumps({"type": kind_of_event.value, "object": obj})]
+            lines = [line(kind_of_event, obj)]
             while not watcher.queue.empty():
-                more_kind, more = watcher.queue.get_nowait()
-                lines.append(json.dumps({"type": more_kind.value, "object": more}))
+                lines.append(line(*watcher.queue.get_nowait()))
             await response.write(("\n".join(lines) + "\n").encode())
         await response.write_eof()
 

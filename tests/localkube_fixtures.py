@@ -11,6 +11,8 @@ Use it from any test module:
 (module-scoped) starts only the API server, with nodes that no kubelet reports Ready: use
 `mark_node_ready(handle, "node-1")` to let the scheduler bind to a node. Both tear down with
 `python -m localkube down`. For other shapes call `start_localkube(...)` / `stop_localkube(...)`.
+`FakeKubeletPod(handle, namespace)` plays the kubelet for one pod (state.json, CRI log files,
+container status) so pods/log and pods/exec can be tested without kubelets.
 """
 
 from __future__ import annotations

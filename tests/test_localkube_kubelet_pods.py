@@ -430,6 +430,12 @@ def test_kubelet_crash_readopts_pods_and_down_leaves_nothing_behind(tmp_path):
         for name in names:
             wait_phase(v1, name, ("Running",))
         assert len(processes_with(marker)) == 3
+        uid = v1.read_namespaced_pod(names[0], "default").metadata.uid
+        group = f"localkube-{state_hash(handle.state_dir)}/{uid}/main"
+        with open(f"/sys/fs/cgroup/memory/{group}/memory.limit_in_bytes") as f:
+            assert int(f.read()) == 100 * 2**20
+        with open(f"/sys/fs/cgroup/cpu/{group}/cpu.cfs_quota_us") as f:
+            assert int(f.read()) == 100_000
         # SIGKILL one kubelet: its pods keep running; a new kubelet re-adopts them
         info = json.loads(open(os.path.join(handle.state_dir, "localkube.json")).read())
         crashed = v1.read_namespaced_pod(names[0], "default").spec.node_name

@@ -93,3 +93,12 @@ def test_quantities_compare_exactly_and_format_canonically():
     assert format_like("requests.cpu", parse_quantity("1.5")) == "1500m"
     with pytest.raises(ValueError, match="quantity '2X' is not valid"):
         parse_quantity("2X")
+
+
+def test_strategic_merge_unions_finalizers():
+    patched = strategic_merge({"metadata": {"finalizers": ["a"]}},
+                              {"metadata": {"finalizers": ["b", "a"]}})
+    assert patched["metadata"]["finalizers"] == ["a", "b"]
+    removed = strategic_merge(patched, {"metadata": {
+        "$deleteFromPrimitiveList/finalizers": ["a"]}})
+    assert removed["metadata"]["finalizers"] == ["b"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import logging
 
 from localkube.apiserver import admission
@@ -20,6 +21,7 @@ from localkube.apiserver.store import WatchEvent
 
 log = logging.getLogger("localkube.gc")
 SWEEP_INTERVAL_S = 2.0
+EVENT_TTL_S = 3600  # kube-apiserver's default --event-ttl
 QUOTA_REFRESH_S = 0.1
 
 
@@ -99,6 +101,15 @@ class GarbageCollector:
                         self.store.find_uid(r.get("uid", "")) for r in known):
                     self._delete_quietly(resource, obj)
 
+    def expire_events(self) -> None:
+        cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=EVENT_TTL_S)
+        stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for event in self.store.list("events"):
+            last = event.get("lastTimestamp") or event["metadata"].get("creationTimestamp", "")
+            if last and last[:19] + "Z" < stamp:
+                meta = event["metadata"]
+                self.store.remove("events", meta.get("namespace", ""), meta["name"])
+
     def terminate_namespaces(self) -> bool:
         """Advance every terminating namespace; True while some are still terminating."""
         pending = False
@@ -145,5 +156,6 @@ class GarbageCollector:
                 if loop.time() - last_sweep > SWEEP_INTERVAL_S:
                     last_sweep = loop.time()
                     self.sweep_orphans()
+                    self.expire_events()
             except Exception:  # a controller must survive a bad object; log and carry on
                 log.exception("garbage collector pass failed")

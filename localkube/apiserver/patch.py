@@ -26,6 +26,8 @@ MERGE_KEYS = {
     "tolerations": None, "ownerReferences": "uid", "addresses": "type", "taints": "key",
     "podIPs": "ip", "topologySpreadConstraints": "topologyKey", "secrets": "name",
 }
+# Lists of strings that strategic merge unions instead of replacing (patchStrategy:"merge").
+PRIMITIVE_MERGE = ("finalizers",)
 # Service ports merge by port, not containerPort.
 _SERVICE_PORT_KEY = "port"
 
@@ -180,6 +182,8 @@ def strategic_merge(target: Any, patch: Any, field: str = "", parent: str = "") 
 
 
 def _merge_list(current: Any, patch: list, field: str, parent: str) -> list:
+    if field in PRIMITIVE_MERGE and isinstance(current, list):
+        return list(current) + [item for item in patch if item not in current]
     merge_key = MERGE_KEYS.get(field)
     if field == "ports" and parent == "spec" and any("port" in p for p in patch
                                                      if isinstance(p, dict)):

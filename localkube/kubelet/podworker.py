@@ -304,11 +304,11 @@ class PodWorker:
 
     # ---- preparation -----------------------------------------------------------
     async def prepare(self) -> bool:
+        if not self.facts.start_time:
+            self.facts.start_time = now_rfc3339()  # when the kubelet accepted the pod
         images = await self.check_images()
         if images is None:
             return False
-        if not self.facts.start_time:
-            self.facts.start_time = now_rfc3339()
         self.images = images
         os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
         os.chmod(os.path.join(self.dir, "tmp"), 0o1777)

@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
-.PHONY: setup test test-fast lint demo up down bench
+.PHONY: setup test test-fast lint demo up down bench s3-up s3-down
 
 setup: $(STAMP)
 
@@ -43,3 +43,9 @@ up: setup
 down:
 	@test -x $(PY) || { echo "nothing to stop: no .venv"; exit 0; }
 	$(PY) scripts/services.py down
+
+s3-up: setup
+	$(PY) scripts/s3_server.py up --port 9000 --state-dir $(STATE)/s3 --bucket tfjob-demo
+
+s3-down:
+	$(PY) scripts/s3_server.py down --state-dir $(STATE)/s3

@@ -414,6 +414,20 @@ class DatabasePoolClient:
     update_pool = _write
 
 
+def apply_everything(kubeconfig: str, airflow_url: str, token: Callable[[], str],
+                     config: TenantsConfig | None = None) -> list[ApplyResult]:
+    """Tenant objects on the cluster of `kubeconfig`, then pools in the Airflow at
+    `airflow_url`: what a start-up script calls once both are up."""
+    import kubernetes
+
+    from tfjob.tenants import load_tenants
+
+    config = config or load_tenants()
+    api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    results = apply_tenants(Clients.from_api_client(api_client), config)
+    return results + apply_pools(RestPoolClient(airflow_url, token), config)
+
+
 __all__ = [
     "ApplyResult", "Clients", "DatabasePoolClient", "Outcome", "PoolClient", "PoolSpec",
     "RestPoolClient", "TenancyRefusal", "TenantNotAppliedError", "admit_request",

@@ -510,7 +510,17 @@ def test_lifecycle_hooks_run_inside_the_container(v1, tmp_path):
     assert time.monotonic() - start < 8
 
 
-def test_missing_command_fails_to_start_with_exit_128(v1):
+def test_failures_carry_exit_codes_and_messages(v1):
+    failing = unique("fallback")
+    pod = make_pod(
+        failing,
+        ["sh", "-c", "echo first; echo 'it broke' >&2; exit 3"],
+        container={"terminationMessagePolicy": "FallbackToLogsOnError"},
+    )
+    v1.create_namespaced_pod("default", pod)
+    state = wait_phase(v1, failing, ("Failed",)).status.container_statuses[0].state.terminated
+    assert state.exit_code == 3 and state.reason == "Error" and state.message == "first\nit broke"
+    v1.delete_namespaced_pod(failing, "default")
     name = unique("nocmd")
     v1.create_namespaced_pod("default", make_pod(name, ["no-such-program-anywhere"]))
     done = wait_phase(v1, name, ("Failed",))

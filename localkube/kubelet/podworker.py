@@ -61,6 +61,8 @@ HOOK_TIMEOUT_S = 30
 DEFAULT_GRACE_S = 30
 KILL_WAIT_S = 10
 STATUS_RETRY_S = 1.0
+FALLBACK_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError, as the kubelet
+FALLBACK_BYTES = 2048
 
 
 def restart_delay(restart_count: int) -> float:
@@ -590,13 +592,30 @@ class PodWorker:
         record.exit_code = result.get("exitCode", 137)
         record.signal = result.get("signal")
         record.reason = termination_reason(result)
-        record.message = result.get("message")
+        record.message = result.get("message") or self.fallback_message(name, record)
         record.finished_at = result.get("finishedAt") or now_rfc3339()
         if result.get("startedAt"):
             record.started_at = result["startedAt"]
         self.write_state()
         self.mark_dirty()
         return result
+
+    def fallback_message(self, name: str, record: ContainerRecord) -> str | None:
+        """terminationMessagePolicy FallbackToLogsOnError: the log's tail when the run failed."""
+        spec = next((c for c in self.init_specs + self.main_specs if c["name"] == name), {})
+        if spec.get("terminationMessagePolicy") != "FallbackToLogsOnError" or record.exit_code == 0:
+            return None
+        path = os.path.join(self.dir, "logs", name, f"{record.restart_count}.log")
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        text = "\n".join(
+            line.split(" ", 3)[3] for line in lines[-FALLBACK_LINES:] if line.count(" ") >= 3
+        )
+        return text[-FALLBACK_BYTES:] or None
 
     # ---- stopping --------------------------------------------------------------
     async def stop_containers(self, grace: float) -> None:

@@ -1,9 +1,11 @@
 """`apply_tenants` and the quota preflight against a real localkube API server."""
 
+import json
 from decimal import Decimal
 
 import kubernetes
 import pytest
+import yaml
 from localkube_fixtures import localkube_api  # noqa: F401  (pytest fixture)
 from tfjob_fixtures import distributed_request_data
 
@@ -147,3 +149,39 @@ def test_admission_refuses_unknown_tenants_and_gangs_that_do_not_fit(clients):
         tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 4, "evaluator": 0}))
     with pytest.raises(TenancyRefusal, match="pods: needed 5, free 4"):
         admit_request(clients.core, wide, config)
+
+
+def test_tshell_tenants_apply_then_list_shows_each_object_and_the_usage(
+        localkube_api, tmp_path, capsys):  # noqa: F811
+    from tshell.cli import run
+
+    path = tmp_path / "tenants.yaml"
+    path.write_text(yaml.safe_dump({"tenants": [{
+        "name": "cli-a", "quota": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 1,
+                                   "pods": 5},
+        "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1}]}))
+    common = ["--file", str(path), "--kubeconfig", localkube_api.kubeconfig]
+    assert run(["tenants", "apply", *common, "--no-pools"]) == 0
+    first = capsys.readouterr().out
+    assert "Namespace tfjob-cli-a: created" in first
+    assert "ResourceQuota tfjob-cli-a/tfjob-quota: created" in first
+    assert run(["tenants", "apply", *common, "--no-pools"]) == 0
+    assert "LimitRange tfjob-cli-a/tfjob-defaults: unchanged" in capsys.readouterr().out
+
+    assert run(["tenants", "list", *common]) == 0
+    listing = capsys.readouterr().out
+    assert "cli-a" in listing and "tfjob-tenant-cli-a" in listing
+    assert "0/2" in listing and "0/5" in listing  # used/quota of cpu and pods
+
+    assert run(["tenants", "list", *common, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["used"] == {"cpu": "0", "memory": "0", "nvidia.com/gpu": "0", "pods": "0"}
+
+
+def test_tshell_tenants_apply_names_a_bad_file_and_fails(tmp_path, capsys):
+    from tshell.cli import run
+
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n  - name: Bad_Name\n")
+    assert run(["tenants", "apply", "--file", str(path), "--no-pools"]) == 1
+    assert "tenants[0].name: 'Bad_Name' given" in capsys.readouterr().err

@@ -1,0 +1,116 @@
+"""End to end through the REST API of a real `airflow standalone` (scheduler, triggerer, workers).
+
+Same world as test_pipeline_e2e (localkube, S3 server, stand-in program), but
+runs are triggered over HTTP and the train task really defers to the triggerer.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+
+import pytest
+from airflow_fixtures import start_airflow
+from pipeline_fixtures import pipeline_world, wait_for  # noqa: F401  (pytest fixture)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RUN_TIMEOUT_S = 300
+FINISHED = ("success", "failed")
+
+
+@pytest.fixture(scope="module")
+def airflow(pipeline_world, tmp_path_factory):
+    env = {k: v for k, v in pipeline_world.env.items()
+           if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"}
+    handle = start_airflow(tmp_path_factory.mktemp("airflow-rest"), extra_env=env)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def trigger(airflow, dag_id, conf):
+    return airflow.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+
+
+def await_run(airflow, dag_id, run_id, timeout=RUN_TIMEOUT_S):
+    def finished():
+        run = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run if run["state"] in FINISHED else None
+
+    return wait_for(finished, timeout, f"run {run_id} of {dag_id} to finish", interval=1.0)
+
+
+def task_states(airflow, dag_id, run_id):
+    answer = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    return {ti["task_id"]: ti["state"] for ti in answer["task_instances"]}
+
+
+def task_log(airflow, dag_id, run_id, task_id, try_number=1):
+    answer = airflow.request(
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+    )
+    content = answer.get("content")
+    if isinstance(content, list):
+        return "\n".join(item.get("event", "") if isinstance(item, dict) else str(item) for item in content)
+    return str(content)
+
+
+def test_tfjob_submit_triggered_over_rest_runs_to_success(pipeline_world, airflow):
+    world = pipeline_world
+    conf = world.request("rest-submit")
+    run = trigger(airflow, "tfjob_submit", conf)
+    done = await_run(airflow, "tfjob_submit", run["dag_run_id"])
+    assert done["state"] == "success", task_states(airflow, "tfjob_submit", run["dag_run_id"])
+    prefix = f"outputs/rest-submit/runs/{run['dag_run_id']}/"
+    keys = world.s3_keys(prefix)
+    assert prefix + "model/model.json" in keys and prefix + "run.json" in keys
+    assert prefix + "logs/worker-0.log" in keys
+    train_log = task_log(airflow, "tfjob_submit", run["dag_run_id"], "train", 1)
+    assert "[worker-0] standin worker-0 done" in train_log
+    assert world.run_objects("rest-submit") == []
+
+
+def test_conf_that_does_not_fit_the_schema_is_refused_naming_the_field(pipeline_world, airflow):
+    conf = {**pipeline_world.request("rest-bad"), "port": "not-a-port"}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        trigger(airflow, "tfjob_submit", conf)
+    assert refused.value.code == 400
+    body = refused.value.read().decode()
+    assert "port" in body and "not-a-port" in body
+
+
+def test_conf_the_request_model_refuses_fails_validate_naming_the_field_and_launches_nothing(
+    pipeline_world, airflow,
+):
+    world = pipeline_world
+    conf = world.request("rest-invalid", mode="distributed", strategy="parameter_server",
+                         replicas={"chief": 0, "ps": 0, "worker": 2, "evaluator": 0})
+    run = trigger(airflow, "tfjob_submit", conf)
+    done = await_run(airflow, "tfjob_submit", run["dag_run_id"])
+    assert done["state"] == "failed"
+    states = task_states(airflow, "tfjob_submit", run["dag_run_id"])
+    assert states["validate"] == "failed" and states["launch"] == "upstream_failed", states
+    log = task_log(airflow, "tfjob_submit", run["dag_run_id"], "validate")
+    assert "replicas.ps" in log and "at least 1" in log
+    assert world.run_objects("rest-invalid") == []
+
+
+def test_train_stopped_mid_run_leaves_no_object_behind(pipeline_world, airflow):
+    world = pipeline_world
+    conf = world.request("rest-kill", mode="distributed", strategy="parameter_server",
+                         replicas={"chief": 1, "ps": 1, "worker": 1, "evaluator": 0},
+                         env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 600}})})
+    run = trigger(airflow, "tfjob_submit", conf)
+    run_id = run["dag_run_id"]
+    wait_for(lambda: task_states(airflow, "tfjob_submit", run_id).get("train") == "deferred",
+             RUN_TIMEOUT_S, "train to be deferred", interval=1.0)
+    assert len([o for o in world.run_objects("rest-kill") if o.startswith("Pod/")]) == 3
+    airflow.request("PATCH", f"/api/v2/dags/tfjob_submit/dagRuns/{run_id}/taskInstances/train",
+                    {"new_state": "failed"})
+    done = await_run(airflow, "tfjob_submit", run_id)
+    assert done["state"] == "failed"
+    states = task_states(airflow, "tfjob_submit", run_id)
+    assert states["teardown"] == "success", states
+    assert world.run_objects("rest-kill") == []

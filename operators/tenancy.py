@@ -414,6 +414,43 @@ class DatabasePoolClient:
     update_pool = _write
 
 
+def create_run_network_policy(api_client: k8s.ApiClient, run: Any, tenant: str,
+                              config: TenantsConfig | None = None) -> str | None:
+    """Create the run's NetworkPolicy (its pods talk only to each other), owned by the run's
+    ConfigMap so that deleting the run's objects deletes it too.
+
+    `run` is a `tfjob.manifests.RunIdentity`; call after the run's ConfigMap exists.
+    Returns `NetworkPolicy/<name>`, or None when the cluster does not serve the kind.
+    """
+    from tfjob import naming
+    from tfjob.tenants import build_run_network_policy, load_tenants
+
+    config = config or load_tenants()
+    core = k8s.CoreV1Api(api_client)
+    networking = k8s.NetworkingV1Api(api_client)
+    run_key = run.run_key
+    owner = core.read_namespaced_config_map(naming.configmap_name(run_key), run.namespace)
+    policy = build_run_network_policy(
+        run.namespace, run_key, naming.run_labels(run.job, run_key, tenant),
+        {naming.ANNOTATION_RUN_ID: run.run_id, naming.ANNOTATION_DAG_ID: run.dag_id},
+        config.network,
+        owner={"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name,
+               "uid": owner.metadata.uid})
+    name = policy["metadata"]["name"]
+    try:
+        networking.create_namespaced_network_policy(run.namespace, policy)
+    except ApiException as exc:
+        if exc.status == 409:  # an earlier try's: replace it (owner uid may have changed)
+            networking.replace_namespaced_network_policy(name, run.namespace, policy)
+        elif exc.status == 404 and _is_unserved(exc):
+            log.info("the cluster does not serve networking.k8s.io/v1 NetworkPolicy: run %s "
+                     "has no network policy", run_key)
+            return None
+        else:
+            raise
+    return f"NetworkPolicy/{name}"
+
+
 def apply_everything(kubeconfig: str, airflow_url: str, token: Callable[[], str],
                      config: TenantsConfig | None = None) -> list[ApplyResult]:
     """Tenant objects on the cluster of `kubeconfig`, then pools in the Airflow at

@@ -135,6 +135,19 @@ def test_a_run_network_policy_lets_only_the_runs_pods_talk_to_each_other():
     assert policy["spec"]["ingress"] == [{"from": [same_run]}]
     assert policy["spec"]["egress"][0] == {"to": [same_run]}
     assert {"protocol": "TCP", "port": 9000} in policy["spec"]["egress"][2]["ports"]
+    assert "ownerReferences" not in policy["metadata"]
+
+
+def test_a_run_network_policy_can_be_owned_by_the_runs_configmap():
+    config = validate_tenants(config_data())
+    owned = build_run_network_policy(
+        "tfjob-team-a", "digits-1234abcd", {}, {}, config.network,
+        owner={"apiVersion": "v1", "kind": "ConfigMap", "name": "digits-1234abcd-runtime",
+               "uid": "0f6c7a9e-1111-2222-3333-444455556666"})
+    validate_manifest(owned)
+    assert owned["metadata"]["ownerReferences"] == [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "digits-1234abcd-runtime",
+        "uid": "0f6c7a9e-1111-2222-3333-444455556666", "blockOwnerDeletion": False}]
 
 
 def test_an_unknown_tenant_is_refused_with_the_known_ones_listed():

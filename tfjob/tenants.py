@@ -384,17 +384,24 @@ def run_network_policy_name(run_key: str) -> str:
 
 
 def build_run_network_policy(namespace: str, run_key: str, labels: Mapping[str, str],
-                             annotations: Mapping[str, str],
-                             network: NetworkSettings) -> dict[str, Any]:
+                             annotations: Mapping[str, str], network: NetworkSettings,
+                             owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run's pods accept traffic only from each other and reach only each other, DNS, S3.
 
     `labels`/`annotations` are the run's (naming.run_labels and the run-id/dag-id
-    annotations), so teardown and the janitor find and delete it with the run.
+    annotations), so the janitor finds it with the run. `owner` (an object of the
+    run, e.g. its ConfigMap: apiVersion, kind, name, uid) makes Kubernetes' garbage
+    collector delete the policy when teardown deletes that object.
     """
     same_run = {"podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}}}
+    metadata: dict[str, Any] = {"name": run_network_policy_name(run_key), "namespace": namespace,
+                                "labels": dict(labels), "annotations": dict(annotations)}
+    if owner:
+        metadata["ownerReferences"] = [{
+            "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["name"],
+            "uid": owner["uid"], "blockOwnerDeletion": False}]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": run_network_policy_name(run_key), "namespace": namespace,
-                         "labels": dict(labels), "annotations": dict(annotations)},
+            "metadata": metadata,
             "spec": {"podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}},
                      "policyTypes": ["Ingress", "Egress"],
                      "ingress": [{"from": [same_run]}],

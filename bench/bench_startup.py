@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Measurement 1: start-up overhead vs replica count, and API requests per job (issue 8).
+
+    python bench/bench_startup.py --world DIR [--replicas 2 8 32] [--repeat 5]
+
+For each replica count, `--repeat` jobs of the stand-in program (no
+TensorFlow: it waits for cluster.json, then the chief exits 0; ps and the
+other workers run until torn down, like TensorFlow's) go through the
+product's own task code in this process (bench/driver.py): launch start →
+every pod Running with an IP (`TrainingLaunchOperator.execute`); → ClusterSpec
+delivered to every pod (`steps.deliver_cluster_spec`); the trigger sees the
+chief's exit (`TrainingTrigger.run`) → every object gone (`steps.teardown`).
+API requests are counted on the client side (bench/apicount.py). Writes
+bench/out/startup.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH.parent / "tests"))
+sys.path.insert(0, str(BENCH))
+
+from apicount import ApiCounter, summarise_calls  # noqa: E402
+from stats import fit_line, summarise  # noqa: E402
+from world import load_world  # noqa: E402
+
+TRAIN_TIMEOUT_S = 300
+# Everything but the deciding replica runs until teardown, as TensorFlow's ps and PSS workers do.
+LINGER = {"*": {"sleep": 3600}}
+
+
+def replica_shape(count: int) -> tuple[dict[str, int], str, str]:
+    """(replicas, success_policy, deciding replica) for a parameter-server job of `count` pods."""
+    if count < 2:
+        raise ValueError(f"--replicas: {count} given; a distributed job needs at least 2 (ps + worker)")
+    if count == 2:
+        return {"ps": 1, "worker": 1}, "worker0", "worker-0"
+    ps = max(1, count // 16)
+    return {"chief": 1, "ps": ps, "worker": count - 1 - ps}, "chief", "chief-0"
+
+
+def build_request(world: Any, name: str, count: int) -> dict[str, Any]:
+    replicas, policy, deciding = replica_shape(count)
+    behaviour = {**LINGER, deciding: {}}
+    return world.request(
+        name, mode="distributed", strategy="parameter_server", replicas=replicas,
+        success_policy=policy, startup_timeout=240, active_deadline=900,
+        env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)},
+    )
+
+
+def measure_job(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict[str, Any]:
+    import driver
+
+    name = f"startup-n{count}-r{attempt}"
+    path = world.write_request(build_request(world, name, count))
+    run = driver.DrivenRun(str(path), f"bench__{uuid.uuid4().hex[:12]}", f"tfjob__{name}")
+    driver.validate_and_fetch(run)
+    counter.take()
+    calls: dict[str, Any] = {}
+    started = run.stamp("launch_start")
+    driver.launch(run)
+    run.stamp("all_running")
+    calls["launch"] = counter.take()
+    driver.deliver_cluster_spec(run)
+    run.stamp("delivered")
+    calls["clusterspec"] = counter.take()
+    event = driver.await_training_end(run, TRAIN_TIMEOUT_S)
+    run.stamp("exit_seen")
+    calls["train"] = counter.take()
+    if event["state"] != "succeeded":
+        raise RuntimeError(f"job {name}: training ended {event['state']}: {event.get('failed')}")
+    driver.teardown(run)
+    run.stamp("all_gone")
+    calls["teardown"] = counter.take()
+    left = world.run_objects(name)
+    if left:
+        raise RuntimeError(f"job {name}: objects left after teardown: {left}")
+    t = run.times
+    return {
+        "replicas": count,
+        "launch_to_running_s": t["all_running"] - started,
+        "running_to_delivered_s": t["delivered"] - t["all_running"],
+        "exit_to_gone_s": t["all_gone"] - t["exit_seen"],
+        "requests": {phase: len(items) for phase, items in calls.items()},
+        "requests_total": sum(len(items) for items in calls.values()),
+        "request_kinds": summarise_calls([c for items in calls.values() for c in items]),
+    }
+
+
+def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per replica count: summaries of each timing and the request count; a line fit of requests."""
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs:
+        by_count.setdefault(job["replicas"], []).append(job)
+    rows = {}
+    for count, group in sorted(by_count.items()):
+        rows[str(count)] = {
+            key: summarise(j[key] for j in group).as_dict()
+            for key in ("launch_to_running_s", "running_to_delivered_s", "exit_to_gone_s", "requests_total")
+        }
+        rows[str(count)]["requests_by_phase"] = group[-1]["requests"]
+        rows[str(count)]["request_kinds"] = group[-1]["request_kinds"]
+    counts = sorted(by_count)
+    fit = None
+    if len(counts) >= 2:
+        slope, intercept = fit_line([j["replicas"] for j in jobs], [j["requests_total"] for j in jobs])
+        fit = {"per_replica": slope, "constant": intercept}
+    return {"by_replicas": rows, "requests_fit": fit}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", required=True, type=Path)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[2, 8, 32])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=BENCH / "out" / "startup.json")
+    args = parser.parse_args()
+    world, _record = load_world(args.world)
+    counter = ApiCounter().install()
+    jobs = []
+    began = time.monotonic()
+    for attempt in range(args.repeat):
+        for count in args.replicas:
+            job = measure_job(world, counter, count, attempt)
+            jobs.append(job)
+            print(f"startup n={count} try {attempt + 1}: running {job['launch_to_running_s']:.2f}s, "
+                  f"delivered +{job['running_to_delivered_s']:.2f}s, gone {job['exit_to_gone_s']:.2f}s "
+                  f"after exit, {job['requests_total']} API requests", flush=True)
+    from operators.settings import TEARDOWN_GRACE_SECONDS
+
+    report = {"jobs": jobs, "summary": summarise_startup(jobs), "wall_s": time.monotonic() - began,
+              "teardown_grace_s": TEARDOWN_GRACE_SECONDS}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

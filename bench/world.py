@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The services the benchmarks run against, started once and shared by every measurement.
+
+Why this exists: each measurement runs in its own process (Airflow reads its
+configuration at import time, so each process gets the world's environment
+before it imports anything), but starting S3 + localkube + a migrated Airflow
+home costs ~30 s, so it is done once. The world is the test suite's own
+(`tests/pipeline_fixtures.start_pipeline_world`: S3 server, localkube with its
+kubelets, namespace `tfjob-test`, the stand-in bundle, a migrated Airflow DB);
+this module only records it in a JSON file the measurement processes read back,
+and stops it by that record.
+
+    python bench/world.py up DIR     # prints DIR/world.json
+    python bench/world.py down DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from localkube_fixtures import LocalkubeHandle, stop_localkube  # noqa: E402
+from pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world  # noqa: E402
+from s3_fixtures import S3Server  # noqa: E402
+
+WORLD_FILE = "world.json"
+S3_STOP_TIMEOUT_S = 10.0
+
+
+def start_world(folder: Path) -> dict[str, Any]:
+    """Start the pipeline world in `folder` and record it in `folder/world.json`."""
+    world, _stop = start_pipeline_world(folder)
+    record = {
+        "s3": {
+            "endpoint": world.s3.endpoint,
+            "access_key": world.s3.access_key,
+            "secret_key": world.s3.secret_key,
+            "region": world.s3.region,
+            "buckets": list(world.s3.buckets),
+            "pid": world.s3.pid,
+        },
+        "kube": {
+            "api_url": world.kube.api_url,
+            "kubeconfig": world.kube.kubeconfig,
+            "state_dir": world.kube.state_dir,
+        },
+        "home": str(world.home),
+        "requests_dir": str(world.requests_dir),
+        "bucket": world.bucket,
+        "namespace": NAMESPACE,
+        "env": world.env,
+    }
+    (folder / WORLD_FILE).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def load_world(folder: Path) -> tuple[PipelineWorld, dict[str, Any]]:
+    """The world recorded in `folder/world.json`, as the fixtures' `PipelineWorld`."""
+    record = json.loads((Path(folder) / WORLD_FILE).read_text())
+    s3 = record["s3"]
+    server = S3Server(s3["endpoint"], s3["access_key"], s3["secret_key"], s3["region"],
+                      tuple(s3["buckets"]), s3["pid"])
+    kube = LocalkubeHandle(**record["kube"])
+    world = PipelineWorld(server, kube, Path(record["home"]), Path(record["requests_dir"]),
+                          record["bucket"], dict(record["env"]))
+    return world, record
+
+
+def stop_world(folder: Path) -> None:
+    """Stop localkube and the S3 server of the world recorded in `folder`."""
+    path = Path(folder) / WORLD_FILE
+    if not path.exists():
+        return
+    record = json.loads(path.read_text())
+    stop_localkube(record["kube"]["state_dir"])
+    pid = record["s3"]["pid"]
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + S3_STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("up", "down"):
+        print("usage: world.py up|down DIR", file=sys.stderr)
+        return 2
+    folder = Path(argv[1]).resolve()
+    if argv[0] == "up":
+        folder.mkdir(parents=True, exist_ok=True)
+        start_world(folder)
+        print(folder / WORLD_FILE)
+    else:
+        stop_world(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -378,6 +378,12 @@ def test_exec_command_runs_inside_the_container(v1, cluster):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:4] == [name, "hi", "sleep 3600 ", "/srv/lk-work"]
     assert not os.path.exists("/srv/lk-work")
+    cgroup_check = "grep memory /proc/self/cgroup"
+    argv, env, cwd = build_exec_command(
+        cluster.state_dir, pod.metadata.uid, "main", ["sh", "-c", cgroup_check]
+    )
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=10)
+    assert f"/{pod.metadata.uid}/main" in out.stdout, out
     with pytest.raises(ContainerNotRunning):
         build_exec_command(cluster.state_dir, pod.metadata.uid, "nope", ["true"])
     v1.delete_namespaced_pod(name, "default")

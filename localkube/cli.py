@@ -121,7 +121,21 @@ def ready_nodes(api_url: str) -> set[str]:
     return ready
 
 
-def wait_for_nodes(state_dir: Path, api_url: str, kubelets: dict[str, subprocess.Popen]) -> None:
+class RunningPid:
+    """A process started by an earlier `up` (not our child): poll() like a Popen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not is_alive(self.pid):
+            self.returncode = -1
+        return self.returncode
+
+
+def wait_for_nodes(state_dir: Path, api_url: str,
+                   kubelets: dict[str, subprocess.Popen | RunningPid]) -> None:
     deadline = time.monotonic() + NODES_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         for name, process in kubelets.items():
@@ -149,14 +163,18 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
     if recorded and all(is_alive(pid) for pid in recorded) and \
             len(recorded) == 1 + (len(info.get("nodes") or []) if start_kubelets else 0):
         return info
+    kubelet_pids = (info.get("pids") or {}).get("kubelets") or {}
+    if start_kubelets and info.get("api_url") and kubelet_pids and \
+            set(kubelet_pids) == set(info.get("nodes") or []) and \
+            all(is_alive(pid) for pid in kubelet_pids.values()):
+        # Only the API server died: start a new one where the kubelets expect it; their pods
+        # keep running and they report again on their next heartbeat.
+        return restart_api_server(state_dir, nodes_file, info)
     if recorded:
         # Part of an earlier cluster died (a crash): stop the rest and sweep, then start afresh.
         down(state_dir)
     node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
-    (state_dir / "apiserver.json").unlink(missing_ok=True)
-    apiserver = spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir",
-                       str(state_dir), "--port", str(port), "--nodes", nodes_file],
-                      state_dir / "apiserver.log")
+    apiserver = start_api_server(state_dir, nodes_file, port)
     try:
         actual_port = wait_for_api(state_dir, apiserver)
     except UpError:
@@ -183,6 +201,27 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
     except UpError:
         down(state_dir)
         raise
+    return info
+
+
+def start_api_server(state_dir: Path, nodes_file: str, port: int) -> subprocess.Popen:
+    (state_dir / "apiserver.json").unlink(missing_ok=True)
+    return spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir", str(state_dir),
+                  "--port", str(port), "--nodes", nodes_file], state_dir / "apiserver.log")
+
+
+def restart_api_server(state_dir: Path, nodes_file: str, info: dict) -> dict:
+    port = int(info["api_url"].rsplit(":", 1)[1])
+    apiserver = start_api_server(state_dir, nodes_file, port)
+    try:
+        wait_for_api(state_dir, apiserver)
+    except UpError:
+        apiserver.kill()
+        raise
+    info["pids"]["apiserver"] = apiserver.pid
+    write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
+    wait_for_nodes(state_dir, info["api_url"], {
+        name: RunningPid(pid) for name, pid in info["pids"]["kubelets"].items()})
     return info
 
 

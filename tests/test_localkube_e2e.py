@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -142,5 +143,29 @@ def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
         assert result["bad"][0] == "failed"
         assert "hello from pod" in output and "failing now" in output
         assert handle.core_v1().list_namespaced_pod("default").items == []
+    finally:
+        stop_localkube(handle)
+
+
+def test_pods_keep_running_when_the_api_server_is_killed_and_up_again(tmp_path):
+    handle = start_localkube(tmp_path)
+    info_file = tmp_path / "localkube" / "localkube.json"
+    try:
+        core = handle.core_v1()
+        core.create_namespaced_pod("default", {"metadata": {"name": "survivor"}, "spec": {
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "300"]}]}})
+        before = wait_for(lambda: core.read_namespaced_pod("survivor", "default").status.phase
+                          == "Running" and core.read_namespaced_pod("survivor", "default"),
+                          what="survivor running")
+        os.kill(json.loads(info_file.read_text())["pids"]["apiserver"], signal.SIGKILL)
+        again = start_localkube(tmp_path)
+        assert again.api_url == handle.api_url
+        after = core.read_namespaced_pod("survivor", "default")
+        assert after.metadata.uid == before.metadata.uid
+        assert after.status.phase == "Running"
+        output = stream(core.connect_get_namespaced_pod_exec, "survivor", "default",
+                        command=["echo", "still here"], stderr=True, stdout=True, stdin=False,
+                        tty=False)
+        assert output == "still here\n"
     finally:
         stop_localkube(handle)

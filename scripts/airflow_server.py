@@ -199,7 +199,7 @@ def is_healthy(health: dict | None) -> bool:
     )
 
 
-def fetch_token(url: str, username: str, password: str, timeout: float = 5.0) -> str:
+def fetch_token(url: str, username: str, password: str, timeout: float = 15.0) -> str:
     body = json.dumps({"username": username, "password": password}).encode()
     request = urllib.request.Request(
         f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"}
@@ -208,7 +208,7 @@ def fetch_token(url: str, username: str, password: str, timeout: float = 5.0) ->
         return json.loads(response.read())["access_token"]
 
 
-def get_json(url: str, token: str, timeout: float = 5.0) -> dict:
+def get_json(url: str, token: str, timeout: float = 15.0) -> dict:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
@@ -271,13 +271,18 @@ def await_airflow_ready(
     password = read_admin_password(home)
     if password is None:
         raise AirflowStartError(f"no admin password in {home / PASSWORDS_FILE}")
-    token = fetch_token(settings.url, ADMIN_USER, password)
     expected = list_dag_files(settings.dags_folder)
     parse_deadline = time.monotonic() + PARSE_TIMEOUT_S
-    missing = expected - list_parsed_files(settings.url, token)
-    while missing and time.monotonic() < parse_deadline:
+    missing = expected
+    while time.monotonic() < parse_deadline:
+        try:
+            token = fetch_token(settings.url, ADMIN_USER, password)
+            missing = expected - list_parsed_files(settings.url, token)
+        except OSError:  # a slow answer of a busy API server (URLError and timeouts): ask again
+            pass
+        if not missing:
+            break
         time.sleep(POLL_INTERVAL_S)
-        missing = expected - list_parsed_files(settings.url, token)
     if missing:
         print(
             f"warning: the DAG processor has not reported these files after "

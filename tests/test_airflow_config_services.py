@@ -1,0 +1,88 @@
+"""scripts/services.py: the embedded default comes up in order, twice, and goes down cleanly.
+
+One real S3 server, localkube and `airflow standalone` on free ports in a
+temporary state directory (the demo's fixed ports stay untouched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from airflow_fixtures import airflow_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVICES = REPO_ROOT / "scripts" / "services.py"
+
+
+def services(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SERVICES), *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="localkube needs root")
+def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
+    state = tmp_path / "state"
+    ports = ["--s3-port", "0", "--kube-port", "0"]
+    ports += ["--airflow-port", str(airflow_server.pick_free_port())]
+    try:
+        first = services("up", "--state-dir", str(state), *ports)
+        assert first.returncode == 0, first.stdout + first.stderr
+        record = json.loads((state / "services.json").read_text())
+        assert "Airflow UI   " + record["airflow"]["url"] in first.stdout
+
+        # Airflow got both connections, pointing at this localkube and this S3 server.
+        conn_env = Path(f"/proc/{airflow_server.read_pid(state / 'airflow')}/environ")
+        env = dict(
+            item.split("=", 1) for item in conn_env.read_bytes().decode().split("\0") if "=" in item
+        )
+        kube = json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+        aws = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
+        assert kube["extra"] == {
+            "kube_config_path": record["localkube"]["kubeconfig"],
+            "in_cluster": False,
+        }
+        assert aws["extra"]["endpoint_url"] == record["s3"]["endpoint_url"]
+        assert Path(record["localkube"]["kubeconfig"]).exists()
+        with urllib.request.urlopen(record["localkube"]["api_url"] + "/version", timeout=10) as r:
+            assert r.status == 200
+
+        second = services("up", "--state-dir", str(state), *ports)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "already serving" in second.stdout
+        assert json.loads((state / "services.json").read_text()) == record
+    finally:
+        down = services("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert processes_mentioning(str(state)) == []
+    assert airflow_server.find_instance_pids(state / "airflow") == []
+    assert str(state) not in Path("/proc/mounts").read_text()
+    assert not (state / "services.json").exists()
+    again = services("down", "--state-dir", str(state))
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import signal
-from enum import StrEnum
 from urllib.parse import urlparse
 
 import aiohttp
@@ -27,8 +26,9 @@ from localkube.kubelet import cleanup, network
 from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
 from localkube.kubelet.images import load_image_rules
 from localkube.kubelet.podworker import PodWorker
+from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import pod_dir
-from localkube.kubelet.status import ContainerState, PodPhase, now_rfc3339
+from localkube.kubelet.status import PodPhase, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,6 @@ HEARTBEAT_S = 10
 PARALLEL_POD_STARTS = 8
 PARALLEL_EVENTS = 8
 KUBELET_VERSION = "v1.30.0-localkube"
-NODE_RESTART_MESSAGE = (
-    "The node's kubelet restarted and could not re-adopt the pod's containers; they were stopped"
-)
-
-
-class PodOrigin(StrEnum):
-    """How a pod came to this kubelet."""
-
-    NEW = "new"
-    FINISHED = "finished"
-    NODE_RESTART = "node-restart"
 
 
 def read_cluster_file(state_dir: str) -> dict:
@@ -225,78 +214,7 @@ class Kubelet:
         if origin is PodOrigin.NEW:
             worker.start()
         else:
-            worker.task = asyncio.create_task(self.settle_previous_pod(worker, origin))
-
-    async def settle_previous_pod(self, worker: PodWorker, origin: PodOrigin) -> None:
-        """A pod from before this kubelet started: re-adopt it, or stop leftovers and report."""
-        if origin is PodOrigin.NODE_RESTART and not worker.deletion.is_set():
-            state = cleanup.read_state(os.path.join(worker.dir, "state.json"))
-            try:
-                adopted = bool(state) and await worker.adopt(state)
-            except Exception:
-                log.exception("pod %s/%s: re-adoption failed", worker.namespace, worker.name)
-                adopted = False
-            if adopted:
-                log.info(
-                    "pod %s/%s: re-adopted its running containers", worker.namespace, worker.name
-                )
-                await worker.run()
-                return
-            if worker.forwarder:
-                await worker.forwarder.stop()
-        await asyncio.to_thread(cleanup.clean_pod_leftovers, self.state_dir, worker.uid, False)
-        try:
-            if origin is PodOrigin.NODE_RESTART:
-                previous = {
-                    s["name"]: s
-                    for s in ((worker.pod.get("status") or {}).get("containerStatuses") or [])
-                }
-                previous.update(
-                    {
-                        s["name"]: s
-                        for s in (
-                            (worker.pod.get("status") or {}).get("initContainerStatuses") or []
-                        )
-                    }
-                )
-                now = now_rfc3339()
-                for name, record in worker.records.items():
-                    before = previous.get(name) or {}
-                    record.restart_count = before.get("restartCount", 0)
-                    terminated = (before.get("state") or {}).get("terminated")
-                    record.state = ContainerState.TERMINATED
-                    if terminated:
-                        record.exit_code, record.reason = (
-                            terminated.get("exitCode"),
-                            terminated.get("reason"),
-                        )
-                        record.started_at, record.finished_at = (
-                            terminated.get("startedAt"),
-                            terminated.get("finishedAt"),
-                        )
-                    else:
-                        record.exit_code, record.reason, record.finished_at = (
-                            137,
-                            "ContainerStatusUnknown",
-                            now,
-                        )
-                        record.message = (
-                            "The container could not be located when the pod was terminated"
-                        )
-                worker.facts.pod_ip = (worker.pod.get("status") or {}).get("podIP")
-                worker.facts.failure_reason = "NodeRestart"
-                worker.facts.failure_message = NODE_RESTART_MESSAGE
-                worker.stopping.set()
-                await worker.flush_status()
-                self.record_event(worker.pod, "Warning", "NodeRestart", NODE_RESTART_MESSAGE)
-            await worker.deletion.wait()
-            await worker.remove_pod_dir()
-            if not worker.gone:
-                await self.api.delete_pod_now(worker.namespace, worker.name, worker.uid)
-        except Exception:
-            log.exception("pod %s/%s: settling failed", worker.namespace, worker.name)
-        finally:
-            self.forget(worker.uid)
+            worker.task = asyncio.create_task(settle_previous_pod(self, worker, origin))
 
     def handle_pod_event(self, kind: str, pod: dict) -> None:
         uid = pod["metadata"]["uid"]

@@ -26,7 +26,6 @@ from localkube.kubelet.images import ResolvedImage, resolve_image
 from localkube.kubelet.runtime import (
     ContainerRun,
     await_container_exit,
-    is_process_alive,
     pod_dir,
     signal_process,
     start_container_run,
@@ -214,95 +213,6 @@ class PodWorker:
         self.facts.failure_message = "Pod was active on the node longer than the specified deadline"
         self.k.record_event(self.pod, "Normal", "DeadlineExceeded", self.facts.failure_message)
         await self.stop_containers(self.grace_period())
-
-    async def adopt(self, state: dict) -> bool:
-        """Take over a pod a previous kubelet started, if its containers still live.
-
-        Possible when the pod was initialized and every container is either
-        running under a live shim or terminated; the shims keep writing logs
-        and exit records, so nothing was lost while no kubelet watched.
-        """
-        status = self.pod.get("status") or {}
-        previous = {s["name"]: s for s in status.get("containerStatuses") or []}
-        init_done = {
-            s["name"]
-            for s in status.get("initContainerStatuses") or []
-            if ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
-        }
-        if (
-            any(c["name"] not in init_done for c in self.init_specs)
-            or not state.get("netns")
-            or not network.netns_exists(state["netns"])
-        ):
-            return False
-        images = {}
-        for c in self.init_specs + self.main_specs:
-            image = resolve_image(c.get("image", ""), self.k.image_rules)
-            if image is None:
-                return False
-            images[c["name"]] = image
-        runs = {}
-        base_dir = os.path.join(self.dir, "containers")
-        for c in self.main_specs:
-            name, before = c["name"], previous.get(c["name"]) or {}
-            entry = (state.get("containers") or {}).get(name) or {}
-            record = self.records[name]
-            record.restart_count = entry.get("restartCount", before.get("restartCount", 0))
-            record.container_id = before.get("containerID")
-            if before.get("lastState", {}).get("terminated"):
-                record.last_terminated = before["lastState"]["terminated"]
-            terminated = (before.get("state") or {}).get("terminated")
-            if is_process_alive(
-                entry.get("shimPid"), "localkube/kubelet/shim.py"
-            ) and is_process_alive(entry.get("pid")):
-                runs[name] = ContainerRun(
-                    os.path.join(base_dir, name, "exit.bin"),
-                    entry["shimPid"],
-                    entry["pid"],
-                    (before.get("state") or {}).get("running", {}).get("startedAt"),
-                )
-                record.state, record.started_at, record.ready = (
-                    ContainerState.RUNNING,
-                    runs[name].started_at,
-                    True,
-                )
-            elif terminated:
-                record.state, record.exit_code, record.reason = (
-                    ContainerState.TERMINATED,
-                    terminated.get("exitCode"),
-                    terminated.get("reason"),
-                )
-                record.started_at, record.finished_at = (
-                    terminated.get("startedAt"),
-                    terminated.get("finishedAt"),
-                )
-            else:
-                return False
-        for c in self.init_specs:
-            record = self.records[c["name"]]
-            record.state, record.exit_code, record.reason = (
-                ContainerState.TERMINATED,
-                0,
-                "Completed",
-            )
-        for name, entry in (state.get("containers") or {}).items():
-            self.container_env[name] = {
-                "env": entry.get("env") or {},
-                "workingDir": entry.get("workingDir") or "/",
-            }
-        self.images, self.runs, self.adopted = images, runs, True
-        self.netns, self.facts.pod_ip = state["netns"], state.get("ip")
-        self.k.addresses.reserve(self.facts.pod_ip)
-        self.volume_paths = await materialize_volumes(
-            self.pod, self.dir, self.ips(), self.k.get_object
-        )
-        self.etc_files = write_etc_files(self.pod, self.dir, self.facts.pod_ip)
-        if self.k.forward_ports:
-            self.forwarder = network.PodPortForwarder(self.netns, self.k.forward_ports)
-            await self.forwarder.start()
-        self.write_state()
-        self.mark_dirty()
-        return True
 
     # ---- preparation -----------------------------------------------------------
     async def prepare(self) -> bool:

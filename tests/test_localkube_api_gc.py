@@ -35,3 +35,25 @@ def test_sweep_removes_dependents_whose_owner_never_existed_but_keeps_foreign_ow
                                                       "ownerReferences": [foreign]}})
     collector.sweep_orphans()
     assert [c["metadata"]["name"] for c in api.list("configmaps", "default")] == ["foreign"]
+
+
+def test_foreground_deletion_holds_the_owner_until_its_dependents_are_gone(tmp_path):
+    from localkube.apiserver.operations import Propagation
+    api, collector = make_api(tmp_path)
+    owner = api.create("configmaps", "default", {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+           "uid": owner["metadata"]["uid"]}
+    api.create("configmaps", "default", {"metadata": {
+        "name": "held", "ownerReferences": [ref], "finalizers": ["test/hold"]}})
+    api.create("secrets", "default", {"metadata": {"name": "plain", "ownerReferences": [ref]}})
+
+    deleting = api.delete("configmaps", "default", "owner", propagation=Propagation.FOREGROUND)
+    assert deleting["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert collector.advance_foreground_deletions() is True
+    assert api.list("secrets", "default") == []
+    assert api.store.get("configmaps", "default", "owner") is not None
+
+    api.patch("configmaps", "default", "held", "application/merge-patch+json",
+              {"metadata": {"finalizers": None}})
+    assert collector.advance_foreground_deletions() is False
+    assert api.list("configmaps", "default") == []

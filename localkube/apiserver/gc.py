@@ -15,7 +15,7 @@ import logging
 
 from localkube.apiserver import admission
 from localkube.apiserver.errors import ApiError
-from localkube.apiserver.operations import ObjectApi, Propagation
+from localkube.apiserver.operations import FOREGROUND_FINALIZER, ObjectApi, Propagation
 from localkube.apiserver.resources import KIND_TO_PLURAL, RESOURCES
 from localkube.apiserver.store import WatchEvent
 
@@ -32,6 +32,8 @@ class GarbageCollector:
         self._wake = asyncio.Event()
         self._dirty_quota_namespaces: set[str] = set()
         api.on_removed.append(self.handle_removed)
+        api.has_dependents = lambda obj: bool(self._dependents_of(
+            obj["metadata"].get("uid", ""), obj["metadata"].get("namespace")))
         self.store.listeners.append(self.handle_event)
 
     def handle_event(self, event: WatchEvent) -> None:
@@ -39,7 +41,9 @@ class GarbageCollector:
         if event.resource == "pods" or event.resource in admission.OBJECT_COUNTS:
             if namespace and self.store.objects["resourcequotas"]:
                 self._dirty_quota_namespaces.add(namespace)
-        if event.resource == "namespaces" and event.obj["metadata"].get("deletionTimestamp"):
+        if event.obj["metadata"].get("deletionTimestamp") and (
+                event.resource == "namespaces" or
+                FOREGROUND_FINALIZER in (event.obj["metadata"].get("finalizers") or [])):
             self._wake.set()
 
     def handle_removed(self, resource: str, owner: dict, propagation: Propagation | None) -> None:
@@ -89,6 +93,28 @@ class GarbageCollector:
             if error.code != 404:
                 log.warning("garbage collection of %s %s failed: %s", resource, meta["name"],
                             error.message)
+
+    def advance_foreground_deletions(self) -> bool:
+        """Delete the dependents of owners held by foregroundDeletion; release the owners whose
+        dependents are all gone. True while some owners are still waiting."""
+        waiting = False
+        for resource in RESOURCES:
+            for obj in self.store.list(resource):
+                meta = obj["metadata"]
+                if FOREGROUND_FINALIZER not in (meta.get("finalizers") or []) or \
+                        not meta.get("deletionTimestamp"):
+                    continue
+                dependents = self._dependents_of(meta.get("uid", ""), meta.get("namespace"))
+                for dependent_resource, dependent in dependents:
+                    self._delete_quietly(dependent_resource, dependent)
+                if self._dependents_of(meta.get("uid", ""), meta.get("namespace")):
+                    waiting = True
+                    continue
+                rest = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
+                self.api.patch(resource, meta.get("namespace", ""), meta["name"],
+                               "application/merge-patch+json",
+                               {"metadata": {"finalizers": rest or None}})
+        return waiting
 
     def sweep_orphans(self) -> None:
         """Delete objects all of whose owners (of kinds we serve) are gone."""
@@ -151,7 +177,9 @@ class GarbageCollector:
             self._wake.clear()
             try:
                 self.refresh_quotas()
-                if self.terminate_namespaces():
+                busy = self.terminate_namespaces()
+                busy = self.advance_foreground_deletions() or busy
+                if busy:
                     loop.call_later(0.2, self._wake.set)
                 if loop.time() - last_sweep > SWEEP_INTERVAL_S:
                     last_sweep = loop.time()

@@ -27,6 +27,7 @@ _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
+FOREGROUND_FINALIZER = "foregroundDeletion"
 # Resources whose main endpoint ignores status changes (they have a status subresource).
 STATUS_SUBRESOURCE = ("pods", "nodes", "namespaces", "services", "resourcequotas")
 
@@ -58,6 +59,8 @@ class ObjectApi:
         # Called with (removed object, resource, propagation) after an object leaves the store.
         self.on_removed: list[Callable[[str, dict, Propagation | None], None]] = []
         self._propagation: dict[str, Propagation] = {}
+        # Set by the garbage collector: does the object with this uid own anything?
+        self.has_dependents: Callable[[dict], bool] = lambda obj: False
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str, name: str) -> dict:
@@ -293,6 +296,14 @@ class ObjectApi:
             return self._delete_namespace(current)
         if resource == "pods":
             return self._delete_pod(current, grace)
+        if propagation == Propagation.FOREGROUND and self.has_dependents(current):
+            # The owner stays (deletionTimestamp + foregroundDeletion finalizer) until the
+            # garbage collector has removed its dependents, as in Kubernetes.
+            held = copy.deepcopy(current)
+            finalizers = held["metadata"].setdefault("finalizers", [])
+            if FOREGROUND_FINALIZER not in finalizers:
+                finalizers.append(FOREGROUND_FINALIZER)
+            return self._mark_deleting(resource, held, 0)
         if meta.get("finalizers"):
             return self._mark_deleting(resource, current, 0)
         return self._remove(resource, current)

@@ -17,7 +17,7 @@ from localkube.apiserver import admission
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import FOREGROUND_FINALIZER, ObjectApi, Propagation
 from localkube.apiserver.resources import KIND_TO_PLURAL, RESOURCES
-from localkube.apiserver.store import WatchEvent
+from localkube.apiserver.store import EventType, WatchEvent
 
 log = logging.getLogger("localkube.gc")
 SWEEP_INTERVAL_S = 2.0
@@ -31,6 +31,7 @@ class GarbageCollector:
         self.store = api.store
         self._wake = asyncio.Event()
         self._dirty_quota_namespaces: set[str] = set()
+        self._foreground: set[tuple[str, str, str]] = set()  # owners held by foregroundDeletion
         api.on_removed.append(self.handle_removed)
         api.has_dependents = lambda obj: bool(self._dependents_of(
             obj["metadata"].get("uid", ""), obj["metadata"].get("namespace")))
@@ -41,9 +42,12 @@ class GarbageCollector:
         if event.resource == "pods" or event.resource in admission.OBJECT_COUNTS:
             if namespace and self.store.objects["resourcequotas"]:
                 self._dirty_quota_namespaces.add(namespace)
-        if event.obj["metadata"].get("deletionTimestamp") and (
-                event.resource == "namespaces" or
-                FOREGROUND_FINALIZER in (event.obj["metadata"].get("finalizers") or [])):
+        meta = event.obj["metadata"]
+        if event.type != EventType.DELETED and meta.get("deletionTimestamp") and \
+                FOREGROUND_FINALIZER in (meta.get("finalizers") or []):
+            self._foreground.add((event.resource, meta.get("namespace", ""), meta["name"]))
+            self._wake.set()
+        if event.resource == "namespaces" and meta.get("deletionTimestamp"):
             self._wake.set()
 
     def handle_removed(self, resource: str, owner: dict, propagation: Propagation | None) -> None:
@@ -97,24 +101,22 @@ class GarbageCollector:
     def advance_foreground_deletions(self) -> bool:
         """Delete the dependents of owners held by foregroundDeletion; release the owners whose
         dependents are all gone. True while some owners are still waiting."""
-        waiting = False
-        for resource in RESOURCES:
-            for obj in self.store.list(resource):
-                meta = obj["metadata"]
-                if FOREGROUND_FINALIZER not in (meta.get("finalizers") or []) or \
-                        not meta.get("deletionTimestamp"):
-                    continue
-                dependents = self._dependents_of(meta.get("uid", ""), meta.get("namespace"))
-                for dependent_resource, dependent in dependents:
-                    self._delete_quietly(dependent_resource, dependent)
-                if self._dependents_of(meta.get("uid", ""), meta.get("namespace")):
-                    waiting = True
-                    continue
-                rest = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
-                self.api.patch(resource, meta.get("namespace", ""), meta["name"],
-                               "application/merge-patch+json",
-                               {"metadata": {"finalizers": rest or None}})
-        return waiting
+        for resource, namespace, name in list(self._foreground):
+            obj = self.store.get(resource, namespace, name)
+            meta = (obj or {}).get("metadata") or {}
+            if FOREGROUND_FINALIZER not in (meta.get("finalizers") or []):
+                self._foreground.discard((resource, namespace, name))
+                continue
+            for dependent_resource, dependent in self._dependents_of(meta.get("uid", ""),
+                                                                     meta.get("namespace")):
+                self._delete_quietly(dependent_resource, dependent)
+            if self._dependents_of(meta.get("uid", ""), meta.get("namespace")):
+                continue
+            self._foreground.discard((resource, namespace, name))
+            rest = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
+            self.api.patch(resource, namespace, name, "application/merge-patch+json",
+                           {"metadata": {"finalizers": rest or None}})
+        return bool(self._foreground)
 
     def sweep_orphans(self) -> None:
         """Delete objects all of whose owners (of kinds we serve) are gone."""

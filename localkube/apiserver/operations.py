@@ -353,7 +353,7 @@ class ObjectApi:
 
     def _remove(self, resource: str, obj: dict) -> dict:
         meta = obj["metadata"]
-        removed = self.store.remove(resource, meta.get("namespace", ""), meta["name"])
+        removed = self.store.remove(resource, meta.get("namespace", ""), meta["name"], obj)
         if removed is None:
             return obj
         propagation = self._propagation.pop(meta.get("uid", ""), None)

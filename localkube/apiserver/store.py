@@ -131,14 +131,18 @@ class Store:
                               old, self.rv))
         return obj
 
-    def remove(self, resource: str, namespace: str, name: str) -> dict | None:
+    def remove(self, resource: str, namespace: str, name: str,
+               final: dict | None = None) -> dict | None:
+        """Remove an object; the DELETED event carries `final` (its last state, e.g. with the
+        finalizers just emptied) when given, else the stored object."""
         key = (namespace or "", name)
         old = self.objects[resource].pop(key, None)
         if old is None:
             return None
         self.uids.pop(old["metadata"].get("uid", ""), None)
         self.rv += 1
-        gone = dict(old, metadata=dict(old["metadata"], resourceVersion=str(self.rv)))
+        last = final if final is not None else old
+        gone = dict(last, metadata=dict(last["metadata"], resourceVersion=str(self.rv)))
         self._persist(resource, key, None)
         self._emit(WatchEvent(resource, EventType.DELETED, gone, old, self.rv))
         return gone

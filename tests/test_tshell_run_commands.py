@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import s3_fixtures
 from airflow_fixtures import AirflowHandle, airflow_server, start_airflow
+from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from s3_fixtures import S3Server
 
 from tshell.cli import run as run_tshell_cli
@@ -297,3 +298,64 @@ def test_a_rejected_token_is_replaced_once(airflow):
     session._token, session._token_expiry = "not-a-valid-token", time.time() + 3600
     assert "dags" in session.get_json("/api/v2/dags")
     assert session._token != "not-a-valid-token"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalkubeHandle]:
+    handle = start_localkube(tmp_path_factory.mktemp("localkube"))
+    yield handle
+    stop_localkube(handle)
+
+
+def create_replica_pod(core, namespace: str, run_key: str, role: str, index: int, script: str):
+    from kubernetes import client
+
+    from tfjob import naming
+
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except client.exceptions.ApiException as error:
+        assert error.status == 409, error
+    labels = {"tfjob.io/run": run_key, "tfjob.io/role": role, "tfjob.io/index": str(index)}
+    container = client.V1Container(
+        name="tensorflow", image="alpine:3", command=["sh", "-c", script]
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=naming.pod_name(run_key, role, index), namespace=namespace, labels=labels
+        ),
+        spec=client.V1PodSpec(containers=[container], restart_policy="Never"),
+    )
+    core.create_namespaced_pod(namespace, pod)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="localkube's kubelet needs root")
+def test_logs_of_a_running_run_follow_the_replica_pods_in_kubernetes(
+    tshell_env, capsys, request_file, cluster, monkeypatch
+):
+    from tfjob import naming
+
+    monkeypatch.setenv("TSHELL_KUBECONFIG", cluster.kubeconfig)
+    run_id = submit_run(capsys, request_file, "env.TRAIN_SECONDS=300")
+    run_key = naming.run_key("digits", run_id)
+    core = cluster.core_v1()
+    loop = "for i in 1 2 3 4 5; do echo {who} line $i; sleep 0.3; done"
+    create_replica_pod(core, "tfjob-team-a", run_key, "worker", 0, loop.format(who="w0"))
+    create_replica_pod(core, "tfjob-team-a", run_key, "ps", 0, loop.format(who="ps0"))
+    try:
+        await_task_state(capsys, run_id, "validate", {"success"})
+        one = tshell(capsys, "logs", run_id, "--role", "worker", "--index", "0", "--follow")
+        assert one.code == 0, one.err
+        assert one.out.splitlines() == [f"w0 line {i}" for i in range(1, 6)]
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:  # the ps pod runs at its own pace
+            both = tshell(capsys, "logs", run_id)
+            assert both.code == 0, both.err
+            if "[ps-0] ps0 line 5" in both.out.splitlines():
+                break
+            assert time.monotonic() < deadline, both.out
+            time.sleep(0.5)
+        assert "[worker-0] w0 line 1" in both.out.splitlines()
+    finally:
+        assert tshell(capsys, "cancel", run_id, "--no-wait").code == 0

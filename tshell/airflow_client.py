@@ -158,7 +158,7 @@ class AirflowSession:
         return self._api
 
     def call(self, operation: Callable[[airflow_api.ApiClient], T], what: str = "") -> T:
-        """Run `operation` with the generated client; one retry with a new token when it is rejected."""
+        """Run `operation` with the generated client; a rejected token is replaced once."""
         import urllib3
         from airflow_client.client.exceptions import ApiException
 

@@ -5,9 +5,10 @@ to a real Airflow elsewhere, and a person should never have to guess which
 setting won. Order, first found wins, field by field:
 
 1. environment: TSHELL_AIRFLOW_URL, TSHELL_USERNAME, TSHELL_PASSWORD,
-   TSHELL_S3_ENDPOINT_URL (or the standard AWS_ENDPOINT_URL);
+   TSHELL_S3_ENDPOINT_URL (or the standard AWS_ENDPOINT_URL), TSHELL_KUBECONFIG;
 2. the config file: $TSHELL_CONFIG, else ~/.config/tshell/config.yaml
-   (``airflow: {url, username, password}`` and ``s3: {endpoint_url, region}``);
+   (``airflow: {url, username, password}``, ``s3: {endpoint_url, region}``,
+   ``kubernetes: {kubeconfig}``), then KUBECONFIG for the cluster;
 3. the embedded default (`make up`): the URLs and S3 credentials that
    scripts/services.py recorded in .state/services.json of this repo, else
    http://127.0.0.1:8080; user admin with the password Airflow generated in
@@ -59,6 +60,8 @@ class S3Config:
 class TshellConfig:
     airflow: AirflowConfig
     s3: S3Config
+    # For live replica logs; None when no cluster is configured (logs then come from Airflow).
+    kubeconfig: str | None = None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -72,7 +75,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: a mapping with 'airflow' and 's3' is required")
-    for section in ("airflow", "s3"):
+    for section in ("airflow", "s3", "kubernetes"):
         if not isinstance(data.get(section, {}), dict):
             raise ConfigError(f"config file {path}: '{section}' must be a mapping")
     return data
@@ -143,4 +146,10 @@ def load_config(
             url=str(url).rstrip("/"), username=str(username), password=str(password)
         ),
         s3=S3Config(endpoint, region, access_key, secret_key),
+        kubeconfig=(
+            env.get("TSHELL_KUBECONFIG")
+            or data.get("kubernetes", {}).get("kubeconfig")
+            or env.get("KUBECONFIG")
+            or services.get("localkube", {}).get("kubeconfig")
+        ),
     )

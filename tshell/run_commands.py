@@ -44,6 +44,7 @@ T = TypeVar("T")
 SUBMIT_DAG_ID = "tfjob_submit"
 DAG_ID_PREFIX = "tfjob"
 TRAIN_TASK_ID = "train"
+VALIDATE_TASK_ID = "validate"
 LAUNCH_TASK_ID = "launch"
 REPLICA_LOG_PREFIX = "[{role}-{index}]"
 POLL_INTERVAL_S = 2.0
@@ -248,6 +249,24 @@ def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, A
     return value if isinstance(value, dict) else None
 
 
+def fetch_run_description(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
+    """What `validate` recorded about the run (request, namespace, run_key), once it ran."""
+    try:
+        entry = session.get_json(
+            f"{ref.path}/taskInstances/{VALIDATE_TASK_ID}/xcomEntries/return_value",
+            {"deserialize": "true"},
+        )
+    except AirflowClientError:
+        return None
+    value = entry.get("value")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) and "run_key" in value else None
+
+
 def fetch_task_log(
     session: AirflowSession,
     ref: RunRef,
@@ -294,9 +313,19 @@ def split_s3_url(url: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.strip("/")
 
 
-def run_output_prefix(run: dict[str, Any], output_override: str | None) -> tuple[str, str]:
-    """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/."""
-    output = output_override or (run.get("conf") or {}).get("output")
+def run_output_prefix(
+    run: dict[str, Any], output_override: str | None, described: dict[str, Any] | None = None
+) -> tuple[str, str]:
+    """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/.
+
+    `<output>` comes from --output, else the run's conf, else the request `validate`
+    recorded (runs of request-file DAGs have an empty conf).
+    """
+    output = (
+        output_override
+        or (run.get("conf") or {}).get("output")
+        or ((described or {}).get("request") or {}).get("output")
+    )
     if not output:
         raise CommandError(
             f"run {run['dag_run_id']!r} has no 'output' in its conf; give it "
@@ -625,31 +654,81 @@ def iter_live_log(
         time.sleep(poll_interval)
 
 
+def write_archived_logs(
+    config: TshellConfig, bucket: str, prefix: str, role: str | None, index: int, out: TextIO
+) -> bool:
+    """Print the run's archived logs from S3 (one replica, or all with headers); False if none."""
+    s3 = make_s3_client(config)
+    if role is not None:
+        text = read_s3_text(s3, bucket, f"{prefix}logs/{role}-{index}.log")
+        if text is None:
+            return False
+        out.write(text if text.endswith("\n") or not text else text + "\n")
+        return True
+    keys = sorted(list_s3_keys(s3, bucket, prefix + "logs/"))
+    for key in keys:
+        out.write(f"==> {key.rsplit('/', 1)[-1]} <==\n")
+        out.write((read_s3_text(s3, bucket, key) or "").rstrip("\n") + "\n")
+    return bool(keys)
+
+
+def write_pod_logs(
+    config: TshellConfig,
+    session: AirflowSession,
+    ref: RunRef,
+    described: dict[str, Any],
+    args: argparse.Namespace,
+    out: TextIO,
+) -> bool:
+    """Print the replica pods' logs live from Kubernetes; False when there are no pods (yet)."""
+    from tshell.replica_logs import (
+        ReplicaLogError,
+        iter_replica_logs,
+        list_replica_pods,
+        make_core_api,
+    )
+
+    namespace, run_key = described["namespace"], described["run_key"]
+    index = args.index if args.role is not None else None
+    try:
+        core = make_core_api(config.kubeconfig)
+        pods = list_replica_pods(core, namespace, run_key, args.role, index)
+        # Following a run that is still launching: wait for its pods, not for nothing.
+        while not pods and args.follow:
+            run = call_patiently(lambda: session.get_json(ref.path))
+            if RunState(run["state"]).is_finished:
+                return False
+            time.sleep(args.poll_interval)
+            pods = list_replica_pods(core, namespace, run_key, args.role, index)
+        if not pods:
+            return False
+        for line in iter_replica_logs(core, namespace, pods, args.follow):
+            out.write(line + "\n")
+            out.flush()
+    except ReplicaLogError as error:
+        raise CommandError(str(error), ExitCode.NOT_FOUND) from None
+    return True
+
+
 def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    """Logs from the best source: S3 once archived, the pods while running, else Airflow."""
     config, session = open_session()
     run = find_run(session, args.run, args.dag)
     ref = RunRef(run["dag_id"], run["dag_run_id"])
-    archived = RunState(run["state"]).is_finished and (run.get("conf") or {}).get("output")
-    if archived and args.task is None:
-        bucket, prefix = run_output_prefix(run, args.output)
-        s3 = make_s3_client(config)
-        if args.role is not None:
-            key = f"{prefix}logs/{args.role}-{args.index}.log"
-            text = read_s3_text(s3, bucket, key)
-            if text is not None:
-                out.write(text if text.endswith("\n") or not text else text + "\n")
+    if args.task is None:
+        described = fetch_run_description(session, ref)
+        if RunState(run["state"]).is_finished:
+            bucket, prefix = run_output_prefix(run, args.output, described)
+            if write_archived_logs(config, bucket, prefix, args.role, args.index, out):
                 return ExitCode.OK
-        else:
-            keys = sorted(list_s3_keys(s3, bucket, prefix + "logs/"))
-            for key in keys:
-                out.write(f"==> {key.rsplit('/', 1)[-1]} <==\n")
-                out.write((read_s3_text(s3, bucket, key) or "").rstrip("\n") + "\n")
-            if keys:
+            sys.stderr.write(
+                f"note: no archived log under s3://{bucket}/{prefix}logs/; "
+                f"showing the Airflow task log\n"
+            )
+        elif described and config.kubeconfig:
+            if write_pod_logs(config, session, ref, described, args, out):
                 return ExitCode.OK
-        sys.stderr.write(
-            f"note: no archived log under s3://{bucket}/{prefix}logs/; "
-            f"showing the Airflow task log\n"
-        )
+            sys.stderr.write("note: no replica pods of this run; showing the Airflow task log\n")
     task_id = args.task or TRAIN_TASK_ID
     for line in iter_live_log(session, ref, task_id, args.follow, args.poll_interval):
         for selected in select_replica_lines([line], args.role, args.index):
@@ -760,7 +839,8 @@ def await_tasks_finished(
 def cmd_download(args: argparse.Namespace, out: TextIO) -> ExitCode:
     config, session = open_session()
     run = find_run(session, args.run, args.dag)
-    bucket, prefix = run_output_prefix(run, args.output)
+    described = fetch_run_description(session, RunRef(run["dag_id"], run["dag_run_id"]))
+    bucket, prefix = run_output_prefix(run, args.output, described)
     target = Path(args.dir)
     written = download_prefix(make_s3_client(config), bucket, f"{prefix}{args.what}/", target)
     if args.json:

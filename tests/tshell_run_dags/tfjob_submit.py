@@ -1,7 +1,8 @@
 """A stand-in for the pipeline's `tfjob_submit` DAG, for testing tshell's REST mechanics.
 
 It has the pipeline's task names and shapes and nothing of its Kubernetes work:
-`launch` returns replica endpoints, `train` prints lines prefixed with
+`validate` returns the run description (namespace, run key), `launch` returns
+replica endpoints, `train` prints lines prefixed with
 `[<role>-<index>]` for `env.TRAIN_SECONDS` seconds, `archive` uploads a log and
 a model file to `<output>/runs/<run_id>/` in S3 (endpoint from AWS_ENDPOINT_URL),
 and the Airflow teardown task `teardown` writes `<output>/runs/<run_id>/teardown.done`.
@@ -28,7 +29,17 @@ with DAG(
 
     @task
     def validate(**context):
-        return context["dag_run"].conf["name"]
+        # The same description the pipeline's validate pushes (operators/runinfo.py).
+        from tfjob import naming
+
+        conf = context["dag_run"].conf
+        return {
+            "request": conf,
+            "run_id": context["run_id"],
+            "dag_id": context["dag"].dag_id,
+            "namespace": naming.tenant_namespace(conf["tenant"]),
+            "run_key": naming.run_key(conf["name"], context["run_id"]),
+        }
 
     @task
     def launch():

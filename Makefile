@@ -1,7 +1,8 @@
 # The two commands of the README are `make demo` and `make test`; both build the
 # environment first. Everything else here is a building block of those two.
 SHELL := /bin/bash
-PYTHON ?= python3
+# The host's python3, never the venv's (the venv has no pip or uv of its own).
+PYTHON ?= $(shell PATH=$$(printf %s "$$PATH" | tr ':' '\n' | grep -vF '$(CURDIR)/.venv' | paste -sd:) command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

@@ -65,6 +65,8 @@ def tshell_env(
 ) -> None:
     monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
     monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)  # live pod logs only where a test asks
+    monkeypatch.delenv("TSHELL_KUBECONFIG", raising=False)
     monkeypatch.setenv("TSHELL_AIRFLOW_URL", airflow.url)
     monkeypatch.setenv("TSHELL_USERNAME", airflow.username)
     monkeypatch.setenv("TSHELL_PASSWORD", airflow.password)

@@ -10,15 +10,10 @@ import pytest
 
 from tshell.airflow_client import describe_api_detail, read_token_expiry
 from tshell.config import ConfigError, load_config
-from tshell.run_commands import (
-    CommandError,
-    ExitCode,
-    apply_overrides,
-    build_conf,
-    format_table,
-    run_output_prefix,
-    select_replica_lines,
-)
+from tshell.run_commands import apply_overrides, build_conf, select_replica_lines
+from tshell.run_errors import CommandError, ExitCode
+from tshell.run_storage import run_output_prefix
+from tshell.run_views import format_table
 
 
 @pytest.fixture(autouse=True)
@@ -161,6 +156,12 @@ def test_run_output_prefix_joins_output_runs_and_run_id():
     run = {"dag_run_id": "manual__1", "conf": {"output": "s3://models/team/digits/"}}
     assert run_output_prefix(run, None) == ("models", "team/digits/runs/manual__1/")
     assert run_output_prefix(run, "s3://other") == ("other", "runs/manual__1/")
+    # Runs of request-file DAGs have no conf: the request validate recorded names the output.
+    described = {"request": {"output": "s3://models/nightly"}}
+    assert run_output_prefix({"dag_run_id": "s__1", "conf": {}}, None, described) == (
+        "models",
+        "nightly/runs/s__1/",
+    )
     with pytest.raises(CommandError, match="has no 'output' in its conf"):
         run_output_prefix({"dag_run_id": "x", "conf": {}}, None)
 

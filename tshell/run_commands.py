@@ -36,6 +36,23 @@ from tshell.airflow_client import (
     AirflowUnreachableError,
 )
 from tshell.config import ConfigError, TshellConfig, load_config
+from tshell.run_errors import CommandError, ExitCode
+from tshell.run_storage import (
+    download_prefix,
+    list_s3_keys,
+    make_s3_client,
+    read_s3_text,
+    run_output_prefix,
+)
+from tshell.run_views import (
+    TASK_HEADERS,
+    emit_json,
+    format_duration,
+    format_table,
+    short_time,
+    summarize_run,
+    task_rows,
+)
 
 # apache-airflow-client (seconds to import), boto3 and the request model are imported
 # inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
@@ -69,15 +86,6 @@ class ArtifactKind(enum.StrEnum):
     LOGS = "logs"
 
 
-class ExitCode(enum.IntEnum):
-    OK = 0
-    RUN_FAILED = 1
-    INVALID_REQUEST = 2
-    AIRFLOW_ERROR = 3
-    NOT_FOUND = 4
-    CONFIG_ERROR = 5
-
-
 FINISHED_TASK_STATES = {"success", "failed", "skipped", "upstream_failed", "removed"}
 ACTIVE_TASK_STATES = {
     "scheduled",
@@ -94,14 +102,6 @@ CLEANUP_TRIGGER_RULES = {"all_done", "all_done_setup_success", "always"}
 CANCEL_NOTE = "cancelled with tshell"
 CANCEL_ROUNDS = 3
 CANCEL_TIMEOUT_S = 600.0
-
-
-class CommandError(Exception):
-    """An error for the person at the terminal, with the exit code to leave with."""
-
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -299,164 +299,6 @@ def select_replica_lines(lines: Sequence[str], role: str | None, index: int | No
         return list(lines)
     prefix = REPLICA_LOG_PREFIX.format(role=role, index=0 if index is None else index)
     return [line[len(prefix) :].lstrip() for line in lines if line.startswith(prefix)]
-
-
-# --- S3 -----------------------------------------------------------------------------------
-
-
-def split_s3_url(url: str) -> tuple[str, str]:
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise CommandError(
-            f"output {url!r}: an s3://bucket/prefix URL is required", ExitCode.INVALID_REQUEST
-        )
-    return parsed.netloc, parsed.path.strip("/")
-
-
-def run_output_prefix(
-    run: dict[str, Any], output_override: str | None, described: dict[str, Any] | None = None
-) -> tuple[str, str]:
-    """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/.
-
-    `<output>` comes from --output, else the run's conf, else the request `validate`
-    recorded (runs of request-file DAGs have an empty conf).
-    """
-    output = (
-        output_override
-        or (run.get("conf") or {}).get("output")
-        or ((described or {}).get("request") or {}).get("output")
-    )
-    if not output:
-        raise CommandError(
-            f"run {run['dag_run_id']!r} has no 'output' in its conf; give it "
-            f"with --output s3://bucket/prefix",
-            ExitCode.NOT_FOUND,
-        )
-    bucket, prefix = split_s3_url(output)
-    key = "/".join(p for p in (prefix, "runs", run["dag_run_id"]) if p)
-    return bucket, key + "/"
-
-
-def make_s3_client(config: TshellConfig) -> Any:
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=config.s3.endpoint_url,
-        region_name=config.s3.region or "us-east-1",
-        aws_access_key_id=config.s3.access_key,
-        aws_secret_access_key=config.s3.secret_key,
-    )
-
-
-def list_s3_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    keys: list[str] = []
-    try:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys.extend(obj["Key"] for obj in page.get("Contents", []))
-    except ClientError as exc:
-        raise CommandError(
-            f"s3://{bucket}/{prefix}: {exc.response['Error'].get('Message', exc)}",
-            ExitCode.NOT_FOUND,
-        ) from None
-    except BotoCoreError as exc:
-        raise CommandError(
-            f"S3 is not reachable for s3://{bucket}/{prefix}: {exc}", ExitCode.AIRFLOW_ERROR
-        ) from None
-    return keys
-
-
-def download_prefix(s3: Any, bucket: str, prefix: str, target: Path) -> list[Path]:
-    keys = list_s3_keys(s3, bucket, prefix)
-    if not keys:
-        raise CommandError(
-            f"no objects under s3://{bucket}/{prefix}: the run has not archived "
-            f"them (yet); `tshell status` shows how far it got",
-            ExitCode.NOT_FOUND,
-        )
-    written = []
-    for key in keys:
-        relative = key[len(prefix) :]
-        if not relative or relative.endswith("/"):
-            continue
-        destination = (target / relative).resolve()
-        if not destination.is_relative_to(target.resolve()):
-            raise CommandError(
-                f"s3://{bucket}/{key}: refusing a key that leaves {target}", ExitCode.NOT_FOUND
-            )
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(bucket, key, str(destination))
-        written.append(destination)
-    return written
-
-
-def read_s3_text(s3: Any, bucket: str, key: str) -> str | None:
-    from botocore.exceptions import ClientError
-
-    try:
-        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode(errors="replace")
-    except ClientError as exc:
-        if exc.response["Error"].get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
-            return None
-        raise
-
-
-# --- output -------------------------------------------------------------------------------
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines)
-
-
-def short_time(value: str | None) -> str:
-    return value[:19].replace("T", " ") if value else ""
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
-
-def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
-    conf = run.get("conf") or {}
-    return {
-        "run_id": run["dag_run_id"],
-        "dag_id": run["dag_id"],
-        "state": run["state"],
-        "name": conf.get("name"),
-        "tenant": conf.get("tenant"),
-        "start_date": run.get("start_date"),
-        "end_date": run.get("end_date"),
-        "duration": run.get("duration"),
-    }
-
-
-def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    return [
-        [
-            t["task_id"],
-            t.get("state") or "none",
-            t.get("try_number"),
-            short_time(t.get("start_date")),
-            format_duration(t.get("duration")),
-        ]
-        for t in tasks
-    ]
-
-
-TASK_HEADERS = ("task", "state", "try", "started", "duration")
-
-
-def emit_json(value: Any, out: TextIO) -> None:
-    out.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -855,11 +697,14 @@ def cmd_download(args: argparse.Namespace, out: TextIO) -> ExitCode:
 # --- argument parsing ---------------------------------------------------------------------
 
 
-def add_common(parser: argparse.ArgumentParser, run_arg: bool = True) -> None:
+def add_common(
+    parser: argparse.ArgumentParser, run_arg: bool = True, json_arg: bool = True
+) -> None:
     if run_arg:
         parser.add_argument("run", metavar="RUN", help="the run id (Airflow dag_run_id)")
     parser.add_argument("--dag", help="the DAG of the run (default: whichever DAG has it)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if json_arg:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def register(subparsers: Any) -> None:
@@ -895,8 +740,10 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--limit", type=int, default=LIST_LIMIT)
     listing.set_defaults(func=wrap_command(cmd_list))
 
-    logs = subparsers.add_parser("logs", help="logs of a run (live from Airflow, archived from S3)")
-    add_common(logs)
+    logs = subparsers.add_parser(
+        "logs", help="logs of a run: archived in S3, live from its pods, or from Airflow"
+    )
+    add_common(logs, json_arg=False)
     logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")
     logs.add_argument("--index", type=int, default=0, help="replica index (default 0)")
     logs.add_argument("--task", help=f"an Airflow task's log instead (default {TRAIN_TASK_ID})")
@@ -912,7 +759,7 @@ def register(subparsers: Any) -> None:
     cancel = subparsers.add_parser(
         "cancel", help="stop a run: its active tasks fail, teardown still removes the pods"
     )
-    add_common(cancel)
+    add_common(cancel, json_arg=False)
     cancel.add_argument(
         "--no-wait",
         action="store_true",

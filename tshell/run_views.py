@@ -1,0 +1,64 @@
+"""How the run commands show runs and tasks: aligned tables, short times, JSON.
+
+Why this exists: tables by default for people, `--json` for scripts; one place
+decides what a run summary holds so both forms agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def short_time(value: str | None) -> str:
+    return value[:19].replace("T", " ") if value else ""
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
+    conf = run.get("conf") or {}
+    return {
+        "run_id": run["dag_run_id"],
+        "dag_id": run["dag_id"],
+        "state": run["state"],
+        "name": conf.get("name"),
+        "tenant": conf.get("tenant"),
+        "start_date": run.get("start_date"),
+        "end_date": run.get("end_date"),
+        "duration": run.get("duration"),
+    }
+
+
+def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            t["task_id"],
+            t.get("state") or "none",
+            t.get("try_number"),
+            short_time(t.get("start_date")),
+            format_duration(t.get("duration")),
+        ]
+        for t in tasks
+    ]
+
+
+TASK_HEADERS = ("task", "state", "try", "started", "duration")
+
+
+def emit_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, indent=2, default=str) + "\n")

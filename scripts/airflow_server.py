@@ -50,6 +50,7 @@ ADMIN_USER = "admin"
 START_TIMEOUT_S = 300.0
 PARSE_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
+KILL_PERIOD_S = 10.0
 POLL_INTERVAL_S = 0.5
 
 
@@ -365,23 +366,33 @@ def signal_all(pids: Iterable[int], signum: int) -> None:
 
 
 def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
-    """Stop every process of the instance at `home`: SIGTERM, then SIGKILL after `grace`."""
+    """Stop every process of the instance at `home`: SIGTERM, then SIGKILL after `grace`.
+
+    Processes keep appearing while Airflow shuts down (the executor replaces a
+    worker, a task starts its supervisor), so every pass looks again and signals
+    what is new; it returns once a look finds nothing alive.
+    """
     home = home.resolve()
     pid = read_pid(home)
     session_id = pid if pid is not None and read_session_id(pid) == pid else None
-    pids = find_instance_pids(home, session_id)
-    signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        alive = [p for p in find_instance_pids(home, session_id) if is_alive(p)]
-        if not alive:
+
+    def alive() -> set[int]:
+        return {p for p in find_instance_pids(home, session_id) if is_alive(p)}
+
+    seen: set[int] = set()
+    for signum, period in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_PERIOD_S)):
+        deadline = time.monotonic() + period
+        signalled: set[int] = set()
+        while (running := alive()) and time.monotonic() < deadline:
+            seen |= running
+            signal_all(running - signalled if signum == signal.SIGTERM else running, signum)
+            signalled |= running
+            time.sleep(0.2)
+        if not running:
             break
-        time.sleep(0.2)
-    else:
-        signal_all(find_instance_pids(home, session_id), signal.SIGKILL)
     _reap(pid)
     (home / PID_FILE).unlink(missing_ok=True)
-    return pids
+    return sorted(seen)
 
 
 def _reap(pid: int | None) -> None:

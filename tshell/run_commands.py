@@ -387,15 +387,16 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
             out,
         )
         return ExitCode.OK
-    if not args.json:
-        out.write(
-            f"submitted run {ref.run_id}\n  DAG: {ref.dag_id}\n  UI:  {run_ui_url(session, ref)}\n"
-        )
+    # With --json --wait, stdout carries only the final JSON; people read progress on stderr.
+    progress = sys.stderr if args.json else out
+    progress.write(
+        f"submitted run {ref.run_id}\n  DAG: {ref.dag_id}\n  UI:  {run_ui_url(session, ref)}\n"
+    )
     if not args.wait:
         return ExitCode.OK
-    final = follow_run(session, ref, sys.stderr if args.json else out, args.poll_interval)
+    final = follow_run(session, ref, progress, args.poll_interval)
     if args.json:
-        emit_json(summarize_run(final), out)
+        emit_json(summarize_run(final) | {"url": run_ui_url(session, ref)}, out)
     else:
         out.write(f"run {ref.run_id}: {final['state']}\n")
     return ExitCode.OK if final["state"] == RunState.SUCCESS else ExitCode.RUN_FAILED

@@ -50,3 +50,7 @@ s3-up: setup
 
 s3-down:
 	$(PY) scripts/s3_server.py down --state-dir $(STATE)/s3
+
+# Figures, not tests: every measurement of issue 8 (< 20 min on 2 cores) → bench/RESULTS.md.
+bench: setup
+	$(PY) bench/run_all.py

@@ -31,7 +31,9 @@ def classify_call(method: str, url: str, query_params: Any = None) -> ApiCall:
     """One request as (verb, path without query); watches and execs get their own verbs."""
     parsed = urllib.parse.urlsplit(url)
     query = dict(urllib.parse.parse_qsl(parsed.query))
-    for key, value in (query_params or []) if not isinstance(query_params, dict) else query_params.items():
+    for key, value in (
+        (query_params or []) if not isinstance(query_params, dict) else query_params.items()
+    ):
         query[str(key)] = str(value)
     verb = method.upper()
     if str(query.get("watch", "")).lower() in ("true", "1"):
@@ -48,7 +50,7 @@ def summarise_calls(calls: list[ApiCall]) -> dict[str, int]:
         parts = [p for p in call.path.split("/") if p]
         # /api/v1/namespaces/<ns>/<plural>[/<name>[/<sub>]]
         if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
-            rest = parts[parts.index("namespaces") + 2:]
+            rest = parts[parts.index("namespaces") + 2 :]
             what = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
         else:
             what = parts[-1] if parts else "/"
@@ -58,7 +60,7 @@ def summarise_calls(calls: list[ApiCall]) -> dict[str, int]:
 
 @dataclass
 class ApiCounter:
-    """Install once per process; `take()` returns and clears what was counted since the last take."""
+    """Install once per process; `take()` returns and clears what was counted since."""
 
     calls: list[ApiCall] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -82,12 +84,15 @@ class ApiCounter:
         async_request = async_rest.RESTClientObject.request
         create_websocket = ws_client.create_websocket
 
-        def counted_sync(self: Any, method: str, url: str, query_params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        def counted_sync(
+            self: Any, method: str, url: str, query_params: Any = None, *args: Any, **kwargs: Any
+        ) -> Any:
             counter.record(classify_call(method, url, query_params))
             return sync_request(self, method, url, query_params, *args, **kwargs)
 
-        async def counted_async(self: Any, method: str, url: str, query_params: Any = None, *args: Any,
-                                **kwargs: Any) -> Any:
+        async def counted_async(
+            self: Any, method: str, url: str, query_params: Any = None, *args: Any, **kwargs: Any
+        ) -> Any:
             counter.record(classify_call(method, url, query_params))
             return await async_request(self, method, url, query_params, *args, **kwargs)
 

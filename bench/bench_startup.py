@@ -41,7 +41,9 @@ LINGER = {"*": {"sleep": 3600}}
 def replica_shape(count: int) -> tuple[dict[str, int], str, str]:
     """(replicas, success_policy, deciding replica) for a parameter-server job of `count` pods."""
     if count < 2:
-        raise ValueError(f"--replicas: {count} given; a distributed job needs at least 2 (ps + worker)")
+        raise ValueError(
+            f"--replicas: {count} given; a distributed job needs at least 2 (ps + worker)"
+        )
     if count == 2:
         return {"ps": 1, "worker": 1}, "worker0", "worker-0"
     ps = max(1, count // 16)
@@ -52,8 +54,13 @@ def build_request(world: Any, name: str, count: int) -> dict[str, Any]:
     replicas, policy, deciding = replica_shape(count)
     behaviour = {**LINGER, deciding: {}}
     return world.request(
-        name, mode="distributed", strategy="parameter_server", replicas=replicas,
-        success_policy=policy, startup_timeout=240, active_deadline=900,
+        name,
+        mode="distributed",
+        strategy="parameter_server",
+        replicas=replicas,
+        success_policy=policy,
+        startup_timeout=240,
+        active_deadline=900,
         env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)},
     )
 
@@ -106,14 +113,21 @@ def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     for count, group in sorted(by_count.items()):
         rows[str(count)] = {
             key: summarise(j[key] for j in group).as_dict()
-            for key in ("launch_to_running_s", "running_to_delivered_s", "exit_to_gone_s", "requests_total")
+            for key in (
+                "launch_to_running_s",
+                "running_to_delivered_s",
+                "exit_to_gone_s",
+                "requests_total",
+            )
         }
         rows[str(count)]["requests_by_phase"] = group[-1]["requests"]
         rows[str(count)]["request_kinds"] = group[-1]["request_kinds"]
     counts = sorted(by_count)
     fit = None
     if len(counts) >= 2:
-        slope, intercept = fit_line([j["replicas"] for j in jobs], [j["requests_total"] for j in jobs])
+        slope, intercept = fit_line(
+            [j["replicas"] for j in jobs], [j["requests_total"] for j in jobs]
+        )
         fit = {"per_replica": slope, "constant": intercept}
     return {"by_replicas": rows, "requests_fit": fit}
 
@@ -133,13 +147,21 @@ def main() -> int:
         for count in args.replicas:
             job = measure_job(world, counter, count, attempt)
             jobs.append(job)
-            print(f"startup n={count} try {attempt + 1}: running {job['launch_to_running_s']:.2f}s, "
-                  f"delivered +{job['running_to_delivered_s']:.2f}s, gone {job['exit_to_gone_s']:.2f}s "
-                  f"after exit, {job['requests_total']} API requests", flush=True)
+            print(
+                f"startup n={count} try {attempt + 1}: running {job['launch_to_running_s']:.2f}s, "
+                f"delivered +{job['running_to_delivered_s']:.2f}s, gone "
+                f"{job['exit_to_gone_s']:.2f}s "
+                f"after exit, {job['requests_total']} API requests",
+                flush=True,
+            )
     from operators.settings import TEARDOWN_GRACE_SECONDS
 
-    report = {"jobs": jobs, "summary": summarise_startup(jobs), "wall_s": time.monotonic() - began,
-              "teardown_grace_s": TEARDOWN_GRACE_SECONDS}
+    report = {
+        "jobs": jobs,
+        "summary": summarise_startup(jobs),
+        "wall_s": time.monotonic() - began,
+        "teardown_grace_s": TEARDOWN_GRACE_SECONDS,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     return 0

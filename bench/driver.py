@@ -22,7 +22,9 @@ from typing import Any
 class TaskInstanceStandIn:
     """What the steps use of a TaskInstance: xcom_pull and xcom_push, on a shared dict."""
 
-    def __init__(self, task_id: str, store: dict[tuple[str, str], Any], run_id: str, dag_id: str) -> None:
+    def __init__(
+        self, task_id: str, store: dict[tuple[str, str], Any], run_id: str, dag_id: str
+    ) -> None:
         self.task_id = task_id
         self.store = store
         self.run_id = run_id
@@ -54,8 +56,13 @@ class DrivenRun:
 
     def context(self, task_id: str) -> dict[str, Any]:
         ti = TaskInstanceStandIn(task_id, self.store, self.run_id, self.dag_id)
-        return {"ti": ti, "task_instance": ti, "run_id": self.run_id, "dag": DagStandIn(self.dag_id),
-                "params": {}}
+        return {
+            "ti": ti,
+            "task_instance": ti,
+            "run_id": self.run_id,
+            "dag": DagStandIn(self.dag_id),
+            "params": {},
+        }
 
     def run_step(self, task_id: str, function: Any) -> Any:
         """Call a `steps.*` function as its task would, and keep its return value as XCom."""
@@ -107,8 +114,13 @@ def await_training_end(run: DrivenRun, timeout: float) -> dict[str, Any]:
         namespace=info.namespace,
         selector=info.selector,
         expected_pods=info.pod_names(),
-        deciding=list(deciding_replicas(info.request.success_policy, info.replica_ids(),
-                                        single=not info.request.is_distributed)),
+        deciding=list(
+            deciding_replicas(
+                info.request.success_policy,
+                info.replica_ids(),
+                single=not info.request.is_distributed,
+            )
+        ),
         deadline=time.time() + timeout,
         kubernetes_conn_id=KUBERNETES_CONN_ID,
     )

@@ -27,7 +27,8 @@ class Summary:
         """`1.23 s (1.10–1.40, n=5)`; one measurement shows no range."""
         if self.count == 1:
             return f"{self.median:.{digits}f} {unit} (n=1)".replace(" )", ")")
-        return f"{self.median:.{digits}f} {unit} ({self.low:.{digits}f}–{self.high:.{digits}f}, n={self.count})"
+        low, high = f"{self.low:.{digits}f}", f"{self.high:.{digits}f}"
+        return f"{self.median:.{digits}f} {unit} ({low}–{high}, n={self.count})"
 
 
 def summarise(values: Iterable[float]) -> Summary:
@@ -54,8 +55,10 @@ def format_ratio(value: float | None, digits: int = 2) -> str:
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least-squares (slope, intercept) of ys against xs; needs two distinct xs."""
     if len(xs) != len(ys) or len(set(xs)) < 2:
-        raise ValueError(f"fit_line: {len(xs)} x and {len(ys)} y values given; "
-                         "equal counts and at least 2 distinct x values are needed")
+        raise ValueError(
+            f"fit_line: {len(xs)} x and {len(ys)} y values given; "
+            "equal counts and at least 2 distinct x values are needed"
+        )
     mean_x = sum(xs) / len(xs)
     mean_y = sum(ys) / len(ys)
     sxx = sum((x - mean_x) ** 2 for x in xs)
@@ -70,13 +73,19 @@ def verdict(met: bool) -> str:
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A GitHub Markdown table; cells are str()-ed and `|` escaped."""
+
     def cell(value: object) -> str:
         return str(value).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
+    lines = [
+        "| " + " | ".join(cell(h) for h in header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
     for row in rows:
         if len(row) != len(header):
-            raise ValueError(f"markdown_table: row {list(row)!r} has {len(row)} cells; the header has {len(header)}")
+            raise ValueError(
+                f"markdown_table: row {list(row)!r} has {len(row)} cells; the header has "
+                f"{len(header)}"
+            )
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
     return "\n".join(lines)

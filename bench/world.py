@@ -10,8 +10,13 @@ kubelets, namespace `tfjob-test`, the stand-in bundle, a migrated Airflow DB);
 this module only records it in a JSON file the measurement processes read back,
 and stops it by that record.
 
-    python bench/world.py up DIR     # prints DIR/world.json
-    python bench/world.py down DIR
+    python bench/world.py up DIR          # prints DIR/world.json
+    python bench/world.py airflow-up DIR  # airflow standalone for it: DIR/airflow.json
+    python bench/world.py down DIR        # stops Airflow (if up), localkube and S3
+
+Airflow is the tests' launcher too (`tests/airflow_fixtures.start_airflow`:
+this repo's airflow.cfg, parallelism 4, LocalExecutor, a free port), given the
+world's connections, as tests/test_pipeline_rest.py does.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world  # 
 from s3_fixtures import S3Server  # noqa: E402
 
 WORLD_FILE = "world.json"
+AIRFLOW_FILE = "airflow.json"
 S3_STOP_TIMEOUT_S = 10.0
 
 
@@ -67,16 +73,70 @@ def load_world(folder: Path) -> tuple[PipelineWorld, dict[str, Any]]:
     """The world recorded in `folder/world.json`, as the fixtures' `PipelineWorld`."""
     record = json.loads((Path(folder) / WORLD_FILE).read_text())
     s3 = record["s3"]
-    server = S3Server(s3["endpoint"], s3["access_key"], s3["secret_key"], s3["region"],
-                      tuple(s3["buckets"]), s3["pid"])
+    server = S3Server(
+        s3["endpoint"],
+        s3["access_key"],
+        s3["secret_key"],
+        s3["region"],
+        tuple(s3["buckets"]),
+        s3["pid"],
+    )
     kube = LocalkubeHandle(**record["kube"])
-    world = PipelineWorld(server, kube, Path(record["home"]), Path(record["requests_dir"]),
-                          record["bucket"], dict(record["env"]))
+    world = PipelineWorld(
+        server,
+        kube,
+        Path(record["home"]),
+        Path(record["requests_dir"]),
+        record["bucket"],
+        dict(record["env"]),
+    )
     return world, record
 
 
+def start_world_airflow(folder: Path) -> dict[str, Any]:
+    """`airflow standalone` wired to the world in `folder`; recorded in `folder/airflow.json`."""
+    from airflow_fixtures import start_airflow
+
+    _world, record = load_world(folder)
+    env = {
+        k: v
+        for k, v in record["env"].items()
+        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+    }
+    handle = start_airflow(Path(folder) / "airflow-standalone", extra_env=env)
+    airflow = {
+        "url": handle.url,
+        "username": handle.username,
+        "password": handle.password,
+        "home": str(handle.home),
+        "pid": handle.pid,
+    }
+    (Path(folder) / AIRFLOW_FILE).write_text(json.dumps(airflow, indent=1))
+    return airflow
+
+
+def load_airflow(folder: Path) -> Any:
+    """The recorded Airflow as the fixtures' `AirflowHandle` (REST calls with a token)."""
+    from airflow_fixtures import AirflowHandle
+
+    record = json.loads((Path(folder) / AIRFLOW_FILE).read_text())
+    return AirflowHandle(
+        record["url"], record["username"], record["password"], Path(record["home"]), record["pid"]
+    )
+
+
+def stop_world_airflow(folder: Path) -> None:
+    path = Path(folder) / AIRFLOW_FILE
+    if path.exists():
+        from airflow_fixtures import airflow_server
+
+        airflow_server.stop_airflow(Path(json.loads(path.read_text())["home"]))
+        path.unlink()
+
+
 def stop_world(folder: Path) -> None:
-    """Stop localkube and the S3 server of the world recorded in `folder`."""
+    """Stop Airflow (when started), localkube and S3 of the world recorded in `folder`."""
+    stop_world_airflow(folder)
     path = Path(folder) / WORLD_FILE
     if not path.exists():
         return
@@ -110,14 +170,17 @@ def _is_zombie(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("up", "down"):
-        print("usage: world.py up|down DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("up", "airflow-up", "down"):
+        print("usage: world.py up|airflow-up|down DIR", file=sys.stderr)
         return 2
     folder = Path(argv[1]).resolve()
     if argv[0] == "up":
         folder.mkdir(parents=True, exist_ok=True)
         start_world(folder)
         print(folder / WORLD_FILE)
+    elif argv[0] == "airflow-up":
+        start_world_airflow(folder)
+        print(folder / AIRFLOW_FILE)
     else:
         stop_world(folder)
     return 0

@@ -1,0 +1,80 @@
+"""Triggering runs over Airflow's REST API and reading back their task-instance timings.
+
+Shared by the whole-run (3) and concurrency (5) measurements, which both go
+through a real `airflow standalone` (scheduler, LocalExecutor workers,
+triggerer) as a user's `tshell submit` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+SUBMIT_DAG_ID = "tfjob_submit"
+FINISHED = ("success", "failed")
+
+
+def parse_time(text: str | None) -> float | None:
+    """An Airflow/Kubernetes timestamp (ISO 8601, any precision, Z or offset) as epoch seconds."""
+    if not text:
+        return None
+    text = text.strip().replace("Z", "+00:00")
+    if "." in text:  # Python wants at most 6 fraction digits
+        head, _, rest = text.partition(".")
+        digits = "".join(ch for ch in rest if ch.isdigit())
+        zone = rest[len(digits) :]
+        text = f"{head}.{digits[:6]}{zone}"
+    moment = dt.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
+
+
+def trigger_run(
+    airflow: Any, conf: dict[str, Any], dag_id: str = SUBMIT_DAG_ID
+) -> tuple[str, float]:
+    """(run_id, epoch seconds just before the trigger request)."""
+    sent = time.time()
+    answer = airflow.request(
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}
+    )
+    return answer["dag_run_id"], sent
+
+
+def read_run(airflow: Any, run_id: str, dag_id: str = SUBMIT_DAG_ID) -> dict[str, Any]:
+    return airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
+
+def await_run(
+    airflow: Any, run_id: str, timeout: float, dag_id: str = SUBMIT_DAG_ID
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = read_run(airflow, run_id, dag_id)
+        if run["state"] in FINISHED:
+            return run
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} of {dag_id} still {run['state']} after {timeout}s")
+        time.sleep(0.5)
+
+
+def read_task_instances(
+    airflow: Any, run_id: str = "~", dag_id: str = SUBMIT_DAG_ID
+) -> list[dict[str, Any]]:
+    answer = airflow.request(
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000"
+    )
+    return answer["task_instances"]
+
+
+def task_spans(instances: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """task_id → {queued, start, end} as epoch seconds."""
+    return {
+        ti["task_id"]: {
+            "queued": parse_time(ti.get("queued_when")),
+            "start": parse_time(ti.get("start_date")),
+            "end": parse_time(ti.get("end_date")),
+        }
+        for ti in instances
+    }

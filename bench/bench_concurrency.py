@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Measurement 5: 10 distributed stand-in jobs submitted at once, Airflow parallelism 4 (issue 8).
+
+    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 20]
+
+Every job (chief + ps + 2 workers, the stand-in program: its chief "trains"
+for `--train-seconds`, the ps runs until torn down) is triggered through
+`tfjob_submit`'s REST API within a second of the others, against the world's
+`airflow standalone` (this repo's airflow.cfg: parallelism 4, LocalExecutor).
+While they run, the task instances of all runs are sampled every 0.5 s:
+which are `running` (each holds one of the executor's 4 slots) and which are
+`deferred` (waiting in the triggerer, holding none). Reported: all succeed;
+slots held by train tasks while training (deferred) jobs exist; the most
+jobs training at once; jobs per minute (jobs / (last success − first
+trigger)). Writes bench/out/concurrency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(BENCH))
+
+from airflow_runs import FINISHED, parse_time, read_run, read_task_instances, trigger_run  # noqa: E402
+from stats import summarise  # noqa: E402
+from world import load_airflow, load_world  # noqa: E402
+
+SAMPLE_INTERVAL_S = 0.5
+RUN_TIMEOUT_S = 600
+PARALLELISM = 4
+
+
+def build_conf(world: Any, name: str, train_seconds: int) -> dict[str, Any]:
+    body = world.request(
+        name,
+        mode="distributed",
+        strategy="parameter_server",
+        replicas={"chief": 1, "ps": 1, "worker": 2},
+        success_policy="chief",
+        startup_timeout=240,
+        active_deadline=900,
+        env={"STANDIN_BEHAVIOUR": json.dumps({"chief-0": {"sleep": train_seconds}})},
+    )
+    return body
+
+
+def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """From samples of {t, running: [task ids], deferred: [task ids]}: slot use while training."""
+    training = [s for s in samples if s["deferred"]]
+    held_by_train = [sum(1 for task in s["running"] if task == "train") for s in training]
+    return {
+        "samples": len(samples),
+        "samples_with_training": len(training),
+        "max_running": max((len(s["running"]) for s in samples), default=0),
+        "max_training_at_once": max((len(s["deferred"]) for s in samples), default=0),
+        "train_slots_while_training_max": max(held_by_train, default=0),
+        "train_slots_while_training_mean": (sum(held_by_train) / len(held_by_train))
+        if held_by_train
+        else 0.0,
+        "samples_train_holding_slot": sum(1 for h in held_by_train if h),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", required=True, type=Path)
+    parser.add_argument("--jobs", type=int, default=10)
+    parser.add_argument("--train-seconds", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrency.json")
+    args = parser.parse_args()
+    world, _record = load_world(args.world)
+    airflow = load_airflow(args.world)
+    stamp = time.strftime("%H%M%S")
+    runs: dict[str, float] = {}
+    for index in range(args.jobs):
+        run_id, sent = trigger_run(
+            airflow, build_conf(world, f"conc-{stamp}-{index}", args.train_seconds)
+        )
+        runs[run_id] = sent
+    first = min(runs.values())
+    samples = []
+    states: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        instances = [ti for ti in read_task_instances(airflow, "~") if ti["dag_run_id"] in runs]
+        samples.append(
+            {
+                "t": time.time() - first,
+                "running": [ti["task_id"] for ti in instances if ti["state"] == "running"],
+                "deferred": [ti["task_id"] for ti in instances if ti["state"] == "deferred"],
+            }
+        )
+        pending = [r for r in runs if r not in states]
+        for run_id in pending:
+            run = read_run(airflow, run_id)
+            if run["state"] in FINISHED:
+                states[run_id] = run
+        if len(states) == len(runs):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{len(runs) - len(states)} of {len(runs)} runs unfinished after {RUN_TIMEOUT_S}s"
+            )
+        time.sleep(SAMPLE_INTERVAL_S)
+    ends = {r: parse_time(s["end_date"]) for r, s in states.items()}
+    durations = [ends[r] - runs[r] for r in runs]
+    span = max(ends.values()) - first
+    report = {
+        "jobs": args.jobs,
+        "succeeded": sum(1 for s in states.values() if s["state"] == "success"),
+        "parallelism": PARALLELISM,
+        "train_seconds": args.train_seconds,
+        "span_s": span,
+        "jobs_per_minute": args.jobs / span * 60,
+        "trigger_to_end_s": summarise(durations).as_dict(),
+        "slots": summarise_samples(samples),
+        "timeline": samples,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(
+        f"concurrency: {report['succeeded']}/{args.jobs} succeeded in {span:.1f}s "
+        f"({report['jobs_per_minute']:.1f} jobs/min); slots {report['slots']}",
+        flush=True,
+    )
+    return 0 if report["succeeded"] == args.jobs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

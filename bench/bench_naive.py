@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Measurement 2: the same N replicas as N plain KubernetesPodOperator executions (issue 8).
+
+    python bench/bench_naive.py --world DIR [--replicas 8 32] [--repeat 5]
+
+What a user without this project writes: one KubernetesPodOperator task per
+replica. Each execution here is the provider's unchanged
+`KubernetesPodOperator.execute` (default: not deferrable, follows the pod's
+log, deletes the pod at the end) in its own thread, as N worker slots of an
+executor would run them at once; the pods are the very pods the launch task
+creates (`tfjob.manifests.build_pod_manifests`, given as `full_pod_spec`,
+ConfigMap and Secret made beforehand, outside the clock), so only the way of
+launching differs. Timed: first execute starts → every pod Running with an IP
+(seen by a watch of our own, with the same gang verdict the launch task
+uses). Worker slots: each execution holds its slot until its pod ends, so N
+slots are held for as long as the replicas run; slot-seconds are summed.
+The pods get no ClusterSpec from anyone (the naive way has none); the
+benchmark writes one into each so the stand-ins exit and every execution
+ends normally. Writes bench/out/naive.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH.parent / "tests"))
+sys.path.insert(0, str(BENCH))
+
+from bench_startup import replica_shape  # noqa: E402
+from stats import summarise  # noqa: E402
+from world import load_world  # noqa: E402
+
+RUNNING_TIMEOUT_S = 240
+END_TIMEOUT_S = 240
+
+
+class NaiveTaskInstance:
+    """The few TaskInstance attributes KubernetesPodOperator reads (labels, try number, XCom)."""
+
+    def __init__(self, dag_id: str, task_id: str, run_id: str) -> None:
+        self.dag_id, self.task_id, self.run_id = dag_id, task_id, run_id
+        self.try_number = 1
+        self.map_index = -1
+        self.start_date = None
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        pass
+
+
+def prepare_run(world: Any, name: str, count: int) -> Any:
+    """Validate and snapshot the request, and create the run's ConfigMap and Secret (untimed)."""
+    import driver
+    from bench_startup import build_request
+
+    from operators import kubeobjects
+    from operators.launch import build_access, read_runtime_files
+    from operators.runinfo import read_run
+    from operators.settings import AWS_CONN_ID
+    from tfjob.manifests import build_access_secret, build_runtime_configmap
+
+    body = build_request(world, name, count)
+    body["env"] = {
+        "STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 0}})
+    }  # everyone exits once released
+    path = world.write_request(body)
+    run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", f"naive__{name}")
+    driver.validate_and_fetch(run)
+    info = read_run(run.store[("validate", "return_value")])
+    bundle_url, upload = build_access(
+        info, run.store[("fetch_bundle", "return_value")]["snapshot"], AWS_CONN_ID
+    )
+    api = world.kube.core_v1()
+    kubeobjects.create_objects(
+        api,
+        info.namespace,
+        [
+            build_runtime_configmap(info.identity(), read_runtime_files(), info.request.tenant),
+            build_access_secret(info.identity(), bundle_url, upload, info.request.tenant),
+        ],
+    )
+    return run, info
+
+
+def run_naive(world: Any, count: int, attempt: int) -> dict[str, Any]:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+    from operators import kubeobjects
+    from operators.delivery import deliver_cluster_file
+    from operators.replicas import MAIN_CONTAINER, GangState, judge_gang_start
+    from tfjob.manifests import build_pod_manifests
+
+    name = f"naive-n{count}-r{attempt}"
+    run, info = prepare_run(world, name, count)
+    manifests = build_pod_manifests(info.request, info.identity())
+    api = world.kube.core_v1()
+    held: dict[str, tuple[float, float]] = {}
+    errors: list[str] = []
+
+    def execute(manifest: dict[str, Any]) -> None:
+        pod_name = manifest["metadata"]["name"]
+        operator = KubernetesPodOperator(
+            task_id=pod_name,
+            namespace=info.namespace,
+            name=pod_name,
+            random_name_suffix=False,
+            full_pod_spec=PodGenerator.deserialize_model_dict(manifest),
+            base_container_name=MAIN_CONTAINER,
+            get_logs=True,
+            on_finish_action="delete_pod",
+        )
+        ti = NaiveTaskInstance(run.dag_id, pod_name, run.run_id)
+        context = {"ti": ti, "task_instance": ti, "run_id": run.run_id, "dag": None}
+        began = time.perf_counter()
+        try:
+            operator.execute(context)
+        except Exception as exc:  # reported, the measurement of this try is void
+            errors.append(f"{pod_name}: {type(exc).__name__}: {exc}")
+        held[pod_name] = (began, time.perf_counter())
+
+    threads = [threading.Thread(target=execute, args=(m,), daemon=True) for m in manifests]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    expected = info.pod_names()
+    pods = kubeobjects.watch_run_pods(
+        api,
+        info.namespace,
+        info.selector,
+        time.monotonic() + RUNNING_TIMEOUT_S,
+        lambda p: judge_gang_start(p, expected).state is not GangState.STARTING,
+    )
+    all_running = time.perf_counter()
+    verdict = judge_gang_start(pods, expected)
+    if verdict.state is not GangState.READY:
+        raise RuntimeError(f"naive n={count}: the pods did not all start: {verdict}")
+    slots_while_running = sum(1 for t in threads if t.is_alive())
+    # Release the stand-ins (the naive way would need its own ClusterSpec plumbing).
+    for pod_name in expected:
+        deliver_cluster_file(
+            api, info.namespace, pod_name, json.dumps({"tf_config": {}, "legacy": {}})
+        )
+    for thread in threads:
+        thread.join(END_TIMEOUT_S)
+    ended = time.perf_counter()
+    kubeobjects.delete_run_objects(api, info.namespace, info.selector, grace_period_seconds=0)
+    if errors:
+        raise RuntimeError(f"naive n={count}: executions failed: {errors[:3]}")
+    return {
+        "replicas": count,
+        "start_to_running_s": all_running - started,
+        "slots_while_running": slots_while_running,
+        "slot_seconds": sum(end - began for began, end in held.values()),
+        "wall_s": ended - started,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", required=True, type=Path)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=BENCH / "out" / "naive.json")
+    args = parser.parse_args()
+    world, _record = load_world(args.world)
+    for count in args.replicas:
+        replica_shape(count)  # fail early on a bad count
+    jobs = []
+    for attempt in range(args.repeat):
+        for count in args.replicas:
+            job = run_naive(world, count, attempt)
+            jobs.append(job)
+            print(
+                f"naive n={count} try {attempt + 1}: all running after "
+                f"{job['start_to_running_s']:.2f}s, "
+                f"{job['slots_while_running']} slots held, {job['slot_seconds']:.1f} slot-seconds",
+                flush=True,
+            )
+    summary = {}
+    for count in args.replicas:
+        group = [j for j in jobs if j["replicas"] == count]
+        summary[str(count)] = {
+            key: summarise(j[key] for j in group).as_dict()
+            for key in ("start_to_running_s", "slots_while_running", "slot_seconds")
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"jobs": jobs, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Measurement 4: DAG parse time with 1,000 request files (issue 8).
+
+    python bench/bench_parse.py [--files 1000] [--repeat 5] [--profile]
+
+A temporary requests folder gets `--files` request files (the four examples
+of dags/requests/ under new names, in turn); the repo's dags/ folder is parsed
+with Airflow's `DagBag` in a fresh process per repetition, with
+TFJOB_REQUESTS_DIR pointing at it, as the DAG processor would. Baseline: the
+same with an empty requests folder, measured in the same run. All request
+DAGs come from one Python file (dags/tfjob_requests.py), so Airflow's 30 s
+`dagbag_import_timeout` applies to the whole folder, not per request. With
+`--profile`, one extra parse runs under cProfile and the top functions by
+cumulative time go into the report. Writes bench/out/parse.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+from stats import summarise  # noqa: E402
+
+PARSE_SCRIPT = r"""
+import json, sys, time
+began = time.perf_counter()
+from airflow.dag_processing.dagbag import DagBag
+imported = time.perf_counter()
+profile = sys.argv[2] == "profile"
+if profile:
+    import cProfile, pstats, io
+    profiler = cProfile.Profile()
+    profiler.enable()
+started = time.perf_counter()
+bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
+done = time.perf_counter()
+result = {"airflow_import_s": imported - began, "parse_s": done - started, "dags": len(bag.dags),
+          "import_errors": {k: str(v)[:300] for k, v in bag.import_errors.items()},
+          "files": {s.file: s.duration.total_seconds() if hasattr(s.duration, "total_seconds")
+                    else float(s.duration) for s in bag.dagbag_stats}}
+if profile:
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
+    result["profile"] = out.getvalue()
+print("PARSE_RESULT " + json.dumps(result))
+"""
+
+
+def write_request_files(folder: Path, count: int) -> None:
+    """`count` valid request files made from the examples, each with its own name."""
+    examples = [
+        yaml.safe_load(p.read_text()) for p in sorted((REPO / "dags" / "requests").glob("*.yaml"))
+    ]
+    for index in range(count):
+        body = dict(examples[index % len(examples)])
+        body["name"] = f"{body['name']}-{index:04d}"
+        (folder / f"{body['name']}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def parse_once(requests_dir: Path, home: Path, profile: bool = False) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        TFJOB_REQUESTS_DIR=str(requests_dir),
+        AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT="120",
+        PYTHONPATH=str(REPO),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE_SCRIPT, str(REPO / "dags"), "profile" if profile else "plain"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("PARSE_RESULT "):
+            return json.loads(line[len("PARSE_RESULT ") :])
+    raise RuntimeError(f"DagBag parse gave no result (rc {done.returncode}): {done.stderr[-3000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out", type=Path, default=BENCH / "out" / "parse.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
+        work = Path(tmp)
+        full, empty, home = work / "requests", work / "empty", work / "airflow"
+        for folder in (full, empty, home):
+            folder.mkdir()
+        write_request_files(full, args.files)
+        runs: dict[str, list[dict[str, Any]]] = {"full": [], "empty": []}
+        for attempt in range(args.repeat):
+            for label, folder in (("empty", empty), ("full", full)):
+                result = parse_once(folder, home)
+                runs[label].append(result)
+                print(
+                    f"parse {label} try {attempt + 1}: {result['parse_s']:.2f}s, "
+                    f"{result['dags']} DAGs, "
+                    f"{len(result['import_errors'])} import errors",
+                    flush=True,
+                )
+        profile = parse_once(full, home, profile=True)["profile"] if args.profile else None
+    for label, results in runs.items():
+        if any(r["import_errors"] for r in results):
+            raise RuntimeError(f"{label}: import errors: {results[0]['import_errors']}")
+    full_s = summarise(r["parse_s"] for r in runs["full"])
+    empty_s = summarise(r["parse_s"] for r in runs["empty"])
+    requests_file = max(runs["full"][0]["files"], key=lambda f: runs["full"][0]["files"][f])
+    report = {
+        "files": args.files,
+        "dags": runs["full"][0]["dags"],
+        "full_parse_s": full_s.as_dict(),
+        "empty_parse_s": empty_s.as_dict(),
+        "per_request_ms": (full_s.median - empty_s.median) / args.files * 1000,
+        "slowest_file": requests_file,
+        "slowest_file_s": summarise(r["files"][requests_file] for r in runs["full"]).as_dict(),
+        "airflow_import_s": summarise(r["airflow_import_s"] for r in runs["full"]).as_dict(),
+        "import_timeout_s": 30,
+        "target_s": 5,
+        "profile": profile,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""bench/RESULTS.md from the measurements' JSON files: tables, targets, where the time goes.
+
+Pure: `build_report(results, machine, run)` turns plain data into Markdown, so
+its arithmetic and verdicts are tested without running anything
+(tests/test_bench_stats.py). A measurement that failed or was skipped gets a
+line saying so instead of a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from stats import format_ratio, markdown_table, ratio, summary_from_dict, verdict
+
+PHASE_TITLES = {
+    "airflow_scheduling": "Airflow scheduling (trigger → first task, gaps between tasks)",
+    "validate_and_fetch_bundle": "validate + fetch_bundle (request check, bundle snapshot in S3)",
+    "pod_start": "pod start (launch task: objects created → all Running with IPs)",
+    "clusterspec_delivery": "ClusterSpec delivery (clusterspec task)",
+    "tensorflow_import": "TensorFlow import + gRPC server start (ps/workers, median)",
+    "training": "training (the chief's training loop, `train_seconds`)",
+    "chief_setup_eval_save_upload": "chief: model/dataset setup, evaluation, save, model upload",
+    "end_noticed_and_train_task": "end of training noticed (trigger) → train task done",
+    "archive": "archive (logs, run.json)",
+    "teardown": "teardown (objects gone)",
+    "publish": "publish (latest pointer, Asset event)",
+}
+
+
+def fmt(summary: Mapping[str, Any] | None, unit: str = "s", digits: int = 2) -> str:
+    return "–" if not summary else summary_from_dict(summary).format(unit, digits)
+
+
+def section_startup(data: Mapping[str, Any]) -> list[str]:
+    grace = data.get("teardown_grace_s", 10)
+    rows, ok_delivery, ok_teardown = [], True, True
+    for count, row in data["summary"]["by_replicas"].items():
+        n = int(count)
+        delivery_target = 0.2 + 0.01 * n
+        delivered = row["running_to_delivered_s"]["median"]
+        gone = row["exit_to_gone_s"]["max"]
+        ok_delivery &= delivered <= delivery_target
+        ok_teardown &= gone <= grace + 1
+        rows.append(
+            [
+                n,
+                fmt(row["launch_to_running_s"]),
+                fmt(row["running_to_delivered_s"]),
+                f"{delivery_target:.2f} s: {verdict(delivered <= delivery_target)}",
+                f"{delivered / n * 1000:.0f} ms",
+                fmt(row["exit_to_gone_s"]),
+                f"{grace + 1} s: {verdict(gone <= grace + 1)}",
+                fmt(row["requests_total"], "", 0),
+            ]
+        )
+    out = [
+        "## 1. Start-up overhead vs replica count (localkube, stand-in program)",
+        "",
+        "Driven through the product's own task code in one process (bench/driver.py): "
+        "`TrainingLaunchOperator.execute`, `steps.deliver_cluster_spec`, the triggerer's "
+        "`TrainingTrigger.run`, `steps.teardown`, under Airflow's `set_current_context`; only "
+        "XCom is a dict. API requests are counted on the client side (bench/apicount.py: the sync "
+        "and async REST clients and the exec WebSocket; a watch counts once).",
+        "",
+        markdown_table(
+            [
+                "replicas",
+                "launch → all Running with IP",
+                "→ ClusterSpec in every pod",
+                "delivery target (0.2 s + 10 ms/replica)",
+                "delivery per replica",
+                "chief exit seen → every object gone",
+                f"teardown target (grace {grace} s + 1 s)",
+                "API requests per job",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    fit = data["summary"].get("requests_fit")
+    largest = max(data["summary"]["by_replicas"], key=int)
+    kinds = data["summary"]["by_replicas"][largest]["request_kinds"]
+    phases = data["summary"]["by_replicas"][largest]["requests_by_phase"]
+    if fit:
+        out.append(
+            f"API requests per job ≈ {fit['per_replica']:.2f} × replicas + {fit['constant']:.1f} "
+            "(least squares over every job): linear, with a constant part that does not grow with "
+            "time (watches, not polling loops)."
+        )
+    out += [
+        "",
+        f"Requests of one {largest}-replica job by phase: "
+        + ", ".join(f"{k} {v}" for k, v in phases.items())
+        + "; by kind: "
+        + ", ".join(f"{k} {v}" for k, v in kinds.items())
+        + ".",
+        "",
+    ]
+    out.append(
+        f"Targets: ClusterSpec delivery {verdict(ok_delivery)}; teardown {verdict(ok_teardown)}; "
+        f"requests linear in replicas {verdict(bool(fit) and fit['per_replica'] <= 4)}."
+    )
+    return out
+
+
+def section_naive(naive: Mapping[str, Any], startup: Mapping[str, Any] | None) -> list[str]:
+    rows = []
+    for count, row in naive["summary"].items():
+        ours = (startup or {}).get("summary", {}).get("by_replicas", {}).get(count)
+        ours_s = ours["launch_to_running_s"]["median"] if ours else None
+        naive_s = row["start_to_running_s"]["median"]
+        rows.append(
+            [
+                count,
+                fmt(ours["launch_to_running_s"]) if ours else "–",
+                fmt(row["start_to_running_s"]),
+                format_ratio(ratio(naive_s, ours_s)) if ours_s else "n/a",
+                "1 during launch, 0 while training (deferred)",
+                f"{row['slots_while_running']['median']:.0f}",
+                fmt(row["slot_seconds"], "slot-s", 1),
+            ]
+        )
+    return [
+        "## 2. Against the naive way: N plain KubernetesPodOperator executions",
+        "",
+        "Same pods (the launch task's manifests as `full_pod_spec`, ConfigMap/Secret made "
+        "before the "
+        "clock starts), each launched by the provider's unchanged "
+        "`KubernetesPodOperator.execute` in its "
+        "own thread (one worker slot each, as N parallel tasks would hold); time from the "
+        "first execute "
+        "to every pod Running with an IP, seen by a watch. The naive pods get no ClusterSpec "
+        "(nobody "
+        "gathers the IPs); the bench writes one into each so they end. Ours: launch → all "
+        "Running from "
+        "measurement 1, same world, same run.",
+        "",
+        markdown_table(
+            [
+                "replicas",
+                "ours: launch → all Running",
+                "naive: all Running",
+                "ratio naive / ours",
+                "slots held, ours",
+                "slots held while replicas run, naive",
+                "naive slot-seconds for a job that trains ~0 s",
+            ],
+            rows,
+        ),
+        "",
+        "With this repo's Airflow parallelism of 4, the naive way cannot even start a gang of more "
+        "than 4 replicas: the fifth task waits for a slot that a running replica never frees, so a "
+        "TensorFlow job that needs all of them deadlocks; ours holds at most 1 slot per job at "
+        "any time.",
+        "",
+    ]
+
+
+def section_wholerun(data: Mapping[str, Any]) -> list[str]:
+    summary = data["summary"]
+    rows = [[PHASE_TITLES.get(name, name), fmt(value)] for name, value in summary["phases"].items()]
+    rows.append(["**total: trigger → success**", fmt(summary["total_s"])])
+    rows.append(["**everything but training**", fmt(summary["all_but_training_s"])])
+    target = data.get("target_s", 15)
+    met = summary["all_but_training_s"]["median"] <= target
+    phases = summary["phases"]
+    overhead = {k: v["median"] for k, v in phases.items() if k != "training"}
+    top = sorted(overhead.items(), key=lambda kv: -kv[1])[:3]
+    return [
+        "## 3. Whole-run overhead: `digits-ps` trigger → success (Airflow standalone, TensorFlow)",
+        "",
+        "Triggered through `tfjob_submit`'s REST API; phases from task-instance times, the chief's "
+        "`train_seconds` (run.json metrics) and the pods' CRI log timestamps. The phases add "
+        "up to the "
+        f"total. Runs: {summary['total_s']['n']}.",
+        "",
+        markdown_table(["phase", "median (min–max, n)"], rows),
+        "",
+        f"Target everything but training ≤ {target} s: {verdict(met)} "
+        f"(median {summary['all_but_training_s']['median']:.1f} s). Largest shares besides "
+        f"training: "
+        + ", ".join(f"{PHASE_TITLES.get(k, k).split(' (')[0]} {v:.1f} s" for k, v in top)
+        + ".",
+        "",
+    ]
+
+
+def section_parse(data: Mapping[str, Any]) -> list[str]:
+    full = data["full_parse_s"]["median"]
+    rows = [
+        [f"{data['files']} request files ({data['dags']} DAGs)", fmt(data["full_parse_s"])],
+        ["baseline: no request files (tfjob_submit, janitor)", fmt(data["empty_parse_s"])],
+        ["per request file (difference / files)", f"{data['per_request_ms']:.1f} ms"],
+        [f"slowest file ({data['slowest_file']})", fmt(data["slowest_file_s"])],
+        [
+            "`import airflow` + DagBag class (not in the figures above)",
+            fmt(data["airflow_import_s"]),
+        ],
+    ]
+    out = [
+        "## 4. DAG parse time: 1,000 request files",
+        "",
+        "Airflow's `DagBag` over dags/ in a fresh process per repetition, TFJOB_REQUESTS_DIR "
+        "pointing at "
+        "a temporary folder of request files (the four examples under new names).",
+        "",
+        markdown_table(["what", "median (min–max, n)"], rows),
+        "",
+        f"Target < {data['target_s']} s in total: {verdict(full < data['target_s'])}; "
+        f"ratio to Airflow's {data['import_timeout_s']} s import timeout: "
+        f"{format_ratio(ratio(data['slowest_file_s']['median'], data['import_timeout_s']))} "
+        "(all request DAGs come from one file, dags/tfjob_requests.py, so the timeout applies to "
+        "all 1,000 together).",
+        "",
+    ]
+    if data.get("profile"):
+        lines = [line for line in data["profile"].splitlines() if line.strip()][:32]
+        out += [
+            "Where the time goes (one extra parse under cProfile, by cumulative time):",
+            "",
+            "```",
+            *lines,
+            "```",
+            "",
+        ]
+    return out
+
+
+def section_concurrency(data: Mapping[str, Any]) -> list[str]:
+    slots = data["slots"]
+    rows = [
+        ["jobs succeeded", f"{data['succeeded']} / {data['jobs']}"],
+        ["jobs per minute (jobs / (last end − first trigger))", f"{data['jobs_per_minute']:.2f}"],
+        ["trigger → end per job", fmt(data["trigger_to_end_s"])],
+        ["most jobs training (train deferred) at once", slots["max_training_at_once"]],
+        [
+            "most task instances running at once (executor slots)",
+            f"{slots['max_running']} of {data['parallelism']}",
+        ],
+        [
+            "train tasks holding a slot while jobs train: max / mean",
+            f"{slots['train_slots_while_training_max']} / "
+            f"{slots['train_slots_while_training_mean']:.2f}",
+        ],
+        [
+            "samples (every 0.5 s) with jobs training / of them with a train task running",
+            f"{slots['samples_with_training']} / {slots['samples_train_holding_slot']}",
+        ],
+    ]
+    met = data["succeeded"] == data["jobs"] and slots["train_slots_while_training_mean"] < 0.5
+    return [
+        "## 5. Concurrency: 10 distributed stand-in jobs at once, parallelism 4",
+        "",
+        f'chief + ps + 2 workers each; the chief "trains" for {data["train_seconds"]} s. Task '
+        f"instances "
+        "of all runs sampled over the REST API; `running` holds an executor slot, `deferred` "
+        "does not.",
+        "",
+        markdown_table(["what", "value"], rows),
+        "",
+        f"All succeed and training holds no worker slot: {verdict(met)} (a train task is "
+        f"`running` only "
+        "for its short `execute` before deferring and its `finish` after the trigger fires).",
+        "",
+    ]
+
+
+def section_pack(data: Mapping[str, Any], note: str) -> list[str]:
+    rows = [
+        [
+            i + 1,
+            f"{r['tshell']['total_s']:.1f} s",
+            f"{r['baseline']['total_s']:.1f} s",
+            f"{r['ratio']:.2f}",
+        ]
+        for i, r in enumerate(data["runs"])
+    ]
+    return [
+        "## Bundle pack + upload (bench/bench_pack_upload.py, the bundles engineer's)",
+        "",
+        f"{note} Tree {data['tree_bytes'] / 2**20:.0f} MiB; `tshell push` vs `tar czf` + boto3 "
+        "`upload_file`.",
+        "",
+        markdown_table(["run", "tshell push", "tar czf + upload_file", "ratio"], rows),
+        "",
+        f"Median ratio tshell / baseline: {data['median_ratio']:.2f} (aim ≤ 1.0).",
+        "",
+    ]
+
+
+def build_report(
+    results: Mapping[str, Any], machine: Mapping[str, Any], run: Mapping[str, Any]
+) -> str:
+    """The whole RESULTS.md; `results[name]` is the measurement's JSON, or {"error": text}."""
+    out = [
+        "# Benchmark results",
+        "",
+        f"- machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
+        f"{machine.get('memory_gib', 0):.0f} GiB, {machine.get('system', '')}, Python "
+        f"{machine.get('python', '')}",
+        f"- date: {run.get('date', '?')}; load average at start {run.get('load_start', '?')}, "
+        f"at end {run.get('load_end', '?')}",
+        f"- command: `{run.get('command', 'make bench')}`; wall time "
+        f"{run.get('wall_s', 0) / 60:.1f} min",
+        "- figures: median (min–max, n) over repetitions in this run; ratios against baselines "
+        "measured "
+        "in this same run. Raw data: bench/out/*.json (git-ignored).",
+        "",
+    ]
+    steps = run.get("steps") or {}
+    if steps:
+        out += [
+            markdown_table(
+                ["step", "status", "seconds"],
+                [
+                    [name, s.get("status"), f"{s.get('seconds', 0):.0f}"]
+                    for name, s in steps.items()
+                ],
+            ),
+            "",
+        ]
+
+    def has(name: str) -> bool:
+        return name in results and "error" not in results[name]
+
+    def missing(title: str, name: str) -> list[str]:
+        reason = results.get(name, {}).get("error", "not run")
+        return [f"## {title}", "", f"Not measured in this run: {reason}", ""]
+
+    out += (
+        section_startup(results["startup"])
+        if has("startup")
+        else missing("1. Start-up overhead", "startup")
+    )
+    out += (
+        section_naive(results["naive"], results.get("startup") if has("startup") else None)
+        if has("naive")
+        else missing("2. Against the naive way", "naive")
+    )
+    out += (
+        section_wholerun(results["wholerun"])
+        if has("wholerun")
+        else missing("3. Whole-run overhead", "wholerun")
+    )
+    out += (
+        section_parse(results["parse"]) if has("parse") else missing("4. DAG parse time", "parse")
+    )
+    out += (
+        section_concurrency(results["concurrency"])
+        if has("concurrency")
+        else missing("5. Concurrency", "concurrency")
+    )
+    if has("pack_upload"):
+        out += section_pack(results["pack_upload"], run.get("pack_note", ""))
+    return "\n".join(out).rstrip() + "\n"

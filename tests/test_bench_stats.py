@@ -1,0 +1,204 @@
+"""The benchmarks' pure parts: every module imports; the summaries and report say the right thing.
+
+Not a timed test: nothing here starts a service or measures a clock.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import apicount  # noqa: E402
+import report  # noqa: E402
+import stats  # noqa: E402
+
+MODULES = [
+    "apicount",
+    "stats",
+    "driver",
+    "world",
+    "airflow_runs",
+    "report",
+    "run_all",
+    "bench_startup",
+    "bench_naive",
+    "bench_parse",
+    "bench_wholerun",
+    "bench_concurrency",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_benchmark_module_imports(name):
+    module = importlib.import_module(name)
+    assert module.__doc__, f"bench/{name}.py needs a module docstring saying why it exists"
+
+
+def test_summary_is_median_min_max_of_the_values():
+    summary = stats.summarise([3.0, 1.0, 2.0, 10.0, 4.0])
+    assert (summary.median, summary.low, summary.high, summary.count) == (3.0, 1.0, 10.0, 5)
+    assert summary.format() == "3.00 s (1.00–10.00, n=5)"
+    assert stats.summarise([2, 4]).median == 3.0
+    assert stats.summary_from_dict(summary.as_dict()) == summary
+
+
+def test_summary_of_nothing_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="at least 1 measurement"):
+        stats.summarise([])
+
+
+def test_ratio_and_line_fit():
+    assert stats.ratio(6, 3) == 2 and stats.ratio(1, 0) is None
+    assert stats.format_ratio(None) == "n/a" and stats.format_ratio(1.5) == "1.50×"
+    slope, intercept = stats.fit_line([2, 8, 32, 2], [26, 44, 116, 26])
+    assert slope == pytest.approx(3.0) and intercept == pytest.approx(20.0)
+    with pytest.raises(ValueError, match="distinct x"):
+        stats.fit_line([8, 8], [1, 2])
+
+
+def test_markdown_table_escapes_pipes_and_checks_row_width():
+    table = stats.markdown_table(["a", "b"], [["x|y", 1]])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | 1 |"]
+    with pytest.raises(ValueError, match="has 1 cells"):
+        stats.markdown_table(["a", "b"], [["only one"]])
+
+
+def test_api_calls_are_classified_by_verb_and_kind():
+    calls = [
+        apicount.classify_call("POST", "http://h/api/v1/namespaces/ns/pods"),
+        apicount.classify_call("GET", "http://h/api/v1/namespaces/ns/pods", [("watch", True)]),
+        apicount.classify_call(
+            "GET", "http://h/api/v1/namespaces/ns/pods?watch=True&labelSelector=a"
+        ),
+        apicount.classify_call("GET", "ws://h/api/v1/namespaces/ns/pods/p-1/exec?command=sh"),
+        apicount.classify_call("DELETE", "http://h/api/v1/namespaces/ns/configmaps/c"),
+    ]
+    assert apicount.summarise_calls(calls) == {
+        "DELETE configmaps": 1,
+        "EXEC pods/exec": 1,
+        "POST pods": 1,
+        "WATCH pods": 2,
+    }
+
+
+def test_replica_shapes_add_up_and_tiny_jobs_are_refused():
+    import bench_startup
+
+    for count in (2, 8, 32):
+        replicas, policy, deciding = bench_startup.replica_shape(count)
+        assert sum(replicas.values()) == count and replicas["ps"] >= 1 and replicas["worker"] >= 1
+        assert deciding.split("-")[0] == policy.removesuffix("0")
+    with pytest.raises(ValueError, match="at least 2"):
+        bench_startup.replica_shape(1)
+
+
+def job(count, delivered, requests):
+    return {
+        "replicas": count,
+        "launch_to_running_s": 1.0 + count / 10,
+        "running_to_delivered_s": delivered,
+        "exit_to_gone_s": 0.5,
+        "requests_total": requests,
+        "requests": {"launch": requests},
+        "request_kinds": {"POST pods": count},
+    }
+
+
+def test_startup_summary_groups_by_replicas_and_fits_requests():
+    import bench_startup
+
+    summary = bench_startup.summarise_startup(
+        [job(2, 0.1, 26), job(2, 0.3, 26), job(8, 0.2, 44), job(32, 0.9, 116)]
+    )
+    assert summary["by_replicas"]["2"]["running_to_delivered_s"]["median"] == pytest.approx(0.2)
+    assert summary["requests_fit"]["per_replica"] == pytest.approx(3.0)
+
+
+def test_whole_run_phases_add_up_to_the_total():
+    import bench_wholerun
+
+    spans = {
+        task: {"queued": None, "start": start, "end": end}
+        for task, start, end in [
+            ("validate", 2, 3),
+            ("fetch_bundle", 4, 5),
+            ("launch", 6, 9),
+            ("clusterspec", 10, 11),
+            ("train", 11.5, 60),
+            ("archive", 61, 62),
+            ("teardown", 63, 64),
+            ("publish", 65, 66),
+        ]
+    }
+    result = bench_wholerun.split_phases(
+        0.0, 67.0, spans, {"train_seconds": 30}, [16.0, 15.0, 17.0], 55.0
+    )
+    phases = result["phases"]
+    assert phases["tensorflow_import"] == pytest.approx(
+        5.0
+    )  # median serving line 16 - delivered 11
+    assert phases["chief_setup_eval_save_upload"] == pytest.approx(55 - 11 - 5 - 30)
+    assert phases["end_noticed_and_train_task"] == pytest.approx(5.0)
+    assert sum(phases.values()) == pytest.approx(result["total_s"]) == pytest.approx(67.0)
+    assert result["all_but_training_s"] == pytest.approx(37.0)
+
+
+def test_timestamps_of_airflow_and_cri_logs_parse_to_the_same_clock():
+    from airflow_runs import parse_time
+
+    assert parse_time("2026-12-02T13:30:23.579169Z") == pytest.approx(
+        parse_time("2026-12-02T13:30:23.579169123Z")
+    )
+    assert parse_time("2026-12-02T13:30:23+00:00") == pytest.approx(
+        parse_time("2026-12-02T13:30:23Z")
+    )
+    assert parse_time(None) is None
+
+
+def test_concurrency_counts_train_slots_only_while_jobs_train():
+    import bench_concurrency
+
+    samples = [
+        {"t": 0, "running": ["validate"] * 4, "deferred": []},
+        {"t": 1, "running": ["train", "launch"], "deferred": ["train"]},
+        {"t": 2, "running": ["archive"], "deferred": ["train", "train"]},
+    ]
+    slots = bench_concurrency.summarise_samples(samples)
+    assert slots["max_running"] == 4 and slots["max_training_at_once"] == 2
+    assert slots["samples_with_training"] == 2 and slots["samples_train_holding_slot"] == 1
+    assert slots["train_slots_while_training_mean"] == pytest.approx(0.5)
+
+
+def test_report_names_targets_met_and_missing_measurements():
+    import bench_startup
+
+    startup = {
+        "summary": bench_startup.summarise_startup([job(2, 0.1, 26), job(32, 2.0, 116)]),
+        "teardown_grace_s": 10,
+    }
+    naive = {
+        "summary": {
+            "32": {
+                "start_to_running_s": {"median": 9.6, "min": 9, "max": 10, "n": 1},
+                "slots_while_running": {"median": 32, "min": 32, "max": 32, "n": 1},
+                "slot_seconds": {"median": 100, "min": 100, "max": 100, "n": 1},
+            }
+        }
+    }
+    text = report.build_report(
+        {"startup": startup, "naive": naive, "parse": {"error": "failed (exit 1)"}},
+        {"cpu": "Test CPU", "cores": 2, "memory_gib": 24},
+        {"date": "today", "wall_s": 600},
+    )
+    assert "Test CPU, 2 cores" in text and "wall time 10.0 min" in text
+    assert "0.22 s: met" in text  # 2 replicas: 0.1 s against 0.2 + 0.02
+    assert "0.52 s: NOT met" in text  # 32 replicas: 2.0 s against 0.2 + 0.32
+    assert "2.29×" in text  # 32 replicas: naive 9.6 s / ours 1.0 + 32/10 = 4.2 s
+    assert "Not measured in this run: failed (exit 1)" in text
+    assert "## 3. Whole-run overhead" in text and "Not measured in this run: not run" in text

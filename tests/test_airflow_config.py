@@ -29,6 +29,7 @@ print(json.dumps({
     "refresh_interval": conf.getint("dag_processor", "refresh_interval"),
     "api_host": conf.get("api", "host"),
     "jwt_secret": conf.get("api_auth", "jwt_secret"),
+    "execution_api_retries": conf.getint("workers", "execution_api_retries"),
 }))
 """
 
@@ -59,6 +60,7 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db"
     assert values["refresh_interval"] <= 10
     assert values["api_host"] == "127.0.0.1"
+    assert values["execution_api_retries"] >= 10
 
 
 def test_launcher_environment_points_every_component_at_one_home_port_and_secret(tmp_path):

@@ -333,7 +333,7 @@ def create_replica_pod(core, namespace: str, run_key: str, role: str, index: int
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="localkube's kubelet needs root")
-def test_logs_of_a_running_run_follow_the_replica_pods_in_kubernetes(
+def test_logs_and_status_of_a_running_run_read_the_replica_pods_in_kubernetes(
     tshell_env, capsys, request_file, cluster, monkeypatch
 ):
     from tfjob import naming
@@ -359,5 +359,12 @@ def test_logs_of_a_running_run_follow_the_replica_pods_in_kubernetes(
             assert time.monotonic() < deadline, both.out
             time.sleep(0.5)
         assert "[worker-0] w0 line 1" in both.out.splitlines()
+        status = json.loads(tshell(capsys, "status", run_id, "--json").out)
+        phases = {p["replica"]: p["phase"] for p in status["pods"]}
+        assert phases == {"ps-0": "Succeeded", "worker-0": "Succeeded"}
+        table = tshell(capsys, "status", run_id).out.splitlines()
+        assert ["ps-0", "Succeeded", naming.pod_name(run_key, "ps", 0)] in [
+            line.split() for line in table
+        ]
     finally:
         assert tshell(capsys, "cancel", run_id, "--no-wait").code == 0

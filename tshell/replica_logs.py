@@ -1,4 +1,4 @@
-"""Live logs of a run's replica pods, read from Kubernetes, for `tshell logs` while a run trains.
+"""Live state and logs of a run's replica pods, read from Kubernetes, while a run trains.
 
 Why this exists: the pipeline's `train` task defers to the triggerer, so the
 Airflow task log holds the replicas' output only once training has ended.
@@ -37,6 +37,7 @@ class ReplicaPod:
     name: str
     role: str
     index: str
+    phase: str = ""
 
     @property
     def replica_id(self) -> str:
@@ -73,6 +74,7 @@ def list_replica_pods(
             p.metadata.name,
             p.metadata.labels.get(LABEL_ROLE, "?"),
             p.metadata.labels.get(LABEL_INDEX, "?"),
+            (p.status.phase if p.status else None) or "Pending",
         )
         for p in pods
     ]

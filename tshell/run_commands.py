@@ -331,25 +331,67 @@ def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PAT
             time.sleep(POLL_INTERVAL_S)
 
 
+class ReplicaWatcher:
+    """Phases of a run's replica pods, when tshell can reach the cluster; else nothing.
+
+    The pods are named by what `validate` recorded, so nothing is looked up
+    before that task has run; any failure to reach the cluster leaves the
+    view to Airflow's task states.
+    """
+
+    def __init__(self, config: TshellConfig, session: AirflowSession, ref: RunRef) -> None:
+        self.config, self.session, self.ref = config, session, ref
+        self.described: dict[str, Any] | None = None
+        self.core: Any = None
+
+    def list_pods(self) -> list[Any] | None:
+        if not self.config.kubeconfig:
+            return None
+        from tshell.replica_logs import list_replica_pods, make_core_api
+
+        if self.described is None:
+            self.described = fetch_run_description(self.session, self.ref)
+            if self.described is None:
+                return None
+        try:
+            if self.core is None:
+                self.core = make_core_api(self.config.kubeconfig)
+            namespace, run_key = self.described["namespace"], self.described["run_key"]
+            return list_replica_pods(self.core, namespace, run_key, None, None)
+        except Exception:  # noqa: BLE001 - a cluster we cannot read just adds nothing
+            return None
+
+
 def follow_run(
-    session: AirflowSession, ref: RunRef, out: TextIO, poll_interval: float = POLL_INTERVAL_S
+    session: AirflowSession,
+    ref: RunRef,
+    out: TextIO,
+    poll_interval: float = POLL_INTERVAL_S,
+    replicas: ReplicaWatcher | None = None,
 ) -> dict[str, Any]:
-    """Print task state changes (and the replicas once launched) until the run ends."""
+    """Print task state changes, the replicas' addresses and pod phases until the run ends."""
     seen: dict[str, str] = {}
+    phases: dict[str, str] = {}
     endpoints_shown = False
     while True:
         run = call_patiently(lambda: session.get_json(ref.path))
+        stamp = time.strftime("%H:%M:%S")
         for task in call_patiently(lambda: list_task_instances(session, ref)):
             state = task.get("state") or "none"
             if seen.get(task["task_id"]) != state:
                 seen[task["task_id"]] = state
-                out.write(f"{time.strftime('%H:%M:%S')}  {task['task_id']:<14} {state}\n")
+                out.write(f"{stamp}  {task['task_id']:<14} {state}\n")
         if not endpoints_shown and seen.get(LAUNCH_TASK_ID) == "success":
             endpoints = fetch_replica_endpoints(session, ref)
             if endpoints:
                 for role, addresses in endpoints.items():
                     out.write(f"           replicas {role}: {', '.join(map(str, addresses))}\n")
                 endpoints_shown = True
+        if replicas is not None and seen.get(VALIDATE_TASK_ID) == "success":
+            for pod in replicas.list_pods() or []:
+                if phases.get(pod.replica_id) != pod.phase:
+                    phases[pod.replica_id] = pod.phase
+                    out.write(f"{stamp}  {'pod ' + pod.replica_id:<14} {pod.phase}\n")
         out.flush()
         if RunState(run["state"]).is_finished:
             return run
@@ -361,7 +403,7 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
 
     conf = build_conf(Path(args.request), args.set or [])
-    _, session = open_session()
+    config, session = open_session()
 
     def trigger(api: Any) -> Any:
         body = TriggerDAGRunPostBody(conf=conf, logical_date=None)
@@ -394,7 +436,8 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
     )
     if not args.wait:
         return ExitCode.OK
-    final = follow_run(session, ref, progress, args.poll_interval)
+    watcher = ReplicaWatcher(config, session, ref)
+    final = follow_run(session, ref, progress, args.poll_interval, watcher)
     if args.json:
         emit_json(summarize_run(final) | {"url": run_ui_url(session, ref)}, out)
     else:
@@ -403,11 +446,12 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    _, session = open_session()
+    config, session = open_session()
     run = find_run(session, args.run, args.dag)
     ref = RunRef(run["dag_id"], run["dag_run_id"])
     tasks = list_task_instances(session, ref)
     summary = summarize_run(run)
+    pods = ReplicaWatcher(config, session, ref).list_pods()
     if args.json:
         summary["tasks"] = [
             {
@@ -417,6 +461,11 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
             for t in tasks
         ]
         summary["replicas"] = fetch_replica_endpoints(session, ref)
+        summary["pods"] = (
+            None
+            if pods is None
+            else [{"replica": p.replica_id, "pod": p.name, "phase": p.phase} for p in pods]
+        )
         summary["url"] = run_ui_url(session, ref)
         emit_json(summary, out)
         return ExitCode.OK
@@ -435,6 +484,14 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
         out.write("\nreplicas\n")
         for role, addresses in endpoints.items():
             out.write(f"  {role}: {', '.join(map(str, addresses))}\n")
+    if pods:
+        out.write(
+            "\n"
+            + format_table(
+                ("replica", "phase", "pod"), [[p.replica_id, p.phase, p.name] for p in pods]
+            )
+            + "\n"
+        )
     return ExitCode.OK
 
 

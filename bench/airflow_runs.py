@@ -8,11 +8,58 @@ triggerer) as a user's `tshell submit` does.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 SUBMIT_DAG_ID = "tfjob_submit"
 FINISHED = ("success", "failed")
+
+
+@dataclass
+class AirflowClient:
+    """REST calls with one token, fetched again only when refused (a token per call would add a
+    login request to every sample and load the machine being measured)."""
+
+    url: str
+    username: str
+    password: str
+    token: str | None = None
+
+    def login(self) -> str:
+        body = json.dumps({"username": self.username, "password": self.password}).encode()
+        request = urllib.request.Request(
+            self.url + "/auth/token",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            self.token = json.loads(response.read())["access_token"]
+        return self.token
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        for attempt in (1, 2):
+            token = self.token or self.login()
+            request = urllib.request.Request(
+                self.url + path,
+                data=None if body is None else json.dumps(body).encode(),
+                method=method,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    payload = response.read()
+                return json.loads(payload) if payload else None
+            except urllib.error.HTTPError as error:
+                if error.code in (401, 403) and attempt == 1:
+                    self.token = None
+                    continue
+                raise
+        raise AssertionError("unreachable")
 
 
 def parse_time(text: str | None) -> float | None:

@@ -65,7 +65,9 @@ def build_request(world: Any, name: str, count: int) -> dict[str, Any]:
     )
 
 
-def measure_job(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict[str, Any]:
+def measure_job(
+    world: Any, counter: ApiCounter, count: int, attempt: int, profiled: bool = False
+) -> dict[str, Any]:
     import driver
 
     name = f"startup-n{count}-r{attempt}"
@@ -81,6 +83,8 @@ def measure_job(world: Any, counter: ApiCounter, count: int, attempt: int) -> di
     driver.deliver_cluster_spec(run)
     run.stamp("delivered")
     calls["clusterspec"] = counter.take()
+    profile = profile_exec(world, run) if profiled else None
+    counter.take()
     event = driver.await_training_end(run, TRAIN_TIMEOUT_S)
     run.stamp("exit_seen")
     calls["train"] = counter.take()
@@ -101,6 +105,53 @@ def measure_job(world: Any, counter: ApiCounter, count: int, attempt: int) -> di
         "requests": {phase: len(items) for phase, items in calls.items()},
         "requests_total": sum(len(items) for items in calls.values()),
         "request_kinds": summarise_calls([c for items in calls.values() for c in items]),
+        "exec_profile": profile,
+    }
+
+
+def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
+    """Where one delivery's time goes: an API round trip, an exec of `true`, a whole delivery.
+
+    Against a pod of `run` that keeps running (ps-0), in the same world, right after its delivery.
+    """
+    import time as clock
+
+    from kubernetes.stream import stream
+
+    from operators.delivery import deliver_cluster_file
+    from operators.replicas import MAIN_CONTAINER
+    from operators.runinfo import read_run
+
+    info = read_run(run.store[("validate", "return_value")])
+    pod = next(name for name in info.pod_names() if "-ps-" in name)
+    api = world.kube.core_v1()
+
+    def timed(action: Any) -> dict[str, float | int]:
+        spent = []
+        for _ in range(repeat):
+            began = clock.perf_counter()
+            action()
+            spent.append(clock.perf_counter() - began)
+        return summarise(spent).as_dict()
+
+    def exec_true() -> None:
+        stream(
+            api.connect_get_namespaced_pod_exec,
+            pod,
+            info.namespace,
+            command=["true"],
+            container=MAIN_CONTAINER,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+        )
+
+    content = json.dumps({"tf_config": {}, "legacy": {}})
+    return {
+        "get_pod_s": timed(lambda: api.read_namespaced_pod(pod, info.namespace)),
+        "exec_true_s": timed(exec_true),
+        "deliver_one_s": timed(lambda: deliver_cluster_file(api, info.namespace, pod, content)),
     }
 
 
@@ -129,7 +180,8 @@ def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             [j["replicas"] for j in jobs], [j["requests_total"] for j in jobs]
         )
         fit = {"per_replica": slope, "constant": intercept}
-    return {"by_replicas": rows, "requests_fit": fit}
+    profile = next((j["exec_profile"] for j in jobs if j.get("exec_profile")), None)
+    return {"by_replicas": rows, "requests_fit": fit, "exec_profile": profile}
 
 
 def main() -> int:
@@ -145,7 +197,7 @@ def main() -> int:
     began = time.monotonic()
     for attempt in range(args.repeat):
         for count in args.replicas:
-            job = measure_job(world, counter, count, attempt)
+            job = measure_job(world, counter, count, attempt, profiled=attempt == 0 and count == 2)
             jobs.append(job)
             print(
                 f"startup n={count} try {attempt + 1}: running {job['launch_to_running_s']:.2f}s, "

@@ -32,6 +32,18 @@ def fmt(summary: Mapping[str, Any] | None, unit: str = "s", digits: int = 2) -> 
     return "–" if not summary else summary_from_dict(summary).format(unit, digits)
 
 
+def describe_exec_share(profile: Mapping[str, Any]) -> str:
+    """Whether an exec's fixed cost (a WebSocket, processes spawned in the pod) dominates."""
+    share = ratio(profile["exec_true_s"]["median"], profile["deliver_one_s"]["median"]) or 0.0
+    if share >= 0.7:
+        return (
+            f"{share:.0%} of one delivery is the cost of any exec (a new WebSocket connection, "
+            "then localkube spawning sh → nsenter → the command in the pod's namespaces), "
+            "not the write."
+        )
+    return f"the cost of any exec is {share:.0%} of one delivery; the rest is the write itself."
+
+
 def section_startup(data: Mapping[str, Any]) -> list[str]:
     grace = data.get("teardown_grace_s", 10)
     rows, ok_delivery, ok_teardown = [], True, True
@@ -97,6 +109,20 @@ def section_startup(data: Mapping[str, Any]) -> list[str]:
         + ".",
         "",
     ]
+    profile = data["summary"].get("exec_profile")
+    if profile:
+        out += [
+            "Where a delivery's time goes (10 calls each, one running pod, right after a job's "
+            f"delivery): API round trip (GET pod) {fmt(profile['get_pod_s'])}; exec of `true` "
+            f"{fmt(profile['exec_true_s'])}; one whole cluster.json delivery "
+            f"{fmt(profile['deliver_one_s'])}. `steps.deliver_cluster_spec` delivers to the "
+            "replicas one after another, so delivery takes about replicas × one delivery; "
+            + describe_exec_share(profile)
+            + " Inside a job a delivery costs more than alone (the per-replica column above): the "
+            "replicas that already have their cluster.json start their programs on the same two "
+            "cores while the next exec runs, and the first delivery also builds the API client.",
+            "",
+        ]
     out.append(
         f"Targets: ClusterSpec delivery {verdict(ok_delivery)}; teardown {verdict(ok_teardown)}; "
         f"requests linear in replicas {verdict(bool(fit) and fit['per_replica'] <= 4)}."
@@ -244,7 +270,7 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
             f"{slots['train_slots_while_training_mean']:.2f}",
         ],
         [
-            "samples (every 0.5 s) with jobs training / of them with a train task running",
+            "samples (every second) with jobs training / of them with a train task running",
             f"{slots['samples_with_training']} / {slots['samples_train_holding_slot']}",
         ],
     ]

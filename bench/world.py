@@ -116,13 +116,11 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
 
 
 def load_airflow(folder: Path) -> Any:
-    """The recorded Airflow as the fixtures' `AirflowHandle` (REST calls with a token)."""
-    from airflow_fixtures import AirflowHandle
+    """A REST client of the recorded Airflow (bench/airflow_runs.AirflowClient)."""
+    from airflow_runs import AirflowClient
 
     record = json.loads((Path(folder) / AIRFLOW_FILE).read_text())
-    return AirflowHandle(
-        record["url"], record["username"], record["password"], Path(record["home"]), record["pid"]
-    )
+    return AirflowClient(record["url"], record["username"], record["password"])
 
 
 def stop_world_airflow(folder: Path) -> None:

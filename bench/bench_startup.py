@@ -29,6 +29,7 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
+from airflow_runs import parse_time  # noqa: E402
 from apicount import ApiCounter, summarise_calls  # noqa: E402
 from stats import fit_line, summarise  # noqa: E402
 from world import load_world  # noqa: E402
@@ -87,11 +88,19 @@ def measure_job(
     counter.take()
     event = driver.await_training_end(run, TRAIN_TIMEOUT_S)
     run.stamp("exit_seen")
+    seen_at = time.time()
     calls["train"] = counter.take()
     if event["state"] != "succeeded":
         raise RuntimeError(f"job {name}: training ended {event['state']}: {event.get('failed')}")
     driver.teardown(run)
     run.stamp("all_gone")
+    gone_at = time.time()
+    _replicas, _policy, deciding = replica_shape(count)
+    finished = next(
+        (r["finished_at"] for r in event["replicas"] if f"{r['role']}-{r['index']}" == deciding),
+        None,
+    )
+    exited_at = parse_time(finished)
     calls["teardown"] = counter.take()
     left = world.run_objects(name)
     if left:
@@ -102,6 +111,9 @@ def measure_job(
         "launch_to_running_s": t["all_running"] - started,
         "running_to_delivered_s": t["delivered"] - t["all_running"],
         "exit_to_gone_s": t["all_gone"] - t["exit_seen"],
+        # the kubelet's finishedAt (same machine clock): exit → the trigger's event → all gone
+        "exit_to_seen_s": seen_at - exited_at if exited_at else None,
+        "chief_exit_to_gone_s": gone_at - exited_at if exited_at else None,
         "requests": {phase: len(items) for phase, items in calls.items()},
         "requests_total": sum(len(items) for items in calls.values()),
         "request_kinds": summarise_calls([c for items in calls.values() for c in items]),
@@ -155,6 +167,12 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     }
 
 
+def summarise_present(values: Any) -> dict[str, float | int] | None:
+    """Summary of the values that were measured (not None), or None when none was."""
+    present = [v for v in values if v is not None]
+    return summarise(present).as_dict() if present else None
+
+
 def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per replica count: summaries of each timing and the request count; a line fit of requests."""
     by_count: dict[int, list[dict[str, Any]]] = {}
@@ -163,11 +181,13 @@ def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = {}
     for count, group in sorted(by_count.items()):
         rows[str(count)] = {
-            key: summarise(j[key] for j in group).as_dict()
+            key: summarise_present(j.get(key) for j in group)
             for key in (
                 "launch_to_running_s",
                 "running_to_delivered_s",
                 "exit_to_gone_s",
+                "exit_to_seen_s",
+                "chief_exit_to_gone_s",
                 "requests_total",
             )
         }

@@ -104,6 +104,8 @@ def job(count, delivered, requests):
         "launch_to_running_s": 1.0 + count / 10,
         "running_to_delivered_s": delivered,
         "exit_to_gone_s": 0.5,
+        "exit_to_seen_s": 0.25 if count > 2 else None,
+        "chief_exit_to_gone_s": 0.75,
         "requests_total": requests,
         "requests": {"launch": requests},
         "request_kinds": {"POST pods": count},
@@ -118,6 +120,8 @@ def test_startup_summary_groups_by_replicas_and_fits_requests():
     )
     assert summary["by_replicas"]["2"]["running_to_delivered_s"]["median"] == pytest.approx(0.2)
     assert summary["requests_fit"]["per_replica"] == pytest.approx(3.0)
+    assert summary["by_replicas"]["2"]["exit_to_seen_s"] is None  # never measured: no summary
+    assert summary["by_replicas"]["8"]["exit_to_seen_s"]["median"] == 0.25
 
 
 def test_whole_run_phases_add_up_to_the_total():
@@ -200,5 +204,6 @@ def test_report_names_targets_met_and_missing_measurements():
     assert "0.22 s: met" in text  # 2 replicas: 0.1 s against 0.2 + 0.02
     assert "0.52 s: NOT met" in text  # 32 replicas: 2.0 s against 0.2 + 0.32
     assert "2.29×" in text  # 32 replicas: naive 9.6 s / ours 1.0 + 32/10 = 4.2 s
+    assert "11 s: met (max)" in text  # teardown 0.75 s after the chief's exit, grace 10 s
     assert "Not measured in this run: failed (exit 1)" in text
     assert "## 3. Whole-run overhead" in text and "Not measured in this run: not run" in text

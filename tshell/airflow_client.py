@@ -89,8 +89,23 @@ def read_token_expiry(token: str) -> float | None:
         return None
 
 
+TOKEN_ATTEMPTS = 3
+
+
 def fetch_token(config: AirflowConfig, timeout: float = REQUEST_TIMEOUT_S) -> str:
-    """A fresh access token for config's user."""
+    """A fresh access token for config's user; a login is safe to repeat, so a busy
+    Airflow (one that times out or resets the connection) is asked again."""
+    for attempt in range(1, TOKEN_ATTEMPTS + 1):
+        try:
+            return request_token(config, timeout)
+        except AirflowUnreachableError:
+            if attempt == TOKEN_ATTEMPTS:
+                raise
+            time.sleep(2.0 * attempt)
+    raise AssertionError("unreachable")
+
+
+def request_token(config: AirflowConfig, timeout: float) -> str:
     body = json.dumps({"username": config.username, "password": config.password}).encode()
     request = urllib.request.Request(
         config.url + TOKEN_PATH, data=body, headers={"Content-Type": "application/json"}

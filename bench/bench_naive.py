@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -171,7 +172,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "naive.json")
     args = parser.parse_args()
-    world, _record = load_world(args.world)
+    world, record = load_world(args.world)
+    os.environ.update(record["env"])  # before Airflow is imported: it reads its config then
     for count in args.replicas:
         replica_shape(count)  # fail early on a bad count
     jobs = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -211,7 +212,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "startup.json")
     args = parser.parse_args()
-    world, _record = load_world(args.world)
+    world, record = load_world(args.world)
+    os.environ.update(record["env"])  # before Airflow is imported: it reads its config then
     counter = ApiCounter().install()
     jobs = []
     began = time.monotonic()

@@ -6,8 +6,10 @@
 A temporary requests folder gets `--files` request files (the four examples
 of dags/requests/ under new names, in turn); the repo's dags/ folder is parsed
 with Airflow's `DagBag` in a fresh process per repetition, with
-TFJOB_REQUESTS_DIR pointing at it, as the DAG processor would. Baseline: the
-same with an empty requests folder, measured in the same run. All request
+TFJOB_REQUESTS_DIR pointing at it, as the DAG processor would. Baselines in
+the same run: the same with an empty requests folder, and dags/tfjob_submit.py
+alone (what every task process of a `tfjob_submit` run imports before its
+task starts, so part of each task's time in measurement 3). All request
 DAGs come from one Python file (dags/tfjob_requests.py), so Airflow's 30 s
 `dagbag_import_timeout` applies to the whole folder, not per request. With
 `--profile`, one extra parse runs under cProfile and the top functions by
@@ -70,7 +72,9 @@ def write_request_files(folder: Path, count: int) -> None:
         (folder / f"{body['name']}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
 
 
-def parse_once(requests_dir: Path, home: Path, profile: bool = False) -> dict[str, Any]:
+def parse_once(
+    requests_dir: Path, home: Path, profile: bool = False, dag_folder: Path = REPO / "dags"
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
         AIRFLOW_HOME=str(home),
@@ -80,14 +84,8 @@ def parse_once(requests_dir: Path, home: Path, profile: bool = False) -> dict[st
         AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT="120",
         PYTHONPATH=str(REPO),
     )
-    done = subprocess.run(
-        [sys.executable, "-c", PARSE_SCRIPT, str(REPO / "dags"), "profile" if profile else "plain"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = [sys.executable, "-c", PARSE_SCRIPT, str(dag_folder), "profile" if profile else "plain"]
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     for line in done.stdout.splitlines():
         if line.startswith("PARSE_RESULT "):
             return json.loads(line[len("PARSE_RESULT ") :])
@@ -107,10 +105,15 @@ def main() -> int:
         for folder in (full, empty, home):
             folder.mkdir()
         write_request_files(full, args.files)
-        runs: dict[str, list[dict[str, Any]]] = {"full": [], "empty": []}
+        runs: dict[str, list[dict[str, Any]]] = {"full": [], "empty": [], "submit": []}
+        cases = (
+            ("submit", empty, REPO / "dags" / "tfjob_submit.py"),
+            ("empty", empty, REPO / "dags"),
+            ("full", full, REPO / "dags"),
+        )
         for attempt in range(args.repeat):
-            for label, folder in (("empty", empty), ("full", full)):
-                result = parse_once(folder, home)
+            for label, folder, dag_folder in cases:
+                result = parse_once(folder, home, dag_folder=dag_folder)
                 runs[label].append(result)
                 print(
                     f"parse {label} try {attempt + 1}: {result['parse_s']:.2f}s, "
@@ -130,6 +133,7 @@ def main() -> int:
         "dags": runs["full"][0]["dags"],
         "full_parse_s": full_s.as_dict(),
         "empty_parse_s": empty_s.as_dict(),
+        "submit_parse_s": summarise(r["parse_s"] for r in runs["submit"]).as_dict(),
         "per_request_ms": (full_s.median - empty_s.median) / args.files * 1000,
         "slowest_file": requests_file,
         "slowest_file_s": summarise(r["files"][requests_file] for r in runs["full"]).as_dict(),

@@ -220,6 +220,10 @@ def section_parse(data: Mapping[str, Any]) -> list[str]:
         [f"{data['files']} request files ({data['dags']} DAGs)", fmt(data["full_parse_s"])],
         ["baseline: no request files (tfjob_submit, janitor)", fmt(data["empty_parse_s"])],
         ["per request file (difference / files)", f"{data['per_request_ms']:.1f} ms"],
+        [
+            "dags/tfjob_submit.py alone (what each task process imports first)",
+            fmt(data.get("submit_parse_s")),
+        ],
         [f"slowest file ({data['slowest_file']})", fmt(data["slowest_file_s"])],
         [
             "`import airflow` + DagBag class (not in the figures above)",

@@ -92,6 +92,53 @@ def parse_once(
     raise RuntimeError(f"DagBag parse gave no result (rc {done.returncode}): {done.stderr[-3000:]}")
 
 
+IMPORT_SCRIPT = "import airflow.sdk, airflow.models, runpy, sys; runpy.run_path(sys.argv[1])"
+IMPORT_MODULES = (
+    "operators.dag_factory",
+    "operators.launch",
+    "airflow.providers.cncf.kubernetes.operators.pod",
+    "kubernetes",
+    "kubernetes_asyncio",
+    "operators.train",
+    "tfjob.request",
+)
+
+
+def profile_dag_file_imports(
+    home: Path, dag_file: Path = REPO / "dags" / "tfjob_submit.py"
+) -> dict:
+    """Cumulative import seconds of the modules a DAG file pulls in beyond Airflow's core.
+
+    `python -X importtime`, with airflow.sdk and airflow.models imported first (a task process
+    has them already), so the figures are what the DAG file itself adds.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home), AIRFLOW_CONFIG=str(REPO / "airflow.cfg"), PYTHONPATH=str(REPO)
+    )
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", IMPORT_SCRIPT, str(dag_file)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return parse_importtime(done.stderr, IMPORT_MODULES)
+
+
+def parse_importtime(text: str, modules: tuple[str, ...]) -> dict[str, float]:
+    """{module: cumulative seconds} from `-X importtime` output (first import of each module)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("import time:"):
+            continue
+        parts = [p.strip() for p in line[len("import time:") :].split("|")]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2] in modules and parts[2] not in found:
+            found[parts[2]] = int(parts[1]) / 1e6
+    return {m: found[m] for m in modules if m in found}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1000)
@@ -122,6 +169,7 @@ def main() -> int:
                     flush=True,
                 )
         profile = parse_once(full, home, profile=True)["profile"] if args.profile else None
+        imports = profile_dag_file_imports(home)
     for label, results in runs.items():
         if any(r["import_errors"] for r in results):
             raise RuntimeError(f"{label}: import errors: {results[0]['import_errors']}")
@@ -141,6 +189,7 @@ def main() -> int:
         "import_timeout_s": 30,
         "target_s": 5,
         "profile": profile,
+        "submit_imports_s": imports,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))

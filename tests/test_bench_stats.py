@@ -207,3 +207,20 @@ def test_report_names_targets_met_and_missing_measurements():
     assert "11 s: met (max)" in text  # teardown 0.75 s after the chief's exit, grace 10 s
     assert "Not measured in this run: failed (exit 1)" in text
     assert "## 3. Whole-run overhead" in text and "Not measured in this run: not run" in text
+
+
+def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
+    import bench_parse
+
+    text = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       787 |    2624482 |               kubernetes",
+            "import time:      7105 |   11430729 | operators.dag_factory",
+            "import time:        10 |         20 | kubernetes",
+            "something else",
+        ]
+    )
+    found = bench_parse.parse_importtime(text, ("operators.dag_factory", "kubernetes", "absent"))
+    assert found == {"operators.dag_factory": 11.430729, "kubernetes": 2.624482}
+    assert list(found) == ["operators.dag_factory", "kubernetes"]  # in the order asked for

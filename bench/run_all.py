@@ -11,7 +11,8 @@ standalone` for whole-run (3) and concurrency (5); Airflow starts only after
 reported as failed in RESULTS.md and the others still run. The whole run is
 sized to stay under 20 minutes on 2 cores: 5 repetitions everywhere except
 the TensorFlow whole run (3 runs, ~1 min each) and concurrency (one burst of
-10 jobs). `--quick` does 1 repetition of everything (development).
+10 jobs); the naive way runs 8 and 32 replicas (2 fit in Airflow's 4 slots
+anyway). `--quick` does 1 repetition of everything (development).
 """
 
 from __future__ import annotations
@@ -148,7 +149,6 @@ def run_world_measurements(
                 str(BENCH / "bench_naive.py"),
                 *common,
                 "--replicas",
-                "2",
                 "8",
                 "32",
                 "--repeat",

@@ -15,7 +15,8 @@ from pipeline_fixtures import pipeline_world, wait_for  # noqa: F401  (pytest fi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-RUN_TIMEOUT_S = 300
+# Generous: on 2 shared cores a task's start (parse + imports) can take a minute.
+RUN_TIMEOUT_S = 600
 FINISHED = ("success", "failed")
 
 
@@ -23,6 +24,12 @@ FINISHED = ("success", "failed")
 def airflow(pipeline_world, tmp_path_factory):
     env = {k: v for k, v in pipeline_world.env.items()
            if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"}
+    # Each task process parses its DAG file, importing the provider's KubernetesPodOperator
+    # (kubernetes + kubernetes_asyncio: ~2 s idle, over 10 s on 2 cores under load): give it
+    # more than Airflow's default 30 s so a busy machine does not fail tasks at start.
+    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"
+    # A request file, so tfjob_requests.py yields a DAG and start-up need not wait for it.
+    pipeline_world.write_request(pipeline_world.request("rest-file"))
     handle = start_airflow(tmp_path_factory.mktemp("airflow-rest"), extra_env=env)
     try:
         yield handle
@@ -53,7 +60,8 @@ def task_log(airflow, dag_id, run_id, task_id, try_number=1):
     )
     content = answer.get("content")
     if isinstance(content, list):
-        return "\n".join(item.get("event", "") if isinstance(item, dict) else str(item) for item in content)
+        # Structured lines: the message is "event", an exception's text sits in other fields.
+        return "\n".join(json.dumps(item) if isinstance(item, dict) else str(item) for item in content)
     return str(content)
 
 

@@ -42,6 +42,10 @@ def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_mani
     latest = json.loads(world.s3_text("outputs/e2e-single/latest"))
     assert latest["run_id"] == result.run_id and latest["model"].endswith(prefix + "model/")
     assert "[worker-0] standin worker-0 done" in result.log
+    # The presigned URLs live only in the run's Secret: never in a log, XCom or the manifest.
+    for secret in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential", world.s3.secret_key):
+        assert secret not in result.log
+        assert secret not in world.s3_text(prefix + "run.json")
     assert world.run_objects("e2e-single") == []
 
 

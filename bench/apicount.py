@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 class ApiCall:
     verb: str  # GET, POST, DELETE, WATCH, EXEC, ...
     path: str
+    at: float = field(default=0.0, compare=False)  # perf_counter when sent
 
 
 def classify_call(method: str, url: str, query_params: Any = None) -> ApiCall:
@@ -41,6 +43,12 @@ def classify_call(method: str, url: str, query_params: Any = None) -> ApiCall:
     if parsed.path.endswith("/exec"):
         verb = "EXEC"
     return ApiCall(verb, parsed.path)
+
+
+def find_span(calls: list[ApiCall], verb: str, plural: str) -> tuple[float, float] | None:
+    """(first, last) send time of the calls with this verb on this kind (`POST`, `pods`)."""
+    times = [c.at for c in calls if c.verb == verb and c.path.rstrip("/").endswith(f"/{plural}")]
+    return (min(times), max(times)) if times else None
 
 
 def summarise_calls(calls: list[ApiCall]) -> dict[str, int]:
@@ -66,8 +74,9 @@ class ApiCounter:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, call: ApiCall) -> None:
+        stamped = ApiCall(call.verb, call.path, time.perf_counter())
         with self.lock:
-            self.calls.append(call)
+            self.calls.append(stamped)
 
     def take(self) -> list[ApiCall]:
         with self.lock:

@@ -36,8 +36,8 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
-from bench_startup import replica_shape  # noqa: E402
-from stats import summarise  # noqa: E402
+from apicount import ApiCounter, find_span  # noqa: E402
+from bench_startup import replica_shape, summarise_present  # noqa: E402
 from world import load_world  # noqa: E402
 
 RUNNING_TIMEOUT_S = 240
@@ -91,7 +91,7 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     return run, info
 
 
-def run_naive(world: Any, count: int, attempt: int) -> dict[str, Any]:
+def run_naive(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict[str, Any]:
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
@@ -128,6 +128,7 @@ def run_naive(world: Any, count: int, attempt: int) -> dict[str, Any]:
             errors.append(f"{pod_name}: {type(exc).__name__}: {exc}")
         held[pod_name] = (began, time.perf_counter())
 
+    counter.take()
     threads = [threading.Thread(target=execute, args=(m,), daemon=True) for m in manifests]
     started = time.perf_counter()
     for thread in threads:
@@ -145,6 +146,7 @@ def run_naive(world: Any, count: int, attempt: int) -> dict[str, Any]:
     if verdict.state is not GangState.READY:
         raise RuntimeError(f"naive n={count}: the pods did not all start: {verdict}")
     slots_while_running = sum(1 for t in threads if t.is_alive())
+    creating = find_span(counter.take(), "POST", "pods")
     # Release the stand-ins (the naive way would need its own ClusterSpec plumbing).
     for pod_name in expected:
         deliver_cluster_file(
@@ -159,6 +161,8 @@ def run_naive(world: Any, count: int, attempt: int) -> dict[str, Any]:
     return {
         "replicas": count,
         "start_to_running_s": all_running - started,
+        "create_pods_s": creating[1] - creating[0] if creating else None,
+        "pods_start_s": all_running - creating[1] if creating else None,
         "slots_while_running": slots_while_running,
         "slot_seconds": sum(end - began for began, end in held.values()),
         "wall_s": ended - started,
@@ -176,10 +180,11 @@ def main() -> int:
     os.environ.update(record["env"])  # before Airflow is imported: it reads its config then
     for count in args.replicas:
         replica_shape(count)  # fail early on a bad count
+    counter = ApiCounter().install()
     jobs = []
     for attempt in range(args.repeat):
         for count in args.replicas:
-            job = run_naive(world, count, attempt)
+            job = run_naive(world, counter, count, attempt)
             jobs.append(job)
             print(
                 f"naive n={count} try {attempt + 1}: all running after "
@@ -191,8 +196,14 @@ def main() -> int:
     for count in args.replicas:
         group = [j for j in jobs if j["replicas"] == count]
         summary[str(count)] = {
-            key: summarise(j[key] for j in group).as_dict()
-            for key in ("start_to_running_s", "slots_while_running", "slot_seconds")
+            key: summarise_present(j.get(key) for j in group)
+            for key in (
+                "start_to_running_s",
+                "create_pods_s",
+                "pods_start_s",
+                "slots_while_running",
+                "slot_seconds",
+            )
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"jobs": jobs, "summary": summary}, indent=1))

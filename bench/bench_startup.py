@@ -31,7 +31,7 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from airflow_runs import parse_time  # noqa: E402
-from apicount import ApiCounter, summarise_calls  # noqa: E402
+from apicount import ApiCounter, find_span, summarise_calls  # noqa: E402
 from stats import fit_line, summarise  # noqa: E402
 from world import load_world  # noqa: E402
 
@@ -107,10 +107,16 @@ def measure_job(
     if left:
         raise RuntimeError(f"job {name}: objects left after teardown: {left}")
     t = run.times
+    creating = find_span(calls["launch"], "POST", "pods")
     return {
         "replicas": count,
         "launch_to_running_s": t["all_running"] - started,
         "running_to_delivered_s": t["delivered"] - t["all_running"],
+        # inside launch: before the first pod is created (leftovers, presign, ConfigMap, Secret),
+        # creating the pods one by one, and the cluster starting them
+        "launch_prepare_s": creating[0] - started if creating else None,
+        "launch_create_pods_s": creating[1] - creating[0] if creating else None,
+        "launch_pods_start_s": t["all_running"] - creating[1] if creating else None,
         "exit_to_gone_s": t["all_gone"] - t["exit_seen"],
         # the kubelet's finishedAt (same machine clock): exit → the trigger's event → all gone
         "exit_to_seen_s": seen_at - exited_at if exited_at else None,
@@ -185,6 +191,9 @@ def summarise_startup(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             key: summarise_present(j.get(key) for j in group)
             for key in (
                 "launch_to_running_s",
+                "launch_prepare_s",
+                "launch_create_pods_s",
+                "launch_pods_start_s",
                 "running_to_delivered_s",
                 "exit_to_gone_s",
                 "exit_to_seen_s",

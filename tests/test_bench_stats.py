@@ -106,6 +106,9 @@ def job(count, delivered, requests):
         "exit_to_gone_s": 0.5,
         "exit_to_seen_s": 0.25 if count > 2 else None,
         "chief_exit_to_gone_s": 0.75,
+        "launch_prepare_s": 0.25,
+        "launch_create_pods_s": count * 0.02,
+        "launch_pods_start_s": 1.0,
         "requests_total": requests,
         "requests": {"launch": requests},
         "request_kinds": {"POST pods": count},
@@ -204,6 +207,7 @@ def test_report_names_targets_met_and_missing_measurements():
     assert "0.22 s: met" in text  # 2 replicas: 0.1 s against 0.2 + 0.02
     assert "0.52 s: NOT met" in text  # 32 replicas: 2.0 s against 0.2 + 0.32
     assert "2.29×" in text  # 32 replicas: naive 9.6 s / ours 1.0 + 32/10 = 4.2 s
+    assert "| 32 | 0.25 s (n=1) | 0.64 s (n=1) | – |" in text  # launch breakdown; naive has none
     assert "11 s: met (max)" in text  # teardown 0.75 s after the chief's exit, grace 10 s
     assert "Not measured in this run: failed (exit 1)" in text
     assert "## 3. Whole-run overhead" in text and "Not measured in this run: not run" in text

@@ -16,7 +16,9 @@ from airflow.sdk import get_parsing_context
 from operators.dag_factory import DAG_ID_PREFIX, build_request_dag, list_request_files
 
 # TFJOB_REQUESTS_DIR points elsewhere (tests, a deployment keeping requests apart from code).
-REQUESTS_DIR = Path(os.environ.get("TFJOB_REQUESTS_DIR") or Path(__file__).resolve().parent / "requests")
+REQUESTS_DIR = Path(
+    os.environ.get("TFJOB_REQUESTS_DIR") or Path(__file__).resolve().parent / "requests"
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,9 @@ def build_all(folder: Path = REQUESTS_DIR) -> dict:
             continue
         dag = build_request_dag(path)
         if dag.dag_id in dags:
-            log.error("request file %s: DAG %s already defined by another file; ignored", path, dag.dag_id)
+            log.error(
+                "request file %s: DAG %s already defined by another file; ignored", path, dag.dag_id
+            )
             continue
         dags[dag.dag_id] = dag
     if wanted and wanted.startswith(DAG_ID_PREFIX) and wanted not in dags:

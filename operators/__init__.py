@@ -1,1 +1,1 @@
-"""Airflow glue on top of the cncf.kubernetes provider: the training pipeline's operators, trigger and tasks."""
+"""Airflow glue on the cncf.kubernetes provider: the training pipeline's operators and tasks."""

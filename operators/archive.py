@@ -26,9 +26,11 @@ RUN_MANIFEST_VERSION = 1
 
 
 def format_replica_log(init_log: str, main_log: str) -> str:
-    return f"===== {INIT_CONTAINER} =====\n{init_log}" + (
-        "" if init_log.endswith("\n") or not init_log else "\n"
-    ) + f"===== {MAIN_CONTAINER} =====\n{main_log}"
+    return (
+        f"===== {INIT_CONTAINER} =====\n{init_log}"
+        + ("" if init_log.endswith("\n") or not init_log else "\n")
+        + f"===== {MAIN_CONTAINER} =====\n{main_log}"
+    )
 
 
 def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
@@ -71,7 +73,10 @@ def archive_run(
     timings: dict[str, Any],
 ) -> dict[str, Any]:
     """Write logs and run.json under the run's prefix; return the run manifest."""
-    pods = {p["metadata"]["name"]: p for p in kubeobjects.list_run_pods(api, run.namespace, run.selector)}
+    pods = {
+        p["metadata"]["name"]: p
+        for p in kubeobjects.list_run_pods(api, run.namespace, run.selector)
+    }
     replicas = []
     logs_written = []
     for name in run.pod_names():
@@ -107,6 +112,10 @@ def archive_run(
         "logs": logs_written,
         "timings": {**timings, "archived_at": dt.datetime.now(dt.UTC).isoformat()},
     }
-    put_text(s3, f"{run.run_prefix}/run.json", json.dumps(manifest, indent=2, sort_keys=True),
-             "application/json")
+    put_text(
+        s3,
+        f"{run.run_prefix}/run.json",
+        json.dumps(manifest, indent=2, sort_keys=True),
+        "application/json",
+    )
     return manifest

@@ -31,7 +31,9 @@ def hash_archive(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def snapshot_bundle(s3: Any, bundle_uri: str, run_prefix: str, max_total_size: int) -> dict[str, Any]:
+def snapshot_bundle(
+    s3: Any, bundle_uri: str, run_prefix: str, max_total_size: int
+) -> dict[str, Any]:
     """Check the bundle and copy it under `run_prefix`; return its identity (XCom-safe)."""
     from botocore.exceptions import ClientError
 

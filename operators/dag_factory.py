@@ -47,7 +47,7 @@ TAGS = ["tfjob"]
 
 
 def build_request_params(specs: dict[str, dict[str, Any]]) -> dict[str, Param]:
-    """Airflow Params from `tfjob.schema.airflow_param_specs()`: the trigger form shows every field."""
+    """Airflow Params from `tfjob.schema.airflow_param_specs()`: the form shows every field."""
     params = {}
     for name, spec in specs.items():
         spec = dict(spec)
@@ -126,24 +126,29 @@ def build_request_dag(path: Path) -> DAG:
         schedule=request.schedule,
         retries=request.retries,
         output=request.output,
-        description=f"{request.mode.value} training of {request.name} (tenant {request.tenant}) from {path.name}",
+        description=(
+            f"{request.mode.value} training of {request.name} "
+            f"(tenant {request.tenant}) from {path.name}"
+        ),
         tags=[f"tenant:{request.tenant}"],
     )
 
 
 def build_submit_dag() -> DAG:
-    """`tfjob_submit`: every request field is a Param, so Airflow checks conf before a run starts."""
+    """`tfjob_submit`: every request field is a Param; Airflow checks conf before a run starts."""
     from tfjob.schema import airflow_param_specs
 
     return build_training_dag(
         SUBMIT_DAG_ID,
         params=build_request_params(airflow_param_specs()),
-        description="Train from a request given as trigger conf (UI form, REST API or tshell submit)",
+        description="Train from a request given as trigger conf (UI, REST API, tshell submit)",
     )
 
 
 def list_request_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+    return sorted(
+        p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file()
+    )
 
 
 __all__ = [

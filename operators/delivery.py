@@ -53,4 +53,6 @@ def deliver_cluster_file(api: k8s.CoreV1Api, namespace: str, pod: str, content: 
             f"pod {pod}: writing cluster.json did not finish within {EXEC_TIMEOUT_SECONDS}s"
         )
     if code != 0:
-        raise DeliveryError(f"pod {pod}: writing cluster.json exited with code {code}: {stderr.strip()}")
+        raise DeliveryError(
+            f"pod {pod}: writing cluster.json exited with code {code}: {stderr.strip()}"
+        )

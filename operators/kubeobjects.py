@@ -112,7 +112,10 @@ def watch_run_pods(
     deadline: float,
     is_done: Callable[[list[dict[str, Any]]], bool],
 ) -> list[dict[str, Any]]:
-    """Watch the run's pods until `is_done(pods)` or the monotonic `deadline`; return the last pods seen."""
+    """Watch the run's pods until `is_done(pods)` or the monotonic `deadline`.
+
+    Returns the last pods seen.
+    """
     while True:
         listing = api.list_namespaced_pod(namespace, label_selector=selector)
         pods = {p.metadata.name: to_plain(api, p) for p in listing.items}
@@ -157,9 +160,9 @@ def read_container_log(
     if tail_lines is not None:
         kwargs["tail_lines"] = tail_lines
     try:
-        return api.read_namespaced_pod_log(pod, namespace, _preload_content=False, **kwargs).data.decode(
-            "utf-8", errors="replace"
-        )
+        return api.read_namespaced_pod_log(
+            pod, namespace, _preload_content=False, **kwargs
+        ).data.decode("utf-8", errors="replace")
     except ApiException as exc:
         if exc.status in (400, 404):
             return ""
@@ -171,7 +174,9 @@ def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[s
     return [to_plain(api, e) for e in events]
 
 
-def create_objects(api: k8s.CoreV1Api, namespace: str, bodies: Iterable[dict[str, Any]]) -> list[str]:
+def create_objects(
+    api: k8s.CoreV1Api, namespace: str, bodies: Iterable[dict[str, Any]]
+) -> list[str]:
     """Create ConfigMaps and Secrets given as dicts; an existing one is replaced."""
     made = []
     for body in bodies:

@@ -114,6 +114,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         bundle_url, upload = build_access(run, bundle["snapshot"], self.aws_conn_id)
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
         from tfjob.manifests import (
             build_access_secret,
             build_pod_manifests,
@@ -140,21 +141,28 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         except BaseException:
             self.delete_run(run, reason="launch failed")
             raise
-        self.log.info("all %d replicas running after %.1fs", len(run.pod_names()), time.time() - started)
+        self.log.info(
+            "all %d replicas running after %.1fs", len(run.pod_names()), time.time() - started
+        )
         context["ti"].xcom_push(key="ready_at", value=time.time())
         return endpoints
 
     def remove_leftovers(self, run: RunInfo) -> None:
         """Delete objects of an earlier try of this run and wait until they are gone."""
         api = self.client
-        deleted = kubeobjects.delete_run_objects(api, run.namespace, run.selector, grace_period_seconds=0)
+        deleted = kubeobjects.delete_run_objects(
+            api, run.namespace, run.selector, grace_period_seconds=0
+        )
         if not deleted:
             return
         self.log.info("removing leftovers of an earlier try: %s", ", ".join(deleted))
-        left = kubeobjects.await_run_objects_gone(api, run.namespace, run.selector, LEFTOVER_TIMEOUT_SECONDS)
+        left = kubeobjects.await_run_objects_gone(
+            api, run.namespace, run.selector, LEFTOVER_TIMEOUT_SECONDS
+        )
         if left:
             raise AirflowException(
-                f"leftovers of an earlier try still exist after {LEFTOVER_TIMEOUT_SECONDS}s: {', '.join(left)}"
+                f"leftovers of an earlier try still exist after {LEFTOVER_TIMEOUT_SECONDS}s: "
+                + ", ".join(left)
             )
 
     def await_gang_start(self, run: RunInfo) -> dict[str, list[str]]:
@@ -165,7 +173,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         def settled(pods: list[dict[str, Any]]) -> bool:
             return judge_gang_start(pods, expected).state is not GangState.STARTING
 
-        pods = kubeobjects.watch_run_pods(self.client, run.namespace, run.selector, deadline, settled)
+        pods = kubeobjects.watch_run_pods(
+            self.client, run.namespace, run.selector, deadline, settled
+        )
         verdict = judge_gang_start(pods, expected)
         if verdict.state is GangState.READY:
             from tfjob.clusterspec import Endpoint, endpoints_to_mapping
@@ -177,7 +187,8 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         what = (
             "replicas failed to start"
             if verdict.state is GangState.FAILED
-            else f"not every replica was running after startup_timeout={run.request.startup_timeout}s"
+            else "not every replica was running after "
+            f"startup_timeout={run.request.startup_timeout}s"
         )
         reasons = [self.explain_pod(run, replica) for replica in problems]
         raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
@@ -189,7 +200,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             events = kubeobjects.list_pod_events(self.client, run.namespace, replica.pod)
             if replica.init_exit_code not in (None, 0):
                 init_log = kubeobjects.read_container_log(
-                    self.client, run.namespace, replica.pod, INIT_CONTAINER, tail_lines=INIT_LOG_LINES
+                    self.client,
+                    run.namespace,
+                    replica.pod,
+                    INIT_CONTAINER,
+                    tail_lines=INIT_LOG_LINES,
                 )
         except Exception as exc:  # the explanation must not hide the failure itself
             self.log.warning("could not read events or logs of pod %s: %s", replica.pod, exc)
@@ -198,7 +213,10 @@ class TrainingLaunchOperator(KubernetesPodOperator):
     def delete_run(self, run: RunInfo, reason: str) -> None:
         try:
             deleted = kubeobjects.delete_run_objects(
-                self.client, run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
+                self.client,
+                run.namespace,
+                run.selector,
+                grace_period_seconds=TEARDOWN_GRACE_SECONDS,
             )
             self.log.info("%s: deleted %s", reason, ", ".join(deleted) or "nothing")
         except Exception:

@@ -24,14 +24,14 @@ def tail_lines(text: str, count: int = TAIL_LINES) -> str:
 
 
 def extract_metrics(text: str) -> dict[str, Any] | None:
-    """The last `TFJOB_METRICS <json>` object in a log, or None when there is none or it is not JSON."""
+    """The last `TFJOB_METRICS <json>` object in a log; None when there is none or not JSON."""
     found = None
     for line in text.splitlines():
         at = line.find(METRICS_MARKER)
         if at < 0:
             continue
         try:
-            value = json.loads(line[at + len(METRICS_MARKER):])
+            value = json.loads(line[at + len(METRICS_MARKER) :])
         except ValueError:
             continue
         if isinstance(value, dict):
@@ -39,7 +39,9 @@ def extract_metrics(text: str) -> dict[str, Any] | None:
     return found
 
 
-def merge_metrics(per_replica: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, Any] | None:
+def merge_metrics(
+    per_replica: Iterable[tuple[str, dict[str, Any] | None]],
+) -> dict[str, Any] | None:
     """The metrics of the first replica that has some (the model owner prints them)."""
     for _replica_id, metrics in per_replica:
         if metrics is not None:

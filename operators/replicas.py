@@ -17,7 +17,6 @@ from typing import Any
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE
 from tfjob.request import SuccessPolicy
 
-
 MAIN_CONTAINER = "tensorflow"
 INIT_CONTAINER = "fetch-bundle"
 
@@ -30,7 +29,7 @@ HOPELESS_WAITING_REASONS = frozenset(
 )
 
 
-class PodPhase(str, enum.Enum):
+class PodPhase(enum.StrEnum):
     """The pod phases of Kubernetes, plus GONE for a pod that no longer exists."""
 
     PENDING = "Pending"
@@ -41,7 +40,7 @@ class PodPhase(str, enum.Enum):
     GONE = "Gone"
 
 
-class GangState(str, enum.Enum):
+class GangState(enum.StrEnum):
     """Where the start of a run's pods stands."""
 
     STARTING = "starting"
@@ -49,7 +48,7 @@ class GangState(str, enum.Enum):
     FAILED = "failed"
 
 
-class TrainingState(str, enum.Enum):
+class TrainingState(enum.StrEnum):
     """Where the training of a run stands."""
 
     RUNNING = "running"
@@ -241,14 +240,21 @@ def judge_training(
         if replica is None:
             role, index = _split_pod_name(name)
             replica = ReplicaStatus(
-                role=role, index=index, pod=name, phase=PodPhase.GONE,
-                reason="PodGone", message="the pod no longer exists",
+                role=role,
+                index=index,
+                pod=name,
+                phase=PodPhase.GONE,
+                reason="PodGone",
+                message="the pod no longer exists",
             )
         ordered.append(replica)
     for replica in ordered:
         if replica.role not in DECIDING_ROLES:
             continue
-        broke = replica.phase in (PodPhase.FAILED, PodPhase.GONE) or replica.exit_code not in (None, 0)
+        broke = replica.phase in (PodPhase.FAILED, PodPhase.GONE) or replica.exit_code not in (
+            None,
+            0,
+        )
         if broke:
             return TrainingVerdict(TrainingState.FAILED, deciding, replica, tuple(ordered))
     finished = {r.replica_id for r in ordered if r.exit_code == 0}

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from operators.settings import VALIDATE_TASK
 from tfjob import naming
 from tfjob.request import TrainingRequest, load_request
-
-from operators.settings import VALIDATE_TASK
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class RunInfo:
 
     @property
     def run_prefix(self) -> str:
-        """`<output>/runs/<run_id>`: where this run's bundle snapshot, model, logs and manifest go."""
+        """`<output>/runs/<run_id>`: this run's bundle snapshot, model, logs and manifest."""
         return f"{self.request.output}/runs/{self.run_id}"
 
     def pod_names(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""The Python tasks of the pipeline: validate, fetch_bundle, clusterspec, archive, teardown, publish.
+"""The Python tasks: validate, fetch_bundle, clusterspec, archive, teardown, publish.
 
 Each is a thin callable: it reads the run from XCom (`operators.runinfo`),
 calls the module that does the work and pushes what later tasks and the UI
@@ -56,6 +56,7 @@ def conf_to_request_data(params: dict[str, Any]) -> dict[str, Any]:
 def validate(request_file: str | None = None) -> dict[str, Any]:
     """Load and check the request (the DAG's file, else the trigger's params) and name the run."""
     from airflow.sdk.exceptions import AirflowFailException
+
     from tfjob.request import RequestError, load_request
 
     context = get_current_context()
@@ -70,7 +71,11 @@ def validate(request_file: str | None = None) -> dict[str, Any]:
     described = describe_run(request, context["run_id"], context["dag"].dag_id)
     _log().info(
         "request %s of tenant %s: %s, namespace %s, run key %s",
-        request.name, request.tenant, request.mode.value, described["namespace"], described["run_key"],
+        request.name,
+        request.tenant,
+        request.mode.value,
+        described["namespace"],
+        described["run_key"],
     )
     return described
 
@@ -87,8 +92,13 @@ def fetch_bundle() -> dict[str, Any]:
         identity = snapshot_bundle(_s3(), run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
     except (BundleMissing, BundleError) as exc:
         raise AirflowFailException(str(exc)) from None
-    _log().info("bundle %s: %s bytes, sha256 %s, snapshot %s",
-                identity["source"], identity["size"], identity["sha256"], identity["snapshot"])
+    _log().info(
+        "bundle %s: %s bytes, sha256 %s, snapshot %s",
+        identity["source"],
+        identity["size"],
+        identity["sha256"],
+        identity["snapshot"],
+    )
     return identity
 
 
@@ -98,10 +108,9 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     Single mode: the replica does not wait for a ClusterSpec, so this is a
     no-op that succeeds (it is not skipped, which would skip train too).
     """
+    from operators.delivery import deliver_cluster_file
     from tfjob import naming
     from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
-
-    from operators.delivery import deliver_cluster_file
 
     context = get_current_context()
     run = pull_run(context)
@@ -144,9 +153,18 @@ def archive() -> dict[str, Any]:
         metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
         timings=timings,
     )
-    _log().info("archived run %s: %d log(s), model %s objects, run.json at %s/run.json",
-                run.run_key, len(manifest["logs"]), manifest["model"]["objects"], run.run_prefix)
-    return {"model": manifest["model"], "logs": manifest["logs"], "run_json": f"{run.run_prefix}/run.json"}
+    _log().info(
+        "archived run %s: %d log(s), model %s objects, run.json at %s/run.json",
+        run.run_key,
+        len(manifest["logs"]),
+        manifest["model"]["objects"],
+        run.run_prefix,
+    )
+    return {
+        "model": manifest["model"],
+        "logs": manifest["logs"],
+        "run_json": f"{run.run_prefix}/run.json",
+    }
 
 
 def teardown() -> list[str]:
@@ -166,12 +184,20 @@ def teardown() -> list[str]:
         api, run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
     )
     started = time.monotonic()
-    left = kubeobjects.await_run_objects_gone(api, run.namespace, run.selector, TEARDOWN_TIMEOUT_SECONDS)
-    _log().info("teardown of run %s in %s: deleted %s; all gone after %.1fs",
-                run.run_key, run.namespace, ", ".join(deleted) or "nothing", time.monotonic() - started)
+    left = kubeobjects.await_run_objects_gone(
+        api, run.namespace, run.selector, TEARDOWN_TIMEOUT_SECONDS
+    )
+    _log().info(
+        "teardown of run %s in %s: deleted %s; all gone after %.1fs",
+        run.run_key,
+        run.namespace,
+        ", ".join(deleted) or "nothing",
+        time.monotonic() - started,
+    )
     if left:
         raise AirflowException(
-            f"teardown of run {run.run_key}: still present after {TEARDOWN_TIMEOUT_SECONDS}s: {', '.join(left)}"
+            f"teardown of run {run.run_key}: still present after "
+            f"{TEARDOWN_TIMEOUT_SECONDS}s: {', '.join(left)}"
         )
     return deleted
 

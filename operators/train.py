@@ -64,7 +64,9 @@ class TrainingWaitOperator(BaseOperator):
         wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
         self.log.info(
             "waiting for training of run %s: success when %s exit 0 (ps never count); deadline %ss",
-            run.run_key, ", ".join(deciding), wait,
+            run.run_key,
+            ", ".join(deciding),
+            wait,
         )
         self.defer(
             trigger=TrainingTrigger(
@@ -86,7 +88,9 @@ class TrainingWaitOperator(BaseOperator):
         metrics = None
         for replica in event["replicas"]:
             replica_id = f"{replica['role']}-{replica['index']}"
-            text = kubeobjects.read_container_log(api, run.namespace, replica["pod"], MAIN_CONTAINER)
+            text = kubeobjects.read_container_log(
+                api, run.namespace, replica["pod"], MAIN_CONTAINER
+            )
             logs[replica_id] = text
             for line in prefix_lines(replica_id, text):
                 self.log.info("%s", line)
@@ -107,8 +111,14 @@ class TrainingWaitOperator(BaseOperator):
         failed = event.get("failed")
         if state == "failed" and failed:
             replica_id = f"{failed['role']}-{failed['index']}"
-            detail = f"exit code {failed['exit_code']}" if failed.get("exit_code") is not None else (
-                f"{failed.get('reason') or 'failed'}: {failed.get('message') or ''}".rstrip(": ")
+            detail = (
+                f"exit code {failed['exit_code']}"
+                if failed.get("exit_code") is not None
+                else (
+                    f"{failed.get('reason') or 'failed'}: {failed.get('message') or ''}".rstrip(
+                        ": "
+                    )
+                )
             )
             tail = tail_lines(logs.get(replica_id, ""), FAILURE_LOG_LINES)
             quoted = "\n".join(f"  [{replica_id}] {line}" for line in tail.splitlines())
@@ -127,7 +137,10 @@ class TrainingWaitOperator(BaseOperator):
         run = self._run
         try:
             deleted = kubeobjects.delete_run_objects(
-                self._client(), run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
+                self._client(),
+                run.namespace,
+                run.selector,
+                grace_period_seconds=TEARDOWN_GRACE_SECONDS,
             )
             self.log.info("train killed: deleted %s", ", ".join(deleted) or "nothing")
         except Exception:

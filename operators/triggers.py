@@ -12,7 +12,6 @@ logs when it resumes.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -82,7 +81,9 @@ class TrainingTrigger(BaseTrigger):
         async with hook.get_conn() as api_client:
             core = async_client.CoreV1Api(api_client)
             while True:
-                listing = await core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+                listing = await core.list_namespaced_pod(
+                    self.namespace, label_selector=self.selector
+                )
                 pods = {
                     p.metadata.name: api_client.sanitize_for_serialization(p) for p in listing.items
                 }
@@ -114,5 +115,5 @@ class TrainingTrigger(BaseTrigger):
                 except ApiException as exc:
                     if exc.status != 410:  # 410 Gone: resourceVersion too old; relist.
                         raise
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass  # the client gave up on a quiet watch; relist

@@ -119,9 +119,11 @@ class PipelineWorld:
             "output": f"s3://{self.bucket}/outputs/{name}",
             "startup_timeout": 60,
             "active_deadline": 240,
-            "resources": {"worker": {"cpu": "100m", "memory": "128Mi"},
-                          "ps": {"cpu": "100m", "memory": "128Mi"},
-                          "chief": {"cpu": "100m", "memory": "128Mi"}},
+            "resources": {
+                "worker": {"cpu": "100m", "memory": "128Mi"},
+                "ps": {"cpu": "100m", "memory": "128Mi"},
+                "chief": {"cpu": "100m", "memory": "128Mi"},
+            },
         }
         body.update(changes)
         return body
@@ -131,8 +133,13 @@ class PipelineWorld:
         path.write_text(yaml.safe_dump(body))
         return path
 
-    def run_dag(self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None,
-                timeout: float = DAG_TEST_TIMEOUT_S) -> DagResult:
+    def run_dag(
+        self,
+        dag_id: str,
+        conf: dict[str, Any] | None = None,
+        logical_date: str | None = None,
+        timeout: float = DAG_TEST_TIMEOUT_S,
+    ) -> DagResult:
         """`dag.test()` of one DAG in a subprocess; returns the run's state and every task's state.
 
         The same `logical_date` twice gives the same run_id: the second call
@@ -142,24 +149,33 @@ class PipelineWorld:
             f"""
             import datetime, json, sys
             from airflow.dag_processing.dagbag import DagBag
-            bag = DagBag(dag_folder={str(REPO / 'dags')!r}, safe_mode=False)
+            bag = DagBag(dag_folder={str(REPO / "dags")!r}, safe_mode=False)
             dag = bag.dags[{dag_id!r}]
             logical_date = {logical_date!r}
-            kwargs = {{"logical_date": datetime.datetime.fromisoformat(logical_date), "run_after": datetime.datetime.fromisoformat(logical_date)}} if logical_date else {{}}
+            when = datetime.datetime.fromisoformat(logical_date) if logical_date else None
+            kwargs = {{"logical_date": when, "run_after": when}} if when else {{}}
             run = dag.test(run_conf={conf!r}, **kwargs)
             tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
             print("PIPELINE_RESULT " + json.dumps({{"state": str(run.state), "tasks": tasks,
                                                    "run_id": run.run_id}}))
             """
         )
-        done = subprocess.run([sys.executable, "-c", script], env=self.env, cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         output = done.stdout + done.stderr
         for line in done.stdout.splitlines():
             if line.startswith("PIPELINE_RESULT "):
-                data = json.loads(line[len("PIPELINE_RESULT "):])
+                data = json.loads(line[len("PIPELINE_RESULT ") :])
                 return DagResult(data["state"], data["tasks"], data["run_id"], output)
-        raise AssertionError(f"dag.test() of {dag_id} gave no result (rc {done.returncode}):\n{output[-8000:]}")
+        raise AssertionError(
+            f"dag.test() of {dag_id} gave no result (rc {done.returncode}):\n{output[-8000:]}"
+        )
 
     def run_request(self, body: dict[str, Any], logical_date: str | None = None) -> DagResult:
         self.write_request(body)
@@ -168,7 +184,9 @@ class PipelineWorld:
     def s3_keys(self, prefix: str) -> list[str]:
         client = self.s3.client()
         keys = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        ):
             keys.extend(item["Key"] for item in page.get("Contents", []))
         return sorted(keys)
 
@@ -181,20 +199,35 @@ class PipelineWorld:
 
         api = self.kube.core_v1()
         found = []
-        for kind, lister in (("Pod", api.list_namespaced_pod), ("ConfigMap", api.list_namespaced_config_map),
-                             ("Secret", api.list_namespaced_secret)):
-            found += [f"{kind}/{o.metadata.name}" for o in lister(NAMESPACE, label_selector=job_selector(job)).items]
+        for kind, lister in (
+            ("Pod", api.list_namespaced_pod),
+            ("ConfigMap", api.list_namespaced_config_map),
+            ("Secret", api.list_namespaced_secret),
+        ):
+            found += [
+                f"{kind}/{o.metadata.name}"
+                for o in lister(NAMESPACE, label_selector=job_selector(job)).items
+            ]
         return found
 
 
 def migrate_airflow_db(env: dict[str, str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
 
 
-def airflow_env(home: Path, s3: S3Server, kube: LocalkubeHandle, requests_dir: Path) -> dict[str, str]:
+def airflow_env(
+    home: Path, s3: S3Server, kube: LocalkubeHandle, requests_dir: Path
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
     env.update(
         AIRFLOW_HOME=str(home),
@@ -204,14 +237,24 @@ def airflow_env(home: Path, s3: S3Server, kube: LocalkubeHandle, requests_dir: P
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__UNIT_TEST_MODE="False",
         TFJOB_REQUESTS_DIR=str(requests_dir),
-        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps({
-            "conn_type": "kubernetes",
-            "extra": {"kube_config_path": kube.kubeconfig, "in_cluster": False, "namespace": NAMESPACE},
-        }),
-        AIRFLOW_CONN_AWS_DEFAULT=json.dumps({
-            "conn_type": "aws", "login": s3.access_key, "password": s3.secret_key,
-            "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
-        }),
+        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(
+            {
+                "conn_type": "kubernetes",
+                "extra": {
+                    "kube_config_path": kube.kubeconfig,
+                    "in_cluster": False,
+                    "namespace": NAMESPACE,
+                },
+            }
+        ),
+        AIRFLOW_CONN_AWS_DEFAULT=json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3.access_key,
+                "password": s3.secret_key,
+                "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
+            }
+        ),
         PYTHONPATH=str(REPO),
     )
     return env

@@ -12,7 +12,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = REPO / "dags"
-PIPELINE = ["validate", "fetch_bundle", "launch", "clusterspec", "train", "archive", "teardown", "publish"]
+PIPELINE = [
+    "validate",
+    "fetch_bundle",
+    "launch",
+    "clusterspec",
+    "train",
+    "archive",
+    "teardown",
+    "publish",
+]
 
 
 def load_dag_module(name: str):
@@ -92,7 +101,9 @@ def test_submit_params_refuse_conf_of_the_wrong_shape_naming_the_field(dagbag):
 
     dag = dagbag.dags["tfjob_submit"]
     params = ParamsDict(dag.params)
-    with pytest.raises(ParamValidationError, match="param port: 'not-a-port' is not of type 'integer'"):
+    with pytest.raises(
+        ParamValidationError, match="param port: 'not-a-port' is not of type 'integer'"
+    ):
         params.update({"port": "not-a-port"})
 
 

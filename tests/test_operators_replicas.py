@@ -1,4 +1,4 @@
-"""Gang start and end-of-training verdicts from pod dicts (operators.replicas, operators.podlogs)."""
+"""Gang start and end-of-training verdicts from pod dicts (operators.replicas, .podlogs)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from operators.replicas import (
 )
 
 
-def make_pod(role, index, phase="Pending", ip=None, main=None, init=None, reason=None, message=None):
+def make_pod(
+    role, index, phase="Pending", ip=None, main=None, init=None, reason=None, message=None
+):
     status = {"phase": phase}
     if ip:
         status["podIP"] = ip
@@ -57,7 +59,10 @@ def test_gang_is_ready_only_when_every_pod_runs_with_an_ip():
     pods[1] = make_pod("worker", 0, "Running", "10.0.0.3", RUNNING)
     verdict = judge_gang_start(pods, expected)
     assert verdict.state is GangState.READY
-    assert [(r.role, r.index, r.ip) for r in verdict.ready] == [("ps", 0, "10.0.0.2"), ("worker", 0, "10.0.0.3")]
+    assert [(r.role, r.index, r.ip) for r in verdict.ready] == [
+        ("ps", 0, "10.0.0.2"),
+        ("worker", 0, "10.0.0.3"),
+    ]
 
 
 def test_gang_waits_for_a_pod_not_yet_seen():
@@ -90,17 +95,27 @@ def test_startup_failure_names_scheduler_reason_and_init_log():
         make_pod("worker", 1, "Failed", init={"terminated": {"exitCode": 2, "reason": "Error"}})
     )
     events = [
-        {"type": "Warning", "reason": "FailedScheduling",
-         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."},
-        {"type": "Warning", "reason": "FailedScheduling",
-         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."},
+        {
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        },
+        {
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        },
         {"type": "Normal", "reason": "Scheduled", "message": "ignored"},
     ]
-    text = describe_startup_failure(replica, events, "fetch: bundle refused: code/../x: path escapes\n")
+    text = describe_startup_failure(
+        replica, events, "fetch: bundle refused: code/../x: path escapes\n"
+    )
     assert "job-1234abcd-worker-1 (worker-1)" in text
     assert "init container fetch-bundle exited with code 2" in text
     assert "| fetch: bundle refused: code/../x: path escapes" in text
-    assert text.count("FailedScheduling: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.") == 1
+    assert (
+        text.count("FailedScheduling: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.") == 1
+    )
     assert "ignored" not in text
 
 
@@ -109,8 +124,12 @@ def test_startup_failure_names_scheduler_reason_and_init_log():
     [
         ("chief", [("chief", 0), ("ps", 0), ("worker", 0)], False, ("chief-0",)),
         ("worker0", [("ps", 0), ("worker", 0), ("worker", 1)], False, ("worker-0",)),
-        ("all_workers", [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1), ("evaluator", 0)],
-         False, ("chief-0", "worker-0", "worker-1")),
+        (
+            "all_workers",
+            [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1), ("evaluator", 0)],
+            False,
+            ("chief-0", "worker-0", "worker-1"),
+        ),
         ("worker0", [("worker", 0)], True, ("worker-0",)),
     ],
 )
@@ -150,7 +169,10 @@ def test_training_fails_at_once_when_a_worker_exits_non_zero():
 
 def test_a_failed_ps_does_not_decide_the_run():
     expected = names(("chief", 0), ("ps", 0))
-    pods = [make_pod("chief", 0, "Running", "10.0.0.1", RUNNING), make_pod("ps", 0, "Failed", None, exited(1))]
+    pods = [
+        make_pod("chief", 0, "Running", "10.0.0.1", RUNNING),
+        make_pod("ps", 0, "Failed", None, exited(1)),
+    ]
     assert judge_training(pods, ["chief-0"], expected).state is TrainingState.RUNNING
 
 
@@ -163,8 +185,14 @@ def test_a_vanished_worker_pod_fails_the_run():
 
 
 def test_a_pod_killed_by_its_deadline_fails_with_the_kubelet_reason():
-    pod = make_pod("worker", 0, "Failed", "10.0.0.3", reason="DeadlineExceeded",
-                   message="Pod was active on the node longer than the specified deadline")
+    pod = make_pod(
+        "worker",
+        0,
+        "Failed",
+        "10.0.0.3",
+        reason="DeadlineExceeded",
+        message="Pod was active on the node longer than the specified deadline",
+    )
     verdict = judge_training([pod], ["worker-0"], names(("worker", 0)))
     assert verdict.state is TrainingState.FAILED
     assert verdict.failed_replica.reason == "DeadlineExceeded"
@@ -172,7 +200,10 @@ def test_a_pod_killed_by_its_deadline_fails_with_the_kubelet_reason():
 
 def test_all_workers_policy_waits_for_every_worker():
     expected = names(("worker", 0), ("worker", 1))
-    pods = [make_pod("worker", 0, "Succeeded", None, exited(0)), make_pod("worker", 1, "Running", "x", RUNNING)]
+    pods = [
+        make_pod("worker", 0, "Succeeded", None, exited(0)),
+        make_pod("worker", 1, "Running", "x", RUNNING),
+    ]
     assert judge_training(pods, ["worker-0", "worker-1"], expected).state is TrainingState.RUNNING
     pods[1] = make_pod("worker", 1, "Succeeded", None, exited(0))
     assert judge_training(pods, ["worker-0", "worker-1"], expected).state is TrainingState.SUCCEEDED
@@ -184,6 +215,9 @@ def test_log_lines_are_prefixed_with_role_and_index():
 
 
 def test_the_last_metrics_line_wins_and_garbage_is_ignored():
-    text = 'x\nTFJOB_METRICS {"accuracy": 0.5}\nTFJOB_METRICS not-json\nTFJOB_METRICS {"accuracy": 0.9}\n'
+    text = (
+        'x\nTFJOB_METRICS {"accuracy": 0.5}\nTFJOB_METRICS not-json\n'
+        'TFJOB_METRICS {"accuracy": 0.9}\n'
+    )
     assert extract_metrics(text) == {"accuracy": 0.9}
     assert extract_metrics("no metrics here") is None

@@ -1,4 +1,4 @@
-"""TrainingTrigger survives the trip through the triggerer's database (serialize → import → rebuild)."""
+"""TrainingTrigger survives the trip through the triggerer's database (serialize, rebuild)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from operators.triggers import TrainingTrigger
 
 def test_a_serialized_trigger_rebuilds_into_an_equal_trigger():
     trigger = TrainingTrigger(
-        namespace="tfjob-demo", selector="app.kubernetes.io/managed-by=tfjob,tfjob.io/run=job-1234abcd",
-        expected_pods=["job-1234abcd-chief-0", "job-1234abcd-ps-0"], deciding=["chief-0"],
-        deadline=1_800_000_000.0, kubernetes_conn_id="kubernetes_default",
+        namespace="tfjob-demo",
+        selector="app.kubernetes.io/managed-by=tfjob,tfjob.io/run=job-1234abcd",
+        expected_pods=["job-1234abcd-chief-0", "job-1234abcd-ps-0"],
+        deciding=["chief-0"],
+        deadline=1_800_000_000.0,
+        kubernetes_conn_id="kubernetes_default",
     )
     path, kwargs = trigger.serialize()
     module, _, name = path.rpartition(".")
@@ -21,14 +24,26 @@ def test_a_serialized_trigger_rebuilds_into_an_equal_trigger():
 
 def test_the_trigger_fires_at_its_deadline_even_while_replicas_run():
     trigger = TrainingTrigger(
-        namespace="ns", selector="s", expected_pods=["job-1234abcd-worker-0"], deciding=["worker-0"],
-        deadline=0.0, kubernetes_conn_id="kubernetes_default",
+        namespace="ns",
+        selector="s",
+        expected_pods=["job-1234abcd-worker-0"],
+        deciding=["worker-0"],
+        deadline=0.0,
+        kubernetes_conn_id="kubernetes_default",
     )
-    running = {"job-1234abcd-worker-0": {
-        "metadata": {"name": "job-1234abcd-worker-0", "labels": {"tfjob.io/role": "worker", "tfjob.io/index": "0"}},
-        "status": {"phase": "Running", "podIP": "10.0.0.1",
-                   "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}]},
-    }}
+    running = {
+        "job-1234abcd-worker-0": {
+            "metadata": {
+                "name": "job-1234abcd-worker-0",
+                "labels": {"tfjob.io/role": "worker", "tfjob.io/index": "0"},
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.1",
+                "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],
+            },
+        }
+    }
     event = trigger._event_if_decided(running)
     assert event.payload["state"] == "deadline"
     assert event.payload["replicas"][0]["phase"] == "Running"

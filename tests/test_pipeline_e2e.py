@@ -4,6 +4,7 @@ The training program is a stand-in (see pipeline_fixtures): no TensorFlow, so
 each scenario costs seconds, not a gigabyte of RAM per replica.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported by name, then requested as parameters)
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ def run_prefix(world, name, run_id):
     return f"outputs/{name}/runs/{run_id}/"
 
 
-def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_manifest(pipeline_world):
+def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_manifest(
+    pipeline_world,
+):
     world = pipeline_world
     result = world.run_request(world.request("e2e-single"))
     assert result.state == "success", result
@@ -36,7 +39,9 @@ def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_mani
     assert manifest["request"]["name"] == "e2e-single"
     assert manifest["image"] == "python:3.11"
     assert manifest["bundle"]["sha256"] and manifest["bundle"]["snapshot"].endswith("bundle.tar.gz")
-    assert [(r["role"], r["index"], r["exit_code"]) for r in manifest["replicas"]] == [("worker", 0, 0)]
+    assert [(r["role"], r["index"], r["exit_code"]) for r in manifest["replicas"]] == [
+        ("worker", 0, 0)
+    ]
     assert manifest["model"]["objects"] == 1
     assert manifest["metrics"]["accuracy"] == 0.99
     latest = json.loads(world.s3_text("outputs/e2e-single/latest"))
@@ -49,10 +54,17 @@ def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_mani
     assert world.run_objects("e2e-single") == []
 
 
-def test_a_parameter_server_job_gets_its_cluster_spec_and_succeeds_when_the_chief_is_done(pipeline_world):
+def test_a_parameter_server_job_gets_its_cluster_spec_and_succeeds_when_the_chief_is_done(
+    pipeline_world,
+):
     world = pipeline_world
-    body = world.request("e2e-ps", mode="distributed", strategy="parameter_server",
-                         replicas={"chief": 1, "ps": 1, "worker": 2}, success_policy="chief")
+    body = world.request(
+        "e2e-ps",
+        mode="distributed",
+        strategy="parameter_server",
+        replicas={"chief": 1, "ps": 1, "worker": 2},
+        success_policy="chief",
+    )
     result = world.run_request(body)
     assert result.state == "success", result
     prefix = run_prefix(world, "e2e-ps", result.run_id)
@@ -62,7 +74,9 @@ def test_a_parameter_server_job_gets_its_cluster_spec_and_succeeds_when_the_chie
     for replica in ("chief-0", "ps-0", "worker-0", "worker-1"):
         assert prefix + f"logs/{replica}.log" in world.s3_keys(prefix)
     chief_log = world.s3_text(prefix + "logs/chief-0.log")
-    assert json.dumps(cluster, separators=(",", ":"), sort_keys=True)[1:-1].split(",")[0] in chief_log
+    assert (
+        json.dumps(cluster, separators=(",", ":"), sort_keys=True)[1:-1].split(",")[0] in chief_log
+    )
     assert '"task":{"index":0,"type":"chief"}' in chief_log
     worker_log = world.s3_text(prefix + "logs/worker-1.log")
     assert "legacy JOB_NAME=worker" in worker_log
@@ -74,14 +88,22 @@ def test_a_worker_that_exits_non_zero_fails_train_with_its_exit_code_and_log_and
     pipeline_world,
 ):
     world = pipeline_world
-    body = world.request("e2e-fail", mode="distributed", strategy="multi_worker_mirrored",
-                         replicas={"worker": 2}, success_policy="all_workers",
-                         env={"STANDIN_BEHAVIOUR": json.dumps({"worker-1": {"exit": 3},
-                                                               "worker-0": {"sleep": 120}})})
+    body = world.request(
+        "e2e-fail",
+        mode="distributed",
+        strategy="multi_worker_mirrored",
+        replicas={"worker": 2},
+        success_policy="all_workers",
+        env={
+            "STANDIN_BEHAVIOUR": json.dumps({"worker-1": {"exit": 3}, "worker-0": {"sleep": 120}})
+        },
+    )
     result = world.run_request(body)
     assert result.state == "failed", result
     assert result.tasks["train"] == "failed" and result.tasks["archive"] == "success", result
-    assert result.tasks["teardown"] == "success" and result.tasks["publish"] == "upstream_failed", result
+    assert result.tasks["teardown"] == "success" and result.tasks["publish"] == "upstream_failed", (
+        result
+    )
     assert "replica worker-1 (pod e2e-fail-" in result.log
     assert "failed with exit code 3" in result.log
     assert "[worker-1] standin worker-1 failing on purpose with 3" in result.log
@@ -93,9 +115,14 @@ def test_a_worker_that_exits_non_zero_fails_train_with_its_exit_code_and_log_and
 
 def test_a_gang_that_cannot_be_scheduled_fails_launch_with_the_scheduler_reason(pipeline_world):
     world = pipeline_world
-    body = world.request("e2e-gang", mode="distributed", strategy="multi_worker_mirrored",
-                         replicas={"worker": 2}, startup_timeout=8,
-                         resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 8}})
+    body = world.request(
+        "e2e-gang",
+        mode="distributed",
+        strategy="multi_worker_mirrored",
+        replicas={"worker": 2},
+        startup_timeout=8,
+        resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 8}},
+    )
     result = world.run_request(body)
     assert result.state == "failed", result
     assert result.tasks["launch"] == "failed", result
@@ -116,7 +143,9 @@ def test_a_missing_bundle_fails_fetch_bundle_naming_the_key_and_launches_nothing
     assert world.run_objects("e2e-nobundle") == []
 
 
-def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_cleanly(pipeline_world):
+def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_cleanly(
+    pipeline_world,
+):
     from tfjob import naming
 
     world = pipeline_world
@@ -127,16 +156,33 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
     labels = naming.replica_labels("e2e-rerun", key, "test", "worker", 0)
     api = world.kube.core_v1()
     # What a killed earlier try left: its pod (still running) and its ConfigMap.
-    api.create_namespaced_pod(NAMESPACE, {
-        "metadata": {"name": naming.pod_name(key, "worker", 0), "labels": labels},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "tensorflow", "image": "python:3.11",
-                                 "command": ["python3", "-c", "import time; time.sleep(600)"]}]},
-    })
-    api.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": naming.configmap_name(key), "labels": naming.run_labels("e2e-rerun", key, "test")},
-        "data": {"stale": "yes"},
-    })
+    api.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "metadata": {"name": naming.pod_name(key, "worker", 0), "labels": labels},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "tensorflow",
+                        "image": "python:3.11",
+                        "command": ["python3", "-c", "import time; time.sleep(600)"],
+                    }
+                ],
+            },
+        },
+    )
+    api.create_namespaced_config_map(
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": naming.configmap_name(key),
+                "labels": naming.run_labels("e2e-rerun", key, "test"),
+            },
+            "data": {"stale": "yes"},
+        },
+    )
     result = world.run_request(body, logical_date=logical_date)
     assert result.state == "success", result
     assert result.run_id == run_id

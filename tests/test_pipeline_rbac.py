@@ -1,4 +1,4 @@
-"""The RBAC the Airflow side needs (deploy/rbac/) is valid Kubernetes and covers what the pipeline calls."""
+"""The RBAC the Airflow side needs (deploy/rbac/) is valid and covers what the pipeline calls."""
 
 from __future__ import annotations
 
@@ -22,9 +22,16 @@ def test_the_role_grants_every_verb_the_pipeline_uses():
     role = yaml.safe_load((RBAC / "clusterrole.yaml").read_text())
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     needed = {
-        ("pods", "create"), ("pods", "list"), ("pods", "watch"), ("pods", "delete"),
-        ("pods/log", "get"), ("pods/exec", "create"),
-        ("configmaps", "create"), ("configmaps", "delete"), ("secrets", "create"), ("secrets", "delete"),
+        ("pods", "create"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods", "delete"),
+        ("pods/log", "get"),
+        ("pods/exec", "create"),
+        ("configmaps", "create"),
+        ("configmaps", "delete"),
+        ("secrets", "create"),
+        ("secrets", "delete"),
         ("events", "list"),
     }
     assert needed <= granted

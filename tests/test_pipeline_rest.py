@@ -4,6 +4,7 @@ Same world as test_pipeline_e2e (localkube, S3 server, stand-in program), but
 runs are triggered over HTTP and the train task really defers to the triggerer.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported by name, then requested as parameters)
 from __future__ import annotations
 
 import json
@@ -22,8 +23,11 @@ FINISHED = ("success", "failed")
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {k: v for k, v in pipeline_world.env.items()
-           if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"}
+    env = {
+        k: v
+        for k, v in pipeline_world.env.items()
+        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+    }
     # Each task process parses its DAG file, importing the provider's KubernetesPodOperator
     # (kubernetes + kubernetes_asyncio: ~2 s idle, over 10 s on 2 cores under load): give it
     # more than Airflow's default 30 s so a busy machine does not fail tasks at start.
@@ -38,7 +42,9 @@ def airflow(pipeline_world, tmp_path_factory):
 
 
 def trigger(airflow, dag_id, conf):
-    return airflow.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+    return airflow.request(
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}
+    )
 
 
 def await_run(airflow, dag_id, run_id, timeout=RUN_TIMEOUT_S):
@@ -61,7 +67,9 @@ def task_log(airflow, dag_id, run_id, task_id, try_number=1):
     content = answer.get("content")
     if isinstance(content, list):
         # Structured lines: the message is "event", an exception's text sits in other fields.
-        return "\n".join(json.dumps(item) if isinstance(item, dict) else str(item) for item in content)
+        return "\n".join(
+            json.dumps(item) if isinstance(item, dict) else str(item) for item in content
+        )
     return str(content)
 
 
@@ -90,11 +98,16 @@ def test_conf_that_does_not_fit_the_schema_is_refused_naming_the_field(pipeline_
 
 
 def test_conf_the_request_model_refuses_fails_validate_naming_the_field_and_launches_nothing(
-    pipeline_world, airflow,
+    pipeline_world,
+    airflow,
 ):
     world = pipeline_world
-    conf = world.request("rest-invalid", mode="distributed", strategy="parameter_server",
-                         replicas={"chief": 0, "ps": 0, "worker": 2, "evaluator": 0})
+    conf = world.request(
+        "rest-invalid",
+        mode="distributed",
+        strategy="parameter_server",
+        replicas={"chief": 0, "ps": 0, "worker": 2, "evaluator": 0},
+    )
     run = trigger(airflow, "tfjob_submit", conf)
     done = await_run(airflow, "tfjob_submit", run["dag_run_id"])
     assert done["state"] == "failed"
@@ -107,16 +120,27 @@ def test_conf_the_request_model_refuses_fails_validate_naming_the_field_and_laun
 
 def test_train_stopped_mid_run_leaves_no_object_behind(pipeline_world, airflow):
     world = pipeline_world
-    conf = world.request("rest-kill", mode="distributed", strategy="parameter_server",
-                         replicas={"chief": 1, "ps": 1, "worker": 1, "evaluator": 0},
-                         env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 600}})})
+    conf = world.request(
+        "rest-kill",
+        mode="distributed",
+        strategy="parameter_server",
+        replicas={"chief": 1, "ps": 1, "worker": 1, "evaluator": 0},
+        env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 600}})},
+    )
     run = trigger(airflow, "tfjob_submit", conf)
     run_id = run["dag_run_id"]
-    wait_for(lambda: task_states(airflow, "tfjob_submit", run_id).get("train") == "deferred",
-             RUN_TIMEOUT_S, "train to be deferred", interval=1.0)
+    wait_for(
+        lambda: task_states(airflow, "tfjob_submit", run_id).get("train") == "deferred",
+        RUN_TIMEOUT_S,
+        "train to be deferred",
+        interval=1.0,
+    )
     assert len([o for o in world.run_objects("rest-kill") if o.startswith("Pod/")]) == 3
-    airflow.request("PATCH", f"/api/v2/dags/tfjob_submit/dagRuns/{run_id}/taskInstances/train",
-                    {"new_state": "failed"})
+    airflow.request(
+        "PATCH",
+        f"/api/v2/dags/tfjob_submit/dagRuns/{run_id}/taskInstances/train",
+        {"new_state": "failed"},
+    )
     done = await_run(airflow, "tfjob_submit", run_id)
     assert done["state"] == "failed"
     states = task_states(airflow, "tfjob_submit", run_id)

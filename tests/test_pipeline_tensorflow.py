@@ -5,6 +5,7 @@ request is the bundle's own request.yaml with this world's tenant, bucket
 and output.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported by name, then requested as parameters)
 from __future__ import annotations
 
 import json

@@ -60,19 +60,22 @@ def build_conf(world: Any, name: str, train_seconds: int) -> dict[str, Any]:
 
 
 def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """From samples of {t, running: [task ids], deferred: [task ids]}: slot use while training."""
-    training = [s for s in samples if s["deferred"]]
-    held_by_train = [sum(1 for task in s["running"] if task == "train") for s in training]
+    """From samples of {t, running: [task ids], deferred: [task ids]}: slot use while training.
+
+    A train task in `deferred` waits in the triggerer and holds no executor slot; it is
+    `running` (holding one) only while it starts and defers, and when it resumes to finish.
+    """
+    train_running = sum(s["running"].count("train") for s in samples)
+    train_deferred = sum(s["deferred"].count("train") for s in samples)
+    observed = train_running + train_deferred
     return {
         "samples": len(samples),
-        "samples_with_training": len(training),
+        "samples_with_training": sum(1 for s in samples if "train" in s["deferred"]),
         "max_running": max((len(s["running"]) for s in samples), default=0),
-        "max_training_at_once": max((len(s["deferred"]) for s in samples), default=0),
-        "train_slots_while_training_max": max(held_by_train, default=0),
-        "train_slots_while_training_mean": (sum(held_by_train) / len(held_by_train))
-        if held_by_train
-        else 0.0,
-        "samples_train_holding_slot": sum(1 for h in held_by_train if h),
+        "max_training_at_once": max((s["deferred"].count("train") for s in samples), default=0),
+        "train_running_samples": train_running,
+        "train_deferred_samples": train_deferred,
+        "train_share_in_slot": train_running / observed if observed else 0.0,
     }
 
 

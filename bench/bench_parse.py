@@ -55,7 +55,7 @@ result = {"airflow_import_s": imported - began, "parse_s": done - started, "dags
 if profile:
     profiler.disable()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(80)
     result["profile"] = out.getvalue()
 print("PARSE_RESULT " + json.dumps(result))
 """
@@ -139,6 +139,24 @@ def parse_importtime(text: str, modules: tuple[str, ...]) -> dict[str, float]:
     return {m: found[m] for m in modules if m in found}
 
 
+def time_yaml_loaders(repeat: int = 300) -> dict[str, float]:
+    """Milliseconds per load of an example request: PyYAML's pure-Python vs libyaml loader."""
+    import time
+
+    text = (REPO / "dags" / "requests" / "digits-ps.yaml").read_text()
+    began = time.perf_counter()
+    for _ in range(repeat):
+        yaml.safe_load(text)
+    middle = time.perf_counter()
+    for _ in range(repeat):
+        yaml.load(text, Loader=yaml.CSafeLoader)
+    done = time.perf_counter()
+    return {
+        "safe_load_ms": (middle - began) / repeat * 1000,
+        "csafe_load_ms": (done - middle) / repeat * 1000,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1000)
@@ -190,6 +208,7 @@ def main() -> int:
         "target_s": 5,
         "profile": profile,
         "submit_imports_s": imports,
+        "yaml_ms": time_yaml_loaders() if getattr(yaml, "__with_libyaml__", False) else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))

@@ -184,7 +184,14 @@ def main() -> int:
         "--keep-world", action="store_true", help="leave the services up (debugging)"
     )
     parser.add_argument("--results", type=Path, default=BENCH / "RESULTS.md")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing; write RESULTS.md again from bench/out/ (after changing report.py)",
+    )
     args = parser.parse_args()
+    if args.report_only:
+        return write_results(args.results, json.loads((OUT / "run.json").read_text()))
     reps = "1" if args.quick else "5"
     wanted = set(args.only)
     began = time.monotonic()
@@ -231,14 +238,19 @@ def main() -> int:
             else:
                 stop_world(folder)
                 shutil.rmtree(folder, ignore_errors=True)
-    results = {name: read_result(name, steps.get(name)) for name in MEASUREMENTS}
     run["wall_s"] = time.monotonic() - began
     run["load_end"] = load_text()
-    args.results.write_text(build_report(results, describe_machine(), run))
-    print(
-        f"==> wrote {args.results.relative_to(REPO)} after {run['wall_s'] / 60:.1f} min", flush=True
-    )
+    (OUT / "run.json").write_text(json.dumps(run, indent=1))
+    write_results(args.results, run)
     return 0 if all(s["status"] == "ok" for s in steps.values()) else 1
+
+
+def write_results(path: Path, run: dict[str, Any]) -> int:
+    steps = run["steps"]
+    results = {name: read_result(name, steps.get(name)) for name in MEASUREMENTS}
+    path.write_text(build_report(results, describe_machine(), run))
+    print(f"==> wrote {path} after {run['wall_s'] / 60:.1f} min", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

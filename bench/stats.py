@@ -24,11 +24,12 @@ class Summary:
         return {"median": self.median, "min": self.low, "max": self.high, "n": self.count}
 
     def format(self, unit: str = "s", digits: int = 2) -> str:
-        """`1.23 s (1.10–1.40, n=5)`; one measurement shows no range."""
+        """`1.23 s (1.10–1.40, n=5)`; one measurement shows no range; no unit, no space."""
+        suffix = f" {unit}" if unit else ""
         if self.count == 1:
-            return f"{self.median:.{digits}f} {unit} (n=1)".replace(" )", ")")
+            return f"{self.median:.{digits}f}{suffix} (n=1)"
         low, high = f"{self.low:.{digits}f}", f"{self.high:.{digits}f}"
-        return f"{self.median:.{digits}f} {unit} ({low}–{high}, n={self.count})"
+        return f"{self.median:.{digits}f}{suffix} ({low}–{high}, n={self.count})"
 
 
 def summarise(values: Iterable[float]) -> Summary:

@@ -168,7 +168,7 @@ def test_timestamps_of_airflow_and_cri_logs_parse_to_the_same_clock():
     assert parse_time(None) is None
 
 
-def test_concurrency_counts_train_slots_only_while_jobs_train():
+def test_concurrency_counts_how_long_train_tasks_hold_slots():
     import bench_concurrency
 
     samples = [
@@ -178,8 +178,35 @@ def test_concurrency_counts_train_slots_only_while_jobs_train():
     ]
     slots = bench_concurrency.summarise_samples(samples)
     assert slots["max_running"] == 4 and slots["max_training_at_once"] == 2
-    assert slots["samples_with_training"] == 2 and slots["samples_train_holding_slot"] == 1
-    assert slots["train_slots_while_training_mean"] == pytest.approx(0.5)
+    assert slots["samples_with_training"] == 2
+    assert (slots["train_running_samples"], slots["train_deferred_samples"]) == (1, 3)
+    assert slots["train_share_in_slot"] == pytest.approx(0.25)
+
+
+def test_parse_profile_lines_give_the_shares_of_yaml_and_dag_building():
+    profile = "\n".join(
+        [
+            "   ncalls  tottime  percall  cumtime  percall filename:lineno(function)",
+            "1 0 0 12.486 0 /work/main/dags/tfjob_requests.py:24(build_all)",
+            "1000 0 0 5.920 0 /work/main/tfjob/request.py:494(load_request)",
+            "1000 0 0 5.465 0 /x/yaml/__init__.py:117(safe_load)",
+            "1001 0 0 6.535 0 /work/main/operators/dag_factory.py:59(build_training_dag)",
+            "29033/8009 1.9 0 3.915 0 /x/airflow/sdk/bases/operator.py:513(apply_defaults)",
+        ]
+    )
+    parts = report.read_profile_parts(profile)
+    assert parts == {
+        "build_all": 12.486,
+        "load_request": 5.92,
+        "yaml_safe_load": 5.465,
+        "build_training_dag": 6.535,
+        "operator_init": 3.915,
+    }
+    text = report.describe_parse_profile(profile, {"safe_load_ms": 2.1, "csafe_load_ms": 0.3})
+    assert "5.5 s (44%)" in text and "7× faster" in text
+    assert report.keep_profile_lines(profile)[1] == (
+        "1 0 0 12.486 0 dags/tfjob_requests.py:24(build_all)"
+    )
 
 
 def test_report_names_targets_met_and_missing_measurements():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measurement 5: 10 distributed stand-in jobs submitted at once, Airflow parallelism 4 (issue 8).
 
-    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 20]
+    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 30]
 
 Every job (chief + ps + 2 workers, the stand-in program: its chief "trains"
 for `--train-seconds`, the ps runs until torn down) is triggered through
@@ -83,7 +83,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
     parser.add_argument("--jobs", type=int, default=10)
-    parser.add_argument("--train-seconds", type=int, default=20)
+    parser.add_argument("--train-seconds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrency.json")
     args = parser.parse_args()
     world, _record = load_world(args.world)

@@ -13,6 +13,10 @@ every training run has the same tasks:
   train, archive and teardown to succeed.
 - `retries` of the request apply to `launch` (a gang start that failed can
   be tried again cleanly); a failed training is rerun by clearing the run.
+- Request DAGs put launch, clusterspec and train in the tenant's pool
+  (`tfjob-tenant-<name>`, created by `tshell tenants apply`), which caps the
+  tenant's concurrent jobs; `tfjob_submit` cannot (its tenant is known only
+  at run time).
 
 Building a DAG does no network, Kubernetes or S3 work; reading a request file
 (local YAML) is the only I/O.
@@ -64,12 +68,15 @@ def build_training_dag(
     params: dict[str, Param] | None = None,
     retries: int = 0,
     output: str | None = None,
+    pool: str | None = None,
     description: str | None = None,
     tags: list[str] | None = None,
 ) -> DAG:
     """A training DAG: for a request file (`request_file`) or for trigger params (`params`)."""
     if (request_file is None) == (params is None):
         raise ValueError(f"dag {dag_id}: give exactly one of request_file and params")
+    # The tenant's pool caps its concurrent jobs: the tasks that hold cluster resources use it.
+    pooled = {"pool": pool} if pool else {}
     outlets: list[Any] = (
         [Asset(uri=f"{output}/latest")] if output else [AssetAlias(name=f"{dag_id}__model")]
     )
@@ -88,10 +95,10 @@ def build_training_dag(
         )
         bundle = task(task_id=FETCH_BUNDLE_TASK)(steps.fetch_bundle)()
         launch = TrainingLaunchOperator(
-            task_id=LAUNCH_TASK, retries=retries, retry_delay=LAUNCH_RETRY_DELAY
+            task_id=LAUNCH_TASK, retries=retries, retry_delay=LAUNCH_RETRY_DELAY, **pooled
         )
-        clusterspec = task(task_id=CLUSTERSPEC_TASK)(steps.deliver_cluster_spec)()
-        train = TrainingWaitOperator(task_id=TRAIN_TASK)
+        clusterspec = task(task_id=CLUSTERSPEC_TASK, **pooled)(steps.deliver_cluster_spec)()
+        train = TrainingWaitOperator(task_id=TRAIN_TASK, **pooled)
         archived = task(task_id=ARCHIVE_TASK, trigger_rule="all_done")(steps.archive)()
         torn_down = task(task_id=TEARDOWN_TASK)(steps.teardown)()
         published = task(task_id=PUBLISH_TASK, outlets=outlets)(steps.publish)()
@@ -110,6 +117,7 @@ def build_request_dag(path: Path) -> DAG:
     file is visible in the UI and does not hide the others.
     """
     from tfjob.request import RequestError, load_request
+    from tfjob.tenants import pool_name
 
     try:
         request = load_request(path)
@@ -126,6 +134,7 @@ def build_request_dag(path: Path) -> DAG:
         schedule=request.schedule,
         retries=request.retries,
         output=request.output,
+        pool=pool_name(request.tenant),
         description=(
             f"{request.mode.value} training of {request.name} "
             f"(tenant {request.tenant}) from {path.name}"

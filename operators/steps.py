@@ -68,6 +68,7 @@ def validate(request_file: str | None = None) -> dict[str, Any]:
     except (RequestError, ValueError, OSError) as exc:
         where = f"request file {request_file}" if request_file else "trigger conf"
         raise AirflowFailException(f"{where}: {exc}") from None
+    admit_tenant(request)
     described = describe_run(request, context["run_id"], context["dag"].dag_id)
     _log().info(
         "request %s of tenant %s: %s, namespace %s, run key %s",
@@ -78,6 +79,19 @@ def validate(request_file: str | None = None) -> dict[str, Any]:
         described["run_key"],
     )
     return described
+
+
+def admit_tenant(request: Any) -> None:
+    """The tenant must be known (tenants file) and the whole gang must fit its remaining quota."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.tenancy import TenancyRefusal, admit_request
+
+    try:
+        tenant, check = admit_request(_kube(), request)
+    except TenancyRefusal as exc:
+        raise AirflowFailException(str(exc)) from None
+    _log().info("tenant %s admitted: %s", tenant.name, getattr(check, "message", "fits"))
 
 
 def fetch_bundle() -> dict[str, Any]:

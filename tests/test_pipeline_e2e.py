@@ -119,9 +119,14 @@ def test_a_gang_that_cannot_be_scheduled_fails_launch_with_the_scheduler_reason(
         "e2e-gang",
         mode="distributed",
         strategy="multi_worker_mirrored",
-        replicas={"worker": 2},
+        # The chief starts; the worker wants more GPUs than any node has (4 each), though
+        # the gang fits the tenant's quota: the gang never completes.
+        replicas={"chief": 1, "worker": 1},
         startup_timeout=8,
-        resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 8}},
+        resources={
+            "chief": {"cpu": "100m", "memory": "128Mi"},
+            "worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5},
+        },
     )
     result = world.run_request(body)
     assert result.state == "failed", result

@@ -14,7 +14,8 @@ labels and the `tfjob.io/dag-id` / `tfjob.io/run-id` annotations
 
 Only objects labelled `app.kubernetes.io/managed-by=tfjob` *and* carrying a
 `tfjob.io/run` label are considered: tenant objects (namespace, quota, ...)
-have no run label and are never touched. Deletes accept 404.
+have no run label and are never touched. In Airflow it looks in the namespaces
+of the tenants file (per-namespace RBAC suffices). Deletes accept 404.
 """
 
 from __future__ import annotations
@@ -72,17 +73,18 @@ def classify_dag_run_state(state: Any) -> RunState:
 @dataclass(frozen=True)
 class _KindApi:
     api: str
-    list_all: str
-    delete: str
+    suffix: str  # e.g. "namespaced_pod": list_/delete_namespaced_pod
+
+    @property
+    def list_all(self) -> str:
+        return f"list_{self.suffix.removeprefix('namespaced_')}_for_all_namespaces"
 
 
 RUN_OBJECT_KINDS: dict[str, _KindApi] = {
-    "Pod": _KindApi("core", "list_pod_for_all_namespaces", "delete_namespaced_pod"),
-    "ConfigMap": _KindApi("core", "list_config_map_for_all_namespaces",
-                          "delete_namespaced_config_map"),
-    "Secret": _KindApi("core", "list_secret_for_all_namespaces", "delete_namespaced_secret"),
-    "NetworkPolicy": _KindApi("networking", "list_network_policy_for_all_namespaces",
-                              "delete_namespaced_network_policy"),
+    "Pod": _KindApi("core", "namespaced_pod"),
+    "ConfigMap": _KindApi("core", "namespaced_config_map"),
+    "Secret": _KindApi("core", "namespaced_secret"),
+    "NetworkPolicy": _KindApi("networking", "namespaced_network_policy"),
 }
 
 
@@ -131,23 +133,34 @@ class RunStateLookup(Protocol):
     def __call__(self, dag_id: str, run_id: str) -> RunState: ...
 
 
-def _list_kind(clients: Clients, kind: str) -> list[Any]:
+def _list_kind(clients: Clients, kind: str, namespace: str | None) -> list[Any]:
     info = RUN_OBJECT_KINDS[kind]
+    api = getattr(clients, info.api)
     try:
-        return getattr(getattr(clients, info.api), info.list_all)(
-            label_selector=RUN_OBJECTS_SELECTOR).items
+        if namespace is None:
+            return getattr(api, info.list_all)(label_selector=RUN_OBJECTS_SELECTOR).items
+        return getattr(api, f"list_{info.suffix}")(
+            namespace, label_selector=RUN_OBJECTS_SELECTOR).items
     except ApiException as exc:
+        if exc.status == 404 and namespace is not None and kind != "NetworkPolicy":
+            return []  # the tenant's namespace does not exist (yet)
         if exc.status == 404:  # the cluster does not serve this kind
             log.info("janitor: the cluster does not serve %s; skipped", kind)
             return []
         raise
 
 
-def collect_run_groups(clients: Clients) -> list[RunGroup]:
-    """Every run that still has objects, with those objects, sorted by namespace and run."""
+def collect_run_groups(clients: Clients,
+                       namespaces: Iterable[str] | None = None) -> list[RunGroup]:
+    """Every run that still has objects, with those objects, sorted by namespace and run.
+
+    `namespaces`: where to look (the tenants' namespaces, which per-namespace RBAC
+    allows); None: every namespace (needs cluster-wide list rights).
+    """
     groups: dict[tuple[str, str], RunGroup] = {}
+    places: list[str | None] = list(namespaces) if namespaces is not None else [None]
     for kind in RUN_OBJECT_KINDS:
-        for item in _list_kind(clients, kind):
+        for item in (found for place in places for found in _list_kind(clients, kind, place)):
             meta = item.metadata
             labels = meta.labels or {}
             annotations = meta.annotations or {}
@@ -168,7 +181,8 @@ def delete_objects(clients: Clients, objects: Iterable[RunObject]) -> list[RunOb
         info = RUN_OBJECT_KINDS[obj.kind]
         kwargs = {"grace_period_seconds": JANITOR_GRACE_SECONDS} if obj.kind == "Pod" else {}
         try:
-            getattr(getattr(clients, info.api), info.delete)(obj.name, obj.namespace, **kwargs)
+            getattr(getattr(clients, info.api), f"delete_{info.suffix}")(obj.name, obj.namespace,
+                                                                          **kwargs)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -191,11 +205,13 @@ class SweepReport:
         return out
 
 
-def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False) -> SweepReport:
-    """Find every run's objects, ask Airflow about each run once, delete what is over."""
+def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False,
+          namespaces: Iterable[str] | None = None) -> SweepReport:
+    """Find every run's objects (in `namespaces`, None: all), ask Airflow about each run
+    once, delete what is over."""
     decisions = []
     states: dict[tuple[str, str], RunState] = {}
-    for group in collect_run_groups(clients):
+    for group in collect_run_groups(clients, namespaces):
         state = None
         if group.dag_id and group.run_id:
             key = (group.dag_id, group.run_id)
@@ -255,11 +271,14 @@ def sweep_in_task() -> list[str]:
     from airflow.sdk import get_current_context
 
     from operators.settings import KUBERNETES_CONN_ID
+    from tfjob.tenants import load_tenants
 
     context = get_current_context()
     hook = KubernetesHook(conn_id=KUBERNETES_CONN_ID)
     clients = Clients.from_api_client(hook.api_client)
-    report = sweep(clients, lookup_from_task_instance(context["ti"]))
+    # The tenants' namespaces: where runs live, and what per-namespace RBAC grants.
+    namespaces = [tenant.namespace for tenant in load_tenants().tenants]
+    report = sweep(clients, lookup_from_task_instance(context["ti"]), namespaces=namespaces)
     for line in report.lines():
         log.info("%s", line)
     removed = [o.describe() for o in report.deleted]

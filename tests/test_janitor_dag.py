@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+import yaml
 from localkube_fixtures import start_localkube, stop_localkube
 
 from tfjob import naming
@@ -29,7 +30,7 @@ SECOND_DATE = "2026-01-02T00:00:00+00:00"
 DAG_TEST_TIMEOUT_S = 300
 
 
-def airflow_env(home: Path, kubeconfig: str) -> dict[str, str]:
+def airflow_env(home: Path, kubeconfig: str, tenants_file: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
     env.update(
         AIRFLOW_HOME=str(home),
@@ -41,6 +42,7 @@ def airflow_env(home: Path, kubeconfig: str) -> dict[str, str]:
             "conn_type": "kubernetes",
             "extra": {"kube_config_path": kubeconfig, "in_cluster": False}}),
         PYTHONPATH=str(REPO),
+        TFJOB_TENANTS_FILE=str(tenants_file),
     )
     return env
 
@@ -98,7 +100,13 @@ def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         home = tmp_path / "airflow"
         home.mkdir()
-        env = airflow_env(home, kube.kubeconfig)
+        # The janitor looks in the tenants' namespaces.
+        tenants_file = tmp_path / "tenants.yaml"
+        tenants_file.write_text(yaml.safe_dump({"tenants": [{
+            "name": NAMESPACE.removeprefix("tfjob-"),
+            "defaults": {"cpu": "100m", "memory": "128Mi"},
+            "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 10}}]}))
+        env = airflow_env(home, kube.kubeconfig, tenants_file)
         migrated = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
                                   capture_output=True, text=True, timeout=300)
         assert migrated.returncode == 0, migrated.stderr[-3000:]

@@ -103,5 +103,23 @@ def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(
     assert any("has ended" in line and ended in line for line in report.lines())
 
 
+def test_the_sweep_looks_only_in_the_namespaces_it_is_given(clients):
+    clients.core.create_namespace({"metadata": {"name": "tfjob-elsewhere"}})
+    key = naming.run_key("far", "run-far")
+    clients.core.create_namespaced_config_map("tfjob-elsewhere", {"metadata": {
+        "name": f"{key}-runtime", "labels": naming.run_labels("far", key, "elsewhere"),
+        "annotations": {naming.ANNOTATION_DAG_ID: "tfjob__far",
+                        naming.ANNOTATION_RUN_ID: "run-far"}}, "data": {}})
+
+    def nobody_has_it(dag_id: str, run_id: str) -> RunState:
+        return RunState.MISSING
+
+    report = sweep(clients, nobody_has_it, namespaces=[NAMESPACE])
+    assert all(d.group.namespace == NAMESPACE for d in report.decisions)
+    assert clients.core.read_namespaced_config_map(f"{key}-runtime", "tfjob-elsewhere")
+    report = sweep(clients, nobody_has_it, namespaces=["tfjob-elsewhere"])
+    assert [f"{o.kind}/{o.name}" for o in report.deleted] == [f"ConfigMap/{key}-runtime"]
+
+
 def objects_of_names(key: str) -> list[str]:
     return sorted([f"Pod/{key}-worker-0", f"ConfigMap/{key}-runtime"])

@@ -247,7 +247,10 @@ def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, An
             raise TenantNotAppliedError(
                 f"tenant {tenant.name}: namespace {namespace} does not exist on the cluster; "
                 "run `tshell tenants apply` first") from None
-        raise
+        # 403: namespaces are cluster-scoped, and a RoleBinding in the tenant's namespace
+        # does not grant reading them; the namespaced reads below still work.
+        if exc.status != 403:
+            raise
     quotas = core.list_namespaced_resource_quota(namespace).items
     hard: dict[str, Any] = {}
     used = {name: Decimal(0) for name in ("cpu", "memory", "nvidia.com/gpu", "pods")}

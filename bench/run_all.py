@@ -10,7 +10,8 @@ standalone` for whole-run (3) and concurrency (5); Airflow starts only after
 1 and 2 so its idle work does not disturb them. A measurement that fails is
 reported as failed in RESULTS.md and the others still run. The whole run is
 sized to stay under 20 minutes on 2 cores: 5 repetitions everywhere except
-the TensorFlow whole run (3 runs, ~1 min each) and concurrency (one burst of
+the TensorFlow whole run (up to 3 runs of ~1.5 min, as many as the budget
+still allows when it starts) and concurrency (one burst of
 10 jobs); the naive way runs 8 and 32 replicas (2 fit in Airflow's 4 slots
 anyway). `--quick` does 1 repetition of everything (development).
 """
@@ -48,6 +49,10 @@ STEP_TIMEOUT_S = {
     "wholerun": 600,
     "concurrency": 600,
 }
+BUDGET_S = 20 * 60
+CONCURRENCY_ESTIMATE_S = 270
+WHOLERUN_ESTIMATE_S = 110
+WHOLERUN_MAX_RUNS = 3
 MEASUREMENTS = ("pack_upload", "parse", "startup", "naive", "wholerun", "concurrency")
 
 
@@ -126,8 +131,20 @@ def read_result(name: str, step: dict[str, Any] | None) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def plan_wholerun_runs(elapsed_s: float, quick: bool) -> int:
+    """TensorFlow whole runs that still fit the 20-minute budget (at least 1, at most 3).
+
+    Each run takes ~1.5 min on a quiet machine (more under load); concurrency still has to
+    follow (~4 min).
+    """
+    if quick:
+        return 1
+    left = BUDGET_S - elapsed_s - CONCURRENCY_ESTIMATE_S
+    return max(1, min(WHOLERUN_MAX_RUNS, int(left // WHOLERUN_ESTIMATE_S)))
+
+
 def run_world_measurements(
-    folder: Path, wanted: set[str], quick: bool, steps: dict[str, Any]
+    folder: Path, wanted: set[str], quick: bool, steps: dict[str, Any], began: float
 ) -> None:
     """1 and 2 against the world; then Airflow, 3 and 5."""
     reps = "1" if quick else "5"
@@ -165,7 +182,13 @@ def run_world_measurements(
     if "wholerun" in wanted:
         steps["wholerun"] = run_measurement(
             "wholerun",
-            [PY, str(BENCH / "bench_wholerun.py"), *common, "--repeat", "1" if quick else "3"],
+            [
+                PY,
+                str(BENCH / "bench_wholerun.py"),
+                *common,
+                "--repeat",
+                str(plan_wholerun_runs(time.monotonic() - began, quick)),
+            ],
             env,
         )
     if "concurrency" in wanted:
@@ -228,7 +251,7 @@ def main() -> int:
     if wanted & {"startup", "naive", "wholerun", "concurrency"}:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
-            run_world_measurements(folder, wanted, args.quick, steps)
+            run_world_measurements(folder, wanted, args.quick, steps, began)
         finally:
             if args.keep_world:
                 print(

@@ -255,3 +255,12 @@ def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
     found = bench_parse.parse_importtime(text, ("operators.dag_factory", "kubernetes", "absent"))
     assert found == {"operators.dag_factory": 11.430729, "kubernetes": 2.624482}
     assert list(found) == ["operators.dag_factory", "kubernetes"]  # in the order asked for
+
+
+def test_whole_runs_are_planned_to_fit_the_twenty_minutes():
+    import run_all
+
+    assert run_all.plan_wholerun_runs(300, quick=False) == 3
+    assert run_all.plan_wholerun_runs(700, quick=False) == 2
+    assert run_all.plan_wholerun_runs(1100, quick=False) == 1  # late: still one run, never none
+    assert run_all.plan_wholerun_runs(0, quick=True) == 1

@@ -205,7 +205,9 @@ def section_naive(naive: Mapping[str, Any], startup: Mapping[str, Any] | None) -
             rows,
         ),
         "",
-        "With this repo's Airflow parallelism of 4, the naive way cannot even start a gang of more "
+        "A ratio above 1 means ours has every pod Running sooner. Not run here, but it follows "
+        "from the slots: with this repo's Airflow parallelism of 4, the naive way cannot even "
+        "start a gang of more "
         "than 4 replicas: the fifth task waits for a slot that a running replica never frees, so a "
         "TensorFlow job that needs all of them deadlocks; ours holds at most 1 slot per job at "
         "any time.",

@@ -200,7 +200,7 @@ def is_healthy(health: dict | None) -> bool:
     )
 
 
-def fetch_token(url: str, username: str, password: str, timeout: float = 15.0) -> str:
+def fetch_token(url: str, username: str, password: str, timeout: float = 60.0) -> str:
     body = json.dumps({"username": username, "password": password}).encode()
     request = urllib.request.Request(
         f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"}
@@ -209,7 +209,7 @@ def fetch_token(url: str, username: str, password: str, timeout: float = 15.0) -
         return json.loads(response.read())["access_token"]
 
 
-def get_json(url: str, token: str, timeout: float = 15.0) -> dict:
+def get_json(url: str, token: str, timeout: float = 60.0) -> dict:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())

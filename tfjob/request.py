@@ -30,6 +30,10 @@ from tfjob.request_errors import (
 )
 from tfjob.schedule import AIRFLOW_PRESETS, explain_schedule_problem
 
+# libyaml's loader where PyYAML was built with it: a DAG folder of request files
+# parses in about half the time of the pure-Python loader.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class Role(StrEnum):
     """A TensorFlow task type; declaration order is the order used everywhere."""
@@ -473,7 +477,7 @@ def parse_request(text: str, fmt: str) -> TrainingRequest:
     if fmt not in REQUEST_FORMATS:
         raise ValueError(f"request format {fmt!r} given; allowed: {', '.join(REQUEST_FORMATS)}")
     try:
-        data = yaml.safe_load(text) if fmt == "yaml" else json.loads(text)
+        data = yaml.load(text, Loader=YAML_LOADER) if fmt == "yaml" else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise RequestError("", Unquoted(f"text that is not valid {fmt.upper()}"),
                            f"a {fmt.upper()} mapping of request fields is required "

@@ -477,12 +477,21 @@ def parse_request(text: str, fmt: str) -> TrainingRequest:
     if fmt not in REQUEST_FORMATS:
         raise ValueError(f"request format {fmt!r} given; allowed: {', '.join(REQUEST_FORMATS)}")
     try:
-        data = yaml.load(text, Loader=YAML_LOADER) if fmt == "yaml" else json.loads(text)
+        data = _load_yaml(text) if fmt == "yaml" else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise RequestError("", Unquoted(f"text that is not valid {fmt.upper()}"),
                            f"a {fmt.upper()} mapping of request fields is required "
                            f"({_describe_parse_error(exc)})") from None
     return validate_request(data)
+
+
+def _load_yaml(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=YAML_LOADER)
+    except yaml.YAMLError:
+        # Fails again, in the pure-Python loader's words: documented messages must not
+        # depend on whether PyYAML was built with libyaml.
+        return yaml.safe_load(text)
 
 
 def _describe_parse_error(exc: Exception) -> str:

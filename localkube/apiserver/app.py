@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import os
+import re
 import signal
 import uuid
 from pathlib import Path
@@ -24,6 +25,7 @@ from localkube.apiserver.defaults import now_rfc3339
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.gc import GarbageCollector
 from localkube.apiserver.operations import ObjectApi
+from localkube.apiserver.resources import GROUP_RESOURCES
 from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
 from localkube.apiserver.store import Store
 from localkube.scheduler import Scheduler
@@ -132,6 +134,11 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     store.flush()
     app = web.Application(middlewares=[status_errors], client_max_size=64 * 1024 * 1024)
     handlers = CoreHandlers(api, state_dir)
+    # Group routes first: the catch-all /apis/{tail} of discovery_routes answers the rest (404).
+    for group_version in GROUP_RESOURCES:
+        group, version = (re.escape(part) for part in group_version.split("/"))
+        app.router.add_route("*", f"/apis/{{group:{group}}}/{{version:{version}}}/{{tail:.*}}",
+                             handlers.handle_core)
     discovery_routes(app, address)
     app.router.add_route("*", "/api/v1/{tail:.*}", handlers.handle_core)
     scheduler = Scheduler(api)

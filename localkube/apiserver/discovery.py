@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localkube.apiserver.resources import RESOURCES
+from localkube.apiserver.resources import CORE_GROUP_VERSION, GROUP_RESOURCES, RESOURCES
 
 VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.0-localkube", "gitCommit": "",
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.22",
@@ -19,12 +19,32 @@ def api_versions(server_address: str) -> dict:
 
 
 def api_groups() -> dict:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+    groups = []
+    for group_version in GROUP_RESOURCES:
+        group, version = group_version.split("/")
+        entry = {"groupVersion": group_version, "version": version}
+        groups.append({"name": group, "versions": [entry], "preferredVersion": entry})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def group_resources(group_version: str) -> dict | None:
+    """The APIResourceList of a non-core group version; None when not served."""
+    served = GROUP_RESOURCES.get(group_version)
+    if not served:
+        return None
+    resources = [{"name": info.plural, "singularName": info.singular,
+                  "namespaced": info.namespaced, "kind": info.kind, "verbs": list(info.verbs),
+                  **({"shortNames": list(info.short_names)} if info.short_names else {})}
+                 for info in served]
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+            "resources": resources}
 
 
 def core_resources() -> dict:
     resources = []
     for info in RESOURCES.values():
+        if info.group_version != CORE_GROUP_VERSION:
+            continue
         entry = {"name": info.plural, "singularName": info.singular, "namespaced": info.namespaced,
                  "kind": info.kind, "verbs": list(info.verbs)}
         if info.short_names:

@@ -19,7 +19,7 @@ from typing import Any
 from localkube.apiserver import admission, errors
 from localkube.apiserver.defaults import apply_defaults, new_uid, now_rfc3339
 from localkube.apiserver.patch import apply_patch
-from localkube.apiserver.resources import RESOURCES
+from localkube.apiserver.resources import RESOURCES, Resource
 from localkube.apiserver.selectors import fields_match, labels_match
 from localkube.apiserver.store import Store
 
@@ -91,7 +91,7 @@ class ObjectApi:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {info.kind} create must be a JSON object")
         obj = copy.deepcopy(body)
-        self._check_kind(info.kind, obj)
+        self._check_kind(info, obj)
         meta = obj.setdefault("metadata", {})
         if info.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
@@ -109,7 +109,7 @@ class ObjectApi:
         self._validate_name(info.kind, meta["name"])
         if self.store.get(resource, namespace if info.namespaced else "", meta["name"]):
             raise errors.already_exists(resource, meta["name"])
-        obj["kind"], obj["apiVersion"] = info.kind, "v1"
+        obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -144,13 +144,14 @@ class ObjectApi:
         if self.store.get("serviceaccounts", namespace, "default") is None:
             self.create("serviceaccounts", namespace, {"metadata": {"name": "default"}})
 
-    def _check_kind(self, kind: str, obj: dict) -> None:
+    def _check_kind(self, info: Resource, obj: dict) -> None:
+        kind = info.kind
         if obj.get("kind") not in (None, "", kind):
             raise errors.bad_request(f"the object kind {obj['kind']!r} does not match the "
                                      f"resource; expected {kind!r}")
-        if obj.get("apiVersion") not in (None, "", "v1"):
+        if obj.get("apiVersion") not in (None, "", info.api_version):
             raise errors.bad_request(f"apiVersion {obj['apiVersion']!r} is not served for "
-                                     f"{kind}; localkube serves core v1")
+                                     f"{kind}; localkube serves {info.api_version}")
 
     def _check_namespace_open(self, namespace: str) -> None:
         ns = self.store.get("namespaces", "", namespace)
@@ -214,7 +215,7 @@ class ObjectApi:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {info.kind} update must be a JSON object")
         new = copy.deepcopy(body)
-        self._check_kind(info.kind, new)
+        self._check_kind(info, new)
         meta = new.setdefault("metadata", {})
         if meta.get("name") not in (None, name):
             raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
@@ -262,7 +263,7 @@ class ObjectApi:
                 meta["generation"] = old_meta.get("generation", 0) + 1
             if resource == "resourcequotas":
                 new["status"] = admission.quota_status(self.store, new)
-        new["kind"], new["apiVersion"] = info.kind, "v1"
+        new["kind"], new["apiVersion"] = info.kind, info.api_version
         new["metadata"].pop("resourceVersion", None)
         if resource == "secrets":
             apply_defaults("secrets", new)

@@ -1,9 +1,11 @@
-"""The kinds localkube serves (all core/v1), with what discovery and the handlers need to know."""
+"""The kinds localkube serves (core/v1, and NetworkPolicy of networking.k8s.io/v1, stored only),
+with what discovery and the handlers need to know."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+CORE_GROUP_VERSION = "v1"
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -15,10 +17,15 @@ class Resource:
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = field(default=ALL_VERBS)
+    group_version: str = CORE_GROUP_VERSION  # "v1" for core, else "<group>/<version>"
 
     @property
     def singular(self) -> str:
         return self.kind.lower()
+
+    @property
+    def api_version(self) -> str:
+        return self.group_version
 
 
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
@@ -32,10 +39,22 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),
     Resource("limitranges", "LimitRange", True, ("limits",)),
     Resource("serviceaccounts", "ServiceAccount", True, ("sa",)),
+    # Stored and served, not enforced: pods reach each other whatever the policies say.
+    Resource("networkpolicies", "NetworkPolicy", True, ("netpol",),
+             group_version="networking.k8s.io/v1"),
 )}
 
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
 
 
-def resource_for(plural: str) -> Resource | None:
-    return RESOURCES.get(plural)
+# The API groups besides core, e.g. {"networking.k8s.io/v1": [Resource, ...]}.
+GROUP_RESOURCES: dict[str, list[Resource]] = {}
+for _resource in RESOURCES.values():
+    if _resource.group_version != CORE_GROUP_VERSION:
+        GROUP_RESOURCES.setdefault(_resource.group_version, []).append(_resource)
+
+
+def resource_for(plural: str, group_version: str = CORE_GROUP_VERSION) -> Resource | None:
+    """The resource `plural` if it is served under `group_version`."""
+    info = RESOURCES.get(plural)
+    return info if info is not None and info.group_version == group_version else None

@@ -16,7 +16,13 @@ from aiohttp import web
 from localkube.apiserver import discovery, errors, podexec, podlogs, tables
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import ObjectApi, parse_propagation
-from localkube.apiserver.resources import RESOURCES, Resource
+from localkube.apiserver.resources import (
+    CORE_GROUP_VERSION,
+    GROUP_RESOURCES,
+    RESOURCES,
+    Resource,
+    resource_for,
+)
 from localkube.apiserver.selectors import parse_field_selector, parse_label_selector
 from localkube.apiserver.store import EventType, Watcher
 
@@ -44,20 +50,20 @@ def error_response(error: ApiError) -> web.Response:
     return json_response(error.to_status(), status=error.code)
 
 
-def parse_target(parts: list[str]) -> Target:
-    """Resolve /api/v1/<parts>; raises 404 for paths we do not serve."""
+def parse_target(parts: list[str], group_version: str = CORE_GROUP_VERSION) -> Target:
+    """Resolve /api/v1/<parts> (or /apis/<group_version>/<parts>); 404 for what we do not serve."""
     def unknown() -> ApiError:
         return ApiError(404, "NotFound", "the server could not find the requested resource")
     if not parts:
         raise unknown()
     if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] not in ("status", "finalize"):
         namespace, rest = parts[1], parts[2:]
-        info = RESOURCES.get(rest[0])
+        info = resource_for(rest[0], group_version)
         if info is None or not info.namespaced or len(rest) > 3:
             raise unknown()
         return Target(info, namespace, rest[1] if len(rest) > 1 else None,
                       rest[2] if len(rest) > 2 else None)
-    info = RESOURCES.get(parts[0])
+    info = resource_for(parts[0], group_version)
     if info is None or len(parts) > 3:
         raise unknown()
     if info.namespaced and len(parts) > 1:
@@ -94,7 +100,8 @@ class CoreHandlers:
             watch_path = bool(parts) and parts[0] == "watch"
             if watch_path:
                 parts = parts[1:]
-            target = parse_target(parts)
+            group, version = request.match_info.get("group"), request.match_info.get("version")
+            target = parse_target(parts, f"{group}/{version}" if group else CORE_GROUP_VERSION)
             return await self._dispatch(request, target, watch_path)
         except ApiError as error:
             return error_response(error)
@@ -159,7 +166,8 @@ class CoreHandlers:
                               target.namespace else None, labels, fields)
         if tables.wants_table(accept):
             return json_response(tables.build_table(target.resource, items, str(self.store.rv)))
-        body = {"kind": f"{target.resource.kind}List", "apiVersion": "v1",
+        body = {"kind": f"{target.resource.kind}List",
+                "apiVersion": target.resource.api_version,
                 "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
         return json_response(body)
 
@@ -204,7 +212,8 @@ class CoreHandlers:
             except ApiError as error:
                 if error.code != 404:
                     raise
-        return json_response({"kind": f"{target.resource.kind}List", "apiVersion": "v1",
+        return json_response({"kind": f"{target.resource.kind}List",
+                "apiVersion": target.resource.api_version,
                               "metadata": {"resourceVersion": str(self.store.rv)},
                               "items": deleted})
 
@@ -337,7 +346,7 @@ class CoreHandlers:
                 if bookmarks and loop.time() - last_bookmark >= BOOKMARK_INTERVAL_S:
                     last_bookmark = loop.time()
                     await response.write(json.dumps({"type": "BOOKMARK", "object": {
-                        "kind": kind, "apiVersion": "v1",
+                        "kind": kind, "apiVersion": RESOURCES[watcher.resource].api_version,
                         "metadata": {"resourceVersion": str(self.store.rv)}}}).encode() + b"\n")
                 continue
             lines = [line(kind_of_event, obj)]
@@ -356,6 +365,11 @@ def discovery_routes(app: web.Application, address: str) -> None:
 
     async def apis(_request: web.Request) -> web.Response:
         return json_response(discovery.api_groups())
+
+    def group_version(served: str):
+        async def resources(_request: web.Request) -> web.Response:
+            return json_response(discovery.group_resources(served))
+        return resources
 
     async def v1(_request: web.Request) -> web.Response:
         return json_response(discovery.core_resources())
@@ -377,5 +391,7 @@ def discovery_routes(app: web.Application, address: str) -> None:
     app.router.add_get("/api/v1/", v1)
     for path in ("/healthz", "/livez", "/readyz"):
         app.router.add_get(path, healthz)
+    for group_version_path in GROUP_RESOURCES:
+        app.router.add_get(f"/apis/{group_version_path}", group_version(group_version_path))
     app.router.add_route("*", "/apis/{tail:.*}", not_served)
     app.router.add_route("*", "/openapi/{tail:.*}", not_served)

@@ -132,6 +132,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         started = time.time()
         try:
+            # Tenancy (docs/tenants.md): the run's pods talk only to each other.
+            from operators.tenancy import create_run_network_policy
+
+            policy = create_run_network_policy(api.api_client, identity, request.tenant)
+            made.extend([policy] if policy else [])
             for manifest in build_pod_manifests(request, identity):
                 pod = PodGenerator.deserialize_model_dict(manifest)
                 self.pod_manager.create_pod(pod)

@@ -143,6 +143,22 @@ def format_env_lines(record: dict[str, Any]) -> str:
     return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in values.items())
 
 
+def apply_tenants(kubeconfig: Path, instance: Any) -> None:
+    """deploy/tenants.yaml on the cluster and in Airflow (pools): docs/tenants.md."""
+    from operators.tenancy import apply_everything
+
+    tokens: list[str] = []
+
+    def token() -> str:  # one login for all pool calls
+        if not tokens:
+            tokens.append(airflow_server.fetch_token(instance.url, instance.username,
+                                                     instance.password))
+        return tokens[0]
+
+    for result in apply_everything(str(kubeconfig), instance.url, token):
+        print(f"tenants: {result.describe()}")
+
+
 def bring_up(
     paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, buckets: list[str]
 ) -> dict[str, Any]:
@@ -157,6 +173,7 @@ def bring_up(
         extra_env=build_connections(kubeconfig, s3_endpoint),
     )
     instance = airflow_server.start_airflow(settings)
+    apply_tenants(kubeconfig, instance)
     record = {
         "s3": {
             "endpoint_url": s3_endpoint,

@@ -1,6 +1,7 @@
 """`apply_tenants` and the quota preflight against a real localkube API server."""
 
 import json
+import time
 from decimal import Decimal
 
 import kubernetes
@@ -52,13 +53,10 @@ def test_apply_creates_then_leaves_everything_unchanged_then_changes_only_what_c
     assert first["ResourceQuota/tfjob-apply-a/tfjob-quota"] is Outcome.CREATED
     assert first["LimitRange/tfjob-apply-b/tfjob-defaults"] is Outcome.CREATED
     assert first["ServiceAccount/tfjob-apply-b/tfjob-runner"] is Outcome.CREATED
-    # localkube serves only core/v1 unless NetworkPolicy was added; either way no error.
-    assert first["NetworkPolicy/tfjob-apply-a/tfjob-isolation"] in (Outcome.CREATED,
-                                                                     Outcome.SKIPPED)
+    assert first["NetworkPolicy/tfjob-apply-a/tfjob-isolation"] is Outcome.CREATED
 
     again = outcomes(apply_tenants(clients, tenants_config()))
-    assert {o for k, o in again.items() if not k.startswith("NetworkPolicy")} == \
-        {Outcome.UNCHANGED}
+    assert set(again.values()) == {Outcome.UNCHANGED}
 
     changed = apply_tenants(clients, tenants_config(
         cpu="6", extra={"default_limits": {"cpu": "1", "memory": "1Gi"}}))
@@ -185,3 +183,32 @@ def test_tshell_tenants_apply_names_a_bad_file_and_fails(tmp_path, capsys):
     path.write_text("tenants:\n  - name: Bad_Name\n")
     assert run(["tenants", "apply", "--file", str(path), "--no-pools"]) == 1
     assert "tenants[0].name: 'Bad_Name' given" in capsys.readouterr().err
+
+
+def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
+    from operators.tenancy import create_run_network_policy
+    from tfjob import naming
+    from tfjob.manifests import RunIdentity, build_runtime_configmap
+
+    config = tenants_config()
+    apply_tenants(clients, config)
+    run = RunIdentity(job="netpol", run_id="manual__netpol", dag_id="tfjob__netpol",
+                      namespace="tfjob-apply-a")
+    clients.core.create_namespaced_config_map(
+        run.namespace, build_runtime_configmap(run, {"a.py": ""}, "apply-a"))
+    api_client = clients.core.api_client
+    made = create_run_network_policy(api_client, run, "apply-a", config)
+    name = f"{run.run_key}-network"
+    assert made == f"NetworkPolicy/{name}"
+    policy = clients.networking.read_namespaced_network_policy(name, run.namespace)
+    assert policy.spec.pod_selector.match_labels == {naming.LABEL_RUN: run.run_key}
+    assert policy.metadata.owner_references[0].kind == "ConfigMap"
+    # A second try of the same run replaces it rather than failing.
+    assert create_run_network_policy(api_client, run, "apply-a", config) == made
+
+    clients.core.delete_namespaced_config_map(naming.configmap_name(run.run_key), run.namespace)
+    deadline = time.monotonic() + 30
+    while clients.networking.list_namespaced_network_policy(
+            run.namespace, label_selector=naming.run_selector(run.run_key)).items:
+        assert time.monotonic() < deadline, "the run's NetworkPolicy outlived its ConfigMap"
+        time.sleep(0.2)

@@ -1,0 +1,225 @@
+"""Tenants through the whole pipeline: S3 + localkube (kubelets) + Airflow `dag.test()`.
+
+Two tenants applied from a test tenants file: each job lands in its own
+tenant's namespace; a gang that does not fit the tenant's quota fails at
+`validate`, before any pod exists; an unknown tenant is refused at `validate`;
+and, under a real Airflow scheduler, the tenant's pool lets one job at a time
+launch and train.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world  # noqa: F401
+
+from operators.tenancy import Clients, Outcome, RestPoolClient, apply_pools, apply_tenants
+from tfjob import naming
+from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
+
+pytestmark = [pytest.mark.e2e]
+
+OTHER = "other"
+OTHER_NAMESPACE = naming.tenant_namespace(OTHER)
+
+
+@pytest.fixture(scope="module")
+def world(pipeline_world, tmp_path_factory):  # noqa: F811
+    path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
+    path.write_text(yaml.safe_dump({"network": {"s3_port": 9000}, "tenants": [
+        {"name": TENANT, "quota": {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": 8,
+                                   "pods": 10},
+         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 2},
+        {"name": OTHER, "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0,
+                                  "pods": 3},
+         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1},
+    ]}))
+    import kubernetes
+
+    clients = Clients.from_api_client(
+        kubernetes.config.new_client_from_config(config_file=pipeline_world.kube.kubeconfig))
+    apply_tenants(clients, load_tenants(path))
+    pipeline_world.env[TENANTS_FILE_ENV] = str(path)
+    return pipeline_world
+
+
+def pods_ever_created(world, namespace: str, job: str) -> list[str]:
+    """Pods of `job` the namespace ever had: the scheduler's events outlive the pods."""
+    events = world.kube.core_v1().list_namespaced_event(namespace).items
+    return sorted({e.involved_object.name for e in events
+                   if e.involved_object.kind == "Pod" and e.involved_object.name.startswith(
+                       f"{naming.sanitize_dns_label(job, naming.MAX_JOB_PART)}-")})
+
+
+def test_each_tenants_job_lands_in_its_own_namespace(world):
+    mine = world.run_request(world.request("ns-mine"))
+    theirs = world.run_request(world.request("ns-theirs", tenant=OTHER))
+    assert mine.state == "success", mine
+    assert theirs.state == "success", theirs
+    assert pods_ever_created(world, NAMESPACE, "ns-mine")
+    assert pods_ever_created(world, OTHER_NAMESPACE, "ns-theirs")
+    assert not pods_ever_created(world, OTHER_NAMESPACE, "ns-mine")
+    assert not pods_ever_created(world, NAMESPACE, "ns-theirs")
+
+
+def test_a_gang_over_the_tenants_quota_fails_at_validate_before_any_pod(world):
+    body = world.request("too-wide", tenant=OTHER, mode="distributed",
+                         strategy="multi_worker_mirrored",
+                         replicas={"chief": 0, "ps": 0, "worker": 4, "evaluator": 0})
+    result = world.run_request(body)
+    assert result.state == "failed", result
+    assert result.tasks["validate"] == "failed", result
+    assert result.tasks["launch"] in ("upstream_failed", "skipped"), result
+    assert "does not fit in the remaining quota" in result.log
+    assert "pods: needed 4, free 3" in result.log
+    assert pods_ever_created(world, OTHER_NAMESPACE, "too-wide") == []
+    assert world.run_objects("too-wide") == []
+
+
+def test_an_unknown_tenant_is_refused_at_validate(world):
+    result = world.run_request(world.request("lost", tenant="nobody"))
+    assert result.state == "failed", result
+    assert result.tasks["validate"] == "failed", result
+    assert "request.tenant: 'nobody' given; known tenants" in result.log
+    assert f"{OTHER}" in result.log
+
+
+def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_reason(world):
+    body = world.request("gpu-hog", startup_timeout=15, active_deadline=120, resources={
+        "worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5}})
+    result = world.run_request(body)
+    assert result.state == "failed", result
+    assert result.tasks["validate"] == "success", result
+    assert result.tasks["launch"] == "failed", result
+    assert "0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.log
+    assert world.run_objects("gpu-hog") == []
+
+
+POOL_RUN_TIMEOUT_S = 900
+REST_TIMEOUT_S = 60
+REST_ATTEMPTS = 3
+TERMINAL = ("success", "failed")
+POOLED_TASKS = ("launch", "clusterspec", "train")
+
+
+def poll(condition, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def airflow_extra_env(world) -> dict[str, str]:
+    keep = ("AIRFLOW_CONN_", "TFJOB_", "PYTHONPATH")
+    env = {k: v for k, v in world.env.items() if k.startswith(keep)}
+    # Only the DAGs under test run (the janitor would add load on 2 cores).
+    env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "True"
+    # Task supervisors gave up on a busy execution API after the default timeout.
+    env["AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT"] = "60"
+    return env
+
+
+def patiently(action):
+    """`action()`; a busy API server (2 cores, tasks running) gets a few more tries."""
+    for attempt in range(REST_ATTEMPTS):
+        try:
+            return action()
+        except (TimeoutError, urllib.error.URLError) as exc:
+            if isinstance(exc, urllib.error.HTTPError) or attempt == REST_ATTEMPTS - 1:
+                raise
+
+
+_tokens: dict[str, str] = {}
+
+
+def token_of(airflow) -> str:
+    """One token per Airflow (valid for 24 h): logging in again on every call adds load."""
+    if airflow.url not in _tokens:
+        _tokens[airflow.url] = patiently(airflow.token)
+    return _tokens[airflow.url]
+
+
+def call(airflow, method: str, path: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+
+    def send():
+        request = urllib.request.Request(
+            airflow.url + path, data=data, method=method,
+            headers={"Authorization": f"Bearer {token_of(airflow)}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as response:
+            payload = response.read()
+        return json.loads(payload) if payload else None
+
+    return patiently(send)
+
+
+def fetch_or_none(airflow, path: str):
+    try:
+        return call(airflow, "GET", path)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+@pytest.mark.slow
+def test_the_tenants_pool_caps_its_concurrent_jobs(world, tmp_path):
+    from airflow_fixtures import start_airflow
+
+    behaviour = json.dumps({"*": {"sleep": 12}})
+    jobs = ("pool-a", "pool-b")
+    for job in jobs:
+        world.write_request(world.request(job, tenant=OTHER, env={"STANDIN_BEHAVIOUR": behaviour}))
+    airflow = start_airflow(tmp_path / "airflow", extra_env=airflow_extra_env(world))
+    try:
+        pools = RestPoolClient(airflow.url, lambda: token_of(airflow))
+        results = {r.name: r.outcome for r in apply_pools(pools, load_tenants(
+            world.env[TENANTS_FILE_ENV]))}
+        assert results[pool_name(OTHER)] is Outcome.CREATED
+        assert call(airflow, "GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 1
+        # Applying again changes nothing.
+        again = apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
+        assert {r.outcome for r in again} == {Outcome.UNCHANGED}
+
+        runs = {}
+        for job in jobs:
+            dag_id = f"tfjob__{job}"
+            poll(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
+                 f"{dag_id} to be parsed")
+            call(airflow, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            made = call(airflow, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                        {"logical_date": None, "conf": {}})
+            runs[dag_id] = made["dag_run_id"]
+
+        def states():
+            found = {d: call(airflow, "GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
+                     for d, r in runs.items()}
+            return found if all(s in TERMINAL for s in found.values()) else None
+
+        final = poll(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=2.0)
+        intervals = []
+        for dag_id, run_id in runs.items():
+            tis = call(airflow, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+            for ti in tis["task_instances"]:
+                if ti["task_id"] in POOLED_TASKS:
+                    assert ti["pool"] == pool_name(OTHER), ti
+                    intervals.append((ti["start_date"], ti["end_date"], dag_id, ti["task_id"]))
+        assert final == {d: "success" for d in runs}, final
+        intervals.sort()
+        for (start, end, dag_id, task), (next_start, _, next_dag, next_task) in zip(
+                intervals, intervals[1:], strict=False):
+            assert end <= next_start, (f"{dag_id}.{task} ({start}..{end}) overlaps "
+                                       f"{next_dag}.{next_task} (from {next_start}) "
+                                       "in a pool of 1 slot")
+    finally:
+        airflow.stop()

@@ -79,6 +79,30 @@ def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def explain_failures(airflow: Any, states: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each run that did not succeed: its failed tasks and the known cause in their logs."""
+    failures = []
+    for run_id, run in states.items():
+        if run["state"] == "success":
+            continue
+        for ti in read_task_instances(airflow, run_id):
+            if ti["state"] != "failed":
+                continue
+            path = (
+                f"/api/v2/dags/{SUBMIT_DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}"
+                f"/logs/{max(1, ti.get('try_number') or 1)}"
+            )
+            try:
+                log = json.dumps(airflow.request("GET", path))
+            except Exception as exc:  # the figure stands without the reason
+                log = f"log not readable: {exc}"
+            cause = (
+                "DagBag import timeout" if "DagBag import timeout" in log else "see the task log"
+            )
+            failures.append({"run_id": run_id, "task": ti["task_id"], "cause": cause})
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
@@ -131,6 +155,7 @@ def main() -> int:
         "jobs_per_minute": args.jobs / span * 60,
         "trigger_to_end_s": summarise(durations).as_dict(),
         "slots": summarise_samples(samples),
+        "failures": explain_failures(airflow, states),
         "timeline": samples,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

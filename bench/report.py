@@ -420,6 +420,17 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
         and slots["max_running"] <= data["parallelism"]
         and slots["train_deferred_samples"] > 0
     )
+    failures = data.get("failures") or []
+    failed_text = []
+    if failures:
+        listed = "; ".join(f"task `{f['task']}` of {f['run_id']}: {f['cause']}" for f in failures)
+        failed_text = [
+            f"Failed: {listed}. A DagBag import timeout means the task process could not import "
+            "dags/tfjob_submit.py within Airflow's 30 s `dagbag_import_timeout` while 4 task "
+            "processes and the jobs' pods shared the two cores (the file alone takes the time "
+            "in 4; its imports are listed in 3).",
+            "",
+        ]
     return [
         "## 5. Concurrency: 10 distributed stand-in jobs at once, parallelism 4",
         "",
@@ -437,6 +448,7 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
         "life; with real training it is the same few seconds. The jobs' other tasks queue for "
         "the 4 slots, which is what bounds jobs per minute.",
         "",
+        *failed_text,
     ]
 
 

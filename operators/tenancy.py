@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 POOLS_PATH = "/api/v2/pools"
 POOL_REQUEST_TIMEOUT_S = 15.0
+# SQLite-backed Airflow answers 500 ("Database error") while another component holds
+# the write lock, e.g. just after start-up; pool calls are idempotent, so ask again.
+POOL_REQUEST_ATTEMPTS = 4
 # Deferred tasks (a waiting train trigger) keep their slot: the pool caps running jobs.
 POOL_INCLUDE_DEFERRED = True
 
@@ -349,6 +353,10 @@ class PoolApiError(RuntimeError):
     """Airflow refused or failed a pool call; the message has its detail."""
 
 
+class PoolServerError(PoolApiError):
+    """Airflow failed a pool call on its side (HTTP 5xx); worth asking again."""
+
+
 class RestPoolClient:
     """Pools through Airflow's REST API (`/api/v2/pools`) with a bearer token."""
 
@@ -359,6 +367,16 @@ class RestPoolClient:
         self.timeout = timeout
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
+        for attempt in range(1, POOL_REQUEST_ATTEMPTS + 1):
+            try:
+                return self._request_once(method, path, body)
+            except PoolServerError:
+                if attempt == POOL_REQUEST_ATTEMPTS:
+                    raise
+                time.sleep(1.0 * attempt)
+        raise AssertionError("unreachable")
+
+    def _request_once(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.base_url + path, data=data, method=method,
@@ -371,7 +389,8 @@ class RestPoolClient:
             if exc.code == 404 and method == "GET":
                 return None
             detail = exc.read().decode(errors="replace")[:500]
-            raise PoolApiError(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
+            error_type = PoolServerError if exc.code >= 500 else PoolApiError
+            raise error_type(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
                                f"{exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise PoolApiError(f"Airflow is not reachable at {self.base_url} "

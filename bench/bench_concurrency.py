@@ -41,7 +41,7 @@ from stats import summarise  # noqa: E402
 from world import load_airflow, load_world  # noqa: E402
 
 SAMPLE_INTERVAL_S = 1.0
-RUN_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 840
 PARALLELISM = 4
 
 

@@ -47,7 +47,7 @@ STEP_TIMEOUT_S = {
     "startup": 420,
     "naive": 420,
     "wholerun": 600,
-    "concurrency": 600,
+    "concurrency": 900,
 }
 BUDGET_S = 20 * 60
 CONCURRENCY_ESTIMATE_S = 270

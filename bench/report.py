@@ -285,7 +285,7 @@ def describe_imports(imports: Mapping[str, float] | None) -> list[str]:
 
 
 PROFILE_PARTS = {
-    "build_all": "dags/tfjob_requests.py:24(build_all)",
+    "build_all": "(build_all)",
     "load_request": "(load_request)",
     "yaml_safe_load": "(safe_load)",
     "build_training_dag": "(build_training_dag)",

@@ -38,6 +38,9 @@ class ResolvedImage:
     kind: ImageKind
     cmd: list[str]
     path: str
+    # Host directories the image needs at the same path in the container (the venv),
+    # even when they live where the container has a private tree of its own (/tmp).
+    host_dirs: tuple[str, ...] = ()
 
 
 def load_image_rules(path: str | None = None) -> list[ImageRule]:
@@ -70,5 +73,5 @@ def resolve_image(image: str, rules: list[ImageRule]) -> ResolvedImage | None:
         if fnmatch.fnmatchcase(image, rule.pattern):
             venv = find_venv()
             path = f"{venv}/bin:{DEFAULT_PATH}" if venv else DEFAULT_PATH
-            return ResolvedImage(image, rule.kind, rule.cmd, path)
+            return ResolvedImage(image, rule.kind, rule.cmd, path, (venv,) if venv else ())
     return None

@@ -423,6 +423,7 @@ class PodWorker:
             "scratch_dir": os.path.join(base, "scratch"),
             "tmp_dir": os.path.join(self.dir, "tmp"),
             "mounts": mounts,
+            "host_dirs": list(image.host_dirs),
             "cgroups": groups,
             "hostname": (self.pod.get("spec") or {}).get("hostname") or self.name,
             "workingDir": spec.get("workingDir") or "/",

@@ -169,6 +169,9 @@ def build_root(spec: dict) -> None:
     mount("tmpfs", newroot, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     builder = RootBuilder(newroot, spec["scratch_dir"])
     builder.bind_host_top_level(spec["tmp_dir"])
+    for host_dir in spec.get("host_dirs") or ():
+        if not os.path.isdir(os.path.join(newroot, host_dir.lstrip("/"))):
+            builder.bind_volume(host_dir, host_dir, read_only=True)
     for m in spec["mounts"]:
         builder.bind_volume(m["source"], m["target"], bool(m.get("readOnly")))
     mount("proc", os.path.join(newroot, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)

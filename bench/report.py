@@ -429,13 +429,16 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
     failed_text = []
     if failures:
         listed = "; ".join(f"task `{f['task']}` of {f['run_id']}: {f['cause']}" for f in failures)
-        failed_text = [
-            f"Failed: {listed}. A DagBag import timeout means the task process could not import "
+        why = (
+            " A DagBag import timeout means the task process could not import "
             "dags/tfjob_submit.py within Airflow's 30 s `dagbag_import_timeout` while 4 task "
             "processes and the jobs' pods shared the two cores (the file alone takes the time "
-            "in 4; its imports are listed in 3).",
-            "",
-        ]
+            "in 4; its imports are listed in 3)."
+            if any(f["cause"] == "DagBag import timeout" for f in failures)
+            else " In the rehearsal before this run, the same kind of failure was a DagBag "
+            "import timeout of dags/tfjob_submit.py (30 s) while the task process started."
+        )
+        failed_text = [f"Failed: {listed}.{why}", ""]
     return [
         "## 5. Concurrency: 10 distributed stand-in jobs at once, parallelism 4",
         "",

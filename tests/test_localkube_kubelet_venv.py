@@ -1,5 +1,6 @@
 """Pods see the venv of the image map even when it lives under /tmp, where every pod
-has a private /tmp of its own (a clean clone under /tmp must still run TensorFlow)."""
+has a private /tmp of its own (a clean clone under /tmp must still run TensorFlow),
+in every container of the pod, not only the first."""
 
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ def test_a_venv_under_tmp_is_visible_in_pods(tmp_path, monkeypatch):
         api = handle.core_v1()
         api.create_namespaced_pod("default", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "venv-probe"},
-            "spec": {"restartPolicy": "Never", "containers": [
-                {"name": "main", "image": "python:3.11", "command": ["tfjob-venv-probe"]}]},
+            "spec": {"restartPolicy": "Never",
+                     "initContainers": [{"name": "init", "image": "python:3.11",
+                                         "command": ["tfjob-venv-probe"]}],
+                     "containers": [{"name": "main", "image": "python:3.11",
+                                     "command": ["tfjob-venv-probe"]}]},
         })
         deadline = time.monotonic() + 60
         while api.read_namespaced_pod("venv-probe", "default").status.phase not in (
@@ -38,7 +42,9 @@ def test_a_venv_under_tmp_is_visible_in_pods(tmp_path, monkeypatch):
             assert time.monotonic() < deadline, "the pod did not finish within 60 s"
             time.sleep(0.2)
         assert api.read_namespaced_pod("venv-probe", "default").status.phase == "Succeeded"
-        log = api.read_namespaced_pod_log("venv-probe", "default", _preload_content=False)
-        assert log.data.decode().strip() == "probe-from-venv"
+        for container in ("init", "main"):
+            log = api.read_namespaced_pod_log("venv-probe", "default", container=container,
+                                              _preload_content=False)
+            assert log.data.decode().strip() == "probe-from-venv", container
     finally:
         stop_localkube(handle)

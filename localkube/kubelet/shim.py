@@ -170,7 +170,10 @@ def build_root(spec: dict) -> None:
     builder = RootBuilder(newroot, spec["scratch_dir"])
     builder.bind_host_top_level(spec["tmp_dir"])
     for host_dir in spec.get("host_dirs") or ():
-        if not os.path.isdir(os.path.join(newroot, host_dir.lstrip("/"))):
+        seen = os.path.join(newroot, host_dir.lstrip("/"))
+        # Under a private tree (the pod's /tmp) the path is missing, or is an empty
+        # mount point left there by an earlier container of the same pod.
+        if not (os.path.isdir(seen) and os.path.samefile(seen, host_dir)):
             builder.bind_volume(host_dir, host_dir, read_only=True)
     for m in spec["mounts"]:
         builder.bind_volume(m["source"], m["target"], bool(m.get("readOnly")))

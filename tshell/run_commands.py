@@ -231,11 +231,11 @@ def list_task_instances(session: AirflowSession, ref: RunRef) -> list[dict[str, 
     )
 
 
-def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
-    """The `launch` task's XCom ({role: [ip:port, …]}), once it exists."""
+def fetch_task_xcom(session: AirflowSession, ref: RunRef, task_id: str) -> dict[str, Any] | None:
+    """A task's return-value XCom as a dict, or None while it has none (or is not a dict)."""
     try:
         entry = session.get_json(
-            f"{ref.path}/taskInstances/{LAUNCH_TASK_ID}/xcomEntries/return_value",
+            f"{ref.path}/taskInstances/{task_id}/xcomEntries/return_value",
             {"deserialize": "true"},
         )
     except AirflowClientError:
@@ -249,22 +249,15 @@ def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, A
     return value if isinstance(value, dict) else None
 
 
+def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
+    """The `launch` task's XCom ({role: [ip:port, …]}), once it exists."""
+    return fetch_task_xcom(session, ref, LAUNCH_TASK_ID)
+
+
 def fetch_run_description(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
     """What `validate` recorded about the run (request, namespace, run_key), once it ran."""
-    try:
-        entry = session.get_json(
-            f"{ref.path}/taskInstances/{VALIDATE_TASK_ID}/xcomEntries/return_value",
-            {"deserialize": "true"},
-        )
-    except AirflowClientError:
-        return None
-    value = entry.get("value")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return value if isinstance(value, dict) and "run_key" in value else None
+    value = fetch_task_xcom(session, ref, VALIDATE_TASK_ID)
+    return value if value is not None and "run_key" in value else None
 
 
 def fetch_task_log(

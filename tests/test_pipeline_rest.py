@@ -73,12 +73,23 @@ def task_log(airflow, dag_id, run_id, task_id, try_number=1):
     return str(content)
 
 
+def explain_run(airflow, dag_id, run_id):
+    """Task states plus the log tail of every failed task: what a failed assertion should show."""
+    states = task_states(airflow, dag_id, run_id)
+    lines = [json.dumps(states)]
+    for task_id, state in states.items():
+        if state in ("failed", "up_for_retry"):
+            tail = task_log(airflow, dag_id, run_id, task_id)[-3000:]
+            lines.append(f"--- {task_id} ({state}) ---\n{tail}")
+    return "\n".join(lines)
+
+
 def test_tfjob_submit_triggered_over_rest_runs_to_success(pipeline_world, airflow):
     world = pipeline_world
     conf = world.request("rest-submit")
     run = trigger(airflow, "tfjob_submit", conf)
     done = await_run(airflow, "tfjob_submit", run["dag_run_id"])
-    assert done["state"] == "success", task_states(airflow, "tfjob_submit", run["dag_run_id"])
+    assert done["state"] == "success", explain_run(airflow, "tfjob_submit", run["dag_run_id"])
     prefix = f"outputs/rest-submit/runs/{run['dag_run_id']}/"
     keys = world.s3_keys(prefix)
     assert prefix + "model/model.json" in keys and prefix + "run.json" in keys

@@ -122,7 +122,7 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     Single mode: the replica does not wait for a ClusterSpec, so this is a
     no-op that succeeds (it is not skipped, which would skip train too).
     """
-    from operators.delivery import deliver_cluster_file
+    from operators.delivery import deliver_cluster_files
     from tfjob import naming
     from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
 
@@ -135,11 +135,12 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     endpoints = endpoints_from_mapping(mapping)
     cluster = build_cluster_spec(run.request, endpoints)
     files = build_cluster_files(run.request, endpoints)
-    api = _kube()
-    for (role, index), content in files.items():
-        pod = naming.pod_name(run.run_key, role, index)
-        deliver_cluster_file(api, run.namespace, pod, json.dumps(content, sort_keys=True))
-        _log().info("delivered cluster.json to %s (%s-%d)", pod, role.value, index)
+    contents = {
+        naming.pod_name(run.run_key, role, index): json.dumps(content, sort_keys=True)
+        for (role, index), content in files.items()
+    }
+    deliver_cluster_files(_kube(), run.namespace, contents)  # in parallel
+    _log().info("delivered cluster.json to %d pods: %s", len(contents), ", ".join(contents))
     return {"cluster": cluster}
 
 

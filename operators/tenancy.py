@@ -18,6 +18,7 @@ through Airflow's own model (`DatabasePoolClient`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -276,10 +277,47 @@ def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, An
     return hard, used
 
 
+def read_limit_range_defaults(core: k8s.CoreV1Api, tenant: Tenant) -> Tenant:
+    """`tenant` with the container defaults its namespace's LimitRanges really apply.
+
+    A request that names no cpu/memory gets them from the LimitRange at pod
+    creation, so the preflight counts what the cluster will fill in: the
+    `Container` items of every LimitRange, the first one naming a resource
+    winning (LimitRanger never overrides a value already set). Without a
+    LimitRange (or without the right to list them) the tenants file's
+    `defaults` / `default_limits` stand in.
+    """
+    try:
+        ranges = core.list_namespaced_limit_range(tenant.namespace).items
+    except ApiException as exc:
+        if exc.status not in (403, 404):
+            raise
+        log.warning("tenant %s: cannot list LimitRanges in %s (HTTP %s); using the tenants "
+                    "file's defaults", tenant.name, tenant.namespace, exc.status)
+        return tenant
+    defaults: dict[str, str] = {}
+    default_limits: dict[str, str] = {}
+    for limit_range in ranges:
+        for item in (limit_range.spec and limit_range.spec.limits) or []:
+            if item.type != "Container":
+                continue
+            for name, value in (item.default_request or {}).items():
+                defaults.setdefault(name, str(value))
+            for name, value in (item.default or {}).items():
+                default_limits.setdefault(name, str(value))
+    if not ranges:
+        return tenant
+    return dataclasses.replace(tenant, defaults=defaults, default_limits=default_limits)
+
+
 def preflight_quota(core: k8s.CoreV1Api, request: TrainingRequest, tenant: Tenant) -> QuotaCheck:
-    """Would the request's whole gang fit in what is left of the tenant's quota now?"""
+    """Would the request's whole gang fit in what is left of the tenant's quota now?
+
+    Replicas that name no cpu/memory are counted with the namespace's LimitRange
+    defaults (`read_limit_range_defaults`).
+    """
     hard, used = read_tenant_quota(core, tenant)
-    return check_gang_fits(request, tenant, hard, used)
+    return check_gang_fits(request, read_limit_range_defaults(core, tenant), hard, used)
 
 
 class TenancyRefusal(ValueError):
@@ -492,5 +530,5 @@ __all__ = [
     "RestPoolClient", "TenancyRefusal", "TenantNotAppliedError", "admit_request",
     "apply_manifest", "apply_pool", "apply_pools",
     "apply_tenant", "apply_tenants", "build_pool_specs", "diff_manifest", "preflight_quota",
-    "read_tenant_quota",
+    "read_limit_range_defaults", "read_tenant_quota",
 ]

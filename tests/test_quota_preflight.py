@@ -140,3 +140,24 @@ def test_amounts_are_shown_in_readable_units():
     assert format_amount("memory", Decimal(128 * 2**20)) == "128Mi"
     assert format_amount("cpu", Decimal("0.25")) == "0.25"
     assert format_amount("pods", Decimal(4)) == "4"
+
+
+def test_a_request_naming_no_resources_is_counted_with_the_tenants_limitrange_defaults():
+    bare = load_request(distributed_request_data(
+        replicas={"chief": 0, "ps": 1, "worker": 2, "evaluator": 0}, resources={}))
+    usage = gang_usage(bare, TENANT)
+    # 3 pods, each one main container at the tenant's defaults (the init container, also
+    # defaulted, is not larger)
+    assert usage == {"cpu": Decimal("0.75"), "memory": Decimal(3 * 512 * 2**20),
+                     "nvidia.com/gpu": Decimal(0), "pods": Decimal(3)}
+    other = validate_tenants({"tenants": [{
+        "name": "team-b", "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 0,
+                                    "pods": 10},
+        "defaults": {"cpu": "1", "memory": "1Gi"}}]}).tenants[0]
+    assert gang_usage(bare, other)["cpu"] == Decimal(3)
+
+
+def test_a_limit_the_container_sets_is_its_request_before_the_tenants_default():
+    defaulted = apply_limit_range_defaults(
+        {"name": "c", "resources": {"limits": {"cpu": "3"}}}, {"cpu": "250m"}, {})
+    assert defaulted == {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}}

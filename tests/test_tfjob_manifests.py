@@ -143,10 +143,20 @@ def test_gpu_replica_requests_and_limits_gpus_and_selects_the_gpu_type():
                                     "effect": "NoSchedule"}]
 
 
-def test_replica_without_gpus_gets_default_quota_and_no_gpu_selector():
+def test_replica_without_resources_leaves_them_to_the_namespaces_limitrange():
     spec = build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 0)["spec"]
-    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    assert spec["containers"][0]["resources"] == {}
+    assert spec["initContainers"][0]["resources"] == {}
     assert spec["nodeSelector"] == {"pool": "train"}
+    validate(build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 0))
+
+
+def test_a_limit_without_a_request_is_also_the_request():
+    request = load_request(distributed_request_data(
+        resources={"worker": {"cpu": "1", "memory_limit": "2Gi"}}))
+    resources = build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"][0][
+        "resources"]
+    assert resources == {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
 
 
 @pytest.mark.parametrize(("placement", "kind"), [("spread", "podAntiAffinity"),

@@ -250,16 +250,25 @@ def test_minimal_request_gets_documented_defaults():
     assert request.success_policy is SuccessPolicy.WORKER0
     for role in Role:
         resources = request.resources[role]
-        assert (resources.cpu, resources.memory, resources.gpu) == ("500m", "1Gi", 0)
+        # cpu/memory left to the tenant's LimitRange (docs/tenants.md)
+        assert (resources.cpu, resources.memory, resources.gpu) == (None, None, 0)
         assert resources.cpu_limit is None and resources.memory_limit is None
 
 
-def test_partial_resources_keep_defaults_for_the_rest():
+def test_partial_resources_leave_the_rest_to_the_tenant():
     request = load_request(valid_request_data(resources={"worker": {"cpu": 2, "gpu": 1}}))
     assert request.resources[Role.WORKER].cpu == "2"
-    assert request.resources[Role.WORKER].memory == "1Gi"
+    assert request.resources[Role.WORKER].memory is None
     assert request.resources[Role.WORKER].gpu == 1
-    assert request.resources[Role.PS].cpu == "500m"
+    assert request.resources[Role.PS].cpu is None
+
+
+def test_a_limit_alone_is_allowed_and_a_limit_below_its_request_is_not():
+    request = load_request(valid_request_data(resources={"worker": {"memory_limit": "2Gi"}}))
+    assert (request.resources[Role.WORKER].memory, request.resources[Role.WORKER].memory_limit
+            ) == (None, "2Gi")
+    with pytest.raises(RequestError, match="at least the cpu request"):
+        load_request(valid_request_data(resources={"worker": {"cpu": "2", "cpu_limit": "1"}}))
 
 
 def test_distributed_request_orders_replicas_by_role_then_index():

@@ -86,18 +86,26 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int) -> list[
 
 
 def build_resources(request: TrainingRequest, role: Role, *, with_gpu: bool = True) -> dict:
-    """Requests and limits of one replica; a GPU count is both request and limit."""
+    """Requests and limits of one replica; a GPU count is both request and limit.
+
+    A cpu/memory the request leaves out is left out here too, so that the
+    namespace's LimitRange fills it in at pod creation (the tenant's
+    `defaults`); a limit without a request is also the request, as Kubernetes'
+    own defaulting makes it (written out so every API server agrees).
+    """
     spec = request.resources_for(role)
-    requests: dict[str, str] = {"cpu": spec.cpu, "memory": spec.memory}
+    requests: dict[str, str] = {}
     limits: dict[str, str] = {}
-    if spec.cpu_limit is not None:
-        limits["cpu"] = spec.cpu_limit
-    if spec.memory_limit is not None:
-        limits["memory"] = spec.memory_limit
+    for name, amount, limit in (("cpu", spec.cpu, spec.cpu_limit),
+                                ("memory", spec.memory, spec.memory_limit)):
+        if amount is not None or limit is not None:
+            requests[name] = amount if amount is not None else limit
+        if limit is not None:
+            limits[name] = limit
     if with_gpu and spec.gpu > 0:
         requests[GPU_RESOURCE] = str(spec.gpu)
         limits[GPU_RESOURCE] = str(spec.gpu)
-    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
+    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
 def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:

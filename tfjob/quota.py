@@ -127,15 +127,19 @@ def _trim(value: Decimal) -> str:
 
 def apply_limit_range_defaults(container: Mapping[str, Any], defaults: Mapping[str, str],
                                default_limits: Mapping[str, str]) -> dict[str, Any]:
-    """The container's resources after LimitRanger: missing limits from `default_limits`,
-    missing requests from `defaults`, and a request still missing takes its limit."""
+    """The container's resources as Kubernetes admits them: a limit the container sets is
+    also its missing request (the API server's defaulting, before admission); then
+    LimitRanger fills missing requests from `defaults` and missing limits from
+    `default_limits`, and a request still missing takes its (default) limit."""
     resources = copy.deepcopy(dict(container.get("resources") or {}))
     limits = dict(resources.get("limits") or {})
     requests = dict(resources.get("requests") or {})
-    for name, value in default_limits.items():
-        limits.setdefault(name, value)
+    for name, value in limits.items():
+        requests.setdefault(name, value)
     for name, value in defaults.items():
         requests.setdefault(name, value)
+    for name, value in default_limits.items():
+        limits.setdefault(name, value)
     for name, value in limits.items():
         requests.setdefault(name, value)
     return {"requests": requests, "limits": limits}

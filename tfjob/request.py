@@ -71,9 +71,8 @@ class Placement(StrEnum):
     PACK = "pack"
 
 
-# The initial quota a replica gets when the request does not say.
-DEFAULT_CPU = "500m"
-DEFAULT_MEMORY = "1Gi"
+# A role that names no cpu/memory request gets its tenant's LimitRange defaults (the
+# namespace's `defaultRequest`, applied by Kubernetes at pod creation; docs/tenants.md).
 DEFAULT_GPU = 0
 MAX_GPU_PER_REPLICA = 16
 DEFAULT_IMAGE = "tensorflow/tensorflow:2.21.0"
@@ -147,8 +146,11 @@ class Replicas(_Model):
 class RoleResources(_Model):
     """Requests (and optional limits) of one replica of a role."""
 
-    cpu: str = Field(DEFAULT_CPU, description="CPU request, a Kubernetes quantity.")
-    memory: str = Field(DEFAULT_MEMORY, description="Memory request, a Kubernetes quantity.")
+    cpu: str | None = Field(None, description="CPU request, a Kubernetes quantity; unset: "
+                                              "the tenant's default (or cpu_limit when set).")
+    memory: str | None = Field(None, description="Memory request, a Kubernetes quantity; "
+                                                 "unset: the tenant's default (or memory_limit "
+                                                 "when set).")
     gpu: int = Field(DEFAULT_GPU, ge=0, le=MAX_GPU_PER_REPLICA,
                      description="nvidia.com/gpu, used as both request and limit.")
     cpu_limit: str | None = Field(None, description="CPU limit; none when unset.")
@@ -164,7 +166,8 @@ class RoleResources(_Model):
         for limit_name, request_name in (("cpu_limit", "cpu"), ("memory_limit", "memory")):
             limit = getattr(self, limit_name)
             request = getattr(self, request_name)
-            if limit is not None and parse_quantity(limit) < parse_quantity(request):
+            if (limit is not None and request is not None
+                    and parse_quantity(limit) < parse_quantity(request)):
                 raise invalid(f"the limit must be at least the {request_name} request "
                                f"({request})", limit, limit_name)
         return self
@@ -232,8 +235,8 @@ class TrainingRequest(_Model):
     resources: dict[Role, RoleResources] = Field(
         default_factory=default_resources,
         description=f"Per-role cpu, memory, gpu requests and optional cpu_limit, "
-                    f"memory_limit; roles left out get cpu {DEFAULT_CPU}, memory "
-                    f"{DEFAULT_MEMORY}, gpu {DEFAULT_GPU}.")
+                    f"memory_limit; a cpu/memory left out gets the tenant's LimitRange "
+                    f"default, gpu {DEFAULT_GPU}.")
     gpu_type: str | None = Field(None, description="GPU product (node label "
                                                    "nvidia.com/gpu.product) for GPU replicas.")
     image: str = Field(DEFAULT_IMAGE, description="Container image with Python 3 and "

@@ -1,14 +1,17 @@
 """The archive task's work: what a run leaves in S3, whatever happened to it.
 
-Runs before teardown (the pods and their logs still exist) and after train
-whatever its outcome (trigger rule all_done), so a failed run is archived too:
+Runs before teardown (the pods and their logs still exist) whatever happened
+to launch and train (a teardown task of fetch_bundle and launch), so a failed
+run, even a gang that never started, is archived too:
 
 - `<run prefix>/logs/<role>-<index>.log`: the replica's init container log and
-  main container log, each under a header line;
+  main container log, each under a header line (a pod still Pending with no
+  log at all gets none);
 - `<run prefix>/model/`: uploaded by the bootstrap; checked here (object
   count and bytes go into the manifest);
 - `<run prefix>/run.json`: the run manifest (request, ClusterSpec, bundle
-  identity, image, per-replica exit codes, timings, model, metrics).
+  identity, image, per-replica exit codes, timings, model, metrics, and
+  whether launch got the gang running or why it failed).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def archive_run(
     train_replicas: list[dict[str, Any]] | None,
     metrics: dict[str, Any] | None,
     timings: dict[str, Any],
+    launch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write logs and run.json under the run's prefix; return the run manifest."""
     pods = {
@@ -87,6 +91,9 @@ def archive_run(
         if pod is not None:
             init_log = kubeobjects.read_container_log(api, run.namespace, name, INIT_CONTAINER)
             main_log = kubeobjects.read_container_log(api, run.namespace, name, MAIN_CONTAINER)
+            if not (init_log or main_log) and status.get("phase") == "Pending":
+                replicas.append(status)  # never started (e.g. not scheduled): no log to keep
+                continue
             role = status["role"]
             index = status["index"]
             uri = f"{run.run_prefix}/logs/{role}-{index}.log"
@@ -104,6 +111,7 @@ def archive_run(
         "namespace": run.namespace,
         "request": request_as_dict(run.request),
         "image": run.request.image,
+        "launch": launch,
         "bundle": bundle,
         "cluster_spec": cluster_spec,
         "replicas": replicas,

@@ -6,11 +6,15 @@ every training run has the same tasks:
 
     validate >> fetch_bundle >> launch >> clusterspec >> train >> archive >> teardown >> publish
 
-- `launch` is the setup and `teardown` its Airflow teardown task: teardown
-  runs when upstream failed and when a run is cleared (clearing any task
-  between them clears launch and teardown too, so a cleared run relaunches).
-- `archive` runs whatever happened before it (all_done); `publish` needs
-  train, archive and teardown to succeed.
+- `fetch_bundle` and `launch` are setup tasks; `archive` and `teardown` are
+  Airflow teardown tasks of both. A teardown task runs once its upstream is
+  done if at least one of its setups succeeded: so archive and teardown run
+  whenever the bundle was fetched, even when `launch` itself failed (a gang
+  that did not start is archived and removed too), and not when nothing can
+  exist (validate or fetch_bundle failed). Clearing any task between them
+  clears the setups and teardowns too, so a cleared run relaunches cleanly.
+- `publish` needs train, archive and teardown to succeed, so a failed launch,
+  training, archive or teardown fails the run.
 - `retries` of the request apply to `launch` (a gang start that failed can
   be tried again cleanly); a failed training is rerun by clearing the run.
 - Request DAGs put launch, clusterspec and train in the tenant's pool
@@ -46,6 +50,7 @@ from operators.train import TrainingWaitOperator
 
 DAG_ID_PREFIX = "tfjob__"
 SUBMIT_DAG_ID = "tfjob_submit"
+# Pause before Airflow retries a failed gang start (the request's `retries`).
 LAUNCH_RETRY_DELAY = timedelta(seconds=10)
 TAGS = ["tfjob"]
 
@@ -99,12 +104,13 @@ def build_training_dag(
         )
         clusterspec = task(task_id=CLUSTERSPEC_TASK, **pooled)(steps.deliver_cluster_spec)()
         train = TrainingWaitOperator(task_id=TRAIN_TASK, **pooled)
-        archived = task(task_id=ARCHIVE_TASK, trigger_rule="all_done")(steps.archive)()
+        archived = task(task_id=ARCHIVE_TASK)(steps.archive)()
         torn_down = task(task_id=TEARDOWN_TASK)(steps.teardown)()
         published = task(task_id=PUBLISH_TASK, outlets=outlets)(steps.publish)()
 
         validated >> bundle >> launch >> clusterspec >> train >> archived >> torn_down
-        torn_down.as_teardown(setups=launch)
+        archived.as_teardown(setups=[bundle, launch])
+        torn_down.as_teardown(setups=[bundle, launch])
         [train, archived, torn_down] >> published
     return dag
 

@@ -12,7 +12,10 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    their values never reach a pod spec, a log or XCom) and every replica pod;
 3. watch the pods until every one runs with an IP (gang start). A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
-   the task with the scheduler's / kubelet's reason, after deleting the run;
+   the task with the scheduler's / kubelet's reason; the reason also goes to
+   XCom (`failure`) for the run manifest. The objects are left in place:
+   `archive` (a teardown task of `launch`) keeps the logs of the replicas that
+   did start, `teardown` deletes everything, and a retry deletes them first;
 4. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
 
 `on_kill` deletes the run's objects instead of the provider's single pod.
@@ -45,6 +48,13 @@ from operators.settings import (
 )
 
 INIT_LOG_LINES = 20
+# XCom key of a failed launch's reason (read by archive for run.json).
+LAUNCH_FAILURE_KEY = "failure"
+
+
+def describe_launch_failure(exc: BaseException) -> dict[str, str]:
+    """What run.json says about a launch that failed: the error's kind and message."""
+    return {"error": type(exc).__name__, "message": str(exc)}
 
 
 class GangStartError(AirflowException):
@@ -143,8 +153,13 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                 made.append(f"Pod/{manifest['metadata']['name']}")
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
             endpoints = self.await_gang_start(run)
-        except BaseException:
-            self.delete_run(run, reason="launch failed")
+        except Exception as exc:
+            # The objects stay: archive keeps the logs of the replicas that did start,
+            # teardown removes everything, and a retry removes them first (remove_leftovers).
+            try:
+                context["ti"].xcom_push(key=LAUNCH_FAILURE_KEY, value=describe_launch_failure(exc))
+            except Exception:  # the manifest's detail must not hide the failure itself
+                self.log.exception("could not push the launch failure to XCom")
             raise
         self.log.info(
             "all %d replicas running after %.1fs", len(run.pod_names()), time.time() - started

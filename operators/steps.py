@@ -144,20 +144,36 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     return {"cluster": cluster}
 
 
+def describe_launch(failure: dict[str, Any] | None, ready_at: float | None) -> dict[str, Any]:
+    """run.json's `launch`: ready (with the time), failed (with why), or neither (killed)."""
+    if failure:
+        return {"state": "failed", **failure}
+    if ready_at is not None:
+        return {"state": "ready", "ready_at": ready_at}
+    return {"state": "not ready", "message": "launch did not finish (killed or not run)"}
+
+
 def archive() -> dict[str, Any]:
-    """Logs, model check and run.json to S3 (runs whatever happened upstream)."""
+    """Logs, model check and run.json to S3 (runs whenever fetch_bundle succeeded).
+
+    A teardown task of fetch_bundle and launch: it runs after a failed launch
+    too, so the logs of the replicas that did start are kept.
+    """
     from operators.archive import archive_run
+    from operators.launch import LAUNCH_FAILURE_KEY
 
     context = get_current_context()
     run = pull_run(context)
     ti = context["ti"]
     dag_run = context["dag_run"]
     clusterspec = ti.xcom_pull(task_ids=CLUSTERSPEC_TASK)
+    ready_at = ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at")
     timings = {
         "run_started_at": dag_run.start_date.isoformat() if dag_run.start_date else None,
-        "launch_ready_at": ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"),
+        "launch_ready_at": ready_at,
         "train_finished_at": ti.xcom_pull(task_ids=TRAIN_TASK, key="finished_at"),
     }
+    launch = describe_launch(ti.xcom_pull(task_ids=LAUNCH_TASK, key=LAUNCH_FAILURE_KEY), ready_at)
     manifest = archive_run(
         _kube(),
         _s3(),
@@ -167,6 +183,7 @@ def archive() -> dict[str, Any]:
         train_replicas=ti.xcom_pull(task_ids=TRAIN_TASK, key="replicas"),
         metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
         timings=timings,
+        launch=launch,
     )
     _log().info(
         "archived run %s: %d log(s), model %s objects, run.json at %s/run.json",

@@ -145,6 +145,12 @@ class PipelineWorld:
         The same `logical_date` twice gives the same run_id: the second call
         replaces the first run, as clearing a run does.
         """
+        return self.finish_dag(self.start_dag(dag_id, conf, logical_date), timeout)
+
+    def start_dag(
+        self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None
+    ) -> subprocess.Popen:
+        """Start `dag.test()` of one DAG in a subprocess; `finish_dag` collects its result."""
         script = textwrap.dedent(
             f"""
             import datetime, json, sys
@@ -160,26 +166,53 @@ class PipelineWorld:
                                                    "run_id": run.run_id}}))
             """
         )
-        done = subprocess.run(
+        return subprocess.Popen(
             [sys.executable, "-c", script],
             env=self.env,
             cwd=REPO,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
         )
-        output = done.stdout + done.stderr
-        for line in done.stdout.splitlines():
+
+    def finish_dag(
+        self, process: subprocess.Popen, timeout: float = DAG_TEST_TIMEOUT_S
+    ) -> DagResult:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            raise AssertionError(
+                f"dag.test() ran past {timeout}s:\n{(stdout + stderr)[-8000:]}"
+            ) from None
+        output = stdout + stderr
+        for line in stdout.splitlines():
             if line.startswith("PIPELINE_RESULT "):
                 data = json.loads(line[len("PIPELINE_RESULT ") :])
                 return DagResult(data["state"], data["tasks"], data["run_id"], output)
         raise AssertionError(
-            f"dag.test() of {dag_id} gave no result (rc {done.returncode}):\n{output[-8000:]}"
+            f"dag.test() gave no result (rc {process.returncode}):\n{output[-8000:]}"
         )
 
     def run_request(self, body: dict[str, Any], logical_date: str | None = None) -> DagResult:
         self.write_request(body)
         return self.run_dag(f"tfjob__{body['name']}", logical_date=logical_date)
+
+    def task_try_states(self, dag_id: str, task_id: str) -> list[tuple[int, str]]:
+        """(try number, state) of every try of a task in this world's Airflow DB, oldest first."""
+        import sqlite3
+
+        with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
+            current = db.execute(
+                "SELECT try_number, state FROM task_instance WHERE dag_id=? AND task_id=?",
+                (dag_id, task_id),
+            ).fetchall()
+            earlier = db.execute(
+                "SELECT try_number, state FROM task_instance_history WHERE dag_id=? AND task_id=?",
+                (dag_id, task_id),
+            ).fetchall()
+        return sorted(set(earlier) | set(current))
 
     def s3_keys(self, prefix: str) -> list[str]:
         client = self.s3.client()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_fixtures import NAMESPACE, pipeline_world  # noqa: F401  (pytest fixture)
+from pipeline_fixtures import NAMESPACE, pipeline_world, wait_for  # noqa: F401  (pytest fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -132,9 +132,99 @@ def test_a_gang_that_cannot_be_scheduled_fails_launch_with_the_scheduler_reason(
     assert result.state == "failed", result
     assert result.tasks["launch"] == "failed", result
     assert result.tasks["train"] == "upstream_failed", result
+    assert result.tasks["publish"] == "upstream_failed", result
+    # A failed gang start is archived and torn down like any other failed run.
+    assert result.tasks["archive"] == "success" and result.tasks["teardown"] == "success", result
     assert "not every replica was running after startup_timeout=8s" in result.log
     assert "FailedScheduling" in result.log and "Insufficient nvidia.com/gpu" in result.log
+    prefix = run_prefix(world, "e2e-gang", result.run_id)
+    keys = world.s3_keys(prefix)
+    # The chief started (it waited for its ClusterSpec): its log is kept; the worker never ran.
+    assert prefix + "logs/chief-0.log" in keys and prefix + "logs/worker-0.log" not in keys, keys
+    assert "===== fetch-bundle =====" in world.s3_text(prefix + "logs/chief-0.log")
+    manifest = json.loads(world.s3_text(prefix + "run.json"))
+    assert manifest["launch"]["state"] == "failed", manifest["launch"]
+    assert manifest["launch"]["error"] == "GangStartError"
+    assert "Insufficient nvidia.com/gpu" in manifest["launch"]["message"]
+    phases = {r["pod"].rsplit("-", 2)[-2]: r["phase"] for r in manifest["replicas"]}
+    # (the chief may have given up waiting for its ClusterSpec by then: Running or Failed)
+    assert phases["worker"] == "Pending" and phases["chief"] != "Pending", manifest["replicas"]
     assert world.run_objects("e2e-gang") == []
+
+
+def fill_every_gpu(api, namespace: str) -> list[str]:
+    """Blocker pods (outside the tenant's namespace and quota) that take each node's 4 GPUs."""
+    api.create_namespace({"metadata": {"name": namespace}})
+    names = []
+    for node in ("node-1", "node-2"):
+        name = f"blocker-{node}"
+        api.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [
+                        {
+                            "name": "hold",
+                            "image": "python:3.11",
+                            "command": ["python3", "-c", "import time; time.sleep(600)"],
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "4"},
+                                "limits": {"nvidia.com/gpu": "4"},
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+        names.append(name)
+    return names
+
+
+def test_airflow_retries_a_gang_start_that_failed_and_the_retry_starts_cleanly(pipeline_world):
+    world = pipeline_world
+    api = world.kube.core_v1()
+    blockers = fill_every_gpu(api, "e2e-blockers")
+    body = world.request(
+        "e2e-retry",
+        retries=1,
+        startup_timeout=5,
+        resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 1}},
+    )
+    world.write_request(body)
+    running = world.start_dag("tfjob__e2e-retry")
+    try:
+        # Try 1 of launch fails (no GPU is free); then the GPUs are given back.
+        wait_for(
+            lambda: (1, "up_for_retry") in world.task_try_states("tfjob__e2e-retry", "launch"),
+            120,
+            "launch try 1 to fail and wait for its retry",
+            interval=0.5,
+        )
+        # Try 1's pod is still there (left for archive/teardown, or for the retry to remove).
+        assert [o for o in world.run_objects("e2e-retry") if o.startswith("Pod/")], (
+            world.run_objects("e2e-retry")
+        )
+        for name in blockers:
+            api.delete_namespaced_pod(name, "e2e-blockers", grace_period_seconds=0)
+    finally:
+        result = world.finish_dag(running)
+    assert result.state == "success", result
+    tries = world.task_try_states("tfjob__e2e-retry", "launch")
+    assert [t for t, _ in tries] == [1, 2] and tries[-1] == (2, "success"), (tries, result)
+    assert "Insufficient nvidia.com/gpu" in result.log
+    assert "removing leftovers of an earlier try" in result.log
+    assert "AlreadyExists" not in result.log
+    prefix = run_prefix(world, "e2e-retry", result.run_id)
+    manifest = json.loads(world.s3_text(prefix + "run.json"))
+    assert manifest["launch"]["state"] == "ready", manifest["launch"]
+    assert [(r["role"], r["index"], r["exit_code"]) for r in manifest["replicas"]] == [
+        ("worker", 0, 0)
+    ]
+    assert world.run_objects("e2e-retry") == []
 
 
 def test_a_missing_bundle_fails_fetch_bundle_naming_the_key_and_launches_nothing(pipeline_world):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measurement 5: 10 distributed stand-in jobs submitted at once, Airflow parallelism 4 (issue 8).
 
-    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 30]
+    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 15]
 
 Every job (chief + ps + 2 workers, the stand-in program: its chief "trains"
 for `--train-seconds`, the ps runs until torn down) is triggered through
@@ -41,7 +41,7 @@ from stats import summarise  # noqa: E402
 from world import load_airflow, load_world  # noqa: E402
 
 SAMPLE_INTERVAL_S = 1.0
-RUN_TIMEOUT_S = 840
+RUN_TIMEOUT_S = 540
 PARALLELISM = 4
 
 
@@ -73,10 +73,36 @@ def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "samples_with_training": sum(1 for s in samples if "train" in s["deferred"]),
         "max_running": max((len(s["running"]) for s in samples), default=0),
         "max_training_at_once": max((s["deferred"].count("train") for s in samples), default=0),
+        "max_slots_held_by_training_jobs": max(
+            (s.get("held_by_training_jobs", 0) for s in samples), default=0
+        ),
         "train_running_samples": train_running,
         "train_deferred_samples": train_deferred,
         "train_share_in_slot": train_running / observed if observed else 0.0,
     }
+
+
+def read_log_lines(body: Any) -> list[str]:
+    """The text lines of Airflow 3's structured task log (`content`: events or strings)."""
+    content = body.get("content", body) if isinstance(body, dict) else body
+    if isinstance(content, str):
+        return content.splitlines()
+    lines = []
+    for entry in content or []:
+        if isinstance(entry, dict):
+            extra = {k: v for k, v in entry.items() if k not in ("event", "timestamp", "logger")}
+            level = str(entry.get("level", "")).upper()
+            lines.append(
+                f"{entry.get('timestamp', '')} {level} {entry.get('event', '')}"
+                + (
+                    f" {json.dumps(extra, default=str)[:400]}"
+                    if "error_detail" in extra or "exception" in extra
+                    else ""
+                )
+            )
+        else:
+            lines.append(str(entry))
+    return lines
 
 
 def explain_failures(airflow: Any, states: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,21 +119,24 @@ def explain_failures(airflow: Any, states: dict[str, dict[str, Any]]) -> list[di
                 f"/logs/{max(1, ti.get('try_number') or 1)}"
             )
             try:
-                log = json.dumps(airflow.request("GET", path))
+                lines = read_log_lines(airflow.request("GET", path))
             except Exception as exc:  # the figure stands without the reason
-                log = f"log not readable: {exc}"
+                lines = [f"log not readable: {exc}"]
+            text = "\n".join(lines)
             cause = (
-                "DagBag import timeout" if "DagBag import timeout" in log else "see the task log"
+                "DagBag import timeout" if "DagBag import timeout" in text else "see the log tail"
             )
-            failures.append({"run_id": run_id, "task": ti["task_id"], "cause": cause})
+            failures.append(
+                {"run_id": run_id, "task": ti["task_id"], "cause": cause, "log_tail": lines[-40:]}
+            )
     return failures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
-    parser.add_argument("--jobs", type=int, default=10)
-    parser.add_argument("--train-seconds", type=int, default=30)
+    parser.add_argument("--jobs", type=int, default=15)
+    parser.add_argument("--train-seconds", type=int, default=15)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrency.json")
     args = parser.parse_args()
     world, _record = load_world(args.world)
@@ -125,11 +154,22 @@ def main() -> int:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while True:
         instances = [ti for ti in read_task_instances(airflow, "~") if ti["dag_run_id"] in runs]
+        training_runs = {
+            ti["dag_run_id"]
+            for ti in instances
+            if ti["task_id"] == "train" and ti["state"] == "deferred"
+        }
         samples.append(
             {
                 "t": time.time() - first,
                 "running": [ti["task_id"] for ti in instances if ti["state"] == "running"],
                 "deferred": [ti["task_id"] for ti in instances if ti["state"] == "deferred"],
+                # slots held by jobs whose pods are training right now (train deferred)
+                "held_by_training_jobs": sum(
+                    1
+                    for ti in instances
+                    if ti["state"] == "running" and ti["dag_run_id"] in training_runs
+                ),
             }
         )
         listing = airflow.request("GET", f"/api/v2/dags/{SUBMIT_DAG_ID}/dagRuns?limit=1000")

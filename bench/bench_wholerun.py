@@ -197,17 +197,44 @@ def split_phases(
     }
 
 
+def time_tensorflow_imports(at_once: int) -> list[float]:
+    """Seconds of `import tensorflow` in `at_once` fresh processes started together.
+
+    The profile behind the whole run's largest phase: the pods of a ps job
+    (chief, ps, 2 workers) import TensorFlow at the same moment on the same cores.
+    """
+    import subprocess
+
+    code = "import time; t = time.perf_counter(); import tensorflow; print(time.perf_counter() - t)"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(at_once)
+    ]
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    return [float(out.strip().splitlines()[-1]) for out in outputs]
+
+
 def main() -> int:
+    import time
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no further run when the last run's time would pass this (at least 1 run)",
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "wholerun.json")
     args = parser.parse_args()
+    began = time.monotonic()
     world, _record = load_world(args.world)
     airflow = load_airflow(args.world)
     conf = build_conf(world, upload_bundle(world, args.world))
     runs = []
     for attempt in range(args.repeat):
+        started = time.monotonic()
         result = measure_run(world, airflow, conf)
         runs.append(result)
         phases = ", ".join(f"{k} {v:.1f}" for k, v in result["phases"].items())
@@ -216,13 +243,31 @@ def main() -> int:
             f"{result['all_but_training_s']:.1f}s besides training ({phases})",
             flush=True,
         )
+        last = time.monotonic() - started
+        if args.budget_s is not None and time.monotonic() - began + last > args.budget_s:
+            print(f"digits-ps: budget of {args.budget_s:.0f}s reached after {attempt + 1} runs")
+            break
+    alone = time_tensorflow_imports(1)
+    together = time_tensorflow_imports(4)
+    print(f"digits-ps import tensorflow: alone {alone[0]:.1f}s, 4 at once {together}", flush=True)
     summary = {
         "total_s": summarise(r["total_s"] for r in runs).as_dict(),
         "all_but_training_s": summarise(r["all_but_training_s"] for r in runs).as_dict(),
         "phases": {p: summarise(r["phases"][p] for r in runs).as_dict() for p in PHASES},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": runs, "summary": summary, "target_s": 15}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "runs": runs,
+                "summary": summary,
+                "target_s": 15,
+                "tf_import_alone_s": alone,
+                "tf_import_four_at_once_s": together,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -127,4 +127,6 @@ def _try_deliver(api: k8s.CoreV1Api, namespace: str, pod: str, content: str) -> 
     except Exception as exc:  # an API error (pod gone, forbidden) or a broken connection
         reason = getattr(exc, "reason", None) or exc.__class__.__name__
         status = getattr(exc, "status", None)
-        return f"pod {pod}: exec failed" + (f" ({status} {reason})" if status else f": {reason}: {exc}")
+        return f"pod {pod}: exec failed" + (
+            f" ({status} {reason})" if status else f": {reason}: {exc}"
+        )

@@ -257,10 +257,22 @@ def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
     assert list(found) == ["operators.dag_factory", "kubernetes"]  # in the order asked for
 
 
-def test_whole_runs_are_planned_to_fit_the_twenty_minutes():
+def test_whole_runs_get_what_is_left_of_the_twenty_minutes_after_concurrency():
     import run_all
 
-    assert run_all.plan_wholerun_runs(300, quick=False) == 3
-    assert run_all.plan_wholerun_runs(700, quick=False) == 2
-    assert run_all.plan_wholerun_runs(1100, quick=False) == 1  # late: still one run, never none
-    assert run_all.plan_wholerun_runs(0, quick=True) == 1
+    assert run_all.plan_wholerun_budget(300) == pytest.approx(480)  # capped by the step timeout
+    assert run_all.plan_wholerun_budget(700) == pytest.approx(1200 - 700 - 240 - 30)
+    assert run_all.plan_wholerun_budget(1100) == pytest.approx(60)  # late: still one run
+
+
+def test_concurrency_reads_structured_and_plain_task_logs():
+    import bench_concurrency
+
+    structured = {"content": [
+        {"timestamp": "t1", "level": "info", "event": "starting"},
+        {"timestamp": "t2", "level": "error", "event": "Task failed", "error_detail": [1]},
+    ]}
+    lines = bench_concurrency.read_log_lines(structured)
+    assert lines[0] == "t1 INFO starting"
+    assert lines[1].startswith("t2 ERROR Task failed {") and "error_detail" in lines[1]
+    assert bench_concurrency.read_log_lines({"content": "a\nb"}) == ["a", "b"]

@@ -250,7 +250,23 @@ def section_wholerun(
         + ", ".join(f"{PHASE_TITLES.get(k, k).split(' (')[0]} {v:.1f} s" for k, v in top)
         + ".",
         "",
+        *describe_tensorflow_import(data),
     ] + describe_task_starts(data, submit_parse, submit_imports)
+
+
+def describe_tensorflow_import(data: Mapping[str, Any]) -> list[str]:
+    """`import tensorflow` alone and in 4 processes at once: what the pods of a ps job pay."""
+    alone, together = data.get("tf_import_alone_s"), data.get("tf_import_four_at_once_s")
+    if not alone or not together:
+        return []
+    return [
+        f"Profile of the TensorFlow import (fresh processes, bytecode cached, after the runs): "
+        f"alone {alone[0]:.1f} s; 4 at once, as chief, ps and 2 workers start together on the "
+        f"2 cores: {', '.join(f'{s:.1f}' for s in sorted(together))} s. The pods pay the CPU "
+        "time of 4 imports on 2 cores, so the slowest replica (which the chief waits for) "
+        "takes about twice the import alone.",
+        "",
+    ]
 
 
 def describe_task_starts(
@@ -410,6 +426,10 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
         ["trigger → end per job", fmt(data["trigger_to_end_s"])],
         ["most jobs training (train deferred, no slot) at once", slots["max_training_at_once"]],
         [
+            "worker slots held by jobs while their pods train (train deferred), most at once",
+            slots.get("max_slots_held_by_training_jobs", "–"),
+        ],
+        [
             "most task instances running at once (executor slots)",
             f"{slots['max_running']} of {data['parallelism']}",
         ],
@@ -420,15 +440,21 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
             f"({slots['train_share_in_slot']:.0%} of its sampled life in a slot)",
         ],
     ]
-    met = (
-        data["succeeded"] == data["jobs"]
-        and slots["max_running"] <= data["parallelism"]
-        and slots["train_deferred_samples"] > 0
-    )
+    held = slots.get("max_slots_held_by_training_jobs")
+    all_ok = data["succeeded"] == data["jobs"]
+    none_held = held == 0 and slots["train_deferred_samples"] > 0
+    met = all_ok and none_held and slots["max_running"] <= data["parallelism"]
     failures = data.get("failures") or []
     failed_text = []
     if failures:
         listed = "; ".join(f"task `{f['task']}` of {f['run_id']}: {f['cause']}" for f in failures)
+        tails = [
+            f"Log tail of `{f['task']}` ({f['run_id']}):\n\n```\n"
+            + "\n".join(line[:300] for line in f.get("log_tail", [])[-25:])
+            + "\n```\n"
+            for f in failures
+            if f.get("log_tail")
+        ]
         why = (
             " A DagBag import timeout means the task process could not import "
             "dags/tfjob_submit.py within Airflow's 30 s `dagbag_import_timeout` while 4 task "
@@ -438,7 +464,7 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
             else " In the rehearsal before this run, the same kind of failure was a DagBag "
             "import timeout of dags/tfjob_submit.py (30 s) while the task process started."
         )
-        failed_text = [f"Failed: {listed}.{why}", ""]
+        failed_text = [f"Failed: {listed}.{why}", "", *tails]
     return [
         "## 5. Concurrency: 10 distributed stand-in jobs at once, parallelism 4",
         "",
@@ -448,7 +474,8 @@ def section_concurrency(data: Mapping[str, Any]) -> list[str]:
         "",
         markdown_table(["what", "value"], rows),
         "",
-        f"All succeed, and a deferred train task holds no worker slot: {verdict(met)}. The train "
+        f"All succeed ({verdict(all_ok)}) and no worker slot held while training "
+        f"({verdict(none_held)}): {verdict(met)}. The train "
         "task still holds one while it starts and defers (`execute`) and when it resumes to "
         "read the logs (`finish`): each is a whole Airflow task process (start, DAG-file "
         "import as in 3 and 4, API round trips); the pods train meanwhile. With a "

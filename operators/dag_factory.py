@@ -17,10 +17,13 @@ every training run has the same tasks:
   training, archive or teardown fails the run.
 - `retries` of the request apply to `launch` (a gang start that failed can
   be tried again cleanly); a failed training is rerun by clearing the run.
-- Request DAGs put launch, clusterspec and train in the tenant's pool
-  (`tfjob-tenant-<name>`, created by `tshell tenants apply`), which caps the
-  tenant's concurrent jobs; `tfjob_submit` cannot (its tenant is known only
-  at run time).
+- The job steps (launch, clusterspec, train, archive, teardown: while the
+  run's objects may exist) run in the tenant's pool (`tfjob-tenant-<name>`,
+  created by `tshell tenants apply`), which caps the tenant's concurrent jobs,
+  with weight_rule "upstream" so a freed slot goes to the furthest-along run,
+  not to a new launch (docs/tenants.md). Request DAGs name the pool here;
+  `tfjob_submit`'s tenant is known only at run time, so the cluster policy
+  `operators.cluster_policy` sets it from the trigger conf.
 
 Building a DAG does no network, Kubernetes or S3 work; reading a request file
 (local YAML) is the only I/O.
@@ -80,8 +83,9 @@ def build_training_dag(
     """A training DAG: for a request file (`request_file`) or for trigger params (`params`)."""
     if (request_file is None) == (params is None):
         raise ValueError(f"dag {dag_id}: give exactly one of request_file and params")
-    # The tenant's pool caps its concurrent jobs: the tasks that hold cluster resources use it.
-    pooled = {"pool": pool} if pool else {}
+    # The tenant's pool caps its concurrent jobs: the steps during which the run's objects may
+    # exist use it; later steps outrank earlier ones (a started job keeps the freed slot).
+    pooled: dict[str, Any] = {"weight_rule": "upstream", **({"pool": pool} if pool else {})}
     outlets: list[Any] = (
         [Asset(uri=f"{output}/latest")] if output else [AssetAlias(name=f"{dag_id}__model")]
     )
@@ -104,8 +108,8 @@ def build_training_dag(
         )
         clusterspec = task(task_id=CLUSTERSPEC_TASK, **pooled)(steps.deliver_cluster_spec)()
         train = TrainingWaitOperator(task_id=TRAIN_TASK, **pooled)
-        archived = task(task_id=ARCHIVE_TASK)(steps.archive)()
-        torn_down = task(task_id=TEARDOWN_TASK)(steps.teardown)()
+        archived = task(task_id=ARCHIVE_TASK, **pooled)(steps.archive)()
+        torn_down = task(task_id=TEARDOWN_TASK, **pooled)(steps.teardown)()
         published = task(task_id=PUBLISH_TASK, outlets=outlets)(steps.publish)()
 
         validated >> bundle >> launch >> clusterspec >> train >> archived >> torn_down

@@ -1,0 +1,76 @@
+"""Airflow cluster policy: a `tfjob_submit` run's job steps join its tenant's pool.
+
+The tenant's Airflow pool (`tfjob-tenant-<name>`, docs/tenants.md) caps its
+concurrent jobs. A request file's DAG knows its tenant when it is parsed, so
+`operators.dag_factory` gives its job steps the pool directly. `tfjob_submit`
+serves every tenant and learns the tenant only from the trigger conf, which no
+parse-time argument can see.
+
+Airflow 3.3 calls `task_instance_mutation_hook` scheduler-side with the DagRun
+(hence its `conf`) when it creates a run's task instances
+(`DagRun.verify_integrity`, before any is scheduled) and when it clears one or
+refreshes it from its task. There the job steps of a `tfjob_submit` run get
+the pool of `conf["tenant"]`. A tenant that is not a valid name leaves the
+pool alone: `validate` refuses the run, so those steps never run.
+
+Registered through the `airflow.policy` entry point (pyproject.toml), so
+every Airflow process of this installation loads it; it touches nothing but
+`tfjob_submit`'s job steps. The hook runs inside the scheduler's transaction:
+no database access and nothing slow here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import airflow.settings
+from airflow.policies import hookimpl
+
+from operators.settings import (
+    ARCHIVE_TASK,
+    CLUSTERSPEC_TASK,
+    LAUNCH_TASK,
+    TEARDOWN_TASK,
+    TRAIN_TASK,
+)
+
+# Kept equal to operators.dag_factory.SUBMIT_DAG_ID (importing it would load the SDK's DAG
+# machinery into every Airflow process at start-up); a test checks both.
+SUBMIT_DAG_ID = "tfjob_submit"
+# The steps during which a run's objects may exist: from the launch to the teardown.
+JOB_STEPS = frozenset({LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK, ARCHIVE_TASK, TEARDOWN_TASK})
+TENANT_CONF_KEY = "tenant"
+
+
+def choose_submit_pool(dag_id: str, task_id: str, conf: Any) -> str | None:
+    """The pool a task instance of `dag_id` should use for a run with `conf`; None: leave it."""
+    if dag_id != SUBMIT_DAG_ID or task_id not in JOB_STEPS or not isinstance(conf, dict):
+        return None
+    from tfjob.request import DNS_LABEL_PATTERN, MAX_TENANT_LENGTH
+    from tfjob.tenants import pool_name
+
+    tenant = conf.get(TENANT_CONF_KEY)
+    if not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH or \
+            not DNS_LABEL_PATTERN.match(tenant):
+        return None
+    return pool_name(tenant)
+
+
+# Airflow 3.3 marks its mutation hook "noop" unless an airflow_local_settings module is
+# found (settings.import_local_settings), whatever entry-point policies are registered;
+# DagRun.verify_integrity then creates task instances without calling any hook. This
+# module is loaded by settings.initialize() just before that check: unmark it here.
+airflow.settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
+
+
+@hookimpl
+def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
+    """Put a `tfjob_submit` run's job steps in the pool of the run's tenant."""
+    if dag_run is None:  # early construction; Airflow calls again with the run
+        return
+    pool = choose_submit_pool(task_instance.dag_id, task_instance.task_id, dag_run.conf)
+    if pool is not None:
+        task_instance.pool = pool
+
+
+__all__ = ["JOB_STEPS", "SUBMIT_DAG_ID", "choose_submit_pool", "task_instance_mutation_hook"]

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import airflow.settings
-from airflow.policies import hookimpl
+import pluggy
 
 from operators.settings import (
     ARCHIVE_TASK,
@@ -56,13 +55,10 @@ def choose_submit_pool(dag_id: str, task_id: str, conf: Any) -> str | None:
     return pool_name(tenant)
 
 
-# Airflow 3.3 marks its mutation hook "noop" unless an airflow_local_settings module is
-# found (settings.import_local_settings), whatever entry-point policies are registered;
-# DagRun.verify_integrity then creates task instances without calling any hook. This
-# module is loaded by settings.initialize() just before that check: unmark it here.
-airflow.settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
-
-
+# airflow.policies.hookimpl, made here: importing airflow first would make a process that
+# imports this module before Airflow register it half-loaded (Airflow's start-up loads the
+# entry point), without its hook.
+hookimpl = pluggy.HookimplMarker("airflow.policy")
 @hookimpl
 def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
     """Put a `tfjob_submit` run's job steps in the pool of the run's tenant."""
@@ -72,5 +68,13 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
     if pool is not None:
         task_instance.pool = pool
 
+
+# Airflow 3.3 marks its mutation hook "noop" unless an airflow_local_settings module is
+# found (settings.import_local_settings), whatever entry-point policies are registered;
+# DagRun.verify_integrity then creates task instances without calling any hook. This
+# module is loaded by settings.initialize() just before that check: unmark it here.
+import airflow.settings  # noqa: E402  (last: the hook above exists when Airflow loads us)
+
+airflow.settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
 
 __all__ = ["JOB_STEPS", "SUBMIT_DAG_ID", "choose_submit_pool", "task_instance_mutation_hook"]

@@ -25,16 +25,25 @@ import base64
 import enum
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+from background_server import (  # noqa: E402
+    StartOutcome,
+    await_ready,
+    is_alive,
+    is_port_free,
+    pick_free_port,
+    reap,
+    spawn_detached,
+    stop_processes,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = REPO_ROOT / ".state" / "airflow"
@@ -88,22 +97,6 @@ class AirflowInstance:
     password: str
     pid: int
     home: Path
-
-
-def pick_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def is_port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def load_or_create_secrets(home: Path) -> dict[str, str]:
@@ -170,17 +163,6 @@ def read_pid(home: Path) -> int | None:
         return int((home / PID_FILE).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def fetch_health(url: str, timeout: float = 2.0) -> dict | None:
@@ -256,19 +238,19 @@ def await_airflow_ready(
 ) -> AirflowInstance:
     """Wait until every component is healthy and the DAG files are parsed."""
     home = settings.home.resolve()
-    deadline = time.monotonic() + timeout
-    while not is_healthy(fetch_health(settings.url)):
-        if not is_alive(pid):
-            raise AirflowStartError(
-                f"airflow standalone (pid {pid}) exited during start; last lines of "
-                f"{home / LOG_FILE}:\n{tail_log(home)}"
-            )
-        if time.monotonic() > deadline:
-            raise AirflowStartError(
-                f"Airflow at {settings.url} was not healthy within {timeout:.0f} s; "
-                f"last lines of {home / LOG_FILE}:\n{tail_log(home)}"
-            )
-        time.sleep(POLL_INTERVAL_S)
+    outcome = await_ready(
+        lambda: is_healthy(fetch_health(settings.url)), pid, timeout, POLL_INTERVAL_S
+    )
+    if outcome is StartOutcome.EXITED:
+        raise AirflowStartError(
+            f"airflow standalone (pid {pid}) exited during start; last lines of "
+            f"{home / LOG_FILE}:\n{tail_log(home)}"
+        )
+    if outcome is StartOutcome.TIMED_OUT:
+        raise AirflowStartError(
+            f"Airflow at {settings.url} was not healthy within {timeout:.0f} s; "
+            f"last lines of {home / LOG_FILE}:\n{tail_log(home)}"
+        )
     password = read_admin_password(home)
     if password is None:
         raise AirflowStartError(f"no admin password in {home / PASSWORDS_FILE}")
@@ -308,16 +290,9 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
             f"(see `ss -ltnp 'sport = :{settings.port}'`) or choose another with --port"
         )
     env = build_airflow_env(settings)
-    with open(home / LOG_FILE, "ab") as log:
-        process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "airflow"), "standalone"],
-            cwd=home,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = spawn_detached(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"], home / LOG_FILE, home, env
+    )
     (home / PID_FILE).write_text(str(process.pid))
     try:
         return await_airflow_ready(settings, process.pid, timeout)
@@ -357,14 +332,6 @@ def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
     return found
 
 
-def signal_all(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-
 def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
     """Stop every process of the instance at `home`: SIGTERM, then SIGKILL after `grace`.
 
@@ -379,30 +346,10 @@ def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
     def alive() -> set[int]:
         return {p for p in find_instance_pids(home, session_id) if is_alive(p)}
 
-    seen: set[int] = set()
-    for signum, period in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_PERIOD_S)):
-        deadline = time.monotonic() + period
-        signalled: set[int] = set()
-        while (running := alive()) and time.monotonic() < deadline:
-            seen |= running
-            signal_all(running - signalled if signum == signal.SIGTERM else running, signum)
-            signalled |= running
-            time.sleep(0.2)
-        if not running:
-            break
-    _reap(pid)
+    stopped = stop_processes(alive, grace, KILL_PERIOD_S)
+    reap(pid)  # standalone is our child when started in this process (tests)
     (home / PID_FILE).unlink(missing_ok=True)
-    return sorted(seen)
-
-
-def _reap(pid: int | None) -> None:
-    # Standalone is our child when started in this process (tests): collect its exit status.
-    if pid is None:
-        return
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    return stopped
 
 
 def print_login(instance: AirflowInstance) -> None:

@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+import services  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = REPO_ROOT / ".state"
 BUNDLE_DIR = REPO_ROOT / "bundles" / "digits-ps"
@@ -92,22 +95,35 @@ def print_services() -> None:
     print("\n==> Services are still running")
     print(f"Airflow UI     {record['airflow']['url']}  (login {user} / {login.get(user, '?')})")
     print(f"S3             {record['s3']['endpoint_url']}")
-    print(f"Kubernetes     {record['localkube']['api_url']}  (KUBECONFIG={record['localkube']['kubeconfig']})")
+    kube = record["localkube"]
+    print(f"Kubernetes     {kube['api_url']}  (KUBECONFIG={kube['kubeconfig']})")
     print(f"In a shell:    source {STATE_DIR / 'services.env'}; tshell list")
     print("Stop them:     make down")
 
 
-def run_demo() -> None:
-    if os.geteuid() != 0:
-        raise DemoError(
-            "the demo needs root: localkube runs each pod in its own network and mount "
-            "namespaces. Run it as root (sudo make demo)."
+def check_preflight(uid: int) -> None:
+    """DemoError naming every reason the demo cannot run here, before anything starts."""
+    try:
+        services.check_preflight(
+            services.StatePaths(STATE_DIR),
+            services.DEFAULT_S3_PORT,
+            services.DEFAULT_KUBE_PORT,
+            services.airflow_server.DEFAULT_PORT,
+            uid,
         )
+    except services.PreflightError as error:
+        raise DemoError(f"{error}\nNothing was started.") from None
+
+
+def run_demo() -> None:
+    check_preflight(os.geteuid())
     env = dict(os.environ)
-    run_step("Starting S3, localkube and Airflow", [sys.executable, "scripts/services.py", "up"], env)
+    services_up = [sys.executable, "scripts/services.py", "up"]
+    run_step("Starting S3, localkube and Airflow", services_up, env)
     env = read_service_env()
     run_step("Applying tenants (namespaces, quotas, pools)", [*TSHELL, "tenants", "apply"], env)
-    run_step("Packing and uploading bundles/digits-ps", [*TSHELL, "push", str(BUNDLE_DIR), BUNDLE_PREFIX], env)
+    push = [*TSHELL, "push", str(BUNDLE_DIR), BUNDLE_PREFIX]
+    run_step("Packing and uploading bundles/digits-ps", push, env)
     started = time.monotonic()
     print("\n==> Submitting bundles/digits-ps/request.yaml and following the run", flush=True)
     result = subprocess.run(

@@ -37,14 +37,21 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+from background_server import (  # noqa: E402
+    StartOutcome,
+    await_ready,
+    is_alive,
+    spawn_detached,
+    stop_pid,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_ACCESS_KEY = "tfjob-local"
@@ -449,23 +456,13 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def up(args: argparse.Namespace) -> int:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     ready_file = state / "ready.json"
     if ready_file.exists():
         info = json.loads(ready_file.read_text())
-        if _pid_alive(info["pid"]):
+        if is_alive(info["pid"]):
             print(f"s3 server: already serving {info['endpoint']} (pid {info['pid']})")
             return 0
         ready_file.unlink()
@@ -490,26 +487,20 @@ def up(args: argparse.Namespace) -> int:
         command += ["--bucket", bucket]
     if args.allow_anonymous:
         command.append("--allow-anonymous")
-    with open(state / "server.log", "ab") as log:
-        child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    log_path = state / "server.log"
+    child = spawn_detached(command, log_path)
+    outcome = await_ready(ready_file.exists, child.pid, START_TIMEOUT_S, POLL_S)
+    if outcome is StartOutcome.EXITED:
+        print(
+            f"s3 server: failed to start (exit {child.wait()}); last lines of {log_path}:\n"
+            f"{tail_text(log_path)}",
+            file=sys.stderr,
         )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not ready_file.exists():
-        if child.poll() is not None:
-            print(
-                f"s3 server: failed to start (exit {child.returncode}); see {state / 'server.log'}",
-                file=sys.stderr,
-            )
-            return 1
-        if time.monotonic() > deadline:
-            child.kill()
-            print(
-                f"s3 server: not ready after {START_TIMEOUT_S:g}s; see {state / 'server.log'}",
-                file=sys.stderr,
-            )
-            return 1
-        time.sleep(POLL_S)
+        return 1
+    if outcome is StartOutcome.TIMED_OUT:
+        child.kill()
+        print(f"s3 server: not ready after {START_TIMEOUT_S:g}s; see {log_path}", file=sys.stderr)
+        return 1
     info = json.loads(ready_file.read_text())
     print(
         f"s3 server: serving {info['endpoint']} (pid {info['pid']}, "
@@ -525,16 +516,17 @@ def down(args: argparse.Namespace) -> int:
         print("s3 server: not running")
         return 0
     pid = json.loads(ready_file.read_text())["pid"]
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    stop_pid(pid, STOP_TIMEOUT_S)
     ready_file.unlink(missing_ok=True)
     print(f"s3 server: stopped (pid {pid})")
     return 0
+
+
+def tail_text(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,9 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+import preflight  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state"
 DEFAULT_BUCKET = "tfjob-demo"
+DEFAULT_S3_PORT = 9000
+DEFAULT_KUBE_PORT = 6443
 S3_ACCESS_KEY = os.environ.get("TFJOB_S3_ACCESS_KEY", "tfjob-local")
 S3_SECRET_KEY = os.environ.get("TFJOB_S3_SECRET_KEY", "tfjob-local-secret")
 S3_REGION = "us-east-1"
@@ -44,6 +49,10 @@ STEP_TIMEOUT_S = 600
 
 class ServiceError(RuntimeError):
     """A service did not start or stop; the message names it and where its log is."""
+
+
+class PreflightError(ServiceError):
+    """The services cannot start here (not root, a port taken); nothing was started."""
 
 
 def _load_airflow_server() -> Any:
@@ -224,11 +233,24 @@ def bring_down(paths: StatePaths) -> list[str]:
     return said
 
 
-def check_root() -> None:
-    if os.geteuid() != 0:
-        raise ServiceError(
-            "localkube runs pods in their own network and mount namespaces, which needs root: "
-            "run as root (sudo make up)"
+def list_service_ports(s3_port: int, kube_port: int, airflow_port: int) -> list[Any]:
+    return [
+        preflight.ServicePort("S3 server", s3_port, "--s3-port"),
+        preflight.ServicePort("localkube", kube_port, "--kube-port"),
+        preflight.ServicePort("Airflow", airflow_port, "--airflow-port"),
+    ]
+
+
+def check_preflight(
+    paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, uid: int
+) -> None:
+    """ServiceError naming every reason the services cannot start here (root, ports)."""
+    problems = preflight.find_problems(
+        paths.root, list_service_ports(s3_port, kube_port, airflow_port), uid
+    )
+    if problems:
+        raise PreflightError(
+            "the services cannot start:\n" + "\n".join(f"  - {p}" for p in problems)
         )
 
 
@@ -249,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["up", "down", "env"])
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    parser.add_argument("--s3-port", type=int, default=9000)
-    parser.add_argument("--kube-port", type=int, default=6443)
+    parser.add_argument("--s3-port", type=int, default=DEFAULT_S3_PORT)
+    parser.add_argument("--kube-port", type=int, default=DEFAULT_KUBE_PORT)
     parser.add_argument("--airflow-port", type=int, default=airflow_server.DEFAULT_PORT)
     parser.add_argument(
         "--bucket", action="append", help=f"bucket to create (default {DEFAULT_BUCKET})"
@@ -259,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = StatePaths(args.state_dir.resolve())
     try:
         if args.action == "up":
-            check_root()
+            check_preflight(
+                paths, args.s3_port, args.kube_port, args.airflow_port, os.geteuid()
+            )
             record = bring_up(
                 paths,
                 args.s3_port,
@@ -278,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             print(env_file.read_text(), end="")
     except (ServiceError, airflow_server.AirflowStartError) as error:
         print(f"error: {error}", file=sys.stderr)
-        if args.action == "up":
+        if args.action == "up" and not isinstance(error, PreflightError):
             print("Services that did start keep running; `make down` stops them.", file=sys.stderr)
         return 1
     return 0

@@ -27,11 +27,13 @@ def s3_server_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def pid_alive(pid: int) -> bool:
+    """Running, not a zombie: a stopped server may wait a moment for init to reap it."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_up_daemonises_with_buckets_and_down_stops_it(tmp_path: Path) -> None:

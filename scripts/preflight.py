@@ -1,0 +1,132 @@
+"""Before starting the embedded default: can it work here, and if not, why and what to do.
+
+Why this exists: the services fail late and obscurely when the machine is not
+ready for them (a kubelet that cannot create a network namespace, a server
+whose port another program holds and whose log then says "Address already in
+use"). These checks run first and cheaply, gather every problem at once, and
+word each one for a person: what is wrong, who holds the port, what to do.
+
+A port held by this state dir's own running service is not a problem: that is
+the second `make demo`, which finds the services up and reuses them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+from background_server import LOOPBACK, is_alive, is_port_free  # noqa: E402
+
+TCP_LISTEN = "0A"
+
+
+@dataclass(frozen=True)
+class ServicePort:
+    """A port one service of the embedded default listens on, and the option that changes it."""
+
+    service: str
+    port: int
+    option: str
+
+
+def check_root(uid: int) -> list[str]:
+    if uid == 0:
+        return []
+    return [
+        f"running as uid {uid}, not root: localkube runs every pod in its own network and "
+        "mount namespaces and cgroups, which needs root. Run it as root (sudo make demo, "
+        "sudo make up)."
+    ]
+
+
+def find_listener_pids(port: int) -> list[int]:
+    """Processes with a listening TCP socket on port (from /proc; empty when unreadable)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        if inodes & {read_link(fd) for fd in fds}:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def read_link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the descriptor closed meanwhile
+        return ""
+
+
+def describe_process(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        argv = "?"
+    return f"pid {pid} ({' '.join(argv.split())[:120]})"
+
+
+def check_port(wanted: ServicePort, host: str = LOOPBACK) -> list[str]:
+    if is_port_free(wanted.port, host):
+        return []
+    holders = find_listener_pids(wanted.port)
+    who = ", ".join(describe_process(pid) for pid in holders) or "another process"
+    return [
+        f"port {wanted.port} ({wanted.service}) on {host} is taken by {who}. Stop that "
+        f"program (if it is the demo of another checkout: `make down` there; "
+        f"`ss -ltnp 'sport = :{wanted.port}'` shows the holder), or start the services on "
+        f"another port: python scripts/services.py up {wanted.option} PORT"
+    ]
+
+
+def find_running_services(state_dir: Path) -> set[str]:
+    """Services of this state dir whose recorded process is alive."""
+    running = set()
+    s3_ready = read_json(state_dir / "s3" / "ready.json")
+    if s3_ready.get("pid") and is_alive(s3_ready["pid"]):
+        running.add("S3 server")
+    cluster = read_json(state_dir / "localkube" / "localkube.json")
+    apiserver = (cluster.get("pids") or {}).get("apiserver")
+    if apiserver and is_alive(apiserver):
+        running.add("localkube")
+    try:
+        airflow_pid = int((state_dir / "airflow" / "standalone.pid").read_text().strip())
+    except (OSError, ValueError):
+        airflow_pid = 0
+    if airflow_pid and is_alive(airflow_pid):
+        running.add("Airflow")
+    return running
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def find_problems(state_dir: Path, ports: list[ServicePort], uid: int) -> list[str]:
+    """Every reason the services cannot start here; empty when they can."""
+    problems = check_root(uid)
+    running = find_running_services(state_dir)
+    for wanted in ports:
+        if wanted.service not in running and wanted.port != 0:
+            problems += check_port(wanted)
+    return problems

@@ -14,7 +14,8 @@ import importlib
 import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "tshell.pack_commands", "tshell.run_commands", "tshell.tenant_commands")
+    "tshell.pack_commands", "tshell.run_commands", "tshell.tenant_commands",
+    "tshell.completion")
 
 EXIT_USAGE = 2
 

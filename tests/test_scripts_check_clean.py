@@ -1,0 +1,49 @@
+"""scripts/check_clean.py: what CI runs after `make down` finds what was left, and only that."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHECK = REPO_ROOT / "scripts" / "check_clean.py"
+
+
+def run_check(checkout: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CHECK), "--checkout", str(checkout)],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_a_clean_checkout_passes(tmp_path: Path) -> None:
+    result = run_check(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "nothing of" in result.stdout
+
+
+def test_a_process_left_in_the_checkout_is_named(tmp_path: Path) -> None:
+    leftover = subprocess.Popen(
+        ["sleep", "60"], cwd=tmp_path, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        result = run_check(tmp_path)
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert result.returncode == 1
+    assert f"left behind: process: pid {leftover.pid} (cwd {tmp_path}" in result.stderr
+    assert run_check(tmp_path).returncode == 0
+
+
+def test_a_process_of_another_checkout_is_not_counted(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "other").mkdir()
+    other = subprocess.Popen(["sleep", "60"], cwd=tmp_path / "other", stdin=subprocess.DEVNULL)
+    try:
+        result = run_check(tmp_path / "mine")
+    finally:
+        other.kill()
+        other.wait()
+    assert result.returncode == 0, result.stderr

@@ -11,7 +11,9 @@ connections name localkube's kubeconfig and the S3 endpoint, so Airflow starts
 last. Stopping goes the other way: Airflow first (no task creates a pod while
 the cluster goes away), then localkube (its kubelets remove every pod, network
 namespace and mount), then S3. Each step is idempotent, so `up` twice and
-`down` twice are both fine.
+`down` twice are both fine. Before `up` starts anything, scripts/preflight.py
+checks that it can work here (root; each port free or held by this state
+dir's own service) and names every problem with what to do.
 
 After `up`, <state>/services.json records the endpoints and <state>/services.env
 holds `export` lines (AWS_ENDPOINT_URL, credentials, TSHELL_AIRFLOW_URL) for a

@@ -128,6 +128,10 @@ def measure_job(
     }
 
 
+PARALLEL_PROFILE_EXECS = 16
+PARALLEL_PROFILE_REPEAT = 5
+
+
 def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     """Where one delivery's time goes: an API round trip, an exec of `true`, a whole delivery.
 
@@ -137,7 +141,7 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
 
     from kubernetes.stream import stream
 
-    from operators.delivery import deliver_cluster_file
+    from operators.delivery import DELIVERY_WORKERS, deliver_cluster_file
     from operators.replicas import MAIN_CONTAINER
     from operators.runinfo import read_run
 
@@ -145,9 +149,9 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     pod = next(name for name in info.pod_names() if "-ps-" in name)
     api = world.kube.core_v1()
 
-    def timed(action: Any) -> dict[str, float | int]:
+    def timed(action: Any, times: int = repeat) -> dict[str, float | int]:
         spent = []
-        for _ in range(repeat):
+        for _ in range(times):
             began = clock.perf_counter()
             action()
             spent.append(clock.perf_counter() - began)
@@ -167,10 +171,34 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
         )
 
     content = json.dumps({"tf_config": {}, "legacy": {}})
+
+    def deliver_many(workers: int) -> None:
+        # PARALLEL_PROFILE_EXECS deliveries into the one running pod, `workers` at a time, each
+        # thread with its own client: what deliver_cluster_files does across a job's pods.
+        from concurrent.futures import ThreadPoolExecutor
+
+        from operators.delivery import clone_core_api
+
+        clients = [clone_core_api(api) for _ in range(workers)]
+        with ThreadPoolExecutor(workers) as pool:
+            list(
+                pool.map(
+                    lambda i: deliver_cluster_file(
+                        clients[i % workers], info.namespace, pod, content
+                    ),
+                    range(PARALLEL_PROFILE_EXECS),
+                )
+            )
+
     return {
         "get_pod_s": timed(lambda: api.read_namespaced_pod(pod, info.namespace)),
         "exec_true_s": timed(exec_true),
         "deliver_one_s": timed(lambda: deliver_cluster_file(api, info.namespace, pod, content)),
+        "parallel_execs": PARALLEL_PROFILE_EXECS,
+        "deliver_serial_s": timed(lambda: deliver_many(1), PARALLEL_PROFILE_REPEAT),
+        "deliver_parallel_s": timed(
+            lambda: deliver_many(DELIVERY_WORKERS), PARALLEL_PROFILE_REPEAT
+        ),
     }
 
 

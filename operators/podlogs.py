@@ -14,9 +14,19 @@ METRICS_MARKER = "TFJOB_METRICS "
 TAIL_LINES = 20
 
 
-def prefix_lines(replica_id: str, text: str) -> list[str]:
-    """Every line of `text` as `[role-index] line`."""
-    return [f"[{replica_id}] {line}" for line in text.splitlines()]
+def split_log_lines(text: str) -> list[str]:
+    """The lines of a log as the live stream counts them: split on newline only."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def decode_log_line(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def prefix_lines(replica_id: str, text: str, skip: int = 0) -> list[str]:
+    """Every line of `text` as `[role-index] line`, leaving out the first `skip` lines."""
+    return [f"[{replica_id}] {line.rstrip(chr(13))}" for line in split_log_lines(text)[skip:]]
 
 
 def tail_lines(text: str, count: int = TAIL_LINES) -> str:

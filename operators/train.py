@@ -4,9 +4,9 @@
 training holds no worker slot. When the trigger fires, `finish` resumes in a
 worker and, whatever the outcome:
 
-- writes every replica's log into this task's log, each line prefixed
-  `[role-index]` (logs appear when training ends, not live; for a live view
-  read the pods' logs, e.g. `tshell logs` or `kubectl logs`);
+- writes into this task's log the lines of every replica's log that the
+  trigger did not stream live (each prefixed `[role-index]`; the trigger
+  says how many it logged per replica), so every line appears once;
 - pushes the replica states (`replicas`) and the metrics from the
   `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
 - on failure raises with the failed replica, its exit code and last log lines.
@@ -86,13 +86,15 @@ class TrainingWaitOperator(BaseOperator):
         api = self._client()
         logs: dict[str, str] = {}
         metrics = None
+        streamed = event.get("streamed") or {}
         for replica in event["replicas"]:
             replica_id = f"{replica['role']}-{replica['index']}"
             text = kubeobjects.read_container_log(
                 api, run.namespace, replica["pod"], MAIN_CONTAINER
             )
             logs[replica_id] = text
-            for line in prefix_lines(replica_id, text):
+            # The trigger logged the first `streamed` lines live: only the rest here.
+            for line in prefix_lines(replica_id, text, skip=streamed.get(replica_id, 0)):
                 self.log.info("%s", line)
             found = extract_metrics(text)
             if found is not None and metrics is None:

@@ -5,22 +5,50 @@ Training can take hours; waiting in a worker would hold a slot the whole time.
 provider's `AsyncKubernetesHook`, relisting when the watch ends or its
 resourceVersion is too old) and fires once the run is decided, using the same
 verdict as everything else (`operators.replicas.judge_training`): success by
-the success policy, failure as soon as a chief or worker fails. The event
-carries only data (replica states), never logs: the `train` task reads the
-logs when it resumes.
+the success policy, failure as soon as a chief or worker fails.
+
+Live logs: while it waits, the trigger follows every replica's main container
+log (`follow=True`, one stream per replica, started once the pod's container
+has started) and logs each line as `[role-index] line`. Airflow's triggerer
+writes what a trigger logs into the deferred task's log (the
+`*.trigger.<job>.log` file next to it), which the UI and the REST log
+endpoint show while the task is deferred. The event carries how many lines of
+each replica were logged (`streamed`), so `train`, when it resumes, writes
+only the rest: no line twice. The event carries no log text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from operators.replicas import TrainingState, judge_training
+from operators.podlogs import decode_log_line
+from operators.replicas import MAIN_CONTAINER, TrainingState, judge_training, read_replica_status
 
 WATCH_CHUNK_SECONDS = 60
+# Once the run is decided: how long a replica whose container ended may take to
+# deliver the rest of its log stream before the trigger fires anyway.
+LOG_DRAIN_SECONDS = 5.0
+
+
+def has_main_container_started(pod: dict[str, Any]) -> bool:
+    """The main container runs or ran: its log can be followed."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == MAIN_CONTAINER:
+            state = status.get("state") or {}
+            return state.get("running") is not None or state.get("terminated") is not None
+    return False
+
+
+def has_main_container_ended(pod: dict[str, Any]) -> bool:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == MAIN_CONTAINER:
+            return (status.get("state") or {}).get("terminated") is not None
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 class TrainingTrigger(BaseTrigger):
@@ -57,63 +85,129 @@ class TrainingTrigger(BaseTrigger):
             },
         )
 
-    def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> TriggerEvent | None:
+    def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         verdict = judge_training(pods.values(), self.deciding, self.expected_pods)
         if verdict.state is TrainingState.RUNNING and time.time() < self.deadline:
             return None
         state = verdict.state.value if verdict.state is not TrainingState.RUNNING else "deadline"
-        return TriggerEvent(
-            {
-                "state": state,
-                "replicas": [r.as_dict() for r in verdict.replicas],
-                "failed": verdict.failed_replica.as_dict() if verdict.failed_replica else None,
-                "deciding": list(verdict.deciding),
-            }
-        )
+        return {
+            "state": state,
+            "replicas": [r.as_dict() for r in verdict.replicas],
+            "failed": verdict.failed_replica.as_dict() if verdict.failed_replica else None,
+            "deciding": list(verdict.deciding),
+        }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
         from kubernetes_asyncio import client as async_client
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
         async with hook.get_conn() as api_client:
             core = async_client.CoreV1Api(api_client)
-            while True:
-                listing = await core.list_namespaced_pod(
-                    self.namespace, label_selector=self.selector
+            followers: dict[str, asyncio.Task] = {}
+            streamed: dict[str, int] = {}
+            try:
+                pods, decided = await self._await_decision(api_client, core, followers, streamed)
+                await self._drain_followers(pods, followers)
+            finally:
+                for follower in followers.values():
+                    follower.cancel()
+                await asyncio.gather(*followers.values(), return_exceptions=True)
+            yield TriggerEvent({**decided, "streamed": dict(streamed)})
+
+    def _follow_started_replicas(
+        self,
+        core: Any,
+        pods: dict[str, dict[str, Any]],
+        followers: dict[str, asyncio.Task],
+        streamed: dict[str, int],
+    ) -> None:
+        for name, pod in pods.items():
+            if name not in followers and has_main_container_started(pod):
+                replica = read_replica_status(pod)
+                followers[name] = asyncio.create_task(
+                    self._follow_log(core, name, replica.replica_id, streamed)
                 )
-                pods = {
-                    p.metadata.name: api_client.sanitize_for_serialization(p) for p in listing.items
-                }
-                event = self._event_if_decided(pods)
-                if event is not None:
-                    yield event
-                    return
-                left = self.deadline - time.time()
-                stream = watch.Watch()
-                try:
-                    async with stream.stream(
-                        core.list_namespaced_pod,
-                        self.namespace,
-                        label_selector=self.selector,
-                        resource_version=listing.metadata.resource_version,
-                        timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
-                    ) as events:
-                        async for change in events:
-                            raw = change["raw_object"]
-                            name = raw["metadata"]["name"]
-                            if change["type"] == "DELETED":
-                                pods.pop(name, None)
-                            else:
-                                pods[name] = raw
-                            event = self._event_if_decided(pods)
-                            if event is not None:
-                                yield event
-                                return
-                except ApiException as exc:
-                    if exc.status != 410:  # 410 Gone: resourceVersion too old; relist.
-                        raise
-                except TimeoutError:
-                    pass  # the client gave up on a quiet watch; relist
+
+    async def _follow_log(
+        self, core: Any, pod: str, replica_id: str, streamed: dict[str, int]
+    ) -> None:
+        """Log every line of the replica's main container as `[role-index] line`, as it comes."""
+        streamed.setdefault(replica_id, 0)
+        try:
+            response = await core.read_namespaced_pod_log(
+                pod, self.namespace, container=MAIN_CONTAINER, follow=True, _preload_content=False
+            )
+            async with response:
+                pending = b""
+                async for chunk in response.content.iter_any():
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        self.log.info("[%s] %s", replica_id, decode_log_line(line))
+                        streamed[replica_id] += 1
+                if pending:
+                    self.log.info("[%s] %s", replica_id, decode_log_line(pending))
+                    streamed[replica_id] += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # live logs are a convenience: train prints the rest at the end
+            self.log.warning("[%s] live log stream ended: %s", replica_id, exc)
+
+    async def _drain_followers(
+        self, pods: dict[str, dict[str, Any]], followers: dict[str, asyncio.Task]
+    ) -> None:
+        """Let the streams of containers that ended deliver their last lines (bounded)."""
+        ending = [
+            task
+            for name, task in followers.items()
+            if name in pods and has_main_container_ended(pods[name])
+        ]
+        if ending:
+            await asyncio.wait(ending, timeout=LOG_DRAIN_SECONDS)
+
+    async def _await_decision(
+        self,
+        api_client: Any,
+        core: Any,
+        followers: dict[str, asyncio.Task],
+        streamed: dict[str, int],
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        while True:
+            listing = await core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+            pods = {
+                p.metadata.name: api_client.sanitize_for_serialization(p) for p in listing.items
+            }
+            self._follow_started_replicas(core, pods, followers, streamed)
+            event = self._event_if_decided(pods)
+            if event is not None:
+                return pods, event
+            left = self.deadline - time.time()
+            stream = watch.Watch()
+            try:
+                async with stream.stream(
+                    core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.selector,
+                    resource_version=listing.metadata.resource_version,
+                    timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
+                ) as events:
+                    async for change in events:
+                        raw = change["raw_object"]
+                        name = raw["metadata"]["name"]
+                        if change["type"] == "DELETED":
+                            pods.pop(name, None)
+                        else:
+                            pods[name] = raw
+                        self._follow_started_replicas(core, pods, followers, streamed)
+                        event = self._event_if_decided(pods)
+                        if event is not None:
+                            return pods, event
+            except ApiException as exc:
+                if exc.status != 410:  # 410 Gone: resourceVersion too old; relist.
+                    raise
+            except TimeoutError:
+                pass  # the client gave up on a quiet watch; relist

@@ -334,6 +334,13 @@ def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipelin
         stop()
 
 
+def create_tenant_pool(airflow: Any, slots: int = 8) -> None:
+    """The test tenant's Airflow pool (what `tshell tenants apply` makes): job steps run in it."""
+    from tfjob.tenants import pool_name
+
+    airflow.request("POST", "/api/v2/pools", {"name": pool_name(TENANT), "slots": slots})
+
+
 def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
     """Poll `condition()` until it returns something truthy, with a deadline."""
     deadline = time.monotonic() + timeout

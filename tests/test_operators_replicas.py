@@ -214,6 +214,13 @@ def test_log_lines_are_prefixed_with_role_and_index():
     assert tail_lines("1\n2\n3\n", 2) == "2\n3"
 
 
+def test_lines_the_trigger_streamed_live_are_not_written_again():
+    # The trigger counts newline-terminated lines (and a last unterminated one).
+    assert prefix_lines("ps-0", "a\r\nb\nc", skip=2) == ["[ps-0] c"]
+    assert prefix_lines("ps-0", "a\nb\n", skip=2) == []
+    assert prefix_lines("ps-0", "a\n\nb\n", skip=1) == ["[ps-0] ", "[ps-0] b"]
+
+
 def test_the_last_metrics_line_wins_and_garbage_is_ignored():
     text = (
         'x\nTFJOB_METRICS {"accuracy": 0.5}\nTFJOB_METRICS not-json\n'

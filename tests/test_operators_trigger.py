@@ -1,10 +1,14 @@
-"""TrainingTrigger survives the trip through the triggerer's database (serialize, rebuild)."""
+"""TrainingTrigger: survives the trip through the triggerer's database, decides, follows logs."""
 
 from __future__ import annotations
 
 import importlib
 
-from operators.triggers import TrainingTrigger
+from operators.triggers import (
+    TrainingTrigger,
+    has_main_container_ended,
+    has_main_container_started,
+)
 
 
 def test_a_serialized_trigger_rebuilds_into_an_equal_trigger():
@@ -45,5 +49,22 @@ def test_the_trigger_fires_at_its_deadline_even_while_replicas_run():
         }
     }
     event = trigger._event_if_decided(running)
-    assert event.payload["state"] == "deadline"
-    assert event.payload["replicas"][0]["phase"] == "Running"
+    assert event["state"] == "deadline"
+    assert event["replicas"][0]["phase"] == "Running"
+
+
+def test_a_replica_log_is_followed_once_its_main_container_started():
+    def pod(state):
+        return {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [{"name": "tensorflow", "state": state}],
+            }
+        }
+
+    assert not has_main_container_started(pod({"waiting": {"reason": "ContainerCreating"}}))
+    assert has_main_container_started(pod({"running": {}}))
+    assert has_main_container_started(pod({"terminated": {"exitCode": 0}}))
+    assert not has_main_container_ended(pod({"running": {}}))
+    assert has_main_container_ended(pod({"terminated": {"exitCode": 1}}))
+    assert not has_main_container_started({"status": {"phase": "Pending"}})

@@ -12,7 +12,7 @@ import urllib.error
 
 import pytest
 from airflow_fixtures import start_airflow
-from pipeline_fixtures import pipeline_world, wait_for  # noqa: F401  (pytest fixture)
+from pipeline_fixtures import create_tenant_pool, pipeline_world, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,6 +36,7 @@ def airflow(pipeline_world, tmp_path_factory):
     pipeline_world.write_request(pipeline_world.request("rest-file"))
     handle = start_airflow(tmp_path_factory.mktemp("airflow-rest"), extra_env=env)
     try:
+        create_tenant_pool(handle)
         yield handle
     finally:
         handle.stop()
@@ -95,7 +96,9 @@ def test_tfjob_submit_triggered_over_rest_runs_to_success(pipeline_world, airflo
     assert prefix + "model/model.json" in keys and prefix + "run.json" in keys
     assert prefix + "logs/worker-0.log" in keys
     train_log = task_log(airflow, "tfjob_submit", run["dag_run_id"], "train", 1)
-    assert "[worker-0] standin worker-0 done" in train_log
+    # Streamed live by the trigger or written when train resumed: either way exactly once.
+    assert train_log.count("[worker-0] standin worker-0 done") == 1, train_log[-3000:]
+    assert train_log.count("[worker-0] standin worker-0 TF_CONFIG=") == 1, train_log[-3000:]
     assert world.run_objects("rest-submit") == []
 
 
@@ -147,6 +150,19 @@ def test_train_stopped_mid_run_leaves_no_object_behind(pipeline_world, airflow):
         interval=1.0,
     )
     assert len([o for o in world.run_objects("rest-kill") if o.startswith("Pod/")]) == 3
+    # Live logs: the replicas' lines reach the train task's log while it is still deferred.
+    live = wait_for(
+        lambda: (
+            "[chief-0] standin chief-0 TF_CONFIG="
+            in (text := task_log(airflow, "tfjob_submit", run_id, "train"))
+            and "[worker-0] standin worker-0 legacy JOB_NAME=worker" in text
+            and text
+        ),
+        60,
+        "replica lines in the live train log",
+        interval=1.0,
+    )
+    assert task_states(airflow, "tfjob_submit", run_id)["train"] == "deferred", live[-3000:]
     airflow.request(
         "PATCH",
         f"/api/v2/dags/tfjob_submit/dagRuns/{run_id}/taskInstances/train",

@@ -3,29 +3,44 @@
 Two tenants applied from a test tenants file: each job lands in its own
 tenant's namespace; a gang that does not fit the tenant's quota fails at
 `validate`, before any pod exists; an unknown tenant is refused at `validate`;
-and, under a real Airflow scheduler, the tenant's pool lets one job at a time
-launch and train.
+a request naming no resources gets the tenant's LimitRange defaults; and,
+under a real Airflow scheduler, the tenant's pool of one slot runs one job at
+a time, from its launch to its teardown, for request-file DAGs and
+`tfjob_submit` runs alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime
 
 import pytest
 import yaml
 from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world  # noqa: F401
 
-from operators.tenancy import Clients, Outcome, RestPoolClient, apply_pools, apply_tenants
+from operators.cluster_policy import JOB_STEPS
+from operators.tenancy import (
+    Clients,
+    Outcome,
+    RestPoolClient,
+    apply_pools,
+    apply_tenants,
+    preflight_quota,
+)
 from tfjob import naming
+from tfjob.request import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 
 pytestmark = [pytest.mark.e2e]
 
 OTHER = "other"
 OTHER_NAMESPACE = naming.tenant_namespace(OTHER)
+OTHER_DEFAULTS = {"cpu": "150m", "memory": "96Mi"}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +52,7 @@ def world(pipeline_world, tmp_path_factory):  # noqa: F811
          "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 2},
         {"name": OTHER, "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0,
                                   "pods": 3},
-         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1},
+         "defaults": OTHER_DEFAULTS, "max_concurrent_jobs": 1},
     ]}))
     import kubernetes
 
@@ -100,13 +115,42 @@ def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_rea
     assert world.run_objects("gpu-hog") == []
 
 
-POOL_RUN_TIMEOUT_S = 900
+def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world):
+    body = world.request("bare", tenant=OTHER, resources={},
+                         env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4}})})
+    seen: dict[str, dict] = {}
+    outcome: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=world.run_request(body)))
+    runner.start()
+    api = world.kube.core_v1()
+    selector = f"{naming.LABEL_JOB}=bare"
+    try:
+        while runner.is_alive() and not seen:
+            for pod in api.list_namespaced_pod(OTHER_NAMESPACE, label_selector=selector).items:
+                for container in pod.spec.init_containers + pod.spec.containers:
+                    seen[container.name] = container.resources.requests
+            time.sleep(0.2)
+    finally:
+        runner.join()
+    result = outcome["result"]
+    assert result.state == "success", result
+    # the request named none: the namespace's LimitRange filled them at pod creation
+    assert seen == {"fetch-bundle": OTHER_DEFAULTS, "tensorflow": OTHER_DEFAULTS}, seen
+
+    # The preflight counts such replicas with the namespace's LimitRange, not a guess:
+    # even a tenants-file entry saying otherwise does not change what it counts.
+    tenant = load_tenants(world.env[TENANTS_FILE_ENV]).find(OTHER)
+    stale = dataclasses.replace(tenant, defaults={"cpu": "900m", "memory": "900Mi"})
+    check = preflight_quota(api, load_request(body), stale)
+    assert "cpu: needed 0.15," in check.message, check.message
+    assert "memory: needed 96Mi," in check.message, check.message
+
+
+POOL_RUN_TIMEOUT_S = 600
 REST_TIMEOUT_S = 60
 REST_ATTEMPTS = 3
 TERMINAL = ("success", "failed")
-POOLED_TASKS = ("launch", "clusterspec", "train")
-
-
+SUBMIT_DAG = "tfjob_submit"
 def poll(condition, timeout: float, what: str, interval: float = 1.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -172,15 +216,43 @@ def fetch_or_none(airflow, path: str):
         raise
 
 
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+class PodSampler(threading.Thread):
+    """Which runs have pods in a namespace, sampled every `interval` seconds until stopped."""
+
+    def __init__(self, api, namespace: str, interval: float = 0.3):
+        super().__init__(daemon=True)
+        self.api, self.namespace, self.interval = api, namespace, interval
+        self.samples: list[set[str]] = []
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            pods = self.api.list_namespaced_pod(self.namespace).items
+            self.samples.append({p.metadata.labels.get(naming.LABEL_RUN) for p in pods})
+            self.halt.wait(self.interval)
+
+
 @pytest.mark.slow
-def test_the_tenants_pool_caps_its_concurrent_jobs(world, tmp_path):
+def test_the_tenants_pool_runs_one_job_at_a_time_for_request_dags_and_submit_runs(
+        world, tmp_path):
+    """A pool of 1 slot: a request file's run and a tfjob_submit run of the same tenant,
+    triggered together, never have pods at the same time: each job's steps hold the
+    slot from its launch to its teardown (the run's objects are gone when teardown ends)."""
     from airflow_fixtures import start_airflow
 
-    behaviour = json.dumps({"*": {"sleep": 12}})
-    jobs = ("pool-a", "pool-b")
-    for job in jobs:
-        world.write_request(world.request(job, tenant=OTHER, env={"STANDIN_BEHAVIOUR": behaviour}))
+    # Training outlasts the train task's deferral: a trigger firing before the scheduler has
+    # seen the deferring process exit makes Airflow 3.3 fail the resumed task
+    # (apache/airflow#72716).
+    behaviour = json.dumps({"*": {"sleep": 10}})
+    world.write_request(world.request("pool-a", tenant=OTHER,
+                                      env={"STANDIN_BEHAVIOUR": behaviour}))
+    submitted = world.request("pool-b", tenant=OTHER, env={"STANDIN_BEHAVIOUR": behaviour})
     airflow = start_airflow(tmp_path / "airflow", extra_env=airflow_extra_env(world))
+    sampler = PodSampler(world.kube.core_v1(), OTHER_NAMESPACE)
     try:
         pools = RestPoolClient(airflow.url, lambda: token_of(airflow))
         results = {r.name: r.outcome for r in apply_pools(pools, load_tenants(
@@ -191,35 +263,44 @@ def test_the_tenants_pool_caps_its_concurrent_jobs(world, tmp_path):
         again = apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
         assert {r.outcome for r in again} == {Outcome.UNCHANGED}
 
-        runs = {}
-        for job in jobs:
-            dag_id = f"tfjob__{job}"
+        triggers = {"tfjob__pool-a": {}, SUBMIT_DAG: submitted}
+        for dag_id in triggers:
             poll(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
                  f"{dag_id} to be parsed")
             call(airflow, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-            made = call(airflow, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                        {"logical_date": None, "conf": {}})
-            runs[dag_id] = made["dag_run_id"]
+        sampler.start()
+        runs = {dag_id: call(airflow, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                             {"logical_date": None, "conf": conf})["dag_run_id"]
+                for dag_id, conf in triggers.items()}
 
         def states():
             found = {d: call(airflow, "GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
                      for d, r in runs.items()}
             return found if all(s in TERMINAL for s in found.values()) else None
 
-        final = poll(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=2.0)
-        intervals = []
+        final = poll(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=1.0)
+        windows, steps = [], {}
         for dag_id, run_id in runs.items():
-            tis = call(airflow, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-            for ti in tis["task_instances"]:
-                if ti["task_id"] in POOLED_TASKS:
-                    assert ti["pool"] == pool_name(OTHER), ti
-                    intervals.append((ti["start_date"], ti["end_date"], dag_id, ti["task_id"]))
-        assert final == {d: "success" for d in runs}, final
-        intervals.sort()
-        for (start, end, dag_id, task), (next_start, _, next_dag, next_task) in zip(
-                intervals, intervals[1:], strict=False):
-            assert end <= next_start, (f"{dag_id}.{task} ({start}..{end}) overlaps "
-                                       f"{next_dag}.{next_task} (from {next_start}) "
-                                       "in a pool of 1 slot")
+            tis = {ti["task_id"]: ti for ti in call(
+                airflow, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+            )["task_instances"]}
+            steps[dag_id] = {t: (ti["state"], ti["start_date"], ti["end_date"])
+                             for t, ti in tis.items()}
+            for step in JOB_STEPS:
+                # tfjob_submit's steps get the pool from the run's conf (operators/cluster_policy)
+                assert tis[step]["pool"] == pool_name(OTHER), tis[step]
+                assert tis[step]["start_date"], tis[step]
+            windows.append((parse_time(tis["launch"]["start_date"]),
+                            parse_time(tis["teardown"]["end_date"]), dag_id))
+        assert final == {d: "success" for d in runs}, (final, steps)
     finally:
+        sampler.halt.set()
         airflow.stop()
+    (first_start, first_end, first), (second_start, second_end, second) = sorted(windows)
+    assert first_end <= second_start, (
+        f"{first} held objects {first_start}..{first_end}, {second} from {second_start}: "
+        "two jobs at once in a pool of 1 slot")
+    sampler.join()
+    assert len({run for sample in sampler.samples for run in sample}) == 2, sampler.samples
+    assert all(len(sample) <= 1 for sample in sampler.samples), [
+        s for s in sampler.samples if len(s) > 1]

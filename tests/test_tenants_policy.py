@@ -58,3 +58,42 @@ def test_the_policy_and_the_dag_factory_agree_on_the_job_steps():
     assert pooled == JOB_STEPS
     weights = {t.task_id: t.weight_rule for t in dag.tasks if t.task_id in JOB_STEPS}
     assert set(map(str, weights.values())) == {"upstream"}
+
+
+@pytest.fixture
+def scheduler_session():
+    """A session holding a DagRun, as the scheduler's is when it calls the hook (only the
+    pool table exists: the hook must read pools and nothing else, without flushing)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.pool import Pool
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    engine = create_engine("sqlite://")
+    Pool.__table__.create(engine)
+    with Session(engine) as session:
+        run = DagRun(dag_id="tfjob_submit", run_id="manual__1", conf={"tenant": "demo"},
+                     run_type="manual")
+        session.add(run)
+        yield session, run
+
+
+def test_steps_of_a_tenant_whose_pool_is_missing_run_in_the_default_pool(scheduler_session):
+    from airflow.models.pool import Pool
+
+    session, run = scheduler_session
+    submit = SimpleNamespace(dag_id="tfjob_submit", task_id="launch", pool="default_pool")
+    request = SimpleNamespace(dag_id="tfjob__x", task_id="train", pool="tfjob-tenant-demo")
+    for ti in (submit, request):
+        task_instance_mutation_hook(task_instance=ti, dag_run=run)
+        assert ti.pool == "default_pool", ti  # else they would wait forever
+
+    from sqlalchemy import insert
+
+    with session.no_autoflush:
+        session.execute(insert(Pool.__table__).values(pool="tfjob-tenant-demo", slots=1,
+                                                      include_deferred=True))
+    submit.pool, request.pool = "default_pool", "tfjob-tenant-demo"
+    for ti in (submit, request):
+        task_instance_mutation_hook(task_instance=ti, dag_run=run)
+        assert ti.pool == "tfjob-tenant-demo", ti

@@ -93,6 +93,9 @@ def load_world(folder: Path) -> tuple[PipelineWorld, dict[str, Any]]:
     return world, record
 
 
+TENANT_POOL_SLOTS = 16
+
+
 def start_world_airflow(folder: Path) -> dict[str, Any]:
     """`airflow standalone` wired to the world in `folder`; recorded in `folder/airflow.json`."""
     from airflow_fixtures import start_airflow
@@ -112,6 +115,12 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
         "pid": handle.pid,
     }
     (Path(folder) / AIRFLOW_FILE).write_text(json.dumps(airflow, indent=1))
+    # The cluster policy puts a run's job steps in its tenant's pool; without the pool the
+    # scheduler never queues them (what `tshell tenants apply` makes in a deployment). Enough
+    # slots for every concurrency job, so Airflow's parallelism is the limit measured.
+    from pipeline_fixtures import create_tenant_pool
+
+    create_tenant_pool(load_airflow(folder), slots=TENANT_POOL_SLOTS)
     return airflow
 
 

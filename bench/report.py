@@ -588,7 +588,10 @@ def build_report(
         f"- date: {run.get('date', '?')}; load average at start {run.get('load_start', '?')}, "
         f"at end {run.get('load_end', '?')}",
         f"- command: `{run.get('command', 'make bench')}`; wall time "
-        f"{run.get('wall_s', 0) / 60:.1f} min",
+        f"{run.get('wall_s', 0) / 60:.1f} min (total time of the run; target under 20 min: "
+        f"{verdict(run.get('wall_s', 0) < 20 * 60)})",
+        "- the machine is shared: other engineers' tests and demos ran during the measurement "
+        "(see the load averages); every figure is under that load.",
         "- figures: median (min–max, n) over repetitions in this run; ratios against baselines "
         "measured "
         "in this same run. Raw data: bench/out/*.json (git-ignored).",

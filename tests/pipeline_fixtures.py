@@ -351,3 +351,53 @@ def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.2) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# REST helpers for tests that drive a real `airflow standalone` (tests/airflow_fixtures.py).
+
+# Generous: on 2 shared cores a task's start (parse + imports) can take a minute.
+RUN_TIMEOUT_S = 600
+FINISHED = ("success", "failed")
+
+
+def trigger(airflow, dag_id, conf):
+    return airflow.request(
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}
+    )
+
+
+def await_run(airflow, dag_id, run_id, timeout=RUN_TIMEOUT_S):
+    def finished():
+        run = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run if run["state"] in FINISHED else None
+
+    return wait_for(finished, timeout, f"run {run_id} of {dag_id} to finish", interval=1.0)
+
+
+def task_states(airflow, dag_id, run_id):
+    answer = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    return {ti["task_id"]: ti["state"] for ti in answer["task_instances"]}
+
+
+def task_log(airflow, dag_id, run_id, task_id, try_number=1):
+    answer = airflow.request(
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+    )
+    content = answer.get("content")
+    if isinstance(content, list):
+        # Structured lines: the message is "event", an exception's text sits in other fields.
+        return "\n".join(
+            json.dumps(item) if isinstance(item, dict) else str(item) for item in content
+        )
+    return str(content)
+
+
+def explain_run(airflow, dag_id, run_id):
+    """Task states plus the log tail of every failed task: what a failed assertion should show."""
+    states = task_states(airflow, dag_id, run_id)
+    lines = [json.dumps(states)]
+    for task_id, state in states.items():
+        if state in ("failed", "up_for_retry"):
+            tail = task_log(airflow, dag_id, run_id, task_id)[-3000:]
+            lines.append(f"--- {task_id} ({state}) ---\n{tail}")
+    return "\n".join(lines)

@@ -1,16 +1,14 @@
-"""The example bundles: valid requests, data that matches its export script, and
-real TensorFlow training runs (as local processes) that reach the stated accuracy."""
+"""The example bundles: valid requests, data that matches its export script, bundles that pack.
+
+That each example trains with TensorFlow to its stated accuracy is checked
+through the whole pipeline (request file and tfjob_submit) by
+tests/test_pipeline_tensorflow.py."""
 
 import importlib.util
-import json
-import math
 import re
-import time
-import zipfile
 from pathlib import Path
 
 import pytest
-from local_tf_cluster import LocalTFCluster
 
 from runtime.bundle import extract_bundle, write_bundle
 from tfjob.request import Mode, Strategy, SuccessPolicy, load_request
@@ -19,9 +17,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLES_DIR = REPO_ROOT / "bundles"
 EXAMPLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1")
 STATED_ACCURACY_PATTERN = re.compile(r"^# Stated accuracy: >= (0\.\d+)", re.MULTILINE)
-RUN_TIMEOUT_S = 240  # a 4-process job took 65 s on a 2-core machine at load 9
-# Replicas that only start their server and join: they never exit by themselves.
-JOINING_ROLES = {"digits-ps": ("ps", "worker"), "digits-tf1": ("ps",)}
 
 
 def import_export_script():
@@ -109,39 +104,9 @@ def test_example_packs_into_a_bundle_of_its_code_and_data(name, tmp_path):
     assert info.archive_size < 200_000
 
 
-def assert_model_written(name: str, model_dir: Path) -> None:
-    if name == "digits-tf1":
-        checkpoint = (model_dir / "checkpoint").read_text()
-        assert "model_checkpoint_path" in checkpoint
-        assert list(model_dir.glob("model.ckpt-*.index"))
-    else:
-        with zipfile.ZipFile(model_dir / "digits.keras") as saved:
-            assert "config.json" in saved.namelist()
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_trains_to_its_stated_accuracy(name, tmp_path):
+def test_example_bundle_extracts_as_a_pod_receives_it(name, tmp_path):
+    workspace = pack_and_extract(name, tmp_path)
     request = load_request(BUNDLES_DIR / name / "request.yaml")
-    stated = read_stated_accuracy(name)
-    bundle_dir = pack_and_extract(name, tmp_path)
-    started = time.monotonic()
-    job = LocalTFCluster.from_request(bundle_dir, request, tmp_path / "replicas")
-    with job:
-        owner = job.wait_for_owner(timeout_s=RUN_TIMEOUT_S)
-        if request.success_policy is SuccessPolicy.ALL_WORKERS:
-            for replica in job.replicas:
-                job.wait_for_exit(replica, timeout_s=RUN_TIMEOUT_S)
-        joining = [r for r in job.replicas if r.role in JOINING_ROLES.get(name, ())]
-        still_running = [r for r in joining if r.process.poll() is None]
-    elapsed = time.monotonic() - started
-
-    metrics = owner.read_metrics()
-    print(f"{name}: {elapsed:.1f} s, metrics {json.dumps(metrics)}")
-    assert metrics["accuracy"] >= stated, (metrics, owner.read_log_tail())
-    assert math.isfinite(metrics["loss"]) and metrics["loss"] > 0
-    assert metrics["steps"] > 0
-    assert_model_written(name, owner.model_dir)
-    # Joining replicas were still serving when the owner finished; the launcher stopped them.
-    assert still_running == joining
-    assert all(replica.process.returncode is not None for replica in job.replicas)
+    assert (workspace / "code" / request.entrypoint[-1]).is_file()
+    assert (workspace / "data" / "digits.npz").stat().st_size > 0

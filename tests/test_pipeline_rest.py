@@ -12,13 +12,19 @@ import urllib.error
 
 import pytest
 from airflow_fixtures import start_airflow
-from pipeline_fixtures import create_tenant_pool, pipeline_world, wait_for  # noqa: F401
+from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
+    RUN_TIMEOUT_S,
+    await_run,
+    create_tenant_pool,
+    explain_run,
+    pipeline_world,
+    task_log,
+    task_states,
+    trigger,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-# Generous: on 2 shared cores a task's start (parse + imports) can take a minute.
-RUN_TIMEOUT_S = 600
-FINISHED = ("success", "failed")
 
 
 @pytest.fixture(scope="module")
@@ -40,49 +46,6 @@ def airflow(pipeline_world, tmp_path_factory):
         yield handle
     finally:
         handle.stop()
-
-
-def trigger(airflow, dag_id, conf):
-    return airflow.request(
-        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}
-    )
-
-
-def await_run(airflow, dag_id, run_id, timeout=RUN_TIMEOUT_S):
-    def finished():
-        run = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
-        return run if run["state"] in FINISHED else None
-
-    return wait_for(finished, timeout, f"run {run_id} of {dag_id} to finish", interval=1.0)
-
-
-def task_states(airflow, dag_id, run_id):
-    answer = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-    return {ti["task_id"]: ti["state"] for ti in answer["task_instances"]}
-
-
-def task_log(airflow, dag_id, run_id, task_id, try_number=1):
-    answer = airflow.request(
-        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
-    )
-    content = answer.get("content")
-    if isinstance(content, list):
-        # Structured lines: the message is "event", an exception's text sits in other fields.
-        return "\n".join(
-            json.dumps(item) if isinstance(item, dict) else str(item) for item in content
-        )
-    return str(content)
-
-
-def explain_run(airflow, dag_id, run_id):
-    """Task states plus the log tail of every failed task: what a failed assertion should show."""
-    states = task_states(airflow, dag_id, run_id)
-    lines = [json.dumps(states)]
-    for task_id, state in states.items():
-        if state in ("failed", "up_for_retry"):
-            tail = task_log(airflow, dag_id, run_id, task_id)[-3000:]
-            lines.append(f"--- {task_id} ({state}) ---\n{tail}")
-    return "\n".join(lines)
 
 
 def test_tfjob_submit_triggered_over_rest_runs_to_success(pipeline_world, airflow):

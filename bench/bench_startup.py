@@ -173,22 +173,39 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     content = json.dumps({"tf_config": {}, "legacy": {}})
 
     def deliver_many(workers: int) -> None:
-        # PARALLEL_PROFILE_EXECS deliveries into the one running pod, `workers` at a time, each
-        # thread with its own client: what deliver_cluster_files does across a job's pods.
+        # PARALLEL_PROFILE_EXECS delivery-shaped execs into the one running pod, `workers` at a
+        # time, each thread with its own client (what deliver_cluster_files does across a job's
+        # pods). Each call writes its own file: the contract's temp name is one per pod, and
+        # concurrent writes into one pod would race on it.
         from concurrent.futures import ThreadPoolExecutor
 
         from operators.delivery import clone_core_api
 
         clients = [clone_core_api(api) for _ in range(workers)]
-        with ThreadPoolExecutor(workers) as pool:
-            list(
-                pool.map(
-                    lambda i: deliver_cluster_file(
-                        clients[i % workers], info.namespace, pod, content
-                    ),
-                    range(PARALLEL_PROFILE_EXECS),
-                )
+
+        def deliver(i: int) -> None:
+            stream(
+                clients[i % workers].connect_get_namespaced_pod_exec,
+                pod,
+                info.namespace,
+                command=[
+                    "sh",
+                    "-c",
+                    'printf "%s" "$1" > /tfjob/config/.bench-$2.tmp'
+                    " && mv /tfjob/config/.bench-$2.tmp /tfjob/config/bench-$2.json",
+                    "sh",
+                    content,
+                    str(i),
+                ],
+                container=MAIN_CONTAINER,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
             )
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(deliver, range(PARALLEL_PROFILE_EXECS)))
 
     return {
         "get_pod_s": timed(lambda: api.read_namespaced_pod(pod, info.namespace)),

@@ -57,8 +57,9 @@ def describe_parallel_delivery(profile: Mapping[str, Any]) -> list[str]:
     execs = profile.get("parallel_execs", 16)
     speedup = ratio(serial["median"], parallel["median"]) or 0.0
     return [
-        f"Baseline in the same run: {execs} deliveries into one running pod one after another "
-        f"(the previous `deliver_cluster_spec`) {fmt(serial)}; 8 at a time (the pool) "
+        f"Baseline in the same run: {execs} delivery-shaped execs (the same sh, printf and mv, "
+        "each its own file) into one running pod one after another "
+        f"(as `deliver_cluster_spec` did before) {fmt(serial)}; 8 at a time (the pool) "
         f"{fmt(parallel)}: {speedup:.1f}× faster. An exec's cost is mostly CPU (the client's "
         "WebSocket handshake, localkube's handler, then sh → nsenter → sh → printf/mv as new "
         "processes), so on 2 cores parallel execs gain only what the waiting left idle; a "

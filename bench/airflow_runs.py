@@ -19,6 +19,9 @@ SUBMIT_DAG_ID = "tfjob_submit"
 FINISHED = ("success", "failed")
 
 
+SERVER_ERROR_WAITS_S = (1.0, 2.0, 4.0, 8.0)
+
+
 @dataclass
 class AirflowClient:
     """REST calls with one token, fetched again only when refused (a token per call would add a
@@ -42,6 +45,17 @@ class AirflowClient:
         return self.token
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
+        # A busy SQLite Airflow answers 500 ("database is locked") now and then: ask again.
+        for wait in (*SERVER_ERROR_WAITS_S, None):
+            try:
+                return self.request_once(method, path, body)
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or wait is None:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def request_once(self, method: str, path: str, body: Any = None) -> Any:
         for attempt in (1, 2):
             token = self.token or self.login()
             request = urllib.request.Request(

@@ -1,52 +1,176 @@
-"""One real TensorFlow job through the whole pipeline: bundles/digits-ps (chief + ps + 2 workers).
+"""Every example bundle trains with real TensorFlow through the pipeline, over Airflow's REST API.
 
-Costs ~650 MB of memory and 3-7 s of import per replica: one run only. The
-request is the bundle's own request.yaml with this world's tenant, bucket
-and output.
+One `airflow standalone` (scheduler, triggerer, workers), its requests folder
+holding the four bundles' own request.yaml files (this world's tenant, bucket
+and output). Each example runs twice: its request DAG `tfjob__<name>` and
+`tfjob_submit` with the same request as conf. At most `MAX_IN_FLIGHT` runs at
+a time: a TensorFlow process takes ~650 MB and the machine has 2 cores.
+
+For each run: success, the model in S3, one log per replica, and a complete
+run.json (request, ClusterSpec, bundle identity, image, per-replica exit
+codes, timings, metrics with the stated accuracy); nothing left afterwards.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported by name, then requested as parameters)
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from pipeline_fixtures import TENANT, pipeline_world  # noqa: F401  (pytest fixture)
+from airflow_fixtures import start_airflow
+from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
+    TENANT,
+    create_tenant_pool,
+    explain_run,
+    pipeline_world,
+    trigger,
+)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Eight TensorFlow runs on 2 shared cores: more than pytest-timeout's default 600 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 BUNDLES = Path(__file__).resolve().parent.parent / "bundles"
+EXAMPLES = ("digits-ps", "digits-single", "digits-tf1", "digits-mwms")
 STATED_ACCURACY = 0.90
+MAX_IN_FLIGHT = 4
+ALL_RUNS_TIMEOUT_S = 1200
+SUBMIT_DAG = "tfjob_submit"
 
 
-def test_digits_ps_trains_with_tensorflow_to_its_stated_accuracy(pipeline_world, tmp_path):
+def example_request(world: Any, name: str) -> dict[str, Any]:
+    """The bundle's own request, pointed at this world's tenant, bucket and output."""
+    request = yaml.safe_load((BUNDLES / name / "request.yaml").read_text())
+    request.update(
+        tenant=TENANT,
+        bundle=f"s3://{world.bucket}/bundles/{name}.tar.gz",
+        output=f"s3://{world.bucket}/outputs/{name}",
+        startup_timeout=240,
+    )
+    return request
+
+
+def expected_replicas(request: dict[str, Any]) -> list[str]:
+    if request["mode"] == "single":
+        return ["worker-0"]
+    return [
+        f"{role}-{index}"
+        for role, count in sorted(request["replicas"].items())
+        for index in range(count or 0)
+    ]
+
+
+@pytest.fixture(scope="module")
+def examples(pipeline_world, tmp_path_factory):
+    """Bundles uploaded, request files written, then one Airflow for the module."""
     from runtime.bundle import write_bundle
 
     world = pipeline_world
-    source = BUNDLES / "digits-ps"
-    if not (source / "data" / "digits.npz").exists():
-        pytest.fail("bundles/digits-ps/data/digits.npz is missing: run scripts/export_digits.py")
-    packed = tmp_path / "digits-ps.tar.gz"
-    write_bundle(source, packed, "digits-ps")
-    world.s3.client().upload_file(str(packed), world.bucket, "bundles/digits-ps.tar.gz")
+    packed = tmp_path_factory.mktemp("bundles")
+    requests = {}
+    for name in EXAMPLES:
+        if not (BUNDLES / name / "data" / "digits.npz").exists():
+            pytest.fail(f"bundles/{name}/data/digits.npz is missing: run scripts/export_digits.py")
+        archive = packed / f"{name}.tar.gz"
+        write_bundle(BUNDLES / name, archive, name)
+        world.s3.client().upload_file(str(archive), world.bucket, f"bundles/{name}.tar.gz")
+        requests[name] = example_request(world, name)
+        world.write_request(requests[name])
+    env = {
+        k: v
+        for k, v in world.env.items()
+        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+    }
+    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"
+    handle = start_airflow(tmp_path_factory.mktemp("airflow-tf"), extra_env=env)
+    try:
+        create_tenant_pool(handle)
+        yield handle, requests
+    finally:
+        handle.stop()
 
-    request = yaml.safe_load((source / "request.yaml").read_text())
-    request.update(
-        tenant=TENANT,
-        bundle=f"s3://{world.bucket}/bundles/digits-ps.tar.gz",
-        output=f"s3://{world.bucket}/outputs/digits-ps",
-        startup_timeout=180,
-    )
-    result = world.run_request(request)
-    assert result.state == "success", result
-    prefix = f"outputs/digits-ps/runs/{result.run_id}/"
+
+def run_all(airflow: Any, runs: list[tuple[str, str, dict[str, Any]]]) -> dict[tuple, dict]:
+    """Trigger `(name, dag_id, conf)` runs, at most MAX_IN_FLIGHT at a time; their final states."""
+    waiting = list(runs)
+    in_flight: dict[tuple[str, str], tuple[str, str]] = {}  # (dag_id, run_id) -> (name, dag_id)
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    deadline = time.monotonic() + ALL_RUNS_TIMEOUT_S
+    while waiting or in_flight:
+        while waiting and len(in_flight) < MAX_IN_FLIGHT:
+            name, dag_id, conf = waiting.pop(0)
+            run = trigger(airflow, dag_id, conf)
+            in_flight[(dag_id, run["dag_run_id"])] = (name, dag_id)
+        for (dag_id, run_id), key in list(in_flight.items()):
+            run = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            if run["state"] in ("success", "failed"):
+                done[key] = {**run, "dag_id": dag_id, "run_id": run_id}
+                del in_flight[(dag_id, run_id)]
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"runs still going after {ALL_RUNS_TIMEOUT_S}s: {sorted(in_flight)}"
+            )
+        time.sleep(2)  # polling interval of the REST API, not a wait for a condition
+    return done
+
+
+def check_run(world: Any, request: dict[str, Any], run_id: str) -> list[str]:
+    """What is wrong with a finished run's S3 output (empty when it is complete)."""
+    name = request["name"]
+    prefix = f"outputs/{name}/runs/{run_id}/"
     keys = world.s3_keys(prefix)
-    assert any(k.startswith(prefix + "model/") for k in keys), keys
-    for replica in ("chief-0", "ps-0", "worker-0", "worker-1"):
-        assert prefix + f"logs/{replica}.log" in keys
+    problems = []
+    if not any(k.startswith(prefix + "model/") for k in keys):
+        problems.append(f"{name} {run_id}: no model under {prefix}model/")
+    replicas = expected_replicas(request)
+    logs = sorted(k.removeprefix(prefix + "logs/") for k in keys if k.startswith(prefix + "logs/"))
+    if logs != sorted(f"{r}.log" for r in replicas):
+        problems.append(f"{name} {run_id}: logs {logs}, expected one per replica {replicas}")
     manifest = json.loads(world.s3_text(prefix + "run.json"))
-    assert manifest["metrics"]["accuracy"] >= STATED_ACCURACY, manifest["metrics"]
-    assert sorted(manifest["cluster_spec"]) == ["chief", "ps", "worker"]
-    assert world.run_objects("digits-ps") == []
+    if manifest["request"]["name"] != name or manifest["image"] != request["image"]:
+        problems.append(f"{name}: run.json request/image {manifest['request']} {manifest['image']}")
+    if request["mode"] == "distributed":
+        roles = sorted(role for role, count in request["replicas"].items() if count)
+        if sorted(manifest["cluster_spec"] or {}) != roles:
+            problems.append(f"{name}: cluster_spec {manifest['cluster_spec']}, roles {roles}")
+    bundle = manifest["bundle"] or {}
+    if not (bundle.get("sha256") and bundle.get("snapshot", "").endswith("bundle.tar.gz")):
+        problems.append(f"{name}: bundle identity {bundle}")
+    codes = {f"{r['role']}-{r['index']}": r.get("exit_code") for r in manifest["replicas"]}
+    owner = "chief-0" if "chief-0" in codes else "worker-0"
+    if sorted(codes) != sorted(replicas) or codes[owner] != 0:
+        problems.append(f"{name}: replicas' exit codes {codes}")
+    timings = manifest["timings"]
+    for when in ("run_started_at", "launch_ready_at", "train_finished_at", "archived_at"):
+        if not timings.get(when):
+            problems.append(f"{name}: timings has no {when}: {timings}")
+    accuracy = (manifest["metrics"] or {}).get("accuracy")
+    if accuracy is None or accuracy < STATED_ACCURACY:
+        problems.append(f"{name}: metrics {manifest['metrics']} below {STATED_ACCURACY}")
+    return problems
+
+
+def test_every_example_trains_with_tensorflow_from_its_request_file_and_through_tfjob_submit(
+    pipeline_world, examples
+):
+    world = pipeline_world
+    airflow, requests = examples
+    runs = [(name, f"tfjob__{name}", {}) for name in EXAMPLES]
+    runs += [(name, SUBMIT_DAG, requests[name]) for name in EXAMPLES]
+    done = run_all(airflow, runs)
+    assert len(done) == len(runs), sorted(done)
+    failed = [
+        explain_run(airflow, run["dag_id"], run["run_id"])
+        for run in done.values()
+        if run["state"] != "success"
+    ]
+    assert not failed, "\n\n".join(failed)
+    problems = []
+    for (name, _dag_id), run in done.items():
+        problems += check_run(world, requests[name], run["run_id"])
+    assert not problems, "\n".join(problems)
+    for name in EXAMPLES:
+        assert world.run_objects(name) == [], name

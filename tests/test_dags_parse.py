@@ -56,9 +56,12 @@ def test_every_request_file_and_the_submit_dag_parse_without_errors(dagbag):
 def test_every_training_dag_runs_the_pipeline_in_order(dagbag):
     dag = dagbag.dags["tfjob__digits-ps"]
     assert [t.task_id for t in dag.topological_sort()] == PIPELINE
-    assert dag.get_task("archive").trigger_rule == "all_done"
-    teardown = dag.get_task("teardown")
-    assert teardown.is_teardown and dag.get_task("launch").is_setup
+    # archive and teardown run whenever the bundle was fetched, even after a failed launch.
+    for name in ("archive", "teardown"):
+        task = dag.get_task(name)
+        assert task.is_teardown and task.trigger_rule == "all_done_setup_success", name
+        assert {"fetch_bundle", "launch"} <= task.upstream_task_ids, name
+    assert dag.get_task("launch").is_setup and dag.get_task("fetch_bundle").is_setup
     assert dag.get_task("publish").upstream_task_ids == {"train", "archive", "teardown"}
     assert dag.get_task("train").__class__.__name__ == "TrainingWaitOperator"
 

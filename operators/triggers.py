@@ -173,6 +173,7 @@ class TrainingTrigger(BaseTrigger):
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        import aiohttp
         from kubernetes_asyncio import watch
         from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -211,3 +212,7 @@ class TrainingTrigger(BaseTrigger):
                     raise
             except TimeoutError:
                 pass  # the client gave up on a quiet watch; relist
+            except aiohttp.ClientError as exc:
+                # A watch the server cut off mid-stream (aiohttp: "Response payload is not
+                # completed", a dropped connection) says nothing about the pods: relist.
+                self.log.warning("pod watch of run %s broke (%s); relisting", self.selector, exc)

@@ -623,6 +623,10 @@ def build_report(
             "",
         ]
 
+    notes = run.get("notes") or []
+    if notes:
+        out += ["## Notes on this run", "", *(f"- {note}" for note in notes), ""]
+
     def has(name: str) -> bool:
         return name in results and "error" not in results[name]
 

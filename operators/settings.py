@@ -27,6 +27,11 @@ LEFTOVER_TIMEOUT_SECONDS = 120
 # The train trigger gives up this long after the pods' active deadline.
 TRAIN_DEADLINE_MARGIN_SECONDS = 120
 
+# The train trigger never fires sooner than this after the task deferred: Airflow 3.3
+# fails a deferred task whose trigger event the scheduler handles before the
+# executor's report of the deferring process's exit (apache/airflow#66374, #72716).
+DEFER_SETTLE_SECONDS = 5.0
+
 # Lines of a failed replica's log quoted in the task's error.
 FAILURE_LOG_LINES = 20
 

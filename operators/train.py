@@ -1,7 +1,11 @@
 """The train task: wait (deferred) for the end of training, then report it.
 
 `execute` hands the wait to `TrainingTrigger` in the triggerer, so a long
-training holds no worker slot. When the trigger fires, `finish` resumes in a
+training holds no worker slot; a training already decided when `train`
+starts (a short job) is reported at once, without deferring. The trigger
+never fires within `DEFER_SETTLE_SECONDS` of the deferral: Airflow 3.3 fails
+a task whose trigger event it handles before the deferring process's exit
+(apache/airflow#66374, #72716). When the trigger fires, `finish` resumes in a
 worker and, whatever the outcome:
 
 - writes into this task's log the lines of every replica's log that the
@@ -29,6 +33,7 @@ from operators.podlogs import extract_metrics, prefix_lines, tail_lines
 from operators.replicas import MAIN_CONTAINER, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
+    DEFER_SETTLE_SECONDS,
     FAILURE_LOG_LINES,
     KUBERNETES_CONN_ID,
     TEARDOWN_GRACE_SECONDS,
@@ -53,8 +58,8 @@ class TrainingWaitOperator(BaseOperator):
 
         return KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
 
-    def execute(self, context: Any) -> None:
-        from operators.triggers import TrainingTrigger
+    def execute(self, context: Any) -> dict[str, Any] | None:
+        from operators.triggers import TrainingTrigger, decide_training
 
         run = self._run = pull_run(context)
         request = run.request
@@ -62,6 +67,11 @@ class TrainingWaitOperator(BaseOperator):
             request.success_policy, run.replica_ids(), single=not request.is_distributed
         )
         wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
+        deadline = time.time() + wait
+        decided = decide_training(self._list_pods(run), list(deciding), run.pod_names(), deadline)
+        if decided is not None:
+            self.log.info("training of run %s was decided before train started", run.run_key)
+            return self.finish(context, {**decided, "streamed": {}})
         self.log.info(
             "waiting for training of run %s: success when %s exit 0 (ps never count); deadline %ss",
             run.run_key,
@@ -74,12 +84,21 @@ class TrainingWaitOperator(BaseOperator):
                 selector=run.selector,
                 expected_pods=run.pod_names(),
                 deciding=list(deciding),
-                deadline=time.time() + wait,
+                deadline=deadline,
                 kubernetes_conn_id=self.kubernetes_conn_id,
+                not_before=time.time() + DEFER_SETTLE_SECONDS,
             ),
             method_name="finish",
             timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),
         )
+
+    def _list_pods(self, run: RunInfo) -> dict[str, dict[str, Any]]:
+        api = self._client()
+        listing = api.list_namespaced_pod(run.namespace, label_selector=run.selector)
+        return {
+            pod.metadata.name: api.api_client.sanitize_for_serialization(pod)
+            for pod in listing.items
+        }
 
     def finish(self, context: Any, event: dict[str, Any]) -> dict[str, Any] | None:
         run = self._run = pull_run(context)

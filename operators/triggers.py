@@ -51,6 +51,22 @@ def has_main_container_ended(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def decide_training(
+    pods: dict[str, dict[str, Any]], deciding: list[str], expected_pods: list[str], deadline: float
+) -> dict[str, Any] | None:
+    """The trigger's event for these pods (without `streamed`), or None while training runs."""
+    verdict = judge_training(pods.values(), deciding, expected_pods)
+    if verdict.state is TrainingState.RUNNING and time.time() < deadline:
+        return None
+    state = verdict.state.value if verdict.state is not TrainingState.RUNNING else "deadline"
+    return {
+        "state": state,
+        "replicas": [r.as_dict() for r in verdict.replicas],
+        "failed": verdict.failed_replica.as_dict() if verdict.failed_replica else None,
+        "deciding": list(verdict.deciding),
+    }
+
+
 class TrainingTrigger(BaseTrigger):
     """Fires `{"state": succeeded|failed|deadline, "replicas": [...], "failed": {...}|None}`."""
 
@@ -63,6 +79,7 @@ class TrainingTrigger(BaseTrigger):
         deciding: list[str],
         deadline: float,
         kubernetes_conn_id: str,
+        not_before: float = 0.0,
     ) -> None:
         super().__init__()
         self.namespace = namespace
@@ -71,6 +88,7 @@ class TrainingTrigger(BaseTrigger):
         self.deciding = list(deciding)
         self.deadline = deadline  # wall-clock epoch seconds
         self.kubernetes_conn_id = kubernetes_conn_id
+        self.not_before = not_before  # wall-clock epoch seconds: never fire sooner
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -82,20 +100,12 @@ class TrainingTrigger(BaseTrigger):
                 "deciding": self.deciding,
                 "deadline": self.deadline,
                 "kubernetes_conn_id": self.kubernetes_conn_id,
+                "not_before": self.not_before,
             },
         )
 
     def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-        verdict = judge_training(pods.values(), self.deciding, self.expected_pods)
-        if verdict.state is TrainingState.RUNNING and time.time() < self.deadline:
-            return None
-        state = verdict.state.value if verdict.state is not TrainingState.RUNNING else "deadline"
-        return {
-            "state": state,
-            "replicas": [r.as_dict() for r in verdict.replicas],
-            "failed": verdict.failed_replica.as_dict() if verdict.failed_replica else None,
-            "deciding": list(verdict.deciding),
-        }
+        return decide_training(pods, self.deciding, self.expected_pods, self.deadline)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
@@ -109,6 +119,7 @@ class TrainingTrigger(BaseTrigger):
             try:
                 pods, decided = await self._await_decision(api_client, core, followers, streamed)
                 await self._drain_followers(pods, followers)
+                await asyncio.sleep(max(0.0, self.not_before - time.time()))
             finally:
                 for follower in followers.values():
                     follower.cancel()

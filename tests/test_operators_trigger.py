@@ -19,8 +19,10 @@ def test_a_serialized_trigger_rebuilds_into_an_equal_trigger():
         deciding=["chief-0"],
         deadline=1_800_000_000.0,
         kubernetes_conn_id="kubernetes_default",
+        not_before=1_700_000_005.0,
     )
     path, kwargs = trigger.serialize()
+    assert kwargs["not_before"] == 1_700_000_005.0
     module, _, name = path.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)

@@ -17,10 +17,13 @@ export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 setup: $(STAMP)
 
 # Rebuilt only when the pins change: a second `make setup` does nothing.
+# --compile-bytecode: uv writes no .pyc of its own, and where PYTHONDONTWRITEBYTECODE
+# is set no import ever caches one, so every Airflow task process and every pod
+# would compile Airflow, the Kubernetes clients and TensorFlow from source again.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv==0.13.9
 	@test -x $(PY) || $(PYTHON) -m uv venv -q --python $(PYTHON) $(VENV)
-	$(PYTHON) -m uv pip install -q --python $(PY) -r requirements.txt -c constraints.txt
+	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt -c constraints.txt
 	$(PYTHON) -m uv pip install -q --python $(PY) --no-deps -e .
 	@command -v kubectl >/dev/null 2>&1 || (apt-get install -y -qq kubernetes-client >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kubernetes-client) >/dev/null 2>&1) || echo "note: kubectl not installed; its tests will fail"
 	@touch $(STAMP)

@@ -28,12 +28,14 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@command -v kubectl >/dev/null 2>&1 || (apt-get install -y -qq kubernetes-client >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kubernetes-client) >/dev/null 2>&1) || echo "note: kubectl not installed; its tests will fail"
 	@touch $(STAMP)
 
-# Files run whole on 3 workers: most end-to-end time is waiting (Airflow's scheduler,
-# pods starting), so 3 workers on 2 cores finish sooner than one.
+# Files run whole on 3 workers, in the order tests/conftest.py gives (longest first;
+# xdist would otherwise order files by their number of tests). Most end-to-end time
+# is waiting (Airflow's scheduler, pods starting), so 3 workers on 2 cores finish
+# sooner than one.
 TEST_WORKERS ?= 3
 
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slow"

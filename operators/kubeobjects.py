@@ -51,6 +51,21 @@ def list_run_objects(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[
     return sorted(found)
 
 
+def list_runs_holding_objects(api: k8s.CoreV1Api, namespace: str, tenant: str) -> set[str]:
+    """Run keys of the tenant's runs that still have a pod, ConfigMap or Secret in namespace."""
+    from tfjob import naming
+
+    selector = (
+        f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},"
+        f"{naming.LABEL_TENANT}={naming.label_value(tenant)},{naming.LABEL_RUN}"
+    )
+    holders = set()
+    for _, list_name, _ in RUN_OBJECT_KINDS:
+        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
+            holders.add(item.metadata.labels[naming.LABEL_RUN])
+    return holders
+
+
 def delete_run_objects(
     api: k8s.CoreV1Api, namespace: str, selector: str, grace_period_seconds: int | None = None
 ) -> list[str]:

@@ -8,22 +8,31 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
 
 1. delete whatever an earlier try of the same run left (by label) and wait
    until it is gone, so deterministic names never clash;
-2. create the run's ConfigMap (the runtime files) and Secret (presigned URLs;
-   their values never reach a pod spec, a log or XCom) and every replica pod;
-3. watch the pods until every one runs with an IP (gang start). A pod that
+2. admission: create the run's ConfigMap (the runtime files; it is the run's
+   ticket), then count the tenant's runs that hold objects, own included. Over
+   the tenant's `max_concurrent_jobs`, delete the ticket and reschedule
+   (`AirflowRescheduleException`: the pool slot is given back, no retry is
+   used). Of any runs alive together, the one whose ticket came last counted
+   them all, so at most `max_concurrent_jobs` are admitted, whatever the pool
+   does between a job's steps (docs/tenants.md);
+3. create the Secret (presigned URLs; their values never reach a pod spec, a
+   log or XCom) and every replica pod;
+4. watch the pods until every one runs with an IP (gang start). A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
    the task with the scheduler's / kubelet's reason; the reason also goes to
    XCom (`failure`) for the run manifest. The objects are left in place:
    `archive` (a teardown task of `launch`) keeps the logs of the replicas that
    did start, `teardown` deletes everything, and a retry deletes them first;
-4. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
+5. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
 
 `on_kill` deletes the run's objects instead of the provider's single pod.
 """
 
 from __future__ import annotations
 
+import random
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +48,9 @@ from operators.replicas import (
 )
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
+    ADMISSION_DELAY_SECONDS,
+    ADMISSION_JITTER_SECONDS,
+    ADMISSION_MAX_WAIT_SECONDS,
     AWS_CONN_ID,
     FETCH_BUNDLE_TASK,
     KUBERNETES_CONN_ID,
@@ -50,6 +62,11 @@ from operators.settings import (
 INIT_LOG_LINES = 20
 # XCom key of a failed launch's reason (read by archive for run.json).
 LAUNCH_FAILURE_KEY = "failure"
+
+
+def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
+    """Whether a run whose ticket exists may start, given the runs holding objects."""
+    return len(holders | {run_key}) <= max_jobs
 
 
 def describe_launch_failure(exc: BaseException) -> dict[str, str]:
@@ -118,11 +135,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         self.remove_leftovers(run)
 
-        bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
-        if not bundle.get("snapshot"):
-            raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        bundle_url, upload = build_access(run, bundle["snapshot"], self.aws_conn_id)
-
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
         from tfjob.manifests import (
@@ -132,13 +144,18 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
 
         identity = run.identity()
-        made = kubeobjects.create_objects(
+        ticket = build_runtime_configmap(identity, read_runtime_files(), request.tenant)
+        self.admit(run, ticket, context)
+
+        bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
+        if not bundle.get("snapshot"):
+            raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
+        bundle_url, upload = build_access(run, bundle["snapshot"], self.aws_conn_id)
+        made = [f"ConfigMap/{ticket['metadata']['name']}"]
+        made += kubeobjects.create_objects(
             api,
             run.namespace,
-            [
-                build_runtime_configmap(identity, read_runtime_files(), request.tenant),
-                build_access_secret(identity, bundle_url, upload, request.tenant),
-            ],
+            [build_access_secret(identity, bundle_url, upload, request.tenant)],
         )
         started = time.time()
         try:
@@ -166,6 +183,47 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         context["ti"].xcom_push(key="ready_at", value=time.time())
         return endpoints
+
+    def admit(self, run: RunInfo, ticket: dict[str, Any], context: Any) -> None:
+        """Create the run's ticket and start only within the tenant's job cap (step 2)."""
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        from tfjob.tenants import load_tenants, resolve_tenant
+
+        tenant = run.request.tenant
+        max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
+        api = self.client
+        kubeobjects.create_objects(api, run.namespace, [ticket])
+        holders = kubeobjects.list_runs_holding_objects(api, run.namespace, tenant)
+        if is_admitted(holders, run.run_key, max_jobs):
+            self.log.info(
+                "admitted: %d of tenant %s's %d job places taken (%s)",
+                len(holders | {run.run_key}),
+                tenant,
+                max_jobs,
+                ", ".join(sorted(holders | {run.run_key})),
+            )
+            return
+        kubeobjects.delete_run_objects(api, run.namespace, run.selector)
+        others = ", ".join(sorted(holders - {run.run_key}))
+        now = datetime.now(UTC)
+        first = context["ti"].get_first_reschedule_date(context) or now
+        if now - first > timedelta(seconds=ADMISSION_MAX_WAIT_SECONDS):
+            raise AirflowException(
+                f"tenant {tenant} runs {max_jobs} job(s) at most and has been full for "
+                f"{ADMISSION_MAX_WAIT_SECONDS}s: {others}"
+            )
+        delay = ADMISSION_DELAY_SECONDS + random.uniform(0, ADMISSION_JITTER_SECONDS)
+        self.log.info(
+            "tenant %s runs %d job(s) at most and these hold objects: %s; "
+            "giving the slot back and asking again in %.0fs (wait #%d)",
+            tenant,
+            max_jobs,
+            others,
+            delay,
+            context.get("task_reschedule_count", 0) + 1,
+        )
+        raise AirflowRescheduleException(now + timedelta(seconds=delay))
 
     def remove_leftovers(self, run: RunInfo) -> None:
         """Delete objects of an earlier try of this run and wait until they are gone."""

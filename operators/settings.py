@@ -24,6 +24,14 @@ TEARDOWN_GRACE_SECONDS = 10
 # Before a new try creates its objects: wait for an earlier try's leftovers.
 LEFTOVER_TIMEOUT_SECONDS = 120
 
+# Tenant admission (operators/launch.py): a launch over its tenant's
+# max_concurrent_jobs gives its pool slot back and asks again after
+# ADMISSION_DELAY_SECONDS plus up to ADMISSION_JITTER_SECONDS (two launches that
+# collided do not collide again), and fails after ADMISSION_MAX_WAIT_SECONDS.
+ADMISSION_DELAY_SECONDS = 10
+ADMISSION_JITTER_SECONDS = 10
+ADMISSION_MAX_WAIT_SECONDS = 6 * 3600
+
 # The train trigger gives up this long after the pods' active deadline.
 TRAIN_DEADLINE_MARGIN_SECONDS = 120
 

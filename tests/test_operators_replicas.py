@@ -228,3 +228,15 @@ def test_the_last_metrics_line_wins_and_garbage_is_ignored():
     )
     assert extract_metrics(text) == {"accuracy": 0.9}
     assert extract_metrics("no metrics here") is None
+
+
+def test_a_run_is_admitted_while_the_runs_holding_objects_stay_within_the_cap():
+    from operators.launch import is_admitted
+
+    assert is_admitted({"own"}, "own", 1)
+    assert is_admitted(set(), "own", 1)
+    assert not is_admitted({"other", "own"}, "own", 1)
+    assert is_admitted({"other", "own"}, "own", 2)
+    # Two launches whose tickets both exist each count both: with one place, neither starts
+    # (both back off and ask again later), never both.
+    assert not is_admitted({"a", "b"}, "a", 1) and not is_admitted({"a", "b"}, "b", 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_fixtures import NAMESPACE, pipeline_world, wait_for  # noqa: F401  (pytest fixture)
+from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world, wait_for  # noqa: F401  (pytest fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -225,6 +225,58 @@ def test_airflow_retries_a_gang_start_that_failed_and_the_retry_starts_cleanly(p
         ("worker", 0, 0)
     ]
     assert world.run_objects("e2e-retry") == []
+
+
+def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_is_free(
+    pipeline_world,
+):
+    from tfjob import naming
+    from tfjob.tenants import load_tenants, resolve_tenant
+
+    world = pipeline_world
+    api = world.kube.core_v1()
+    cap = resolve_tenant(load_tenants(), TENANT).max_concurrent_jobs
+    # Other runs of the tenant holding objects: as many as the tenant may run.
+    holders = [f"e2e-holder-{i}" for i in range(cap)]
+    for name in holders:
+        key = naming.run_key(name, "manual__hold")
+        api.create_namespaced_config_map(
+            NAMESPACE,
+            {
+                "metadata": {
+                    "name": naming.configmap_name(key),
+                    "labels": naming.run_labels(name, key, TENANT),
+                },
+                "data": {"held": "yes"},
+            },
+        )
+    body = world.request("e2e-admit")
+    world.write_request(body)
+    running = world.start_dag("tfjob__e2e-admit")
+    try:
+        wait_for(
+            lambda: (1, "up_for_reschedule") in world.task_try_states("tfjob__e2e-admit", "launch"),
+            120,
+            "launch to give its slot back while the tenant is full",
+            interval=0.5,
+        )
+        # It took nothing: its ticket is gone again and no pod was made.
+        assert world.run_objects("e2e-admit") == [], world.run_objects("e2e-admit")
+        api.delete_namespaced_config_map(
+            naming.configmap_name(naming.run_key(holders[0], "manual__hold")), NAMESPACE
+        )
+    finally:
+        result = world.finish_dag(running)
+        for name in holders[1:]:
+            api.delete_namespaced_config_map(
+                naming.configmap_name(naming.run_key(name, "manual__hold")), NAMESPACE
+            )
+    assert result.state == "success", result
+    tries = world.task_try_states("tfjob__e2e-admit", "launch")
+    assert {t for t, _ in tries} == {1} and (1, "success") in tries, tries  # no retry used
+    assert f"tenant {TENANT} runs {cap} job(s) at most" in result.log
+    assert "giving the slot back" in result.log and "admitted:" in result.log
+    assert world.run_objects("e2e-admit") == []
 
 
 def test_a_missing_bundle_fails_fetch_bundle_naming_the_key_and_launches_nothing(pipeline_world):

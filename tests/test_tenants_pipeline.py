@@ -241,7 +241,8 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
         world, tmp_path):
     """A pool of 1 slot: a request file's run and a tfjob_submit run of the same tenant,
     triggered together, both put every job step (launch..teardown) in the tenant's pool,
-    and the pool runs one of those steps at a time, a deferred train holding its slot."""
+    the pool runs one of those steps at a time (a deferred train holding its slot), and
+    the tenant's job cap keeps the two jobs' pods apart."""
     from airflow_fixtures import start_airflow
 
     # Training outlasts the train task's deferral: a trigger firing before the scheduler has
@@ -296,11 +297,13 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     finally:
         sampler.halt.set()
         airflow.stop()
-    # The pool's guarantee: its one slot is held by one job step at a time, a deferred
-    # train included. Between two steps a job holds no slot, so under load another job's
-    # launch can take it (docs/tenants.md: the window); pods of both may then coexist.
+    # The pool: its one slot is held by one job step at a time, a deferred train included.
     held = sorted(held_slots)
     for (_, end, step), (next_start, _, next_step) in zip(held, held[1:], strict=False):
         assert end <= next_start, f"{step} held the slot until {end}, {next_step} from {next_start}"
     sampler.join()
     assert len({run for sample in sampler.samples for run in sample}) == 2, sampler.samples
+    # The job cap (launch's admission): the two jobs' pods never coexist, even when the
+    # other job's launch takes the slot between two steps of the first.
+    assert all(len(sample) <= 1 for sample in sampler.samples), [
+        s for s in sampler.samples if len(s) > 1]

@@ -184,6 +184,22 @@ def fill_every_gpu(api, namespace: str) -> list[str]:
     return names
 
 
+def start_request_dag(world, body):
+    """Write the request file and start its DAG's `dag.test()` without waiting for it."""
+    world.write_request(body)
+    return world.start_dag(f"tfjob__{body['name']}")
+
+
+def await_launch_try_state(world, dag_id: str, state: str) -> None:
+    """Wait until try 1 of the run's launch task is in `state`."""
+    wait_for(
+        lambda: (1, state) in world.task_try_states(dag_id, "launch"),
+        120,
+        f"launch try 1 of {dag_id} to be {state}",
+        interval=0.5,
+    )
+
+
 def test_airflow_retries_a_gang_start_that_failed_and_the_retry_starts_cleanly(pipeline_world):
     world = pipeline_world
     api = world.kube.core_v1()
@@ -194,16 +210,10 @@ def test_airflow_retries_a_gang_start_that_failed_and_the_retry_starts_cleanly(p
         startup_timeout=5,
         resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 1}},
     )
-    world.write_request(body)
-    running = world.start_dag("tfjob__e2e-retry")
+    running = start_request_dag(world, body)
     try:
         # Try 1 of launch fails (no GPU is free); then the GPUs are given back.
-        wait_for(
-            lambda: (1, "up_for_retry") in world.task_try_states("tfjob__e2e-retry", "launch"),
-            120,
-            "launch try 1 to fail and wait for its retry",
-            interval=0.5,
-        )
+        await_launch_try_state(world, "tfjob__e2e-retry", "up_for_retry")
         # Try 1's pod is still there (left for archive/teardown, or for the retry to remove).
         assert [o for o in world.run_objects("e2e-retry") if o.startswith("Pod/")], (
             world.run_objects("e2e-retry")
@@ -250,16 +260,9 @@ def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_i
                 "data": {"held": "yes"},
             },
         )
-    body = world.request("e2e-admit")
-    world.write_request(body)
-    running = world.start_dag("tfjob__e2e-admit")
+    running = start_request_dag(world, world.request("e2e-admit"))
     try:
-        wait_for(
-            lambda: (1, "up_for_reschedule") in world.task_try_states("tfjob__e2e-admit", "launch"),
-            120,
-            "launch to give its slot back while the tenant is full",
-            interval=0.5,
-        )
+        await_launch_try_state(world, "tfjob__e2e-admit", "up_for_reschedule")
         # It took nothing: its ticket is gone again and no pod was made.
         assert world.run_objects("e2e-admit") == [], world.run_objects("e2e-admit")
         api.delete_namespaced_config_map(

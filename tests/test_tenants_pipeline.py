@@ -21,7 +21,7 @@ from datetime import datetime
 
 import pytest
 import yaml
-from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world  # noqa: F401
+from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world, wait_for  # noqa: F401
 
 from operators.cluster_policy import JOB_STEPS
 from operators.tenancy import (
@@ -151,17 +151,6 @@ REST_TIMEOUT_S = 60
 REST_ATTEMPTS = 3
 TERMINAL = ("success", "failed")
 SUBMIT_DAG = "tfjob_submit"
-def poll(condition, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 def airflow_extra_env(world) -> dict[str, str]:
     keep = ("AIRFLOW_CONN_", "TFJOB_", "PYTHONPATH")
     env = {k: v for k, v in world.env.items() if k.startswith(keep)}
@@ -266,8 +255,8 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
 
         triggers = {"tfjob__pool-a": {}, SUBMIT_DAG: submitted}
         for dag_id in triggers:
-            poll(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
-                 f"{dag_id} to be parsed")
+            wait_for(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
+                     f"{dag_id} to be parsed", interval=1.0)
             call(airflow, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         sampler.start()
         runs = {dag_id: call(airflow, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
@@ -279,7 +268,7 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
                      for d, r in runs.items()}
             return found if all(s in TERMINAL for s in found.values()) else None
 
-        final = poll(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=1.0)
+        final = wait_for(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=1.0)
         held_slots, steps = [], {}
         for dag_id, run_id in runs.items():
             tis = {ti["task_id"]: ti for ti in call(

@@ -68,7 +68,9 @@ class TrainingWaitOperator(BaseOperator):
         )
         wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
         deadline = time.time() + wait
-        decided = decide_training(self._list_pods(run), list(deciding), run.pod_names(), deadline)
+        listed = kubeobjects.list_run_pods(self._client(), run.namespace, run.selector)
+        pods = {pod["metadata"]["name"]: pod for pod in listed}
+        decided = decide_training(pods, list(deciding), run.pod_names(), deadline)
         if decided is not None:
             self.log.info("training of run %s was decided before train started", run.run_key)
             return self.finish(context, {**decided, "streamed": {}})
@@ -91,14 +93,6 @@ class TrainingWaitOperator(BaseOperator):
             method_name="finish",
             timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),
         )
-
-    def _list_pods(self, run: RunInfo) -> dict[str, dict[str, Any]]:
-        api = self._client()
-        listing = api.list_namespaced_pod(run.namespace, label_selector=run.selector)
-        return {
-            pod.metadata.name: api.api_client.sanitize_for_serialization(pod)
-            for pod in listing.items
-        }
 
     def finish(self, context: Any, event: dict[str, Any]) -> dict[str, Any] | None:
         run = self._run = pull_run(context)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,9 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# How long a retried call keeps asking a busy API server (5xx, timeouts) before failing.
+BUSY_PATIENCE_S = 90
 
 
 def _load_airflow_server() -> Any:
@@ -55,7 +60,7 @@ airflow_server = _load_airflow_server()
 
 @dataclass
 class AirflowHandle:
-    """A running Airflow: URL, admin login, a fresh token on demand, and stop()."""
+    """A running Airflow: URL, admin login, a bearer token, and stop()."""
 
     url: str
     username: str
@@ -64,11 +69,34 @@ class AirflowHandle:
     pid: int
     env: Mapping[str, str] = field(default_factory=dict)
 
-    def token(self) -> str:
-        return airflow_server.fetch_token(self.url, self.username, self.password)
+    _token: str | None = field(default=None, repr=False)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One authenticated REST call; returns the decoded JSON answer."""
+    def token(self) -> str:
+        """A bearer token, fetched once (valid 24 h): logging in on every call adds load."""
+        if self._token is None:
+            self._token = airflow_server.fetch_token(self.url, self.username, self.password)
+        return self._token
+
+    def request(self, method: str, path: str, body: Any = None, retry: bool | None = None) -> Any:
+        """One authenticated REST call; returns the decoded JSON answer.
+
+        A call that is safe to repeat (GET, or `retry=True`) is asked again while the
+        server answers 5xx or times out, for up to BUSY_PATIENCE_S; a 4xx is final.
+        """
+        retry = method == "GET" if retry is None else retry
+        deadline = time.monotonic() + BUSY_PATIENCE_S
+        while True:
+            try:
+                return self._request_once(method, path, body)
+            except urllib.error.HTTPError as error:
+                if not retry or error.code < 500 or time.monotonic() > deadline:
+                    raise
+            except (urllib.error.URLError, TimeoutError):
+                if not retry or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+
+    def _request_once(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -76,7 +104,7 @@ class AirflowHandle:
             method=method,
             headers={"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=15) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             payload = response.read()
         return json.loads(payload) if payload else None
 

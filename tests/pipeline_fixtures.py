@@ -27,6 +27,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,9 +363,16 @@ FINISHED = ("success", "failed")
 
 
 def trigger(airflow, dag_id, conf):
-    return airflow.request(
-        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}
-    )
+    """Start a run. The run id is chosen here, so a retried POST cannot start two runs:
+    when the first POST did land, the retry's 409 leads to that run."""
+    run_id = f"manual__test-{uuid.uuid4().hex[:12]}"
+    body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+    try:
+        return airflow.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body, retry=True)
+    except urllib.error.HTTPError as error:
+        if error.code != 409:
+            raise
+        return airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 
 
 def await_run(airflow, dag_id, run_id, timeout=RUN_TIMEOUT_S):

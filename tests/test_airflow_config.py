@@ -16,7 +16,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 READ_CONFIG = """
 import json
+from airflow import settings
 from airflow.configuration import conf
+
+settings.configure_orm()  # builds the engines; connects to nothing
 print(json.dumps({
     "executor": conf.get("core", "executor"),
     "load_examples": conf.getboolean("core", "load_examples"),
@@ -30,6 +33,10 @@ print(json.dumps({
     "api_host": conf.get("api", "host"),
     "jwt_secret": conf.get("api_auth", "jwt_secret"),
     "execution_api_retries": conf.getint("workers", "execution_api_retries"),
+    "sqlite_timeouts": [
+        engine.dialect.create_connect_args(engine.url)[1]["timeout"]
+        for engine in (settings.engine, settings.async_engine)
+    ],
 }))
 """
 
@@ -57,7 +64,9 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     assert values["auth_manager"].endswith("SimpleAuthManager")
     assert Path(values["dags_folder"]).resolve() == REPO_ROOT / "dags"
     assert Path(values["plugins_folder"]).resolve() == REPO_ROOT / "plugins"
-    assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db"
+    assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db?timeout=60"
+    # sqlite3.connect gets timeout=60 (busy_timeout 60000 ms) in sync and async sessions.
+    assert values["sqlite_timeouts"] == [60, 60]
     assert values["refresh_interval"] <= 10
     assert values["api_host"] == "127.0.0.1"
     assert values["execution_api_retries"] >= 10

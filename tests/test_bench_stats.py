@@ -261,7 +261,9 @@ def test_whole_runs_get_what_is_left_of_the_twenty_minutes_after_concurrency():
     import run_all
 
     assert run_all.plan_wholerun_budget(300) == pytest.approx(480)  # capped by the step timeout
-    assert run_all.plan_wholerun_budget(700) == pytest.approx(1200 - 700 - run_all.CONCURRENCY_ESTIMATE_S - 30)
+    assert run_all.plan_wholerun_budget(700) == pytest.approx(
+        1200 - 700 - run_all.CONCURRENCY_ESTIMATE_S - 30
+    )
     assert run_all.plan_wholerun_budget(1100) == pytest.approx(60)  # late: still one run
 
 

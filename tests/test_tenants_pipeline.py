@@ -16,12 +16,17 @@ import json
 import threading
 import time
 import urllib.error
-import urllib.request
 from datetime import datetime
 
 import pytest
 import yaml
-from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world, wait_for  # noqa: F401
+from pipeline_fixtures import (  # noqa: F401
+    NAMESPACE,
+    TENANT,
+    pipeline_world,
+    trigger,
+    wait_for,
+)
 
 from operators.cluster_policy import JOB_STEPS
 from operators.tenancy import (
@@ -147,8 +152,6 @@ def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world)
 
 
 POOL_RUN_TIMEOUT_S = 600
-REST_TIMEOUT_S = 60
-REST_ATTEMPTS = 3
 TERMINAL = ("success", "failed")
 SUBMIT_DAG = "tfjob_submit"
 def airflow_extra_env(world) -> dict[str, str]:
@@ -161,44 +164,9 @@ def airflow_extra_env(world) -> dict[str, str]:
     return env
 
 
-def patiently(action):
-    """`action()`; a busy API server (2 cores, tasks running) gets a few more tries."""
-    for attempt in range(REST_ATTEMPTS):
-        try:
-            return action()
-        except (TimeoutError, urllib.error.URLError) as exc:
-            if isinstance(exc, urllib.error.HTTPError) or attempt == REST_ATTEMPTS - 1:
-                raise
-
-
-_tokens: dict[str, str] = {}
-
-
-def token_of(airflow) -> str:
-    """One token per Airflow (valid for 24 h): logging in again on every call adds load."""
-    if airflow.url not in _tokens:
-        _tokens[airflow.url] = patiently(airflow.token)
-    return _tokens[airflow.url]
-
-
-def call(airflow, method: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-
-    def send():
-        request = urllib.request.Request(
-            airflow.url + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {token_of(airflow)}",
-                     "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as response:
-            payload = response.read()
-        return json.loads(payload) if payload else None
-
-    return patiently(send)
-
-
 def fetch_or_none(airflow, path: str):
     try:
-        return call(airflow, "GET", path)
+        return airflow.request("GET", path)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
@@ -244,11 +212,11 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     airflow = start_airflow(tmp_path / "airflow", extra_env=airflow_extra_env(world))
     sampler = PodSampler(world.kube.core_v1(), OTHER_NAMESPACE)
     try:
-        pools = RestPoolClient(airflow.url, lambda: token_of(airflow))
+        pools = RestPoolClient(airflow.url, airflow.token)
         results = {r.name: r.outcome for r in apply_pools(pools, load_tenants(
             world.env[TENANTS_FILE_ENV]))}
         assert results[pool_name(OTHER)] is Outcome.CREATED
-        assert call(airflow, "GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 1
+        assert airflow.request("GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 1
         # Applying again changes nothing.
         again = apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
         assert {r.outcome for r in again} == {Outcome.UNCHANGED}
@@ -257,22 +225,21 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
         for dag_id in triggers:
             wait_for(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
                      f"{dag_id} to be parsed", interval=1.0)
-            call(airflow, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            airflow.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         sampler.start()
-        runs = {dag_id: call(airflow, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                             {"logical_date": None, "conf": conf})["dag_run_id"]
+        runs = {dag_id: trigger(airflow, dag_id, conf)["dag_run_id"]
                 for dag_id, conf in triggers.items()}
 
         def states():
-            found = {d: call(airflow, "GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
+            found = {d: airflow.request("GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
                      for d, r in runs.items()}
             return found if all(s in TERMINAL for s in found.values()) else None
 
         final = wait_for(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=1.0)
         held_slots, steps = [], {}
         for dag_id, run_id in runs.items():
-            tis = {ti["task_id"]: ti for ti in call(
-                airflow, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+            tis = {ti["task_id"]: ti for ti in airflow.request(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
             )["task_instances"]}
             steps[dag_id] = {t: (ti["state"], ti["start_date"], ti["end_date"])
                              for t, ti in tis.items()}

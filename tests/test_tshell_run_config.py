@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import base64
+import http.server
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
-from tshell.airflow_client import describe_api_detail, read_token_expiry
-from tshell.config import ConfigError, load_config
+from tshell import run_commands
+from tshell.airflow_client import (
+    AirflowServerError,
+    AirflowSession,
+    describe_api_detail,
+    read_token_expiry,
+)
+from tshell.config import AirflowConfig, ConfigError, load_config
 from tshell.run_commands import apply_overrides, build_conf, select_replica_lines
 from tshell.run_errors import CommandError, ExitCode
 from tshell.run_storage import run_output_prefix
@@ -184,3 +192,61 @@ def test_token_expiry_is_read_from_the_jwt_claims():
     claims = base64.urlsafe_b64encode(json.dumps({"exp": 1234}).encode()).decode().rstrip("=")
     assert read_token_expiry(f"h.{claims}.s") == 1234.0
     assert read_token_expiry("garbage") is None
+
+
+class FlakyAirflow(http.server.BaseHTTPRequestHandler):
+    """Answers 500 "database is locked" to the first `failures` GETs, then a run."""
+
+    failures = 2
+    answered: list[int] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        self.reply(200, {"access_token": "t"})
+
+    def do_GET(self):  # noqa: N802
+        code = 500 if len(self.answered) < self.failures else 200
+        self.answered.append(code)
+        self.reply(code, {"detail": "database is locked"} if code == 500 else {"state": "running"})
+
+    def reply(self, code, body):
+        payload = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky_airflow():
+    FlakyAirflow.answered = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield AirflowConfig(f"http://127.0.0.1:{server.server_port}", "admin", "pw")
+    server.shutdown()
+
+
+def test_a_read_that_gets_a_server_error_is_asked_again(flaky_airflow, monkeypatch, capsys):
+    monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
+    session = AirflowSession(flaky_airflow)
+    with pytest.raises(AirflowServerError, match="HTTP 500.*database is locked"):
+        session.get_json("/api/v2/dags/d/dagRuns/r")
+    run = run_commands.call_patiently(lambda: session.get_json("/api/v2/dags/d/dagRuns/r"))
+    assert run == {"state": "running"}
+    assert FlakyAirflow.answered == [500, 500, 200]
+    assert "retrying" in capsys.readouterr().err
+
+
+def test_server_errors_past_the_patience_are_raised(flaky_airflow, monkeypatch):
+    monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
+    FlakyAirflow.failures = 1000
+    try:
+        session = AirflowSession(flaky_airflow)
+        with pytest.raises(AirflowServerError):
+            run_commands.call_patiently(lambda: session.get_json("/x"), patience=0.2)
+    finally:
+        FlakyAirflow.failures = 2

@@ -57,6 +57,10 @@ class AirflowRefusedError(AirflowClientError):
     """The server refused the input (400/409/422); the message carries its detail."""
 
 
+class AirflowServerError(AirflowClientError):
+    """The server failed (5xx), e.g. a busy SQLite metadata database; asking again may work."""
+
+
 def describe_api_detail(body: str | bytes | None) -> str:
     """The server's `detail` as one readable line, field names included."""
     if not body:
@@ -119,7 +123,8 @@ def request_token(config: AirflowConfig, timeout: float) -> str:
                 f"Airflow at {config.url} refused the login of user {config.username!r} "
                 f"(HTTP {error.code}): check TSHELL_USERNAME/TSHELL_PASSWORD or the config file"
             ) from None
-        raise AirflowClientError(
+        failure = AirflowServerError if error.code >= 500 else AirflowClientError
+        raise failure(
             f"Airflow at {config.url} answered HTTP {error.code} to {TOKEN_PATH}: "
             f"{describe_api_detail(error.read())}"
         ) from None
@@ -208,6 +213,8 @@ class AirflowSession:
             )
         if status in (400, 409, 422):
             return AirflowRefusedError(f"{subject}Airflow refused it (HTTP {status}): {detail}")
+        if status >= 500:
+            return AirflowServerError(f"{subject}Airflow answered HTTP {status}: {detail}")
         return AirflowClientError(f"{subject}Airflow answered HTTP {status}: {detail}")
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:

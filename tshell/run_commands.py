@@ -32,6 +32,7 @@ import yaml
 from tshell.airflow_client import (
     AirflowClientError,
     AirflowNotFoundError,
+    AirflowServerError,
     AirflowSession,
     AirflowUnreachableError,
 )
@@ -306,15 +307,17 @@ def open_session() -> tuple[TshellConfig, AirflowSession]:
 
 
 def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PATIENCE_S) -> T:
-    """`operation()`, retried while Airflow is unreachable for up to `patience` seconds.
+    """`operation()` (a read), retried while Airflow is unreachable or answers 5xx, for up
+    to `patience` seconds.
 
-    Following a run takes minutes; one slow answer of a busy API server should not end it.
+    Following a run takes minutes; one slow or failed answer of a busy API server should
+    not end it.
     """
     first_failure: float | None = None
     while True:
         try:
             return operation()
-        except AirflowUnreachableError as error:
+        except (AirflowUnreachableError, AirflowServerError) as error:
             now = time.monotonic()
             if first_failure is None:
                 first_failure = now

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 RUN_OBJECTS_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_RUN}"
 # Pods get a short grace: the run is over, nothing waits for their output.
 JANITOR_GRACE_SECONDS = 5
-REST_TIMEOUT_S = 15.0
+# A read: no lock to wait for, but a busy Airflow can take a while to answer.
+REST_TIMEOUT_S = 60.0
 
 
 class RunState(StrEnum):

@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 POOLS_PATH = "/api/v2/pools"
-POOL_REQUEST_TIMEOUT_S = 15.0
-# SQLite-backed Airflow answers 500 ("Database error") while another component holds
-# the write lock, e.g. just after start-up; pool calls are idempotent, so ask again.
+# Longer than the 60 s a SQLite-backed Airflow's writer waits for the lock (airflow.cfg).
+POOL_REQUEST_TIMEOUT_S = 90.0
+# A busy Airflow answers 500 ("Database error") or not in time; pool calls are
+# idempotent (a create that meets 409 updates), so ask again.
 POOL_REQUEST_ATTEMPTS = 4
 # Deferred tasks (a waiting train trigger) keep their slot: the pool caps running jobs.
 POOL_INCLUDE_DEFERRED = True
@@ -392,7 +393,11 @@ class PoolApiError(RuntimeError):
 
 
 class PoolServerError(PoolApiError):
-    """Airflow failed a pool call on its side (HTTP 5xx); worth asking again."""
+    """Airflow failed a pool call on its side (HTTP 5xx) or not in time; worth asking again."""
+
+
+class PoolConflictError(PoolApiError):
+    """Airflow already has the pool (HTTP 409)."""
 
 
 class RestPoolClient:
@@ -427,12 +432,13 @@ class RestPoolClient:
             if exc.code == 404 and method == "GET":
                 return None
             detail = exc.read().decode(errors="replace")[:500]
-            error_type = PoolServerError if exc.code >= 500 else PoolApiError
+            error_type = {409: PoolConflictError}.get(
+                exc.code, PoolServerError if exc.code >= 500 else PoolApiError)
             raise error_type(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
-                               f"{exc.code}: {detail}") from None
+                             f"{exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise PoolApiError(f"Airflow is not reachable at {self.base_url} "
-                               f"({getattr(exc, 'reason', exc)})") from None
+            raise PoolServerError(f"Airflow is not reachable at {self.base_url} "
+                                  f"({getattr(exc, 'reason', exc)})") from None
         return json.loads(payload) if payload else {}
 
     def read_pool(self, name: str) -> PoolSpec | None:
@@ -442,9 +448,13 @@ class RestPoolClient:
         return PoolSpec(found["name"], int(found["slots"]), found.get("description") or "")
 
     def create_pool(self, spec: PoolSpec) -> None:
-        self._request("POST", POOLS_PATH, {"name": spec.name, "slots": spec.slots,
-                                           "description": spec.description,
-                                           "include_deferred": POOL_INCLUDE_DEFERRED})
+        try:
+            self._request("POST", POOLS_PATH, {"name": spec.name, "slots": spec.slots,
+                                               "description": spec.description,
+                                               "include_deferred": POOL_INCLUDE_DEFERRED})
+        except PoolConflictError:
+            # An earlier try that timed out, or another apply, created it first.
+            self.update_pool(spec)
 
     def update_pool(self, spec: PoolSpec) -> None:
         mask = "update_mask=slots&update_mask=description&update_mask=include_deferred"

@@ -104,7 +104,7 @@ class AirflowHandle:
             method=method,
             headers={"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=90) as response:
             payload = response.read()
         return json.loads(payload) if payload else None
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TOKEN_PATH = "/auth/token"
-REQUEST_TIMEOUT_S = 30.0
+# Longer than the 60 s a SQLite-backed Airflow's writer waits for the lock (airflow.cfg).
+REQUEST_TIMEOUT_S = 90.0
 # Airflow answers 401 without a token and 403 "Invalid JWT token" for a bad or expired one.
 TOKEN_REJECTED = (401, 403)
 # Refresh this long before the token's own expiry, so no call races it.

@@ -6,6 +6,7 @@ import base64
 import http.server
 import json
 import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tshell.airflow_client import (
     describe_api_detail,
     read_token_expiry,
 )
+from tshell.cli import run as run_tshell_cli
 from tshell.config import AirflowConfig, ConfigError, load_config
 from tshell.run_commands import apply_overrides, build_conf, select_replica_lines
 from tshell.run_errors import CommandError, ExitCode
@@ -250,3 +252,51 @@ def test_server_errors_past_the_patience_are_raised(flaky_airflow, monkeypatch):
             run_commands.call_patiently(lambda: session.get_json("/x"), patience=0.2)
     finally:
         FlakyAirflow.failures = 2
+
+
+class LostAnswerAirflow(http.server.BaseHTTPRequestHandler):
+    """Creates the first triggered run but answers 500, as a busy Airflow may."""
+
+    runs: dict[str, dict] = {}
+    posts: list[str] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/auth/token":
+            self.reply(201, {"access_token": "t"})
+            return
+        self.posts.append(body["dag_run_id"])
+        self.runs[body["dag_run_id"]] = {"dag_run_id": body["dag_run_id"], "state": "queued"}
+        self.reply(500, {"detail": "database is locked"})
+
+    def do_GET(self):  # noqa: N802
+        run_id = urllib.parse.unquote(self.path.rsplit("/", 1)[-1])
+        found = self.runs.get(run_id)
+        self.reply(200 if found else 404, found or {"detail": "not found"})
+
+    reply = FlakyAirflow.reply
+    log_message = FlakyAirflow.log_message
+
+
+def test_a_trigger_whose_answer_was_lost_is_found_not_triggered_twice(
+    tmp_path, monkeypatch, capsys
+):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LostAnswerAirflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
+    monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("TSHELL_AIRFLOW_URL", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("TSHELL_PASSWORD", "pw")
+    request = tmp_path / "r.yaml"
+    request.write_text(
+        "name: digits\ntenant: team-a\nentrypoint: [python3, train.py]\n"
+        "bundle: s3://bundles/d.tar.gz\noutput: s3://models/digits\n"
+    )
+    try:
+        code = run_tshell_cli(["submit", str(request), "--json"])
+    finally:
+        server.shutdown()
+    printed = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK
+    assert LostAnswerAirflow.posts == [printed["run_id"]]
+    assert printed["run_id"].startswith("manual__") and printed["state"] == "queued"

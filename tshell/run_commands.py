@@ -16,6 +16,7 @@ request's `output` (the run's conf).
 from __future__ import annotations
 
 import argparse
+import datetime
 import enum
 import functools
 import json
@@ -307,8 +308,8 @@ def open_session() -> tuple[TshellConfig, AirflowSession]:
 
 
 def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PATIENCE_S) -> T:
-    """`operation()` (a read), retried while Airflow is unreachable or answers 5xx, for up
-    to `patience` seconds.
+    """`operation()` (a read, or a write safe to repeat), retried while Airflow is
+    unreachable or answers 5xx, for up to `patience` seconds.
 
     Following a run takes minutes; one slow or failed answer of a busy API server should
     not end it.
@@ -400,27 +401,40 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     conf = build_conf(Path(args.request), args.set or [])
     config, session = open_session()
+    # A run id of our own: a try whose answer was lost (a timeout, a 5xx) is looked up
+    # before asking again, so a busy Airflow never gets the same request twice.
+    ref = RunRef(args.dag, f"manual__{datetime.datetime.now(datetime.UTC).isoformat()}")
+    tried = False
 
     def trigger(api: Any) -> Any:
-        body = TriggerDAGRunPostBody(conf=conf, logical_date=None)
+        body = TriggerDAGRunPostBody(dag_run_id=ref.run_id, conf=conf, logical_date=None)
         return DagRunApi(api).trigger_dag_run(args.dag, body)
 
+    def trigger_once() -> str:
+        nonlocal tried
+        if tried:
+            try:
+                return session.get_json(ref.path)["state"]
+            except AirflowNotFoundError:
+                pass
+        tried = True
+        return str(session.call(trigger, f"trigger of DAG {args.dag!r}").state.value)
+
     try:
-        run = session.call(trigger, f"trigger of DAG {args.dag!r}")
+        state = call_patiently(trigger_once)
     except AirflowNotFoundError:
         raise CommandError(
             f"DAG {args.dag!r} does not exist on {session.url} (not parsed yet, "
             f"or a parse error: see the Airflow UI)",
             ExitCode.NOT_FOUND,
         ) from None
-    ref = RunRef(run.dag_id, run.dag_run_id)
     if args.json and not args.wait:
         emit_json(
             {
                 "run_id": ref.run_id,
                 "dag_id": ref.dag_id,
                 "url": run_ui_url(session, ref),
-                "state": str(run.state.value),
+                "state": state,
             },
             out,
         )

@@ -55,6 +55,10 @@ DAG_ID_PREFIX = "tfjob__"
 SUBMIT_DAG_ID = "tfjob_submit"
 # Pause before Airflow retries a failed gang start (the request's `retries`).
 LAUNCH_RETRY_DELAY = timedelta(seconds=10)
+# Tries of `train` lost to Airflow, not to training (see operators/train.py): a new try
+# re-attaches to the gang. A training that failed is final and never retried.
+TRAIN_RETRIES = 2
+TRAIN_RETRY_DELAY = timedelta(seconds=5)
 TAGS = ["tfjob"]
 
 
@@ -107,7 +111,9 @@ def build_training_dag(
             task_id=LAUNCH_TASK, retries=retries, retry_delay=LAUNCH_RETRY_DELAY, **pooled
         )
         clusterspec = task(task_id=CLUSTERSPEC_TASK, **pooled)(steps.deliver_cluster_spec)()
-        train = TrainingWaitOperator(task_id=TRAIN_TASK, **pooled)
+        train = TrainingWaitOperator(
+            task_id=TRAIN_TASK, retries=TRAIN_RETRIES, retry_delay=TRAIN_RETRY_DELAY, **pooled
+        )
         archived = task(task_id=ARCHIVE_TASK, **pooled)(steps.archive)()
         torn_down = task(task_id=TEARDOWN_TASK, **pooled)(steps.teardown)()
         published = task(task_id=PUBLISH_TASK, outlets=outlets)(steps.publish)()

@@ -2,11 +2,18 @@
 
 `execute` hands the wait to `TrainingTrigger` in the triggerer, so a long
 training holds no worker slot; a training already decided when `train`
-starts (a short job) is reported at once, without deferring. The trigger
-never fires within `DEFER_SETTLE_SECONDS` of the deferral: Airflow 3.3 fails
-a task whose trigger event it handles before the deferring process's exit
-(apache/airflow#66374, #72716). When the trigger fires, `finish` resumes in a
-worker and, whatever the outcome:
+starts (a short job, or a new try) is reported at once, without deferring.
+
+Airflow 3.3's scheduler fails a deferred task whose trigger event it handles
+before the executor's report of the deferring process's exit (state mismatch,
+apache/airflow#66374, #67287, #72716). The trigger never fires within
+`DEFER_SETTLE_SECONDS` of the deferral, which makes that rare; when a busy
+scheduler is later still, Airflow retries `train` (the DAG gives it retries)
+and the new try finds the training decided and reports it. A training that
+failed, or passed its deadline, raises `TrainingFailed`, which Airflow never
+retries: retries cover only tries lost to Airflow.
+
+When the trigger fires, `finish` resumes in a worker and, whatever the outcome:
 
 - writes into this task's log the lines of every replica's log that the
   trigger did not stream live (each prefixed `[role-index]`; the trigger
@@ -15,8 +22,10 @@ worker and, whatever the outcome:
   `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
 - on failure raises with the failed replica, its exit code and last log lines.
 
-`on_kill` deletes every object of the run (Airflow calls it when the task is
-killed while it runs in a worker; while deferred, teardown does the job).
+`on_kill` deletes every object of the run when the task is killed before the
+training is decided (Airflow calls it when the task is killed while it runs in
+a worker; while deferred, teardown does the job). Killed in `finish`, it leaves
+them: the training is over, and a new try or teardown needs the pods' logs.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
@@ -41,8 +50,8 @@ from operators.settings import (
 )
 
 
-class TrainingFailed(AirflowException):
-    """A replica that decides the run failed, or the run passed its deadline."""
+class TrainingFailed(AirflowFailException):
+    """A replica that decides the run failed, or the run passed its deadline: final."""
 
 
 class TrainingWaitOperator(BaseOperator):
@@ -52,6 +61,7 @@ class TrainingWaitOperator(BaseOperator):
         super().__init__(**kwargs)
         self.kubernetes_conn_id = kubernetes_conn_id
         self._run: RunInfo | None = None
+        self._decided = False
 
     def _client(self) -> Any:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
@@ -95,6 +105,7 @@ class TrainingWaitOperator(BaseOperator):
         )
 
     def finish(self, context: Any, event: dict[str, Any]) -> dict[str, Any] | None:
+        self._decided = True
         run = self._run = pull_run(context)
         api = self._client()
         logs: dict[str, str] = {}
@@ -148,6 +159,10 @@ class TrainingWaitOperator(BaseOperator):
 
     def on_kill(self) -> None:
         if self._run is None:
+            return
+        if self._decided:
+            self.log.info("train killed after training of run %s ended: teardown deletes "
+                          "its objects", self._run.run_key)
             return
         run = self._run
         try:

@@ -54,14 +54,13 @@ from operators.settings import (
     AWS_CONN_ID,
     FETCH_BUNDLE_TASK,
     KUBERNETES_CONN_ID,
+    LAUNCH_FAILURE_KEY,
     LEFTOVER_TIMEOUT_SECONDS,
     PRESIGN_MARGIN_SECONDS,
     TEARDOWN_GRACE_SECONDS,
 )
 
 INIT_LOG_LINES = 20
-# XCom key of a failed launch's reason (read by archive for run.json).
-LAUNCH_FAILURE_KEY = "failure"
 
 
 def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:

@@ -52,3 +52,5 @@ TRAIN_TASK = "train"
 ARCHIVE_TASK = "archive"
 TEARDOWN_TASK = "teardown"
 PUBLISH_TASK = "publish"
+# XCom key of a failed launch's reason (read by archive for run.json, and the TFJob tab).
+LAUNCH_FAILURE_KEY = "failure"

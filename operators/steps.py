@@ -160,7 +160,7 @@ def archive() -> dict[str, Any]:
     too, so the logs of the replicas that did start are kept.
     """
     from operators.archive import archive_run
-    from operators.launch import LAUNCH_FAILURE_KEY
+    from operators.settings import LAUNCH_FAILURE_KEY
 
     context = get_current_context()
     run = pull_run(context)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.request
 
 import pytest
 from airflow_fixtures import start_airflow
@@ -136,3 +137,56 @@ def test_train_stopped_mid_run_leaves_no_object_behind(pipeline_world, airflow):
     states = task_states(airflow, "tfjob_submit", run_id)
     assert states["teardown"] == "success", states
     assert world.run_objects("rest-kill") == []
+
+
+def fetch_page(airflow, path: str, token: str | None) -> tuple[int, str, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(airflow.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=90) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_world, airflow):
+    conf = pipeline_world.request(
+        "rest-tab",
+        mode="distributed",
+        strategy="parameter_server",
+        replicas={"chief": 1, "ps": 1, "worker": 1, "evaluator": 0},
+    )
+    run_id = trigger(airflow, "tfjob_submit", conf)["dag_run_id"]
+    done = await_run(airflow, "tfjob_submit", run_id)
+    assert done["state"] == "success", explain_run(airflow, "tfjob_submit", run_id)
+
+    # The plugin registers the tab on the DAG run page.
+    plugins = airflow.request("GET", "/api/v2/plugins")["plugins"]
+    views = [v for p in plugins if p["name"] == "tfjob" for v in p["external_views"]]
+    assert [(v["name"], v["destination"]) for v in views] == [("TFJob", "dag_run")], plugins
+    assert views[0]["href"] == "tfjob/runs/{DAG_ID}/{RUN_ID}/view"
+
+    summary = airflow.request("GET", f"/tfjob/runs/tfjob_submit/{run_id}")
+    assert summary["state"] == "success" and summary["job"]["name"] == "rest-tab"
+    assert summary["job"]["namespace"] == f"tfjob-{conf['tenant']}"
+    assert [t["state"] for t in summary["tasks"]] == ["success"] * 8, summary["tasks"]
+    cluster = summary["cluster_spec"]
+    assert sorted(cluster) == ["chief", "ps", "worker"] and len(cluster["worker"]) == 1
+    ends = {f"{r['role']}-{r['index']}": r["exit_code"] for r in summary["replicas"]}
+    assert ends["chief-0"] == 0 and set(ends) == {"chief-0", "ps-0", "worker-0"}
+    prefix = f"s3://{pipeline_world.bucket}/outputs/rest-tab/runs/{run_id}"
+    assert summary["run_json"] == f"{prefix}/run.json"
+    assert summary["model"]["uri"] == f"{prefix}/model/"
+    assert sorted(summary["logs"]) == [f"{prefix}/logs/{r}.log" for r in sorted(ends)]
+
+    status, kind, page = fetch_page(airflow, f"/tfjob/runs/tfjob_submit/{run_id}/view",
+                                    airflow.token())
+    assert status == 200 and kind.startswith("text/html"), (status, page[:500])
+    assert cluster["ps"][0] in page and f"{prefix}/run.json" in page
+
+    # Same rule as the REST API's XCom routes: no credentials, no job view.
+    status, _, answer = fetch_page(airflow, f"/tfjob/runs/tfjob_submit/{run_id}", None)
+    assert status == 401, answer
+    status, _, answer = fetch_page(airflow, "/tfjob/runs/tfjob_submit/no-such-run",
+                                   airflow.token())
+    assert status == 404 and "no-such-run" in answer, answer

@@ -1,0 +1,31 @@
+"""Airflow plugin: a "TFJob" tab on every DAG run, and its JSON at /tfjob/runs/{dag}/{run}.
+
+Airflow's pages show tasks; a training run's story (its pods, the ClusterSpec
+they got, how each replica ended, where the model and logs went) sits in the
+XComs of eight tasks. The tab puts it on one page (operators/run_view.py).
+
+Every Airflow process loads plugins (task processes too, for macros), so the
+FastAPI app is built only when the API server asks for it.
+"""
+
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+URL_PREFIX = "/tfjob"
+
+
+class TfjobPlugin(AirflowPlugin):
+    name = "tfjob"
+    external_views = [{
+        "name": "TFJob",
+        "href": URL_PREFIX.lstrip("/") + "/runs/{DAG_ID}/{RUN_ID}/view",
+        "destination": "dag_run",
+        "url_route": "tfjob-run",
+    }]
+
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:
+        from operators.run_view_api import build_app
+
+        return [{"app": build_app(), "url_prefix": URL_PREFIX, "name": "TF-on-K8s job view"}]

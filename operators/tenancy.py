@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 POOLS_PATH = "/api/v2/pools"
-# Longer than the 60 s a SQLite-backed Airflow's writer waits for the lock (airflow.cfg).
+# Generous: a busy SQLite-backed Airflow can stall a call for its lock wait, repeatedly.
 POOL_REQUEST_TIMEOUT_S = 90.0
 # A busy Airflow answers 500 ("Database error") or not in time; pool calls are
 # idempotent (a create that meets 409 updates), so ask again.

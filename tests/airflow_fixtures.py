@@ -80,10 +80,10 @@ class AirflowHandle:
     def request(self, method: str, path: str, body: Any = None, retry: bool | None = None) -> Any:
         """One authenticated REST call; returns the decoded JSON answer.
 
-        A call that is safe to repeat (GET, or `retry=True`) is asked again while the
-        server answers 5xx or times out, for up to BUSY_PATIENCE_S; a 4xx is final.
+        A call that is safe to repeat (GET, PATCH, or `retry=True`) is asked again while
+        the server answers 5xx or times out, for up to BUSY_PATIENCE_S; a 4xx is final.
         """
-        retry = method == "GET" if retry is None else retry
+        retry = method in ("GET", "PATCH") if retry is None else retry
         deadline = time.monotonic() + BUSY_PATIENCE_S
         while True:
             try:

@@ -338,9 +338,11 @@ def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipelin
 
 def create_tenant_pool(airflow: Any, slots: int = 8) -> None:
     """The test tenant's Airflow pool (what `tshell tenants apply` makes): job steps run in it."""
+    from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
     from tfjob.tenants import pool_name
 
-    airflow.request("POST", "/api/v2/pools", {"name": pool_name(TENANT), "slots": slots})
+    # Through the same client as tshell: it asks again when a busy Airflow answers 500.
+    apply_pool(RestPoolClient(airflow.url, airflow.token), PoolSpec(pool_name(TENANT), slots, ""))
 
 
 def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.2) -> Any:

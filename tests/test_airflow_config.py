@@ -64,9 +64,9 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     assert values["auth_manager"].endswith("SimpleAuthManager")
     assert Path(values["dags_folder"]).resolve() == REPO_ROOT / "dags"
     assert Path(values["plugins_folder"]).resolve() == REPO_ROOT / "plugins"
-    assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db?timeout=60"
-    # sqlite3.connect gets timeout=60 (busy_timeout 60000 ms) in sync and async sessions.
-    assert values["sqlite_timeouts"] == [60, 60]
+    assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db?timeout=5"
+    # sqlite3.connect gets timeout=5 (busy_timeout 5000 ms) in sync and async sessions.
+    assert values["sqlite_timeouts"] == [5, 5]
     assert values["refresh_interval"] <= 10
     assert values["api_host"] == "127.0.0.1"
     assert values["execution_api_retries"] >= 10

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TOKEN_PATH = "/auth/token"
-# Longer than the 60 s a SQLite-backed Airflow's writer waits for the lock (airflow.cfg).
+# Generous: a busy SQLite-backed Airflow can stall a call for its lock wait, repeatedly.
 REQUEST_TIMEOUT_S = 90.0
 # Airflow answers 401 without a token and 403 "Invalid JWT token" for a bad or expired one.
 TOKEN_REJECTED = (401, 403)

@@ -676,7 +676,9 @@ def fail_active_tasks(session: AirflowSession, ref: RunRef, spared: set[str]) ->
                 map_index=None if map_index < 0 else map_index,
             )
 
-        session.call(patch, f"cancel of task {task['task_id']!r}")
+        # Setting failed again is harmless: a call whose answer was lost may be repeated.
+        what = f"cancel of task {task['task_id']!r}"
+        call_patiently(lambda p=patch, w=what: session.call(p, w))
         failed.append(task["task_id"])
     return failed
 
@@ -723,7 +725,7 @@ def mark_run_failed(session: AirflowSession, ref: RunRef) -> None:
         body = DAGRunPatchBody(state=DagRunMutableStates.FAILED, note=CANCEL_NOTE)
         return DagRunApi(api).patch_dag_run(ref.dag_id, ref.run_id, body)
 
-    session.call(patch_run, f"cancel of run {ref.run_id!r}")
+    call_patiently(lambda: session.call(patch_run, f"cancel of run {ref.run_id!r}"))
 
 
 def await_tasks_finished(

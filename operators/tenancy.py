@@ -432,8 +432,12 @@ class RestPoolClient:
             if exc.code == 404 and method == "GET":
                 return None
             detail = exc.read().decode(errors="replace")[:500]
-            error_type = {409: PoolConflictError}.get(
-                exc.code, PoolServerError if exc.code >= 500 else PoolApiError)
+            if exc.code == 409:
+                error_type = PoolConflictError
+            elif exc.code >= 500:
+                error_type = PoolServerError
+            else:
+                error_type = PoolApiError
             raise error_type(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
                              f"{exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:

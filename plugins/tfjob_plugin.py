@@ -5,9 +5,11 @@ they got, how each replica ended, where the model and logs went) sits in the
 XComs of eight tasks. The tab puts it on one page (operators/run_view.py).
 
 Every Airflow process loads plugins (task processes too, for macros), so the
-FastAPI app is built only when the API server asks for it.
+FastAPI app is built only when the API server asks for it, and once: the plugin
+listing (`/api/v2/plugins`) asks again on every call.
 """
 
+from functools import cached_property
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -24,7 +26,7 @@ class TfjobPlugin(AirflowPlugin):
         "url_route": "tfjob-run",
     }]
 
-    @property
+    @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:
         from operators.run_view_api import build_app
 

@@ -63,10 +63,11 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     from bench_startup import build_request
 
     from operators import kubeobjects
-    from operators.launch import build_access, read_runtime_files
+    from operators.grants import GrantPlan, sign_grants
+    from operators.launch import read_runtime_files
     from operators.runinfo import read_run
     from operators.settings import AWS_CONN_ID
-    from tfjob.manifests import build_access_secret, build_runtime_configmap
+    from tfjob.manifests import build_access_secret, build_runtime_configmap, build_upload_secret
 
     body = build_request(world, name, count)
     body["env"] = {
@@ -76,16 +77,18 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", f"naive__{name}")
     driver.validate_and_fetch(run)
     info = read_run(run.store[("validate", "return_value")])
-    bundle_url, upload = build_access(
+    plan = GrantPlan.for_run(
         info, run.store[("fetch_bundle", "return_value")]["snapshot"], AWS_CONN_ID
     )
+    grants = sign_grants(plan)
     api = world.kube.core_v1()
     kubeobjects.create_objects(
         api,
         info.namespace,
         [
             build_runtime_configmap(info.identity(), read_runtime_files(), info.request.tenant),
-            build_access_secret(info.identity(), bundle_url, upload, info.request.tenant),
+            build_access_secret(info.identity(), grants.bundle_url, info.request.tenant),
+            build_upload_secret(info.identity(), grants.upload, info.request.tenant),
         ],
     )
     return run, info

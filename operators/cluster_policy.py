@@ -53,7 +53,8 @@ def choose_submit_pool(dag_id: str, task_id: str, conf: Any) -> str | None:
     """The pool a task instance of `dag_id` should use for a run with `conf`; None: leave it."""
     if dag_id != SUBMIT_DAG_ID or task_id not in JOB_STEPS or not isinstance(conf, dict):
         return None
-    from tfjob.request import DNS_LABEL_PATTERN, MAX_TENANT_LENGTH
+    from tfjob.request import MAX_TENANT_LENGTH
+    from tfjob.request_checks import DNS_LABEL_PATTERN
     from tfjob.tenants import pool_name
 
     tenant = conf.get(TENANT_CONF_KEY)

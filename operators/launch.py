@@ -15,9 +15,12 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    used). Of any runs alive together, the one whose ticket came last counted
    them all, so at most `max_concurrent_jobs` are admitted, whatever the pool
    does between a job's steps (docs/tenants.md);
-3. create the Secret (presigned URLs; their values never reach a pod spec, a
-   log or XCom) and every replica pod;
-4. watch the pods until every one runs with an IP (gang start). A pod that
+3. sign the pods' S3 grants (operators/grants.py) into the run's two Secrets
+   (their values never reach a pod spec, a log or XCom; the plan, which holds
+   no credential, goes to XCom `grants` for train's refreshes), then create
+   every replica pod;
+4. watch the pods until every one runs with an IP (gang start), signing the
+   grants anew every `refresh_every` seconds while it waits. A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
    the task with the scheduler's / kubelet's reason; the reason also goes to
    XCom (`failure`) for the run manifest. The objects are left in place:
@@ -53,10 +56,10 @@ from operators.settings import (
     ADMISSION_MAX_WAIT_SECONDS,
     AWS_CONN_ID,
     FETCH_BUNDLE_TASK,
+    GRANTS_KEY,
     KUBERNETES_CONN_ID,
     LAUNCH_FAILURE_KEY,
     LEFTOVER_TIMEOUT_SECONDS,
-    PRESIGN_MARGIN_SECONDS,
     TEARDOWN_GRACE_SECONDS,
 )
 
@@ -87,19 +90,6 @@ def read_runtime_files() -> dict[str, str]:
         for path in sorted(folder.glob("*.py"))
         if path.name != "__init__.py"
     }
-
-
-def build_access(run: RunInfo, snapshot_uri: str, aws_conn_id: str) -> tuple[str, dict[str, Any]]:
-    """A presigned GET URL for the bundle snapshot and a presigned upload for the run's prefix."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-    from operators.s3access import presign_bundle_url, presign_upload
-
-    s3 = S3Hook(aws_conn_id=aws_conn_id).get_conn()
-    expires = run.request.active_deadline + PRESIGN_MARGIN_SECONDS
-    bundle_url = presign_bundle_url(s3, snapshot_uri, expires)
-    upload = presign_upload(s3, run.request.output, run.run_id, expires)
-    return bundle_url, upload
 
 
 class TrainingLaunchOperator(KubernetesPodOperator):
@@ -136,10 +126,12 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
+        from operators.grants import GrantPlan, sign_grants
         from tfjob.manifests import (
             build_access_secret,
             build_pod_manifests,
             build_runtime_configmap,
+            build_upload_secret,
         )
 
         identity = run.identity()
@@ -149,12 +141,22 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
         if not bundle.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        bundle_url, upload = build_access(run, bundle["snapshot"], self.aws_conn_id)
+        plan = GrantPlan.for_run(run, bundle["snapshot"], self.aws_conn_id)
+        grants = sign_grants(plan)
+        context["ti"].xcom_push(key=GRANTS_KEY, value=plan.to_payload())
         made = [f"ConfigMap/{ticket['metadata']['name']}"]
         made += kubeobjects.create_objects(
             api,
             run.namespace,
-            [build_access_secret(identity, bundle_url, upload, request.tenant)],
+            [
+                build_access_secret(identity, grants.bundle_url, request.tenant),
+                build_upload_secret(identity, grants.upload, request.tenant),
+            ],
+        )
+        self.log.info(
+            "S3 grants signed for %ds (SigV4), signed anew every %.0fs while the run lives",
+            plan.lifetime,
+            plan.refresh_every,
         )
         started = time.time()
         try:
@@ -168,7 +170,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                 self.pod_manager.create_pod(pod)
                 made.append(f"Pod/{manifest['metadata']['name']}")
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
-            endpoints = self.await_gang_start(run)
+            endpoints = self.await_gang_start(run, plan)
         except Exception as exc:
             # The objects stay: archive keeps the logs of the replicas that did start,
             # teardown removes everything, and a retry removes them first (remove_leftovers).
@@ -242,17 +244,29 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                 + ", ".join(left)
             )
 
-    def await_gang_start(self, run: RunInfo) -> dict[str, list[str]]:
-        """Watch until every pod runs with an IP; fail with the reasons when not in time."""
+    def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:
+        """Watch until every pod runs with an IP; fail with the reasons when not in time.
+
+        Pods waiting long (for GPUs, for a node) still find valid grants: they
+        are signed anew every `plan.refresh_every` seconds of the wait.
+        """
+        from operators.grants import sign_grants, write_grants
+
         expected = run.pod_names()
         deadline = time.monotonic() + run.request.startup_timeout
 
         def settled(pods: list[dict[str, Any]]) -> bool:
             return judge_gang_start(pods, expected).state is not GangState.STARTING
 
-        pods = kubeobjects.watch_run_pods(
-            self.client, run.namespace, run.selector, deadline, settled
-        )
+        while True:
+            refresh_at = time.monotonic() + plan.refresh_every
+            pods = kubeobjects.watch_run_pods(
+                self.client, run.namespace, run.selector, min(deadline, refresh_at), settled
+            )
+            if settled(pods) or time.monotonic() >= deadline:
+                break
+            write_grants(self.client, plan, sign_grants(plan))
+            self.log.info("gang still starting: S3 grants signed anew")
         verdict = judge_gang_start(pods, expected)
         if verdict.state is GangState.READY:
             from tfjob.clusterspec import Endpoint, endpoints_to_mapping

@@ -1,13 +1,18 @@
 """Scoped, expiring S3 access for pods, made from a boto3 client.
 
-Pods never hold cloud credentials. Airflow (with `S3Hook().get_conn()`) or
-tshell (with a plain boto3 client) turns its own credentials into:
+Pods never hold cloud credentials. Airflow turns its own credentials into
+narrow grants, always signed with SigV4 (botocore signs with SigV2 in
+us-east-1 unless the client says `s3v4`, and S3 refuses SigV2 for buckets
+made since 2020; a client that would sign otherwise is refused here):
 
-- a presigned GET URL for the run's bundle (`bundle_url` in the access Secret);
-- a presigned POST policy (`upload.json`) whose conditions pin the bucket,
-  require every key to start with `<output>/runs/<run_id>/`, cap the size of
-  each file, and expire. The pod side (`runtime/transfer.py`) posts each file
-  with the standard library only.
+- a presigned GET URL for the run's bundle snapshot (`bundle_url`, in the
+  Secret only the init containers mount);
+- `upload.json` (in the Secret only the model owner's main container mounts):
+  two presigned POST policies, one whose keys must start with
+  `<run prefix>model/` and one for exactly `<run prefix>metrics.json`. Nothing
+  a pod holds can write the bundle snapshot, the logs or run.json: those are
+  Airflow's. The pod side (`runtime/transfer.py`) posts each file with the
+  standard library only.
 
 Both are credentials: callers put them in a Secret, never in a pod spec, a
 log line or an XCom. Nothing here imports Airflow.
@@ -18,9 +23,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-UPLOAD_POLICY_VERSION = 1
+UPLOAD_POLICY_VERSION = 2
 DEFAULT_MAX_UPLOAD_FILE_BYTES = 5 * 1024**3  # S3's limit for a single POST
 RUNS_DIR = "runs"
+# What the model owner may write under its run's prefix: a key prefix or one exact key.
+MODEL_GRANT = "model/"
+METRICS_GRANT = "metrics.json"
+SIGNATURE_VERSION = "s3v4"
+MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned request
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -49,11 +59,14 @@ def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
     if not key or key.endswith("/"):
         raise ValueError(f"bundle_uri: {bundle_uri!r} given; it must name an object, not a prefix")
     _check_expires(expires)
-    return str(
+    url = str(
         s3_client.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires
         )
     )
+    if "X-Amz-Signature=" not in url:
+        raise _not_sigv4()
+    return url
 
 
 def presign_upload(
@@ -63,34 +76,55 @@ def presign_upload(
     expires: int,
     max_file_bytes: int = DEFAULT_MAX_UPLOAD_FILE_BYTES,
 ) -> dict[str, Any]:
-    """The content of upload.json: a presigned POST limited to the run's prefix.
+    """The content of upload.json: the model owner's presigned POST policies.
 
-    {"version", "method": "POST", "url", "fields", "bucket", "prefix", "expires_at"};
-    the pod sets the form field `key` to `prefix + <relative name>` for each file.
+    {"version": 2, "method": "POST", "url", "bucket", "prefix", "expires_at",
+     "grants": {"model/": {"fields"}, "metrics.json": {"fields"}}}: the pod
+    sets the form field `key` to `prefix + model/<relative name>` with the
+    `model/` grant's fields, and `prefix + metrics.json` with the other's.
     """
     _check_expires(expires)
     bucket, prefix = run_output_prefix(output_uri, run_id)
-    # A Key ending in ${filename} makes botocore add ["starts-with", "$key", prefix]
+    size = ["content-length-range", 0, max_file_bytes]
+    # A Key ending in ${filename} makes botocore add ["starts-with", "$key", ...]
     # instead of pinning one key.
-    post = s3_client.generate_presigned_post(
+    model = s3_client.generate_presigned_post(
         Bucket=bucket,
-        Key=prefix + "${filename}",
-        Conditions=[["content-length-range", 0, max_file_bytes]],
+        Key=prefix + MODEL_GRANT + "${filename}",
+        Conditions=[size],
         ExpiresIn=expires,
     )
+    metrics = s3_client.generate_presigned_post(
+        Bucket=bucket, Key=prefix + METRICS_GRANT, Conditions=[size], ExpiresIn=expires
+    )
+    if not all("x-amz-signature" in post["fields"] for post in (model, metrics)):
+        raise _not_sigv4()
     expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
     return {
         "version": UPLOAD_POLICY_VERSION,
         "method": "POST",
-        "url": post["url"],
-        "fields": dict(post["fields"]),
+        "url": model["url"],
         "bucket": bucket,
         "prefix": prefix,
+        "grants": {
+            MODEL_GRANT: {"fields": dict(model["fields"])},
+            METRICS_GRANT: {"fields": dict(metrics["fields"])},
+        },
         "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
+def _not_sigv4() -> ValueError:
+    # botocore presigns with SigV2 in us-east-1 unless the client's Config names
+    # s3v4 explicitly, and its config reads "s3v4" either way: judge the result.
+    return ValueError(
+        "the S3 client presigned without SigV4; presigned grants are SigV4 only "
+        f"(make the client with botocore.config.Config(signature_version={SIGNATURE_VERSION!r}))"
+    )
+
+
 def _check_expires(expires: int) -> None:
-    # SigV4 presigned URLs allow at most 7 days.
-    if not isinstance(expires, int) or not 1 <= expires <= 7 * 24 * 3600:
-        raise ValueError(f"expires: {expires!r} given; between 1 and 604800 seconds is allowed")
+    if not isinstance(expires, int) or not 1 <= expires <= MAX_PRESIGN_SECONDS:
+        raise ValueError(
+            f"expires: {expires!r} given; between 1 and {MAX_PRESIGN_SECONDS} seconds is allowed"
+        )

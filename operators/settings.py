@@ -5,16 +5,25 @@ One place, so a timeout is changed once and read by name everywhere.
 
 from __future__ import annotations
 
+import os
+
+from tfjob.grants import MAX_GRANT_SECONDS
+
 # Airflow connections (docs/real-cluster.md).
 KUBERNETES_CONN_ID = "kubernetes_default"
 AWS_CONN_ID = "aws_default"
 
-# How long the presigned bundle URL and upload policy stay valid, beyond the
-# run's active deadline (pods may start late and upload at the very end).
-PRESIGN_MARGIN_SECONDS = 600
+# The pods' S3 grants (operators/grants.py): the longest lifetime Airflow's
+# credentials can sign for (temporary credentials: set it to their lifetime,
+# e.g. 3600), and the longest time between two refreshes of a live run's grants.
+GRANT_LIFETIME_SECONDS = int(os.environ.get("TFJOB_GRANT_LIFETIME_SECONDS", MAX_GRANT_SECONDS))
+GRANT_REFRESH_SECONDS = 1800
 
 # Largest bundle (sum of its files) the pipeline accepts.
 MAX_BUNDLE_TOTAL_SIZE = 2 * 1024**3
+# Largest archive (.tar.gz) fetch_bundle downloads, checked from S3's HEAD before
+# any byte: incompressible data grows a little in tar and gzip, hence the 1/16.
+MAX_BUNDLE_COMPRESSED_SIZE = MAX_BUNDLE_TOTAL_SIZE + MAX_BUNDLE_TOTAL_SIZE // 16
 
 # Teardown: how long to wait for every object of a run to be gone.
 TEARDOWN_TIMEOUT_SECONDS = 180
@@ -54,3 +63,17 @@ TEARDOWN_TASK = "teardown"
 PUBLISH_TASK = "publish"
 # XCom key of a failed launch's reason (read by archive for run.json, and the TFJob tab).
 LAUNCH_FAILURE_KEY = "failure"
+# XCom key of the run's GrantPlan (operators/grants.py; no credential in it), pushed by launch.
+GRANTS_KEY = "grants"
+
+# archive (and publish) retry S3 with exponential back-off, from the first delay
+# doubling up to the largest, for at most S3_RETRY_BUDGET_SECONDS in all: a short
+# S3 outage must not lose a run's logs or model before teardown deletes its pods.
+S3_RETRY_BUDGET_SECONDS = 120.0
+S3_RETRY_FIRST_DELAY_SECONDS = 1.0
+S3_RETRY_MAX_DELAY_SECONDS = 20.0
+
+# Model recovery from the owner pod's keeper container (operators/modelrecovery.py):
+# bytes read per exec (base64 on the wire: 4/3 of it), and how long one exec may take.
+MODEL_RECOVERY_CHUNK_BYTES = 4 * 1024**2
+MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS = 120

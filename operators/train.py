@@ -44,7 +44,9 @@ from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
     DEFER_SETTLE_SECONDS,
     FAILURE_LOG_LINES,
+    GRANTS_KEY,
     KUBERNETES_CONN_ID,
+    LAUNCH_TASK,
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
 )
@@ -90,6 +92,7 @@ class TrainingWaitOperator(BaseOperator):
             ", ".join(deciding),
             wait,
         )
+        grants = context["ti"].xcom_pull(task_ids=LAUNCH_TASK, key=GRANTS_KEY)
         self.defer(
             trigger=TrainingTrigger(
                 namespace=run.namespace,
@@ -99,6 +102,7 @@ class TrainingWaitOperator(BaseOperator):
                 deadline=deadline,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 not_before=time.time() + DEFER_SETTLE_SECONDS,
+                grants=grants,
             ),
             method_name="finish",
             timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),

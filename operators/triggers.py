@@ -15,6 +15,11 @@ writes what a trigger logs into the deferred task's log (the
 endpoint show while the task is deferred. The event carries how many lines of
 each replica were logged (`streamed`), so `train`, when it resumes, writes
 only the rest: no line twice. The event carries no log text.
+
+Grants: while it waits, the trigger also keeps the pods' S3 grants valid
+(operators/grants.py): it signs them anew when it starts and then every
+`refresh_every` seconds, and rewrites the run's two Secrets. A refresh that
+fails is logged and tried again sooner; it never fails the run by itself.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from operators.podlogs import decode_log_line
 from operators.replicas import MAIN_CONTAINER, TrainingState, judge_training, read_replica_status
 
 WATCH_CHUNK_SECONDS = 60
+# After a failed refresh of the grants: try again this soon (or at the next refresh).
+GRANT_RETRY_SECONDS = 15.0
 # Once the run is decided: how long a replica whose container ended may take to
 # deliver the rest of its log stream before the trigger fires anyway.
 LOG_DRAIN_SECONDS = 5.0
@@ -80,6 +87,7 @@ class TrainingTrigger(BaseTrigger):
         deadline: float,
         kubernetes_conn_id: str,
         not_before: float = 0.0,
+        grants: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.namespace = namespace
@@ -89,6 +97,7 @@ class TrainingTrigger(BaseTrigger):
         self.deadline = deadline  # wall-clock epoch seconds
         self.kubernetes_conn_id = kubernetes_conn_id
         self.not_before = not_before  # wall-clock epoch seconds: never fire sooner
+        self.grants = grants  # a GrantPlan's payload: keep the pods' S3 grants valid
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -101,6 +110,7 @@ class TrainingTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "kubernetes_conn_id": self.kubernetes_conn_id,
                 "not_before": self.not_before,
+                "grants": self.grants,
             },
         )
 
@@ -116,15 +126,48 @@ class TrainingTrigger(BaseTrigger):
             core = async_client.CoreV1Api(api_client)
             followers: dict[str, asyncio.Task] = {}
             streamed: dict[str, int] = {}
+            helpers = [asyncio.create_task(self._keep_grants_valid(core))] if self.grants else []
             try:
                 pods, decided = await self._await_decision(api_client, core, followers, streamed)
                 await self._drain_followers(pods, followers)
                 await asyncio.sleep(max(0.0, self.not_before - time.time()))
             finally:
-                for follower in followers.values():
-                    follower.cancel()
-                await asyncio.gather(*followers.values(), return_exceptions=True)
+                for task in [*followers.values(), *helpers]:
+                    task.cancel()
+                await asyncio.gather(*followers.values(), *helpers, return_exceptions=True)
             yield TriggerEvent({**decided, "streamed": dict(streamed)})
+
+    async def _keep_grants_valid(self, core: Any) -> None:
+        """Sign the run's S3 grants now and every `refresh_every` seconds; rewrite the Secrets."""
+        from asgiref.sync import sync_to_async
+
+        from operators.grants import GrantPlan, grant_patches, sign_grants
+
+        plan = GrantPlan.from_payload(self.grants or {})
+        while True:
+            try:
+                grants = await sync_to_async(sign_grants)(plan)
+                for name, patch in grant_patches(plan, grants):
+                    await core.patch_namespaced_secret(name, plan.namespace, patch)
+                self.log.info(
+                    "S3 grants of run %s signed anew (valid %ds; next in %.0fs)",
+                    plan.run_key,
+                    plan.lifetime,
+                    plan.refresh_every,
+                )
+                await asyncio.sleep(plan.refresh_every)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the grants still live; the next try may succeed
+                wait = min(GRANT_RETRY_SECONDS, plan.refresh_every)
+                self.log.warning(
+                    "could not sign the S3 grants of run %s anew (%s: %s); trying again in %.0fs",
+                    plan.run_key,
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                )
+                await asyncio.sleep(wait)
 
     def _follow_started_replicas(
         self,

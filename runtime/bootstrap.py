@@ -10,8 +10,12 @@ MODEL_DIR, LOG_DIR and METRICS_FILE, and runs the entrypoint in `code/`.
 SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
 reaches TensorFlow. When the program exits 0 and TFJOB_UPLOAD_MODEL=1, the
 files of MODEL_DIR go to `<prefix>model/<relative path>` and metrics.json to
-`<prefix>metrics.json` through the presigned POST policy in
-`$TFJOB_ACCESS_DIR/upload.json`. A line `TFJOB_METRICS <json>` is printed when
+`<prefix>metrics.json` through the presigned POST policies in
+`$TFJOB_ACCESS_DIR/upload.json`. That file is read when each file is
+uploaded, not at start: Airflow rewrites the Secret before the grants expire
+and the kubelet updates the mounted file. Each upload is retried with
+back-off for TFJOB_UPLOAD_PATIENCE seconds (S3 down, a grant that expired
+before its refresh arrived). A line `TFJOB_METRICS <json>` is printed when
 the metrics file holds JSON. The exit code is the program's (128+N when it
 died of signal N); 64 for a missing ClusterSpec, 65 for a bad one, 2 for
 usage errors, 74 when the program succeeded but its model could not be
@@ -37,6 +41,7 @@ EXIT_BAD_CLUSTERSPEC = 65
 EXIT_UPLOAD_FAILED = 74
 POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
+DEFAULT_UPLOAD_PATIENCE_S = 600.0
 LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -143,9 +148,16 @@ class SignalForwarder:
         return 128 - returncode if returncode < 0 else returncode
 
 
-def upload_outputs(access_dir: str, model_dir: str, metrics_file: str) -> int:
+def upload_outputs(access_dir: str, model_dir: str, metrics_file: str, patience_s: float) -> int:
     """Upload every file of MODEL_DIR and the metrics; returns the number of files."""
-    policy = transfer.load_upload_policy(os.path.join(access_dir, "upload.json"))
+    policy_path = os.path.join(access_dir, "upload.json")
+    prefix = transfer.load_upload_policy(policy_path).prefix
+
+    def post(key: str, path: str) -> None:
+        transfer.post_file_patiently(
+            lambda: transfer.load_upload_policy(policy_path), key, path, patience_s, log
+        )
+
     count = 0
     for dirpath, dirnames, filenames in os.walk(model_dir):
         dirnames.sort()
@@ -154,10 +166,10 @@ def upload_outputs(access_dir: str, model_dir: str, metrics_file: str) -> int:
             if not os.path.isfile(path):
                 continue
             relative = os.path.relpath(path, model_dir).replace(os.sep, "/")
-            transfer.post_file(policy, f"{policy.prefix}model/{relative}", path)
+            post(f"{prefix}model/{relative}", path)
             count += 1
     if os.path.isfile(metrics_file):
-        transfer.post_file(policy, f"{policy.prefix}metrics.json", metrics_file)
+        post(f"{prefix}metrics.json", metrics_file)
         count += 1
     return count
 
@@ -174,15 +186,15 @@ def report_metrics(metrics_file: str) -> None:
     print("TFJOB_METRICS " + json.dumps(metrics, separators=(",", ":"), sort_keys=True), flush=True)
 
 
-def parse_timeout(text: str) -> float:
+def parse_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable `name`."""
+    text = os.environ.get(name, str(default))
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(
-            f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; a number of seconds is required"
-        ) from None
+        raise ValueError(f"{name}: {text!r} given; a number of seconds is required") from None
     if value <= 0:
-        raise ValueError(f"TFJOB_CLUSTERSPEC_TIMEOUT: {text!r} given; it must be positive")
+        raise ValueError(f"{name}: {text!r} given; it must be positive")
     return value
 
 
@@ -200,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if os.environ.get("TFJOB_WAIT_CLUSTERSPEC", "0") == "1":
         try:
-            timeout_s = parse_timeout(
-                os.environ.get("TFJOB_CLUSTERSPEC_TIMEOUT", str(DEFAULT_CLUSTERSPEC_TIMEOUT_S))
-            )
+            timeout_s = parse_seconds("TFJOB_CLUSTERSPEC_TIMEOUT", DEFAULT_CLUSTERSPEC_TIMEOUT_S)
         except ValueError as exc:
             log(str(exc))
             return EXIT_USAGE
@@ -235,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if returncode == 0 and os.environ.get("TFJOB_UPLOAD_MODEL") == "1":
         try:
-            count = upload_outputs(access_dir, env["MODEL_DIR"], env["METRICS_FILE"])
+            patience_s = parse_seconds("TFJOB_UPLOAD_PATIENCE", DEFAULT_UPLOAD_PATIENCE_S)
+            count = upload_outputs(access_dir, env["MODEL_DIR"], env["METRICS_FILE"], patience_s)
         except (OSError, ValueError, transfer.TransferError) as exc:
             log(f"model upload failed: {exc}")
             report_metrics(env["METRICS_FILE"])

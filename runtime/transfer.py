@@ -31,6 +31,7 @@ DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT_S = 60.0
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
+MAX_PATIENT_BACKOFF_S = 30.0
 CHUNK_BYTES = 1024 * 1024
 
 ProgressCallback = Callable[[int, int], None]
@@ -39,48 +40,82 @@ ProgressCallback = Callable[[int, int], None]
 class TransferError(Exception):
     """A download or upload failed for good; the message never holds a credential."""
 
-    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        transient: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.transient = transient  # worth trying again later (5xx, 429, network)
 
 
 @dataclass(frozen=True)
 class UploadPolicy:
-    """The content of upload.json: a presigned POST limited to one key prefix."""
+    """The content of upload.json: presigned POST policies, each for one key or key prefix.
+
+    `grants` maps a name relative to `prefix` (`model/` is a key prefix,
+    `metrics.json` one exact key) to the form fields of its policy.
+    """
 
     url: str
-    fields: dict[str, str]
     prefix: str
-    expires_at: str
+    grants: dict[str, dict[str, str]]
+    expires_at: str = ""
     bucket: str = ""
 
     @classmethod
     def from_json(cls, raw: dict[str, object]) -> UploadPolicy:
-        missing = [k for k in ("url", "fields", "prefix") if k not in raw]
+        missing = [k for k in ("url", "prefix", "grants") if k not in raw]
         if missing:
             raise TransferError(
-                f"upload.json: missing {', '.join(missing)}; needs url, fields, prefix"
+                f"upload.json: missing {', '.join(missing)}; needs url, prefix, grants"
             )
         if raw.get("method", "POST") != "POST":
             raise TransferError(
                 f"upload.json: method {raw.get('method')!r} given; only POST is supported"
             )
-        fields = raw["fields"]
-        if not isinstance(fields, dict):
-            raise TransferError("upload.json: fields must be an object")
+        grants = raw["grants"]
+        if not isinstance(grants, dict) or not all(
+            isinstance(g, dict) and isinstance(g.get("fields"), dict) for g in grants.values()
+        ):
+            raise TransferError("upload.json: grants must map names to {\"fields\": {...}}")
         return cls(
             url=str(raw["url"]),
-            fields={str(k): str(v) for k, v in fields.items()},
             prefix=str(raw["prefix"]),
+            grants={
+                str(name): {str(k): str(v) for k, v in grant["fields"].items()}
+                for name, grant in grants.items()
+            },
             expires_at=str(raw.get("expires_at", "")),
             bucket=str(raw.get("bucket", "")),
         )
 
+    def fields_for(self, key: str) -> dict[str, str]:
+        """The form fields of the grant covering `key`; TransferError when none does."""
+        relative = key[len(self.prefix) :] if key.startswith(self.prefix) else None
+        for name, fields in self.grants.items():
+            if relative is not None and (
+                relative == name or (name.endswith("/") and relative.startswith(name))
+            ):
+                return dict(fields)
+        granted = ", ".join(self.prefix + name for name in sorted(self.grants))
+        raise TransferError(f"upload of {key}: no grant covers this key; granted: {granted}")
+
 
 def load_upload_policy(path: str | os.PathLike[str]) -> UploadPolicy:
-    with open(path, encoding="utf-8") as stream:
-        return UploadPolicy.from_json(json.load(stream))
+    """Read upload.json; a missing or malformed file is a TransferError naming it."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            raw = json.load(stream)
+    except (OSError, ValueError) as exc:
+        raise TransferError(f"upload grant {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise TransferError(f"upload grant {path}: a JSON object is required")
+    return UploadPolicy.from_json(raw)
 
 
 def redact_url(url: str) -> str:
@@ -133,13 +168,16 @@ def _with_retries(action: Callable[[], object], what: str, retries: int) -> obje
                     f"{what}: HTTP {exc.code} {code or ''}: {message}".replace("  ", " "),
                     exc.code,
                     code,
+                    transient=_is_transient(exc),
                 ) from None
         except Exception as exc:  # noqa: BLE001 - classified below
             if not _is_transient(exc) or attempt == retries:
                 if isinstance(exc, TransferError):
                     raise
                 reason = getattr(exc, "reason", exc)
-                raise TransferError(f"{what}: {type(exc).__name__}: {reason}") from None
+                raise TransferError(
+                    f"{what}: {type(exc).__name__}: {reason}", transient=_is_transient(exc)
+                ) from None
         time.sleep(delay)
         delay = min(delay * 2, MAX_BACKOFF_S)
     raise AssertionError("unreachable")
@@ -151,20 +189,35 @@ def download_to_file(
     retries: int = DEFAULT_RETRIES,
     timeout: float = DEFAULT_TIMEOUT_S,
     progress: ProgressCallback | None = None,
+    max_bytes: int | None = None,
 ) -> int:
-    """Stream `url` into `dest` (via a temporary name); returns the byte count."""
+    """Stream `url` into `dest` (via a temporary name); returns the byte count.
+
+    An object over `max_bytes` is refused (TransferError with code
+    "EntityTooLarge", never retried): by its Content-Length before any byte is
+    read, or once more than `max_bytes` arrived when the length is absent or wrong.
+    """
     target = Path(dest)
     partial = target.with_name(f".{target.name}.partial")
     what = f"download of {redact_url(url)}"
+
+    def too_large(size: str) -> TransferError:
+        return TransferError(
+            f"{what}: {size} bytes; the limit is {max_bytes}", code="EntityTooLarge"
+        )
 
     def attempt() -> int:
         with urllib.request.urlopen(url, timeout=timeout) as answer, open(partial, "wb") as sink:
             expected = answer.headers.get("Content-Length")
             total = int(expected) if expected and expected.isdigit() else -1
+            if max_bytes is not None and total > max_bytes:
+                raise too_large(str(total))
             done = 0
             while chunk := answer.read(CHUNK_BYTES):
-                sink.write(chunk)
                 done += len(chunk)
+                if max_bytes is not None and done > max_bytes:
+                    raise too_large(f"over {done}")
+                sink.write(chunk)
                 if progress:
                     progress(done, total)
             if total >= 0 and done != total:
@@ -214,7 +267,7 @@ def post_file(
     """Upload one file to `key` with a presigned POST policy (multipart/form-data built by hand)."""
     path = Path(file_path)
     what = f"upload of {key} to {redact_url(policy.url)}"
-    fields = dict(policy.fields)
+    fields = policy.fields_for(key)
     fields["key"] = key
     boundary = "tfjob-" + secrets.token_hex(16)
     (head, tail), length = _multipart_body(fields, path, boundary)
@@ -233,6 +286,51 @@ def post_file(
             answer.read()
 
     _with_retries(attempt, what, retries)
+
+
+def post_file_patiently(
+    load_policy: Callable[[], UploadPolicy],
+    key: str,
+    file_path: str | os.PathLike[str],
+    patience_s: float,
+    log: Callable[[str], None],
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """`post_file` that keeps trying for `patience_s` seconds, reading the policy anew each time.
+
+    S3 may be down for minutes and a grant may expire before Airflow's refresh
+    lands in the mounted Secret: both are retried (an expired policy only; any
+    other refusal is final), with back-off from FIRST_BACKOFF_S to
+    MAX_PATIENT_BACKOFF_S, and each retry is logged.
+    """
+    deadline = time.monotonic() + patience_s
+    delay = FIRST_BACKOFF_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            post_file(load_policy(), key, file_path, retries=0, timeout=timeout)
+            return
+        except TransferError as exc:
+            retryable = is_worth_retrying(exc)
+            left = deadline - time.monotonic()
+            if not retryable or left <= 0:
+                raise TransferError(
+                    f"{exc} (gave up after {attempt} attempt(s) in {patience_s - left:.0f}s)"
+                    if retryable
+                    else str(exc),
+                    exc.status,
+                    exc.code,
+                ) from None
+            wait = min(delay, left)
+            log(f"{exc}; attempt {attempt} failed, retrying in {wait:.1f}s ({left:.0f}s left)")
+            time.sleep(wait)
+            delay = min(delay * 2, MAX_PATIENT_BACKOFF_S)
+
+
+def is_worth_retrying(exc: TransferError) -> bool:
+    """A transient failure, or a grant that expired (Airflow refreshes grants)."""
+    return exc.transient or (exc.status == 403 and "expired" in str(exc).lower())
 
 
 def put_file(

@@ -568,3 +568,30 @@ def test_unsupported_volume_type_keeps_the_pod_pending_with_failed_mount(v1):
     assert v1.read_namespaced_pod(name, "default").status.phase == "Pending"
     v1.delete_namespaced_pod(name, "default")
     wait_gone(v1, name)
+
+
+def test_a_secret_update_reaches_the_running_pods_mounted_file(v1):
+    """As a kubelet does: a changed Secret is carried into the volume of a pod that runs."""
+    name = unique("secret-sync")
+    v1.create_namespaced_secret(
+        "default", {"metadata": {"name": name}, "stringData": {"grant": "first"}}
+    )
+    script = (
+        "cat /grants/grant; echo; "
+        "while [ \"$(cat /grants/grant)\" != second ]; do sleep 0.1; done; echo saw-second"
+    )
+    pod = make_pod(
+        name,
+        ["sh", "-c", script],
+        container={"volumeMounts": [{"name": "g", "mountPath": "/grants", "readOnly": True}]},
+        volumes=[{"name": "g", "secret": {"secretName": name, "defaultMode": 0o400}}],
+    )
+    v1.create_namespaced_pod("default", pod)
+    wait_phase(v1, name, ("Running",))
+    poll(lambda: "first" in read_log(v1, name))
+    v1.patch_namespaced_secret(name, "default", {"stringData": {"grant": "second"}})
+    done = wait_phase(v1, name, ("Succeeded", "Failed"))
+    assert done.status.phase == "Succeeded"
+    assert read_log(v1, name).split() == ["first", "saw-second"]
+    v1.delete_namespaced_pod(name, "default")
+    wait_gone(v1, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -205,7 +206,7 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 def write_upload_json(
     server: S3Server, dirs: dict[str, Path], run_id: str, prefix_override: str | None = None
 ) -> str:
-    policy = presign_upload(server.client(), f"s3://{server.bucket}/outputs/job", run_id, 300)
+    policy = presign_upload(server.presigner(), f"s3://{server.bucket}/outputs/job", run_id, 300)
     if prefix_override is not None:
         policy["prefix"] = prefix_override
     (dirs["access"] / "upload.json").write_text(json.dumps(policy))
@@ -264,3 +265,58 @@ def test_upload_outside_the_policy_prefix_is_refused_and_exits_74(
     assert proc.returncode == 74
     assert "model upload failed" in err and "AccessDenied" in err and "starts-with" in err
     assert list_keys(s3_server, "outputs/job/runs/someone-else/") == []
+
+
+def test_an_expired_grant_is_read_again_and_the_refreshed_one_uploads_the_model(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """Airflow rewrites upload.json before grants expire; the bootstrap reads it when uploading."""
+    dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
+    run = f"s3://{s3_server.bucket}/outputs/job"
+    expired = presign_upload(s3_server.presigner(), run, "run-refresh", 1)
+    (dirs["access"] / "upload.json").write_text(json.dumps(expired))
+    time.sleep(1.5)  # the grant must have expired before the program ends
+    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1"))
+    wait_for(lambda: proc.poll() is None and retried(proc), "a retry of the expired grant")
+    fresh = presign_upload(s3_server.presigner(), run, "run-refresh", 300)
+    tmp = dirs["access"] / ".upload.json.tmp"
+    tmp.write_text(json.dumps(fresh))
+    tmp.replace(dirs["access"] / "upload.json")  # as the kubelet does: atomically
+    out, rest = proc.communicate(timeout=DEADLINE_S)
+    err = "".join(proc.__dict__["_seen"]) + rest
+    assert proc.returncode == 0, err
+    prefix = str(fresh["prefix"])
+    assert f"{prefix}model/saved_model.pb" in list_keys(s3_server, prefix)
+    assert "Policy expired" in err and "retrying in" in err
+    for grant in (expired, fresh):
+        for fields in (g["fields"] for g in grant["grants"].values()):
+            for value in (fields["policy"], fields["x-amz-signature"], fields["x-amz-credential"]):
+                assert value not in out + err
+
+
+def retried(proc: subprocess.Popen[str]) -> bool:
+    """Whether the bootstrap has logged a retry (reads stderr without blocking for long)."""
+    import select
+
+    lines = proc.__dict__.setdefault("_seen", [])
+    while select.select([proc.stderr], [], [], 0.05)[0]:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+    return any("retrying in" in line for line in lines)
+
+
+def test_an_upload_to_an_unreachable_s3_is_retried_until_the_patience_runs_out(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
+    grant = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", "run-down", 300)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        grant["url"] = f"http://127.0.0.1:{closed.getsockname()[1]}/{s3_server.bucket}"
+    (dirs["access"] / "upload.json").write_text(json.dumps(grant))
+    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1", TFJOB_UPLOAD_PATIENCE="3"))
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 74
+    assert err.count("retrying in") >= 2 and "gave up after" in err

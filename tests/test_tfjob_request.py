@@ -151,6 +151,10 @@ ERROR_CASES = [
         'request.active_deadline: 600 given; must be more than startup_timeout (600)',
         id="deadline_not_after_startup"),
     pytest.param(
+        {'startup_timeout': 300, 'active_deadline': 604000},
+        'request.active_deadline: 604000 given; at most 603900 with startup_timeout 300: the pods\' S3 grants must cover startup_timeout + active_deadline + 600 s, and a presigned grant lasts at most 7 days',
+        id="deadline_longer_than_a_grant"),
+    pytest.param(
         {'retries': 11},
         'request.retries: 11 given; at most 10 is allowed',
         id="retries_too_many"),

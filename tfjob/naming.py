@@ -32,6 +32,7 @@ ANNOTATION_DAG_ID = "tfjob.io/dag-id"
 NAMESPACE_PREFIX = "tfjob-"
 RUNTIME_SUFFIX = "runtime"
 ACCESS_SUFFIX = "access"
+UPLOAD_SUFFIX = "upload"
 
 _INVALID_DNS_CHARS = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
@@ -94,8 +95,13 @@ def configmap_name(run_key: str) -> str:
 
 
 def secret_name(run_key: str) -> str:
-    """The run's Secret holding the presigned URLs: `<runkey>-access`."""
+    """The run's Secret holding the bundle's presigned GET URL: `<runkey>-access`."""
     return _fit_name(run_key, ACCESS_SUFFIX)
+
+
+def upload_secret_name(run_key: str) -> str:
+    """The run's Secret holding the model owner's upload grants: `<runkey>-upload`."""
+    return _fit_name(run_key, UPLOAD_SUFFIX)
 
 
 def label_value(text: str) -> str:

@@ -12,7 +12,6 @@ order used everywhere: pod lists, ClusterSpec keys, replica iteration.
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -21,7 +20,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tfjob.quantity import is_quantity, parse_quantity
+from tfjob.grants import MAX_GRANT_SECONDS, max_active_deadline, run_window_seconds
+from tfjob.quantity import parse_quantity
+from tfjob.request_checks import (
+    ENV_NAME_PATTERN,
+    LABEL_VALUE_PATTERN,
+    check_dns_label,
+    check_label_map,
+    check_quantity,
+    check_s3_url,
+)
 from tfjob.request_errors import (
     RequestError,
     Unquoted,
@@ -92,44 +100,6 @@ RESERVED_ENV_NAMES = frozenset({
     "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
 })
 
-DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-def _check_dns_label(value: str, max_len: int) -> str:
-    if not isinstance(value, str) or len(value) > max_len or not DNS_LABEL_PATTERN.match(value):
-        raise invalid(
-            f"a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and "
-            f"ending with a letter or digit, at most {max_len} characters", value)
-    return value
-
-
-def _check_quantity(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
-    if isinstance(value, int | float):
-        value = str(value)
-    if not isinstance(value, str) or not is_quantity(value):
-        raise invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
-    return value
-
-
-def _check_label_map(value: Any, what: str) -> Any:
-    if not isinstance(value, Mapping):
-        return value
-    for key, item in value.items():
-        name = str(key).rsplit("/", 1)[-1]
-        if not isinstance(key, str) or len(name) > 63 or not LABEL_NAME_PATTERN.match(name):
-            raise invalid(f"{what} keys must be Kubernetes label keys", key, str(key))
-        if not isinstance(item, str) or len(item) > 63 or not LABEL_VALUE_PATTERN.match(item):
-            raise invalid(
-                f"{what} values must be Kubernetes label values (strings of at most 63 "
-                "letters, digits, '-', '_', '.'; quote numbers in YAML)", item, str(key))
-    return value
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=False, frozen=True)
 
@@ -159,7 +129,7 @@ class RoleResources(_Model):
     @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
     @classmethod
     def _check_quantities(cls, value: Any) -> Any:
-        return value if value is None else _check_quantity(value)
+        return value if value is None else check_quantity(value)
 
     @model_validator(mode="after")
     def _check_limits_cover_requests(self) -> "RoleResources":
@@ -274,12 +244,12 @@ class TrainingRequest(_Model):
     @field_validator("name", mode="before")
     @classmethod
     def _check_name(cls, value: Any) -> Any:
-        return _check_dns_label(value, MAX_NAME_LENGTH)
+        return check_dns_label(value, MAX_NAME_LENGTH)
 
     @field_validator("tenant", mode="before")
     @classmethod
     def _check_tenant(cls, value: Any) -> Any:
-        return _check_dns_label(value, MAX_TENANT_LENGTH)
+        return check_dns_label(value, MAX_TENANT_LENGTH)
 
     @field_validator("entrypoint", "args", mode="before")
     @classmethod
@@ -344,7 +314,7 @@ class TrainingRequest(_Model):
     @field_validator("bundle")
     @classmethod
     def _check_bundle(cls, value: str) -> str:
-        bucket, key = _split_s3_url(value, "s3://bucket/key.tar.gz")
+        bucket, key = check_s3_url(value, "s3://bucket/key.tar.gz")
         if not key.endswith(".tar.gz") or key.endswith("/.tar.gz") or key == ".tar.gz":
             raise invalid("an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)",
                            value)
@@ -353,7 +323,7 @@ class TrainingRequest(_Model):
     @field_validator("output")
     @classmethod
     def _check_output(cls, value: str) -> str:
-        _split_s3_url(value, "s3://bucket/prefix")
+        check_s3_url(value, "s3://bucket/prefix")
         return value.rstrip("/")
 
     @field_validator("schedule", mode="before")
@@ -373,7 +343,7 @@ class TrainingRequest(_Model):
     @field_validator("node_selector", mode="before")
     @classmethod
     def _check_node_selector(cls, value: Any) -> Any:
-        return _check_label_map(value, "node_selector")
+        return check_label_map(value, "node_selector")
 
     @model_validator(mode="before")
     @classmethod
@@ -412,6 +382,12 @@ class TrainingRequest(_Model):
         if self.active_deadline <= self.startup_timeout:
             raise invalid(f"must be more than startup_timeout ({self.startup_timeout})",
                            self.active_deadline, "active_deadline")
+        if run_window_seconds(self.startup_timeout, self.active_deadline) > MAX_GRANT_SECONDS:
+            raise invalid(
+                f"at most {max_active_deadline(self.startup_timeout)} with startup_timeout "
+                f"{self.startup_timeout}: the pods' S3 grants must cover startup_timeout + "
+                f"active_deadline + 600 s, and a presigned grant lasts at most 7 days",
+                self.active_deadline, "active_deadline")
         if self.success_policy is SuccessPolicy.CHIEF and replicas.chief == 0:
             raise invalid("policy chief needs replicas.chief = 1; use worker0 or "
                            "all_workers", self.success_policy.value, "success_policy")
@@ -444,18 +420,6 @@ class TrainingRequest(_Model):
 
 _REQUIRED_FIELDS = frozenset(name for name, field in TrainingRequest.model_fields.items()
                             if field.is_required())
-
-
-def _split_s3_url(value: str, shape: str) -> tuple[str, str]:
-    if not value.startswith("s3://"):
-        raise invalid(f"an {shape} URL is allowed", value)
-    bucket, _, key = value[len("s3://"):].partition("/")
-    if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
-        raise invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
-                       "digits, '.', '-') is allowed", value)
-    if not key.strip("/"):
-        raise invalid(f"an {shape} URL with a non-empty key is allowed", value)
-    return bucket, key
 
 
 # --- loading ---------------------------------------------------------------------------

@@ -12,12 +12,12 @@ import json
 from typing import Any
 
 from tfjob.request import (
-    DNS_LABEL_PATTERN,
     MAX_NAME_LENGTH,
     MAX_TENANT_LENGTH,
     Role,
     TrainingRequest,
 )
+from tfjob.request_checks import DNS_LABEL_PATTERN
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

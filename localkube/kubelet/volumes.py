@@ -6,6 +6,12 @@ points at the host path itself. `build_container_mounts` gives the shim its
 list of {source, target, readOnly} (subPath resolved), plus the pod's
 /etc/hosts and /etc/hostname. Objects are read through the API (GET
 configmaps/secrets), like a real kubelet.
+
+Like a real kubelet, configMap, secret and projected volumes of running pods
+follow their objects: `refresh_object_volumes` (called periodically by the
+agent) rewrites each file whose content changed, atomically (temp + rename),
+so a process that re-reads the file sees the new value; subPath mounts are
+not updated (as on Kubernetes).
 """
 
 from __future__ import annotations
@@ -61,11 +67,24 @@ def write_file(directory: str, relpath: str, data: bytes, mode: int) -> None:
     if not path.startswith(os.path.normpath(directory) + os.sep):
         raise VolumeError(f"volume item path: {relpath!r} escapes the volume")
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if _holds(path, data, mode):
+        return
     tmp = path + ".lktmp"
     with open(tmp, "wb") as f:
         f.write(data)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def _holds(path: str, data: bytes, mode: int) -> bool:
+    """The file exists with exactly these bytes and this mode (nothing to rewrite)."""
+    try:
+        if os.stat(path).st_mode & 0o7777 != mode or os.path.getsize(path) != len(data):
+            return False
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
 
 
 def select_items(
@@ -195,6 +214,26 @@ async def materialize_volumes(
                 for kind, sub in source.items():
                     await fill_source(directory, kind, sub, pod, ips, get, mode)
     return paths
+
+
+async def refresh_object_volumes(
+    pod: dict, volume_paths: dict[str, str], ips: tuple[str | None, str], get: ObjectGetter
+) -> None:
+    """Rewrite the files of the pod's configMap, secret and projected volumes that changed."""
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        directory = volume_paths.get(volume["name"])
+        if directory is None:
+            continue
+        for kind in ("configMap", "secret"):
+            if kind in volume:
+                await fill_source(directory, kind, volume[kind], pod, ips, get,
+                                  volume[kind].get("defaultMode") or DEFAULT_MODE)
+        if "projected" in volume:
+            mode = volume["projected"].get("defaultMode") or DEFAULT_MODE
+            for source in volume["projected"].get("sources") or []:
+                for kind, sub in source.items():
+                    if kind in ("configMap", "secret"):
+                        await fill_source(directory, kind, sub, pod, ips, get, mode)
 
 
 def write_etc_files(pod: dict, pod_dir: str, pod_ip: str | None) -> dict[str, str]:

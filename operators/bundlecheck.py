@@ -1,6 +1,9 @@
 """The fetch_bundle task's work: check the bundle in S3 and snapshot it for the run.
 
-The bundle is downloaded once, checked with the one bundle safety check
+An archive over the compressed-size limit (S3's Content-Length, from a HEAD)
+is refused before any byte is downloaded; the download itself stops if more
+bytes arrive than the HEAD announced (the object changed in between). The
+bundle is downloaded once, checked with the one bundle safety check
 (`runtime.bundle.verify_bundle`: every member matches the manifest's size and
 sha256, nothing unsafe) and copied to `<output>/runs/<run_id>/bundle.tar.gz`.
 Pods fetch the snapshot, never the original key, so an upload during the run
@@ -32,12 +35,25 @@ def hash_archive(path: Path) -> tuple[int, str]:
 
 
 def snapshot_bundle(
-    s3: Any, bundle_uri: str, run_prefix: str, max_total_size: int
+    s3: Any,
+    bundle_uri: str,
+    run_prefix: str,
+    max_total_size: int,
+    max_compressed_size: int | None = None,
 ) -> dict[str, Any]:
-    """Check the bundle and copy it under `run_prefix`; return its identity (XCom-safe)."""
+    """Check the bundle and copy it under `run_prefix`; return its identity (XCom-safe).
+
+    `max_compressed_size` defaults to settings.MAX_BUNDLE_COMPRESSED_SIZE.
+    BundleMissing when the key is absent, BundleError when the bundle is refused.
+    """
     from botocore.exceptions import ClientError
 
-    from runtime.bundle import verify_bundle
+    from runtime.bundle import BundleError, Refusal, verify_bundle
+
+    if max_compressed_size is None:
+        from operators.settings import MAX_BUNDLE_COMPRESSED_SIZE
+
+        max_compressed_size = MAX_BUNDLE_COMPRESSED_SIZE
 
     bucket, key = parse_s3_uri(bundle_uri)
     try:
@@ -50,9 +66,27 @@ def snapshot_bundle(
                 "upload it first (tshell push DIR s3://...)"
             ) from None
         raise
+    announced = int(head["ContentLength"])
+    if announced > max_compressed_size:
+        raise BundleError(
+            bundle_uri,
+            Refusal.ARCHIVE_TOO_LARGE,
+            f"{announced} bytes in S3; the limit is {max_compressed_size} bytes",
+        )
+    received = 0
+
+    def stop_past_the_head(count: int) -> None:
+        nonlocal received
+        received += count
+        if received > announced:  # the key was overwritten after the HEAD; a retry may pass
+            raise ValueError(
+                f"bundle {bundle_uri}: over {announced} bytes arrived, the size S3 announced; "
+                "was it replaced during the download?"
+            )
+
     with tempfile.TemporaryDirectory(prefix="tfjob-bundle-") as tmp:
         local = Path(tmp) / "bundle.tar.gz"
-        s3.download_file(bucket, key, str(local))
+        s3.download_file(bucket, key, str(local), Callback=stop_past_the_head)
         size, sha256 = hash_archive(local)
         if size != head["ContentLength"]:
             raise ValueError(

@@ -6,7 +6,9 @@ Reads the presigned GET URL from `$TFJOB_ACCESS_DIR/bundle_url` (default
 the one bundle safety check (`bundle.extract_bundle`). The URL is a
 credential and is never printed.
 
-Exit codes: 0 done, 2 configuration missing, 65 bundle refused, 74 download failed.
+Exit codes: 0 done, 2 configuration missing, 65 bundle refused (including an
+archive over `$TFJOB_MAX_BUNDLE_COMPRESSED_BYTES`, refused before it is
+downloaded), 74 download failed.
 """
 
 from __future__ import annotations
@@ -25,20 +27,31 @@ EXIT_CONFIG = 2
 EXIT_REFUSED = 65
 EXIT_DOWNLOAD = 74
 DOWNLOAD_NAME = ".bundle.tar.gz"
+TOO_LARGE_CODE = "EntityTooLarge"  # transfer.download_to_file's code for max_bytes
 
 
 def log(message: str) -> None:
     print(f"fetch-bundle: {message}", file=sys.stderr, flush=True)
 
 
+def read_limit(variable: str, default: int) -> int | None:
+    """A byte limit from the environment; None (and a message) when it is not a number."""
+    text = os.environ.get(variable, str(default))
+    try:
+        return int(text)
+    except ValueError:
+        log(f"{variable}: {text!r} given; a whole number of bytes is required")
+        return None
+
+
 def main() -> int:
     access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
     workspace = os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace")
-    limit_text = os.environ.get("TFJOB_MAX_BUNDLE_BYTES", str(bundle.DEFAULT_MAX_TOTAL_SIZE))
-    try:
-        max_total = int(limit_text)
-    except ValueError:
-        log(f"TFJOB_MAX_BUNDLE_BYTES: {limit_text!r} given; a whole number of bytes is required")
+    max_total = read_limit("TFJOB_MAX_BUNDLE_BYTES", bundle.DEFAULT_MAX_TOTAL_SIZE)
+    max_compressed = read_limit(
+        "TFJOB_MAX_BUNDLE_COMPRESSED_BYTES", bundle.DEFAULT_MAX_COMPRESSED_SIZE
+    )
+    if max_total is None or max_compressed is None:
         return EXIT_CONFIG
     url_file = os.path.join(access_dir, "bundle_url")
     try:
@@ -58,8 +71,14 @@ def main() -> int:
     archive = os.path.join(workspace, DOWNLOAD_NAME)
     started = time.monotonic()
     try:
-        size = transfer.download_to_file(url, archive)
+        size = transfer.download_to_file(url, archive, max_bytes=max_compressed)
     except transfer.TransferError as exc:
+        if exc.code == TOO_LARGE_CODE:
+            refusal = bundle.BundleError(
+                bundle.ARCHIVE_MEMBER, bundle.Refusal.ARCHIVE_TOO_LARGE, str(exc)
+            )
+            log(str(refusal))
+            return EXIT_REFUSED
         log(str(exc))
         return EXIT_DOWNLOAD
     try:

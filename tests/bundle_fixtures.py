@@ -184,6 +184,104 @@ def build_gzip_of_garbage(path: Path) -> Path:
     return path
 
 
+def _archive_bytes(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar of `files` in their order (manifest first, padded to a tar record)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        add_bytes(tar, MANIFEST_NAME, manifest_for(files))
+        for name, body in files.items():
+            add_bytes(tar, name, body)
+    return buffer.getvalue()
+
+
+def _with_conflict(order: list[str]) -> Callable[[Path], Path]:
+    """Members (and manifest entries) in `order`, one path a file and another's directory."""
+
+    def build(path: Path) -> Path:
+        files = {name: f"# {name}\n".encode() for name in order}
+        path.write_bytes(gzip.compress(_archive_bytes(files)))
+        return path
+
+    return build
+
+
+def build_directory_over_a_file(path: Path) -> Path:
+    def members(tar: tarfile.TarFile) -> None:
+        good_members(tar)
+        add_special(tar, "code/train.py/sub", tarfile.DIRTYPE)
+
+    return write_archive(path, manifest_for(GOOD_FILES), members)
+
+
+def build_junk_after_the_end_blocks(path: Path) -> Path:
+    path.write_bytes(gzip.compress(_archive_bytes(GOOD_FILES) + b"hidden payload\n"))
+    return path
+
+
+def build_second_gzip_member(path: Path) -> Path:
+    build_good(path)
+    with open(path, "ab") as stream:
+        stream.write(gzip.compress(b"a second member nobody checks\n"))
+    return path
+
+
+def build_bytes_after_the_gzip_stream(path: Path) -> Path:
+    build_good(path)
+    with open(path, "ab") as stream:
+        stream.write(b"\x00\x01 not part of any gzip member")
+    return path
+
+
+def build_junk_instead_of_end_blocks(path: Path) -> Path:
+    tar = _archive_bytes(GOOD_FILES)
+    body = tar.rstrip(b"\0")
+    body += b"\0" * (-len(body) % 512)
+    path.write_bytes(gzip.compress(body + b"J" * 512 + b"\0" * 1024))
+    return path
+
+
+def build_bad_gzip_crc(path: Path) -> Path:
+    data = bytearray(gzip.compress(_archive_bytes(GOOD_FILES)))
+    data[-8] ^= 0xFF  # the CRC32 of the trailer; the deflate data is intact
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _extended_header(kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo("././@LongLink" if kind == tarfile.GNUTYPE_LONGNAME else "pax")
+    info.type = kind
+    info.size = size
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def write_header_bomb(path: Path, kind: bytes, payload_bytes: int, level: int = 9) -> Path:
+    """A bundle whose second member has a `kind` ('x' pax or 'L' GNU long-name) header
+    carrying `payload_bytes` of payload: a few KB compressed per MiB of payload.
+
+    Written in pieces, so building it takes no more memory than a MiB.
+    """
+    head = io.BytesIO()
+    with tarfile.open(fileobj=head, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        add_bytes(tar, MANIFEST_NAME, manifest_for(GOOD_FILES))
+    manifest_blocks = head.getvalue().rstrip(b"\0")  # drop the end blocks (the body ends in '}')
+    manifest_blocks += b"\0" * (-len(manifest_blocks) % 512)
+    with gzip.open(path, "wb", compresslevel=level) as out:
+        out.write(manifest_blocks)
+        out.write(_extended_header(kind, payload_bytes))
+        record = b"%d comment=" % payload_bytes if kind == tarfile.XHDTYPE else b"code/"
+        out.write(record)
+        chunk = b"a" * (1024 * 1024)
+        left = payload_bytes - len(record)
+        while left > 0:
+            out.write(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
+        out.write(b"\0" * (-payload_bytes % 512))
+        manifest_member = 512 + len(manifest_for(GOOD_FILES))
+        manifest_member += -manifest_member % 512
+        out.write(_archive_bytes(GOOD_FILES)[manifest_member:])  # good members, end blocks
+    return path
+
+
 OVERSIZE_LIMIT = 4096
 BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
     "tar-slip": (
@@ -265,6 +363,57 @@ BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
         Refusal.BAD_MANIFEST,
         "MANIFEST.json: manifest is missing or invalid",
     ),
+    "file-named-code": (
+        _with_conflict(["code", "code/train.py"]),
+        Refusal.FILE_DIR_CONFLICT,
+        "code: path is both a file and a directory (code/ is always a directory)",
+    ),
+    "file-then-directory": (
+        _with_conflict(["code/a", "code/a/b.py"]),
+        Refusal.FILE_DIR_CONFLICT,
+        "code/a: path is both a file and a directory (the manifest also lists code/a/b.py)",
+    ),
+    "directory-then-file": (
+        _with_conflict(["code/a/b.py", "code/a"]),
+        Refusal.FILE_DIR_CONFLICT,
+        "code/a: path is both a file and a directory (the manifest also lists code/a/b.py)",
+    ),
+    "directory-member-over-a-file": (
+        build_directory_over_a_file,
+        Refusal.FILE_DIR_CONFLICT,
+        "code/train.py/sub: path is both a file and a directory",
+    ),
+    "junk-after-end-blocks": (
+        build_junk_after_the_end_blocks,
+        Refusal.TRAILING_DATA,
+        "<archive>: data after the end of the archive (non-zero bytes",
+    ),
+    "second-gzip-member": (
+        build_second_gzip_member,
+        Refusal.TRAILING_DATA,
+        "<archive>: data after the end of the archive (bytes after the end of the gzip",
+    ),
+    "bytes-after-gzip": (
+        build_bytes_after_the_gzip_stream,
+        Refusal.TRAILING_DATA,
+        "<archive>: data after the end of the archive",
+    ),
+    "junk-instead-of-end-blocks": (
+        build_junk_instead_of_end_blocks,
+        Refusal.CORRUPT,
+        "not a tar header",
+    ),
+    "bad-gzip-crc": (build_bad_gzip_crc, Refusal.CORRUPT, "archive is corrupt or truncated"),
+    "pax-header-bomb": (
+        lambda path: write_header_bomb(path, tarfile.XHDTYPE, 8 * 1024 * 1024),
+        Refusal.EXTENDED_HEADER,
+        "<archive>: extended tar header over the limit (pax header",
+    ),
+    "gnu-longname-bomb": (
+        lambda path: write_header_bomb(path, tarfile.GNUTYPE_LONGNAME, 8 * 1024 * 1024),
+        Refusal.EXTENDED_HEADER,
+        "<archive>: extended tar header over the limit (GNU long-name header",
+    ),
 }
 
 
@@ -275,8 +424,9 @@ def pod_runtime_copy(tmp_path: Path) -> Path:
     """The runtime files flat in one directory, as the ConfigMap mounts them (no repo)."""
     target = tmp_path / "tfjob-runtime"
     target.mkdir()
-    for name in ("fetch.py", "bundle.py", "transfer.py", "bootstrap.py"):
-        shutil.copy(REPO / "runtime" / name, target / name)
+    for source in sorted((REPO / "runtime").glob("*.py")):  # as operators/launch.py ships them
+        if source.name != "__init__.py":
+            shutil.copy(source, target / source.name)
     return target
 
 

@@ -2,7 +2,9 @@
 
 `up` starts one API server process (which also runs the scheduler and garbage collector) and one
 kubelet process per node, writes DIR/kubeconfig and DIR/localkube.json {api_url, pids, nodes,
-forward_ports}, and returns once the API answers and every kubelet has reported its node Ready.
+forward_ports, forwards}, and returns once the API answers and every kubelet has reported its node
+Ready. DIR is 0700 and both files 0600 from their creation: the kubeconfig is the key to the
+cluster, and DIR/store.db holds every Secret.
 `down` stops the kubelets (they tear their pods down), then the API server, kills leftovers and
 sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
 """
@@ -21,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from localkube.apiserver.app import DEFAULT_NODES_FILE, load_nodes_file
+from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards, parse_forward_spec
 
 DEFAULT_PORT = 6443
 DEFAULT_STATE_DIR = ".state/localkube"
@@ -29,6 +32,8 @@ NODES_READY_TIMEOUT_S = 60.0
 KUBELET_STOP_TIMEOUT_S = 60.0
 API_STOP_TIMEOUT_S = 10.0
 POLL_S = 0.1
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
 
 class UpError(RuntimeError):
@@ -47,8 +52,12 @@ def kubeconfig_text(api_url: str) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
+    """Replace path with text; mode 0600 from the first byte (temporary file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
     tmp.replace(path)
 
 
@@ -154,10 +163,12 @@ def wait_for_nodes(state_dir: Path, api_url: str,
                   f"{NODES_READY_TIMEOUT_S:.0f} s; see {state_dir}/kubelet-*.log")
 
 
-def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
+def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int],
        start_kubelets: bool = True) -> dict:
     """Start localkube in the background; returns the contents of DIR/localkube.json."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    forwards = merge_forwards([f if isinstance(f, Forward) else Forward(f) for f in forward])
+    state_dir.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    state_dir.chmod(PRIVATE_DIR_MODE)
     info = read_cluster_info(state_dir)
     recorded = [pid for pid in all_pids(info) if pid]
     if recorded and all(is_alive(pid) for pid in recorded) and \
@@ -181,9 +192,10 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[int],
         apiserver.kill()
         raise
     api_url = f"http://127.0.0.1:{actual_port}"
-    forward_ports = sorted(set(forward) | {actual_port})
+    forwards = forwards_of_cluster({"forwards": [f.to_json() for f in forwards]}, actual_port)
     info = {"api_url": api_url, "pids": {"apiserver": apiserver.pid, "kubelets": {}},
-            "nodes": node_names, "forward_ports": forward_ports,
+            "nodes": node_names, "forward_ports": [f.pod_port for f in forwards],
+            "forwards": [f.to_json() for f in forwards],
             "kubeconfig": str(state_dir / "kubeconfig")}
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
@@ -265,6 +277,13 @@ def status(state_dir: Path) -> dict:
             "running_pids": running, "up": bool(running)}
 
 
+def forward_argument(text: str) -> Forward:
+    try:
+        return parse_forward_spec(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m localkube",
                                      description="A local Kubernetes-API cluster.")
@@ -275,8 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="YAML list of nodes {name, capacity, labels, taints}")
     up_cmd.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="API server port on 127.0.0.1 (0: a free one)")
-    up_cmd.add_argument("--forward", type=int, nargs="*", action="extend", default=[],
-                        help="host ports forwarded into every pod's 127.0.0.1")
+    up_cmd.add_argument("--forward", type=forward_argument, nargs="*", action="extend",
+                        default=[], metavar="PORT[=ADDRESS:PORT]",
+                        help="relay every pod's 127.0.0.1:PORT to the host's 127.0.0.1:PORT, "
+                             "or to ADDRESS:PORT (an IPv4 loopback address, e.g. "
+                             "9000=127.0.0.2:9000)")
     up_cmd.add_argument("--no-kubelets", action="store_true",
                         help="start only the API server (for API tests)")
     for name, text in (("down", "stop localkube and everything it started"),

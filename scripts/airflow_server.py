@@ -12,6 +12,13 @@ It also fixes what standalone leaves random per process: the JWT secret (the
 scheduler's task tokens must verify in the API server), the fernet key and the
 API secret key are generated once per home into <home>/secrets.json.
 
+The home holds credentials (secrets.json, the admin password Airflow writes
+to simple_auth_manager_passwords.json.generated, the password in the log),
+so it is 0700, secrets.json is 0600 from its creation, and Airflow runs with
+umask 077: every file it creates, the password file included, is private
+from its first byte. The password file is also chmod'ed 0600 whenever it is
+read (a home made by an older version).
+
 `up` returns once /api/v2/monitor/health reports every component healthy and
 the DAG processor has parsed every DAG file of the dags folder.
 
@@ -35,14 +42,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
 from background_server import (  # noqa: E402
+    PRIVATE_FILE_MODE,
     StartOutcome,
     await_ready,
     is_alive,
     is_port_free,
+    make_private_dir,
     pick_free_port,
     reap,
     spawn_detached,
     stop_processes,
+    write_private,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +64,7 @@ SECRETS_FILE = "secrets.json"
 PID_FILE = "standalone.pid"
 LOG_FILE = "standalone.log"
 ADMIN_USER = "admin"
+AIRFLOW_UMASK = 0o077  # files Airflow creates (passwords, logs, database) are its own only
 
 # Generous: on 2 shared cores under load, standalone has taken over 2 minutes to get healthy.
 START_TIMEOUT_S = 300.0
@@ -111,9 +122,8 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
         "jwt_secret": base64.urlsafe_b64encode(os.urandom(64)).decode(),
         "api_secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode(),
     }
-    home.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(secrets))
-    path.chmod(0o600)
+    make_private_dir(home)
+    write_private(path, json.dumps(secrets))
     return secrets
 
 
@@ -151,11 +161,19 @@ def build_airflow_env(
     return env
 
 
+def protect_password_file(home: Path) -> bool:
+    """chmod Airflow's generated password file 0600; False while it does not exist."""
+    try:
+        (home / PASSWORDS_FILE).chmod(PRIVATE_FILE_MODE)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def read_admin_password(home: Path) -> str | None:
-    path = home / PASSWORDS_FILE
-    if not path.exists():
+    if not protect_password_file(home):
         return None
-    return json.loads(path.read_text()).get(ADMIN_USER)
+    return json.loads((home / PASSWORDS_FILE).read_text()).get(ADMIN_USER)
 
 
 def read_pid(home: Path) -> int | None:
@@ -238,9 +256,12 @@ def await_airflow_ready(
 ) -> AirflowInstance:
     """Wait until every component is healthy and the DAG files are parsed."""
     home = settings.home.resolve()
-    outcome = await_ready(
-        lambda: is_healthy(fetch_health(settings.url)), pid, timeout, POLL_INTERVAL_S
-    )
+
+    def ready() -> bool:
+        protect_password_file(home)  # as soon as it appears (umask 077 made it private already)
+        return is_healthy(fetch_health(settings.url))
+
+    outcome = await_ready(ready, pid, timeout, POLL_INTERVAL_S)
     if outcome is StartOutcome.EXITED:
         raise AirflowStartError(
             f"airflow standalone (pid {pid}) exited during start; last lines of "
@@ -278,7 +299,7 @@ def await_airflow_ready(
 def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -> AirflowInstance:
     """Start `airflow standalone` in the background, or return the instance already running."""
     home = settings.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(home)
     pid = read_pid(home)
     if pid is not None and is_alive(pid):
         if is_healthy(fetch_health(settings.url)):
@@ -291,7 +312,11 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
         )
     env = build_airflow_env(settings)
     process = spawn_detached(
-        [str(Path(sys.executable).parent / "airflow"), "standalone"], home / LOG_FILE, home, env
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        home / LOG_FILE,
+        home,
+        env,
+        umask=AIRFLOW_UMASK,
     )
     (home / PID_FILE).write_text(str(process.pid))
     try:

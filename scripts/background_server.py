@@ -8,6 +8,11 @@ with SIGTERM, then SIGKILL after a grace period. Stopping looks again on every
 pass, because a server that is shutting down may still start processes (an
 executor replacing a worker); it returns only once a look finds none alive.
 
+Files that hold credentials (a log with a password or presigned queries,
+services.json, ready.json) are written through `open_private`/`write_private`:
+0600 from the first byte, then renamed into place, never world-readable even
+briefly.
+
 scripts/ is not a package: the launchers put this folder on sys.path to import
 this module, whether they run as scripts or are loaded by path in tests.
 """
@@ -25,6 +30,8 @@ from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 POLL_INTERVAL_S = 0.2
+PRIVATE_FILE_MODE = 0o600  # files holding credentials
+PRIVATE_DIR_MODE = 0o700
 
 
 class StartOutcome(enum.Enum):
@@ -65,15 +72,43 @@ def is_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def open_private(path: Path, flags: int) -> int:
+    """os.open with mode 0600, also for a file that exists already (made by an older version)."""
+    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
+    os.fchmod(fd, PRIVATE_FILE_MODE)
+    return fd
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace path with text, mode 0600 from the first byte (a temporary file, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC | os.O_EXCL), "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def make_private_dir(path: Path) -> None:
+    """mkdir -p path, then mode 0700 (also when it existed)."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    path.chmod(PRIVATE_DIR_MODE)
+
+
 def spawn_detached(
     argv: list[str],
     log_path: Path,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    umask: int = -1,
 ) -> subprocess.Popen[bytes]:
-    """Start argv in a new session with stdin closed and stdout+stderr appended to log_path."""
+    """Start argv in a new session with stdin closed and stdout+stderr appended to log_path.
+
+    The log is 0600: servers print credentials there (Airflow its admin password,
+    moto every request line with its presigned query). `umask` (e.g. 0o077) is the
+    child's; -1 keeps ours.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
         return subprocess.Popen(
             argv,
             cwd=cwd,
@@ -82,6 +117,7 @@ def spawn_detached(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=umask,
         )
 
 

@@ -5,42 +5,35 @@
     python scripts/s3_server.py down --state-dir .state/s3
     python scripts/s3_server.py serve --port 0 --ready-file /tmp/ready.json   # foreground
 
-Why the wrapper: moto 5.2.5 checks neither presigned URLs nor POST policies
-(`moto/s3/responses.py` only compares a few header values; nothing reads
-X-Amz-Expires, the signature or the policy's conditions), and it accepts
-anonymous writes. Pods get only presigned access, so a local S3 that accepts
-everything would hide every mistake in that access. This server puts a small
-WSGI layer in front of moto that does what S3 does for those requests:
+One moto backend, two listeners:
 
-- query-string SigV4 (presigned GET/PUT/...): refuses expired URLs
-  (X-Amz-Date + X-Amz-Expires) and wrong signatures, recomputed with the
-  server's own access key/secret;
-- browser-style POST with a policy: refuses a wrong signature, an expired
-  policy, and any field that breaks a condition (`eq`, exact match,
-  `starts-with`, `content-length-range`) or is not covered by one;
-- anonymous requests (no Authorization header, no presigned query, no
-  policy) are refused, except moto's own `/moto-api/`.
+- the host's, `http://127.0.0.1:PORT`: boto3 clients holding the key (Airflow,
+  tshell, tests) and moto's `/moto-api/`;
+- the pods', `http://127.0.0.2:PORT` by default (`--pod-host`, `--pod-port`):
+  what localkube relays each pod's 127.0.0.1:PORT to
+  (`--forward PORT=127.0.0.2:PORT`). It serves presigned requests only and
+  refuses `/moto-api/` and every request with an Authorization header, so a pod
+  cannot use the server's key, reset the store or dump it. A pod still sends
+  `Host: 127.0.0.1:PORT`, the host the URL was presigned for, so signatures match.
+  A test can make it answer 503 for a while (`POST /moto-api/tfjob/pod-outage?seconds=N`
+  on the host's listener): S3 down for the pods only.
 
-Requests with an Authorization header (boto3, tshell) go to moto unchecked,
-as moto itself does. State is in memory; `down` ends it. Production uses a
-real S3 endpoint, which enforces all of this itself.
+What is checked (SigV4 only; SigV2 is refused) is in scripts/s3_checks.py.
+State is in memory; `down` ends it. The state dir is 0700 and the files in it
+0600 (ready.json names the key; the log shows presigned queries). The secret
+reaches `serve` in its environment (TFJOB_S3_SECRET_KEY), not on its command
+line, which every user can read. Production uses a real S3 endpoint, which
+enforces all of this itself.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import datetime as dt
-import hashlib
-import hmac
-import io
 import json
 import os
 import signal
 import sys
 import threading
-import urllib.parse
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +42,17 @@ from background_server import (  # noqa: E402
     StartOutcome,
     await_ready,
     is_alive,
+    make_private_dir,
     spawn_detached,
     stop_pid,
+    write_private,
 )
+from s3_checks import PresignChecker  # noqa: E402
+from s3_gate import CheckingMiddleware, PodOutage  # noqa: E402
 
 DEFAULT_HOST = "127.0.0.1"
+DEFAULT_POD_HOST = "127.0.0.2"  # any loopback address but the host's; see the docstring
+SECRET_ENV = "TFJOB_S3_SECRET_KEY"
 DEFAULT_ACCESS_KEY = "tfjob-local"
 DEFAULT_SECRET_KEY = "tfjob-local-secret"
 DEFAULT_REGION = "us-east-1"
@@ -61,349 +60,42 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.1
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+def open_listeners(args: argparse.Namespace, app: Any, pod_app: Any) -> tuple[Any, Any]:
+    """The host's server, then the pods' (same port number unless told or taken)."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from werkzeug.serving import make_server
 
-class Refused(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def make(host: str, port: int, wsgi: Any) -> Any:
+        return make_server(host, port, wsgi, threaded=True, request_handler=MotoRequestHandler)
 
-
-def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
-    key = ("AWS4" + secret).encode()
-    for part in (date, region, service, "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    return key
-
-
-def _uri_encode(text: str) -> str:
-    return urllib.parse.quote(text, safe="-_.~")
-
-
-def _parse_amz_date(text: str) -> dt.datetime:
+    server = make(args.host, args.port, app)
+    pod_port = server.server_port if args.pod_port is None else args.pod_port
     try:
-        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        raise Refused(
-            "AuthorizationQueryParametersError", f"X-Amz-Date {text!r} is not YYYYMMDDTHHMMSSZ"
-        ) from None
-
-
-class PresignChecker:
-    """Checks presigned query requests and POST policies the way S3 does."""
-
-    def __init__(
-        self, credentials: dict[str, str], now: Callable[[], dt.datetime] | None = None
-    ) -> None:
-        self.credentials = credentials
-        self.now = now or (lambda: dt.datetime.now(dt.UTC))
-
-    def _secret_and_scope(self, credential: str) -> tuple[str, str, str, str]:
-        parts = credential.split("/")
-        if len(parts) != 5 or parts[4] != "aws4_request":
-            raise Refused("AuthorizationQueryParametersError", "malformed credential scope")
-        access_key, date, region, service, _ = parts
-        secret = self.credentials.get(access_key)
-        if secret is None:
-            raise Refused(
-                "InvalidAccessKeyId",
-                "The AWS Access Key Id you provided does not exist in our records.",
-            )
-        return secret, date, region, service
-
-    def check_query_signature_v2(self, environ: dict[str, Any]) -> None:
-        """Legacy SigV2 query auth (botocore presigns with it in us-east-1 unless told s3v4)."""
-        params = dict(
-            urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
-        )
-        secret = self.credentials.get(params.get("AWSAccessKeyId", ""))
-        if secret is None:
-            raise Refused(
-                "InvalidAccessKeyId",
-                "The AWS Access Key Id you provided does not exist in our records.",
-            )
-        try:
-            expires = int(params.get("Expires", ""))
-        except ValueError:
-            raise Refused(
-                "AccessDenied", "Query-string authentication requires the Expires parameter"
-            ) from None
-        if self.now().timestamp() > expires:
-            raise Refused("AccessDenied", "Request has expired")
-        raw_uri = (
-            environ.get("RAW_URI")
-            or environ.get("REQUEST_URI")
-            or urllib.parse.quote(environ.get("PATH_INFO", "/"))
-        )
-        to_sign = "\n".join(
-            [
-                environ["REQUEST_METHOD"],
-                environ.get("HTTP_CONTENT_MD5", ""),
-                environ.get("CONTENT_TYPE", ""),
-                str(expires),
-                raw_uri.split("?", 1)[0],
-            ]
-        )
-        expected = base64.b64encode(
-            hmac.new(secret.encode(), to_sign.encode(), hashlib.sha1).digest()
-        ).decode()
-        if not hmac.compare_digest(expected, params.get("Signature", "")):
-            raise Refused(
-                "SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature you provided.",
-            )
-
-    def check_query_signature(self, environ: dict[str, Any]) -> None:
-        pairs = urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
-        params = dict(pairs)
-        if params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
-            raise Refused(
-                "AuthorizationQueryParametersError",
-                "only AWS4-HMAC-SHA256 presigned URLs are supported",
-            )
-        secret, date, region, service = self._secret_and_scope(params.get("X-Amz-Credential", ""))
-        amz_date = params.get("X-Amz-Date", "")
-        signed_at = _parse_amz_date(amz_date)
-        try:
-            expires = int(params.get("X-Amz-Expires", ""))
-        except ValueError:
-            raise Refused(
-                "AuthorizationQueryParametersError", "X-Amz-Expires must be a number of seconds"
-            ) from None
-        if self.now() > signed_at + dt.timedelta(seconds=expires):
-            raise Refused("AccessDenied", "Request has expired")
-        raw_uri = (
-            environ.get("RAW_URI")
-            or environ.get("REQUEST_URI")
-            or urllib.parse.quote(environ.get("PATH_INFO", "/"))
-        )
-        path = raw_uri.split("?", 1)[0]
-        canonical_query = "&".join(
-            f"{_uri_encode(k)}={_uri_encode(v)}" for k, v in sorted(pairs) if k != "X-Amz-Signature"
-        )
-        signed_headers = params.get("X-Amz-SignedHeaders", "host").split(";")
-        header_lines = ""
-        for name in signed_headers:
-            key = "HTTP_HOST" if name == "host" else "HTTP_" + name.upper().replace("-", "_")
-            if name == "content-type":
-                key = "CONTENT_TYPE"
-            elif name == "content-length":
-                key = "CONTENT_LENGTH"
-            header_lines += f"{name}:{' '.join(str(environ.get(key, '')).split())}\n"
-        canonical = "\n".join(
-            [
-                environ["REQUEST_METHOD"],
-                path,
-                canonical_query,
-                header_lines,
-                ";".join(signed_headers),
-                "UNSIGNED-PAYLOAD",
-            ]
-        )
-        scope = f"{date}/{region}/{service}/aws4_request"
-        canonical_hash = hashlib.sha256(canonical.encode()).hexdigest()
-        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{canonical_hash}"
-        expected = hmac.new(
-            signing_key(secret, date, region, service), to_sign.encode(), hashlib.sha256
-        ).hexdigest()
-        if not hmac.compare_digest(expected, params.get("X-Amz-Signature", "")):
-            raise Refused(
-                "SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature you provided.",
-            )
-
-    def check_post_policy(
-        self, bucket: str, form: dict[str, str], file_name: str, file_size: int
-    ) -> None:
-        fields = {k.lower(): v for k, v in form.items()}
-        policy_b64 = fields.get("policy", "")
-        if "awsaccesskeyid" in fields:  # SigV2 policy
-            secret_v2 = self.credentials.get(fields["awsaccesskeyid"])
-            if secret_v2 is None:
-                raise Refused(
-                    "InvalidAccessKeyId",
-                    "The AWS Access Key Id you provided does not exist in our records.",
-                )
-            expected = base64.b64encode(
-                hmac.new(secret_v2.encode(), policy_b64.encode(), hashlib.sha1).digest()
-            ).decode()
-            given = fields.get("signature", "")
-        else:
-            secret, date, region, service = self._secret_and_scope(
-                fields.get("x-amz-credential", "")
-            )
-            expected = hmac.new(
-                signing_key(secret, date, region, service), policy_b64.encode(), hashlib.sha256
-            ).hexdigest()
-            given = fields.get("x-amz-signature", "")
-        if not hmac.compare_digest(expected, given):
-            raise Refused(
-                "SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature you provided.",
-            )
-        try:
-            policy = json.loads(base64.b64decode(policy_b64))
-            expiration = dt.datetime.fromisoformat(policy["expiration"].replace("Z", "+00:00"))
-            conditions = policy["conditions"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise Refused("InvalidPolicyDocument", f"Invalid Policy: {exc}") from None
-        if self.now() > expiration:
-            raise Refused("AccessDenied", "Invalid according to Policy: Policy expired.")
-        values = dict(fields)
-        values["bucket"] = bucket
-        if "${filename}" in values.get("key", ""):
-            values["key"] = values["key"].replace("${filename}", file_name)
-        covered = {"bucket"}
-        for condition in conditions:
-            covered.add(self._check_condition(condition, values, file_size))
-        exempt = {"policy", "x-amz-signature", "file", "awsaccesskeyid", "signature"}
-        for name in fields:
-            if name not in covered and name not in exempt and not name.startswith("x-ignore-"):
-                raise Refused(
-                    "AccessDenied", f"Invalid according to Policy: Extra input fields: {name}"
-                )
-
-    @staticmethod
-    def _check_condition(condition: Any, values: dict[str, str], file_size: int) -> str:
-        if isinstance(condition, dict) and len(condition) == 1:
-            ((name, wanted),) = condition.items()
-            op, name = "eq", name.lower()
-        elif isinstance(condition, list) and len(condition) == 3:
-            op, name, wanted = condition
-            op = str(op).lower()
-            if op == "content-length-range":
-                if not int(name) <= file_size <= int(wanted):
-                    raise Refused(
-                        "EntityTooLarge" if file_size > int(wanted) else "EntityTooSmall",
-                        f"Your proposed upload size {file_size} is outside {name}..{wanted}",
-                    )
-                return "content-length-range"
-            name = str(name).lstrip("$").lower()
-        else:
-            raise Refused("InvalidPolicyDocument", f"Invalid Policy: condition {condition!r}")
-        given = values.get(name, "")
-        if op == "eq" and given != wanted:
-            raise Refused(
-                "AccessDenied",
-                "Invalid according to Policy: Policy Condition failed: "
-                f'["eq", "${name}", "{wanted}"]',
-            )
-        if op == "starts-with" and not given.startswith(str(wanted)):
-            raise Refused(
-                "AccessDenied",
-                "Invalid according to Policy: Policy Condition failed: "
-                f'["starts-with", "${name}", "{wanted}"]',
-            )
-        if op not in ("eq", "starts-with"):
-            raise Refused("InvalidPolicyDocument", f"Invalid Policy: unknown operation {op!r}")
-        return name
-
-
-class CheckingMiddleware:
-    """WSGI layer in front of moto: refuses what S3 refuses for presigned and anonymous requests."""
-
-    def __init__(
-        self, app: WsgiApp, checker: PresignChecker, allow_anonymous: bool = False
-    ) -> None:
-        self.app = app
-        self.checker = checker
-        self.allow_anonymous = allow_anonymous
-
-    def __call__(
-        self, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> Iterable[bytes]:
-        try:
-            self.check(environ)
-        except Refused as refusal:
-            body = (
-                '<?xml version="1.0" encoding="UTF-8"?>\n'
-                f"<Error><Code>{refusal.code}</Code><Message>{_xml_escape(refusal.message)}</Message>"
-                "<RequestId>tfjob-local</RequestId></Error>"
-            ).encode()
-            start_response(
-                "403 Forbidden",
-                [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
-        return self.app(environ, start_response)
-
-    def check(self, environ: dict[str, Any]) -> None:
-        path = environ.get("PATH_INFO", "/")
-        if path.startswith("/moto-api"):
-            return
-        query = environ.get("QUERY_STRING", "")
-        if "X-Amz-Signature=" in query:
-            self.checker.check_query_signature(environ)
-            return
-        if "Signature=" in query and "AWSAccessKeyId=" in query:
-            self.checker.check_query_signature_v2(environ)
-            return
-        if environ.get("HTTP_AUTHORIZATION"):
-            return
-        content_type = environ.get("CONTENT_TYPE", "")
-        if environ["REQUEST_METHOD"] == "POST" and content_type.startswith("multipart/form-data"):
-            self._check_form_post(environ, path)
-            return
-        if not self.allow_anonymous:
-            raise Refused(
-                "AccessDenied",
-                "Anonymous access is refused by this S3 server; "
-                "use credentials or a presigned request",
-            )
-
-    def _check_form_post(self, environ: dict[str, Any], path: str) -> None:
-        from werkzeug.formparser import parse_form_data
-
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length)
-        environ["wsgi.input"] = io.BytesIO(body)
-        copy = dict(environ)
-        copy["wsgi.input"] = io.BytesIO(body)
-        _, form, files = parse_form_data(copy)
-        upload = files.get("file")
-        if upload is None:
-            raise Refused("InvalidArgument", "POST requires exactly one file upload per request.")
-        size = len(upload.read())
-        fields = {k: form[k] for k in form}
-        if "policy" not in {k.lower() for k in fields}:
-            if self.allow_anonymous:
-                return
-            raise Refused(
-                "AccessDenied", "Anonymous POST without a policy is refused by this S3 server"
-            )
-        bucket = path.strip("/").split("/", 1)[0]
-        self.checker.check_post_policy(bucket, fields, upload.filename or "", size)
-
-
-def _xml_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-# --------------------------------------------------------------------------- serving
+        pod_server = make(args.pod_host, pod_port, pod_app)
+    except OSError:
+        if args.pod_port is not None or args.port != 0:
+            server.server_close()
+            raise
+        pod_server = make(args.pod_host, 0, pod_app)  # a free port was asked for: any will do
+    return server, pod_server
 
 
 def serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", args.access_key)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", args.secret_key)
-    from moto.moto_server.werkzeug_app import (
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
-    from werkzeug.serving import make_server
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    app = CheckingMiddleware(
-        DomainDispatcherApplication(create_backend_app),
-        PresignChecker({args.access_key: args.secret_key}),
-        allow_anonymous=args.allow_anonymous,
+    moto = DomainDispatcherApplication(create_backend_app)
+    checker = PresignChecker({args.access_key: args.secret_key}, args.region)
+    outage = PodOutage()
+    server, pod_server = open_listeners(
+        args,
+        CheckingMiddleware(moto, checker, allow_anonymous=args.allow_anonymous, outage=outage),
+        CheckingMiddleware(moto, checker, pod_facing=True, outage=outage),
     )
-    server = make_server(
-        args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
-    )
-    port = server.server_port
-    endpoint = f"http://{args.host}:{port}"
+    endpoint = f"http://{args.host}:{server.server_port}"
+    pod_endpoint = f"http://{args.pod_host}:{pod_server.server_port}"
     stopping = threading.Event()
 
     def stop(_signum: int, _frame: object) -> None:
@@ -411,25 +103,35 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    thread = threading.Thread(target=server.serve_forever, name="s3-server", daemon=True)
-    thread.start()
+    threads = [
+        threading.Thread(target=each.serve_forever, name=name, daemon=True)
+        for name, each in (("s3-host", server), ("s3-pods", pod_server))
+    ]
+    for thread in threads:
+        thread.start()
     create_buckets(endpoint, args.bucket, args.access_key, args.secret_key, args.region)
     ready = {
         "endpoint": endpoint,
-        "port": port,
+        "port": server.server_port,
+        "pod_endpoint": pod_endpoint,
+        "pod_port": pod_server.server_port,
         "pid": os.getpid(),
         "buckets": args.bucket,
         "access_key": args.access_key,
         "region": args.region,
     }
     if args.ready_file:
-        write_atomically(Path(args.ready_file), json.dumps(ready))
+        write_private(Path(args.ready_file), json.dumps(ready))
     print(
-        f"s3 server: serving {endpoint} (buckets: {', '.join(args.bucket) or 'none'})", flush=True
+        f"s3 server: serving {endpoint}, pods at {pod_endpoint} "
+        f"(buckets: {', '.join(args.bucket) or 'none'})",
+        flush=True,
     )
     stopping.wait()
-    server.shutdown()
-    thread.join(timeout=STOP_TIMEOUT_S)
+    for each in (pod_server, server):
+        each.shutdown()
+    for thread in threads:
+        thread.join(timeout=STOP_TIMEOUT_S)
     return 0
 
 
@@ -449,16 +151,9 @@ def create_buckets(
         client.create_bucket(Bucket=bucket)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def up(args: argparse.Namespace) -> int:
     state = Path(args.state_dir)
-    state.mkdir(parents=True, exist_ok=True)
+    make_private_dir(state)
     ready_file = state / "ready.json"
     if ready_file.exists():
         info = json.loads(ready_file.read_text())
@@ -474,21 +169,24 @@ def up(args: argparse.Namespace) -> int:
         args.host,
         "--port",
         str(args.port),
+        "--pod-host",
+        args.pod_host,
         "--ready-file",
         str(ready_file),
         "--access-key",
         args.access_key,
-        "--secret-key",
-        args.secret_key,
         "--region",
         args.region,
     ]
+    if args.pod_port is not None:
+        command += ["--pod-port", str(args.pod_port)]
     for bucket in args.bucket:
         command += ["--bucket", bucket]
     if args.allow_anonymous:
         command.append("--allow-anonymous")
     log_path = state / "server.log"
-    child = spawn_detached(command, log_path)
+    env = {**os.environ, SECRET_ENV: args.secret_key}
+    child = spawn_detached(command, log_path, env=env)
     outcome = await_ready(ready_file.exists, child.pid, START_TIMEOUT_S, POLL_S)
     if outcome is StartOutcome.EXITED:
         print(
@@ -503,8 +201,8 @@ def up(args: argparse.Namespace) -> int:
         return 1
     info = json.loads(ready_file.read_text())
     print(
-        f"s3 server: serving {info['endpoint']} (pid {info['pid']}, "
-        f"buckets: {', '.join(args.bucket) or 'none'}); "
+        f"s3 server: serving {info['endpoint']}, pods at {info['pod_endpoint']} "
+        f"(pid {info['pid']}, buckets: {', '.join(args.bucket) or 'none'}); "
         f"access key {args.access_key}"
     )
     return 0
@@ -540,13 +238,25 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default=DEFAULT_HOST)
         sub.add_argument("--port", type=int, default=9000, help="0 picks a free port")
         sub.add_argument(
+            "--pod-host",
+            default=DEFAULT_POD_HOST,
+            help="loopback address of the pod-facing listener (presigned requests only)",
+        )
+        sub.add_argument(
+            "--pod-port",
+            type=int,
+            help="its port (default: the host listener's port number; 0 a free one)",
+        )
+        sub.add_argument(
             "--bucket", action="append", default=[], help="bucket to create (repeatable)"
         )
         sub.add_argument(
             "--access-key", default=os.environ.get("TFJOB_S3_ACCESS_KEY", DEFAULT_ACCESS_KEY)
         )
         sub.add_argument(
-            "--secret-key", default=os.environ.get("TFJOB_S3_SECRET_KEY", DEFAULT_SECRET_KEY)
+            "--secret-key",
+            default=os.environ.get(SECRET_ENV, DEFAULT_SECRET_KEY),
+            help=f"prefer the {SECRET_ENV} variable: a command line is readable by every user",
         )
         sub.add_argument("--region", default=DEFAULT_REGION)
         sub.add_argument(
@@ -555,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             sub.add_argument("--state-dir", default=".state/s3")
         else:
-            sub.add_argument("--ready-file", help="write {endpoint, port, pid} here once serving")
+            sub.add_argument(
+                "--ready-file",
+                help="write {endpoint, pod_endpoint, port, pid, ...} here (0600) once serving",
+            )
         sub.set_defaults(func=func)
     stop = commands.add_parser("down", help="stop the background server")
     stop.add_argument("--state-dir", default=".state/s3")

@@ -15,9 +15,15 @@ namespace and mount), then S3. Each step is idempotent, so `up` twice and
 checks that it can work here (root; each port free or held by this state
 dir's own service) and names every problem with what to do.
 
+Pods reach S3 at their own 127.0.0.1:<s3 port>, which localkube relays to the
+S3 server's pod-facing listener (`--forward PORT=127.0.0.2:PORT`): presigned
+requests only, no Authorization header, no /moto-api/ (scripts/s3_server.py).
+
 After `up`, <state>/services.json records the endpoints and <state>/services.env
 holds `export` lines (AWS_ENDPOINT_URL, credentials, TSHELL_AIRFLOW_URL) for a
-shell: `source .state/services.env`. tshell reads services.json by itself.
+shell: `source .state/services.env`. tshell reads services.json by itself. Both
+hold the S3 secret, so they are 0600 from their creation; the S3 secret reaches
+the S3 server in its environment, never on a command line.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
 import preflight  # noqa: E402
+from background_server import write_private  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state"
@@ -89,10 +96,10 @@ class StatePaths:
         return self.root / "airflow"
 
 
-def run_step(name: str, argv: list[str]) -> str:
+def run_step(name: str, argv: list[str], env: dict[str, str] | None = None) -> str:
     """Run one component's own CLI; its output, or ServiceError with it."""
     completed = subprocess.run(
-        argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=STEP_TIMEOUT_S
+        argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env
     )
     output = (completed.stdout + completed.stderr).strip()
     if completed.returncode != 0:
@@ -118,27 +125,41 @@ def build_connections(kubeconfig: Path, s3_endpoint: str) -> dict[str, str]:
     }
 
 
-def start_s3(paths: StatePaths, port: int, buckets: list[str]) -> str:
+def start_s3(paths: StatePaths, port: int, buckets: list[str]) -> dict[str, Any]:
+    """Start (or find running) the S3 server; its ready.json (endpoint, pod_endpoint, …)."""
     argv = [sys.executable, str(REPO_ROOT / "scripts" / "s3_server.py"), "up"]
     argv += ["--port", str(port), "--state-dir", str(paths.s3)]
-    argv += ["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY]
+    argv += ["--access-key", S3_ACCESS_KEY]
     for bucket in buckets:
         argv += ["--bucket", bucket]
-    print(run_step("S3 server", argv))
-    return json.loads((paths.s3 / "ready.json").read_text())["endpoint"]
+    print(run_step("S3 server", argv, env={**os.environ, "TFJOB_S3_SECRET_KEY": S3_SECRET_KEY}))
+    return json.loads((paths.s3 / "ready.json").read_text())
 
 
-def start_localkube(paths: StatePaths, port: int, s3_port: int) -> dict[str, Any]:
+def pod_forward_spec(s3_ready: dict[str, Any]) -> str:
+    """localkube's `--forward`: the pods' 127.0.0.1:<S3 port> to the S3 pod-facing listener."""
+    port = int(s3_ready["endpoint"].rsplit(":", 1)[1])
+    if "pod_endpoint" not in s3_ready:  # a server started before the pod listener existed
+        raise ServiceError(
+            f"the S3 server in {s3_ready['endpoint']} has no pod-facing listener; "
+            "restart it (make down; make up)"
+        )
+    target = s3_ready["pod_endpoint"].split("://", 1)[1]
+    return f"{port}={target}"
+
+
+def start_localkube(paths: StatePaths, port: int, s3_forward: str) -> dict[str, Any]:
     argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(paths.localkube)]
-    argv += ["--port", str(port), "--forward", str(s3_port)]
+    argv += ["--port", str(port), "--forward", s3_forward]
     print(run_step("localkube", argv))
     return json.loads((paths.localkube / "localkube.json").read_text())
 
 
 def write_service_files(paths: StatePaths, record: dict[str, Any]) -> None:
+    """services.json and services.env: both hold the S3 secret, so 0600 from creation."""
     paths.root.mkdir(parents=True, exist_ok=True)
-    (paths.root / SERVICES_FILE).write_text(json.dumps(record, indent=2))
-    (paths.root / ENV_FILE).write_text(format_env_lines(record))
+    write_private(paths.root / SERVICES_FILE, json.dumps(record, indent=2))
+    write_private(paths.root / ENV_FILE, format_env_lines(record))
 
 
 def format_env_lines(record: dict[str, Any]) -> str:
@@ -174,9 +195,9 @@ def bring_up(
     paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, buckets: list[str]
 ) -> dict[str, Any]:
     """Start (or find running) S3, localkube and Airflow, in that order."""
-    s3_endpoint = start_s3(paths, s3_port, buckets)
-    actual_s3_port = int(s3_endpoint.rsplit(":", 1)[1])
-    cluster = start_localkube(paths, kube_port, actual_s3_port)
+    s3_ready = start_s3(paths, s3_port, buckets)
+    s3_endpoint = s3_ready["endpoint"]
+    cluster = start_localkube(paths, kube_port, pod_forward_spec(s3_ready))
     kubeconfig = Path(cluster["kubeconfig"])
     settings = airflow_server.AirflowSettings(
         home=paths.airflow,

@@ -55,9 +55,12 @@ class LocalkubeHandle:
             return json.loads(response.read())
 
 
-def start_localkube(tmp_path: Path, forward_ports: tuple[int, ...] = (), kubelets: bool = True,
-                    nodes_file: str | None = None) -> LocalkubeHandle:
-    """Start localkube in `tmp_path/localkube` on a free port; returns once it serves."""
+def start_localkube(tmp_path: Path, forward_ports: tuple[int | str, ...] = (),
+                    kubelets: bool = True, nodes_file: str | None = None) -> LocalkubeHandle:
+    """Start localkube in `tmp_path/localkube` on a free port; returns once it serves.
+
+    `forward_ports`: `--forward` specs, a port (9000) or a port relayed elsewhere
+    ("9000=127.0.0.2:9000"); for the S3 server use `S3Server.pod_forward()`."""
     state_dir = Path(tmp_path) / "localkube"
     argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir),
             "--port", "0"]

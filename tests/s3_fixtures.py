@@ -12,7 +12,9 @@ Use it from any test module:
 `s3_server` is module-scoped (one process per test module, ~2 s to start);
 it yields an `S3Server` with endpoint, credentials, bucket names and `env()`
 (the AWS_* variables that make boto3 and tshell talk to it). Buckets:
-`tfjob-test` (default) and `tfjob-other`.
+`tfjob-test` (default) and `tfjob-other`. Pods reach it through localkube
+started with `forward_ports=(server.pod_forward(),)`: the pod-facing listener,
+presigned requests only.
 """
 
 from __future__ import annotations
@@ -45,10 +47,18 @@ class S3Server:
     region: str
     buckets: tuple[str, ...]
     pid: int
+    pod_endpoint: str = ""  # the pod-facing listener: presigned requests only
 
     @property
     def bucket(self) -> str:
         return self.buckets[0]
+
+    def pod_forward(self) -> str:
+        """localkube's `--forward` for this server: the pods' 127.0.0.1:<port> to the
+        pod-facing listener (presigned URLs name 127.0.0.1:<port>, and so does the Host
+        header a pod sends)."""
+        port = self.endpoint.rsplit(":", 1)[1]
+        return f"{port}={self.pod_endpoint.split('://', 1)[1]}"
 
     def env(self) -> dict[str, str]:
         """Environment variables that point boto3 (and so tshell) at this server."""
@@ -70,6 +80,20 @@ class S3Server:
             region_name=self.region,
         )
 
+    def presigner(self):  # type: ignore[no-untyped-def]
+        """A client that presigns as the product does: SigV4 (operators/grants.py)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(signature_version="s3v4"),
+        )
+
 
 def start_s3_server(
     workdir: Path, buckets: tuple[str, ...] = BUCKETS
@@ -86,15 +110,14 @@ def start_s3_server(
         str(ready),
         "--access-key",
         ACCESS_KEY,
-        "--secret-key",
-        SECRET_KEY,
         "--region",
         REGION,
     ]
     for bucket in buckets:
         command += ["--bucket", bucket]
     log = open(workdir / "s3-server.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    env = {**os.environ, "TFJOB_S3_SECRET_KEY": SECRET_KEY}  # not on the command line
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready.exists():
@@ -105,7 +128,15 @@ def start_s3_server(
             )
         time.sleep(0.05)
     info = json.loads(ready.read_text())
-    server = S3Server(info["endpoint"], ACCESS_KEY, SECRET_KEY, REGION, tuple(buckets), process.pid)
+    server = S3Server(
+        info["endpoint"],
+        ACCESS_KEY,
+        SECRET_KEY,
+        REGION,
+        tuple(buckets),
+        process.pid,
+        info["pod_endpoint"],
+    )
     return server, process
 
 

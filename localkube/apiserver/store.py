@@ -9,6 +9,8 @@ Persistence is a SQLite database in WAL mode (DIR/store.db) with one row per obj
 meta row holding the last resourceVersion. Every write is committed before the client hears
 back (synchronous=NORMAL: a commit is a write() to the WAL, no fsync), so a killed API server
 loses nothing it acknowledged. On restart the resourceVersion continues from the stored one.
+The database holds every Secret, so it is created 0600 before SQLite opens it; SQLite gives its
+-wal and -shm files the database file's mode.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from enum import StrEnum
 from localkube.apiserver.selectors import Requirement, fields_match, labels_match
 
 HISTORY_SIZE = 50_000
+DB_FILE_MODE = 0o600
 
 
 class EventType(StrEnum):
@@ -74,8 +78,17 @@ class Watcher:
 Key = tuple[str, str]  # (namespace or "", name)
 
 
+def make_private(db_path: str) -> None:
+    """Create the database file 0600 (or make an older one so), with its -wal and -shm files."""
+    os.close(os.open(db_path, os.O_RDWR | os.O_CREAT, DB_FILE_MODE))
+    for path in (db_path, db_path + "-wal", db_path + "-shm"):
+        if os.path.exists(path):
+            os.chmod(path, DB_FILE_MODE)
+
+
 class Store:
     def __init__(self, db_path: str) -> None:
+        make_private(db_path)
         self._db = sqlite3.connect(db_path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

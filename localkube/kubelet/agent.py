@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from localkube.forwarding import forwards_of_cluster
 from localkube.kubelet import cleanup, network
 from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
 from localkube.kubelet.images import load_image_rules
@@ -29,10 +30,14 @@ from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import pod_dir
 from localkube.kubelet.status import PodPhase, now_rfc3339
+from localkube.kubelet.volumes import VolumeError, refresh_object_volumes
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 10
+# How often running pods' configMap/secret volumes are brought up to date (a real
+# kubelet: its sync period plus the object cache's TTL, about a minute).
+VOLUME_SYNC_S = 5
 PARALLEL_POD_STARTS = 8
 PARALLEL_EVENTS = 8
 KUBELET_VERSION = "v1.30.0-localkube"
@@ -67,10 +72,9 @@ class Kubelet:
         self.host_ip = network.node_gateway(self.node_index)
         self.addresses = network.AddressPool(self.node_index)
         self.api_port = urlparse(api_url).port
-        ports = {int(p) for p in cluster.get("forward_ports") or []}
-        if self.api_port:
-            ports.add(self.api_port)
-        self.forward_ports = sorted(ports)
+        # Forwards (localkube/forwarding.py), not bare ports: a pod port may be relayed to
+        # another host address and port.
+        self.forward_ports = forwards_of_cluster(cluster, self.api_port)
         self.image_rules = load_image_rules()
         self.api = ApiClient(api_url)
         self.workers: dict[str, PodWorker] = {}
@@ -195,6 +199,20 @@ class Kubelet:
             except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
+    async def sync_object_volumes(self) -> None:
+        """Carry changed ConfigMaps and Secrets into the running pods' volumes."""
+        while True:
+            await asyncio.sleep(VOLUME_SYNC_S)
+            for worker in list(self.workers.values()):
+                if not worker.volume_paths:
+                    continue
+                try:
+                    await refresh_object_volumes(
+                        worker.pod, worker.volume_paths, worker.ips(), self.get_object
+                    )
+                except (OSError, VolumeError, TimeoutError, ApiError, aiohttp.ClientError) as exc:
+                    log.debug("volumes of pod %s not refreshed: %s", worker.name, exc)
+
     # ---- pods ------------------------------------------------------------------
     def classify(self, pod: dict) -> PodOrigin:
         status = pod.get("status") or {}
@@ -293,7 +311,11 @@ class Kubelet:
         try:
             await asyncio.to_thread(network.ensure_cluster_network, self.state_dir, self.node_index)
             await self.api.patch_node_status(self.node, self.node_status())
-            tasks = [asyncio.create_task(self.watch_pods()), asyncio.create_task(self.heartbeat())]
+            tasks = [
+                asyncio.create_task(self.watch_pods()),
+                asyncio.create_task(self.heartbeat()),
+                asyncio.create_task(self.sync_object_volumes()),
+            ]
             await stop.wait()
             for task in tasks:
                 task.cancel()

@@ -7,7 +7,9 @@ Layout (contract §6 of localkube/README.md): one "cluster" namespace
 netmask, so pods of every node are on-link with each other. Each pod's
 127.0.0.1:PORT for every forwarded port is a listening socket created inside
 the pod namespace by a thread that setns()'s there and back; connections are
-relayed to the host's 127.0.0.1:PORT from the kubelet's (host) namespace.
+relayed from the kubelet's (host) namespace to the forward's target, the host's
+127.0.0.1:PORT unless `--forward PORT=ADDRESS:PORT` named another
+(localkube/forwarding.py).
 
 Setting up a pod costs three `ip` processes (netns add, one batch inside the
 pod namespace, one batch inside the cluster namespace).
@@ -26,6 +28,8 @@ import os
 import socket
 import subprocess
 import threading
+
+from localkube.forwarding import Forward
 
 log = logging.getLogger(__name__)
 
@@ -201,24 +205,26 @@ async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 
 class PodPortForwarder:
-    """Relays the pod's 127.0.0.1:PORT to the host's 127.0.0.1:PORT for each forwarded port."""
+    """Relays the pod's 127.0.0.1:pod_port to the host's host_address:host_port per forward."""
 
-    def __init__(self, netns: str, ports: list[int]) -> None:
+    def __init__(self, netns: str, forwards: list[Forward]) -> None:
         self.netns = netns
-        self.ports = ports
+        self.forwards = forwards
         self.servers: list[asyncio.base_events.Server] = []
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        for port in self.ports:
-            sock = await loop.run_in_executor(None, open_listener_in_netns, self.netns, port)
-            server = await asyncio.start_server(self.make_handler(port), sock=sock)
+        for forward in self.forwards:
+            sock = await loop.run_in_executor(
+                None, open_listener_in_netns, self.netns, forward.pod_port)
+            server = await asyncio.start_server(self.make_handler(forward), sock=sock)
             self.servers.append(server)
 
-    def make_handler(self, port: int):
+    def make_handler(self, forward: Forward):
         async def handle(pod_reader: asyncio.StreamReader, pod_writer: asyncio.StreamWriter):
             try:
-                host_reader, host_writer = await asyncio.open_connection("127.0.0.1", port)
+                host_reader, host_writer = await asyncio.open_connection(
+                    forward.host_address, forward.host_port)
             except OSError:
                 pod_writer.close()
                 return

@@ -92,6 +92,7 @@ class PodWorker:
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
         self.dir = pod_dir(kubelet.state_dir, self.uid)
+        self.volume_paths: dict[str, str] = {}  # set up by prepare(); empty until then
         spec = pod.get("spec") or {}
         self.policy = RestartPolicy(spec.get("restartPolicy") or "Always")
         self.init_specs = spec.get("initContainers") or []

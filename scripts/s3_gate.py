@@ -1,0 +1,166 @@
+"""The WSGI gate in front of moto: what each listener of the local S3 lets through.
+
+`CheckingMiddleware` sends each request to the checks of scripts/s3_checks.py
+(presigned SigV4 queries, POST policies), refuses SigV2 and anonymous
+requests, and on the pods' listener also `/moto-api/` and every request with
+an Authorization header. `PodOutage` is a test switch of the host's listener:
+`POST /moto-api/tfjob/pod-outage?seconds=N` makes the pods' listener answer
+503 for N seconds, as an S3 that is down for the pods only.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from s3_checks import (
+    QUERY_V2_PARAMS,
+    QUERY_V4_PARAMS,
+    SIGV2_REFUSED,
+    STATUS_LINES,
+    PresignChecker,
+    Refused,
+    WsgiApp,
+    parse_query,
+)
+
+# The host's switch for tests: `POST /moto-api/tfjob/pod-outage?seconds=N` makes the
+# pod-facing listener answer 503 for N seconds, as an S3 that is down for the pods.
+POD_OUTAGE_PATH = "/moto-api/tfjob/pod-outage"
+
+
+class PodOutage:
+    """Until when the pod-facing listener plays an S3 that is down (a test switch)."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
+
+    def start(self, seconds: float) -> None:
+        self.until = time.monotonic() + seconds
+
+    @property
+    def active(self) -> bool:
+        return time.monotonic() < self.until
+
+
+class CheckingMiddleware:
+    """WSGI layer in front of moto: refuses what S3 refuses (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: WsgiApp,
+        checker: PresignChecker,
+        allow_anonymous: bool = False,
+        pod_facing: bool = False,
+        outage: PodOutage | None = None,
+    ) -> None:
+        self.app = app
+        self.checker = checker
+        self.allow_anonymous = allow_anonymous and not pod_facing
+        self.pod_facing = pod_facing
+        self.outage = outage or PodOutage()
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        try:
+            if environ.get("PATH_INFO") == POD_OUTAGE_PATH and not self.pod_facing:
+                return self._start_outage(environ, start_response)
+            if self.pod_facing and self.outage.active:
+                raise Refused("SlowDown", "S3 is down for pods (a test outage)", 503)
+            self.check(environ)
+        except Refused as refusal:
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?>\n'
+                f"<Error><Code>{refusal.code}</Code><Message>{xml_escape(refusal.message)}"
+                "</Message><RequestId>tfjob-local</RequestId></Error>"
+            ).encode()
+            start_response(
+                STATUS_LINES.get(refusal.status, f"{refusal.status} Refused"),
+                [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
+            )
+            return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+        return self.app(environ, start_response)
+
+    def _start_outage(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        query = dict(parse_query(environ.get("QUERY_STRING", "")))
+        try:
+            seconds = float(query.get("seconds", ""))
+        except ValueError:
+            raise Refused("InvalidArgument", "seconds=<number> is required", 400) from None
+        self.outage.start(seconds)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "0")])
+        return []
+
+    def check(self, environ: dict[str, Any]) -> None:
+        path = environ.get("PATH_INFO", "/")
+        if path.startswith("/moto-api"):
+            if self.pod_facing:
+                raise Refused("AccessDenied", "/moto-api/ is not served to pods")
+            return
+        names = {name for name, _ in parse_query(environ.get("QUERY_STRING", ""))}
+        if names.intersection(QUERY_V2_PARAMS):
+            raise Refused("AccessDenied", SIGV2_REFUSED)
+        query_auth = bool(names.intersection(QUERY_V4_PARAMS))
+        if environ.get("HTTP_AUTHORIZATION"):
+            if self.pod_facing:
+                raise Refused(
+                    "AccessDenied",
+                    "requests with an Authorization header are refused on the pod-facing "
+                    "address; pods use presigned requests",
+                )
+            if query_auth:
+                raise Refused(
+                    "InvalidArgument",
+                    "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+                    "Signature query string parameter or the Authorization header should be "
+                    "specified",
+                    400,
+                )
+            return  # the host's own clients (boto3 with the key): moto, as moto itself does
+        if query_auth:
+            self.checker.check_query_signature(environ)
+            return
+        content_type = environ.get("CONTENT_TYPE", "")
+        if environ["REQUEST_METHOD"] == "POST" and content_type.startswith("multipart/form-data"):
+            self._check_form_post(environ, path)
+            return
+        if not self.allow_anonymous:
+            raise Refused(
+                "AccessDenied",
+                "Anonymous access is refused by this S3 server; "
+                "use credentials or a presigned request",
+            )
+
+    def _check_form_post(self, environ: dict[str, Any], path: str) -> None:
+        from werkzeug.formparser import parse_form_data
+
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length)
+        environ["wsgi.input"] = io.BytesIO(body)
+        copy = dict(environ)
+        copy["wsgi.input"] = io.BytesIO(body)
+        _, form, files = parse_form_data(copy)
+        upload = files.get("file")
+        if upload is None:
+            raise Refused(
+                "InvalidArgument", "POST requires exactly one file upload per request.", 400
+            )
+        size = len(upload.read())
+        fields = {k: form[k] for k in form}
+        if "policy" not in {k.lower() for k in fields}:
+            if self.allow_anonymous:
+                return
+            raise Refused(
+                "AccessDenied", "Anonymous POST without a policy is refused by this S3 server"
+            )
+        bucket = path.strip("/").split("/", 1)[0]
+        self.checker.check_post_policy(bucket, fields, upload.filename or "", size)
+
+
+def xml_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -8,22 +8,32 @@ run, even a gang that never started, is archived too:
   main container log, each under a header line (a pod still Pending with no
   log at all gets none);
 - `<run prefix>/model/`: uploaded by the bootstrap; checked here (object
-  count and bytes go into the manifest);
+  count and bytes go into the manifest). When the owner's upload failed (its
+  `tensorflow` container exited 74), or it exited 0 and S3 holds no model,
+  the model is copied out of the owner pod's keeper container and uploaded
+  here (`operators.modelrecovery`; run.json says `recovered_from_pod`);
 - `<run prefix>/run.json`: the run manifest (request, ClusterSpec, bundle
   identity, image, per-replica exit codes, timings, model, metrics, and
   whether launch got the gang running or why it failed).
+
+Every S3 call is retried through a short outage (`operators.s3retry`): the
+pods, and the model in the owner's emptyDir, are gone once teardown ran.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from typing import Any
 
 from operators import kubeobjects
 from operators.replicas import INIT_CONTAINER, MAIN_CONTAINER, read_replica_status
 from operators.runinfo import RunInfo, request_as_dict
 from operators.s3access import parse_s3_uri
+from operators.s3retry import call_with_s3_retries
+
+log = logging.getLogger("airflow.task")
 
 RUN_MANIFEST_VERSION = 1
 
@@ -39,18 +49,25 @@ def format_replica_log(init_log: str, main_log: str) -> str:
 def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
     """Object count and bytes under an S3 prefix."""
     bucket, key = parse_s3_uri(uri.rstrip("/") + "/")
-    count = size = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
-        for item in page.get("Contents", []):
-            count += 1
-            size += item["Size"]
+
+    def count_objects() -> tuple[int, int]:
+        count = size = 0
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+            for item in page.get("Contents", []):
+                count += 1
+                size += item["Size"]
+        return count, size
+
+    count, size = call_with_s3_retries(count_objects, f"list s3://{bucket}/{key}")
     return {"uri": f"s3://{bucket}/{key}", "objects": count, "bytes": size}
 
 
 def read_json_object(s3: Any, uri: str) -> Any:
     bucket, key = parse_s3_uri(uri)
     try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        body = call_with_s3_retries(
+            lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), f"get {uri}"
+        )
     except s3.exceptions.NoSuchKey:
         return None
     try:
@@ -61,7 +78,68 @@ def read_json_object(s3: Any, uri: str) -> Any:
 
 def put_text(s3: Any, uri: str, text: str, content_type: str = "text/plain") -> None:
     bucket, key = parse_s3_uri(uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
+    body = text.encode("utf-8")
+    call_with_s3_retries(
+        lambda: s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type),
+        f"put {uri}",
+    )
+
+
+def recover_model(
+    api: Any, s3: Any, run: RunInfo, pods: dict[str, dict[str, Any]], model_objects: int
+) -> dict[str, Any]:
+    """Copy the model out of the owner pod's keeper when its upload failed; say what happened.
+
+    Returns run.json's additions to `model`: `recovered_from_pod` (bool), and
+    `recovery` (why, and what was copied or why it could not be).
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    from operators.modelrecovery import (
+        RecoveryAction,
+        RecoveryError,
+        decide_recovery,
+        recover_model_from_pod,
+    )
+    from tfjob import naming
+
+    owner = naming.pod_name(run.run_key, *run.request.model_owner())
+    decision = decide_recovery(pods.get(owner), model_objects)
+    if decision.action is not RecoveryAction.RECOVER:
+        if decision.reason != "nothing to recover":
+            log.warning(
+                "model of run %s not recovered from pod %s: %s", run.run_key, owner, decision.reason
+            )
+        return {"recovered_from_pod": False}
+    log.info("recovering the model of run %s from pod %s: %s", run.run_key, owner, decision.reason)
+    try:
+        copied = recover_model_from_pod(api, s3, run.namespace, owner, run.run_prefix)
+    except (RecoveryError, ApiException) as exc:
+        problem = str(exc) if isinstance(exc, RecoveryError) else f"exec: {exc.status} {exc.reason}"
+        log.error(
+            "model of run %s could not be recovered from pod %s: %s", run.run_key, owner, problem
+        )
+        return {
+            "recovered_from_pod": False,
+            "recovery": {"pod": owner, "reason": decision.reason, "error": problem},
+        }
+    log.info(
+        "recovered %d file(s), %d bytes, of run %s from pod %s into %s/",
+        copied["files"],
+        copied["bytes"],
+        run.run_key,
+        owner,
+        run.run_prefix,
+    )
+    return {
+        "recovered_from_pod": copied["files"] > 0,
+        "recovery": {
+            "pod": owner,
+            "reason": decision.reason,
+            "files": copied["files"],
+            "bytes": copied["bytes"],
+        },
+    }
 
 
 def archive_run(
@@ -102,6 +180,10 @@ def archive_run(
         replicas.append(status or {"pod": name, "phase": "Gone"})
 
     model = summarise_prefix(s3, f"{run.run_prefix}/model")
+    recovery = recover_model(api, s3, run, pods, model["objects"])
+    if "recovery" in recovery:  # files were (maybe partly) copied: count again
+        model = summarise_prefix(s3, f"{run.run_prefix}/model")
+    model.update(recovery)
     uploaded_metrics = read_json_object(s3, f"{run.run_prefix}/metrics.json")
     manifest = {
         "version": RUN_MANIFEST_VERSION,

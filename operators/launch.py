@@ -7,7 +7,8 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
 `read_pod_logs`) and replaces only `execute`:
 
 1. delete whatever an earlier try of the same run left (by label) and wait
-   until it is gone, so deterministic names never clash;
+   until it is gone, so deterministic names never clash; delete an earlier
+   try's `model/` and `metrics.json` from S3, so only this try's are archived;
 2. admission: create the run's ConfigMap (the runtime files; it is the run's
    ticket), then count the tenant's runs that hold objects, own included. Over
    the tenant's `max_concurrent_jobs`, delete the ticket and reschedule
@@ -61,6 +62,7 @@ from operators.settings import (
     LAUNCH_FAILURE_KEY,
     LEFTOVER_TIMEOUT_SECONDS,
     TEARDOWN_GRACE_SECONDS,
+    UPLOAD_PATIENCE_SECONDS,
 )
 
 INIT_LOG_LINES = 20
@@ -123,6 +125,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         api = self.client
 
         self.remove_leftovers(run)
+        self.clear_outputs(run)
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
@@ -165,7 +168,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
-            for manifest in build_pod_manifests(request, identity):
+            for manifest in build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS):
                 pod = PodGenerator.deserialize_model_dict(manifest)
                 self.pod_manager.create_pod(pod)
                 made.append(f"Pod/{manifest['metadata']['name']}")
@@ -243,6 +246,16 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                 f"leftovers of an earlier try still exist after {LEFTOVER_TIMEOUT_SECONDS}s: "
                 + ", ".join(left)
             )
+
+    def clear_outputs(self, run: RunInfo) -> None:
+        """No model or metrics of an earlier try may be archived or published as this one's."""
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        from operators.runoutputs import clear_run_outputs
+
+        cleared = clear_run_outputs(S3Hook(aws_conn_id=self.aws_conn_id).get_conn(), run.run_prefix)
+        if cleared:
+            self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 
     def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:
         """Watch until every pod runs with an IP; fail with the reasons when not in time.

@@ -14,11 +14,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.exitcodes import EXIT_UPLOAD_FAILED as UPLOAD_FAILED_EXIT_CODE
+from tfjob.manifests import KEEPER_CONTAINER_NAME
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE
 from tfjob.request import SuccessPolicy
 
 MAIN_CONTAINER = "tensorflow"
 INIT_CONTAINER = "fetch-bundle"
+# The model owner's second container (runtime/keeper.py): it runs until the pod is
+# deleted, so the pod stays Running after `tensorflow` ends. Replicas are judged by
+# their main container only.
+KEEPER_CONTAINER = KEEPER_CONTAINER_NAME
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
 DECIDING_ROLES = ("chief", "worker")
@@ -72,10 +78,22 @@ class ReplicaStatus:
     init_exit_code: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
+    owns_model: bool = False  # the pod has the keeper: the model owner
 
     @property
     def replica_id(self) -> str:
         return f"{self.role}-{self.index}"
+
+    @property
+    def has_trained(self) -> bool:
+        """Its program exited 0; for the model owner, also when only the upload failed.
+
+        The bootstrap exits 74 when the program succeeded but the model could
+        not be uploaded; the keeper holds the model and `archive` copies it out.
+        """
+        return self.exit_code == 0 or (
+            self.owns_model and self.exit_code == UPLOAD_FAILED_EXIT_CODE
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +109,7 @@ class ReplicaStatus:
             "init_exit_code": self.init_exit_code,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "owns_model": self.owns_model,
         }
 
 
@@ -117,8 +136,20 @@ def _container_status(statuses: Iterable[Mapping[str, Any]] | None, name: str) -
     return {}
 
 
+def container_state(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The `state` of the pod's container `name` ({"running": ...}, ...), {} when unknown."""
+    statuses = (pod.get("status") or {}).get("containerStatuses")
+    return _container_status(statuses, name).get("state") or {}
+
+
 def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
-    """Summarise one pod dict as the replica it runs."""
+    """Summarise one pod dict as the replica it runs: its `tensorflow` container.
+
+    A pod whose main container ended while another container (the model
+    owner's keeper) still runs is Running for Kubernetes; the replica's phase
+    is then what its main container's exit makes it: Succeeded for 0, else
+    Failed, as it would be for a pod with the main container alone.
+    """
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     status = pod.get("status") or {}
@@ -142,6 +173,8 @@ def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
         phase = PodPhase(phase_text)
     except ValueError:
         phase = PodPhase.UNKNOWN
+    if phase is PodPhase.RUNNING and terminated.get("exitCode") is not None:
+        phase = PodPhase.SUCCEEDED if terminated["exitCode"] == 0 else PodPhase.FAILED
     return ReplicaStatus(
         role=str(labels.get(LABEL_ROLE, "")),
         index=int(labels.get(LABEL_INDEX, 0)),
@@ -155,6 +188,7 @@ def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
         init_exit_code=init_terminated.get("exitCode"),
         started_at=running.get("startedAt") or terminated.get("startedAt"),
         finished_at=terminated.get("finishedAt"),
+        owns_model=any(c.get("name") == KEEPER_CONTAINER for c in spec.get("containers") or ()),
     )
 
 
@@ -251,13 +285,13 @@ def judge_training(
     for replica in ordered:
         if replica.role not in DECIDING_ROLES:
             continue
-        broke = replica.phase in (PodPhase.FAILED, PodPhase.GONE) or replica.exit_code not in (
-            None,
-            0,
+        ended = replica.exit_code is not None
+        broke = (replica.phase is PodPhase.GONE or replica.phase is PodPhase.FAILED) and not (
+            ended and replica.has_trained
         )
-        if broke:
+        if broke or (ended and not replica.has_trained):
             return TrainingVerdict(TrainingState.FAILED, deciding, replica, tuple(ordered))
-    finished = {r.replica_id for r in ordered if r.exit_code == 0}
+    finished = {r.replica_id for r in ordered if r.has_trained}
     if all(rid in finished for rid in deciding):
         return TrainingVerdict(TrainingState.SUCCEEDED, deciding, None, tuple(ordered))
     return TrainingVerdict(TrainingState.RUNNING, deciding, None, tuple(ordered))

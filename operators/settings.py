@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from tfjob.grants import MAX_GRANT_SECONDS
+from tfjob.manifests import UPLOAD_PATIENCE_SECONDS as UPLOAD_PATIENCE_DEFAULT_SECONDS
 
 # Airflow connections (docs/real-cluster.md).
 KUBERNETES_CONN_ID = "kubernetes_default"
@@ -18,6 +19,12 @@ AWS_CONN_ID = "aws_default"
 # e.g. 3600), and the longest time between two refreshes of a live run's grants.
 GRANT_LIFETIME_SECONDS = int(os.environ.get("TFJOB_GRANT_LIFETIME_SECONDS", MAX_GRANT_SECONDS))
 GRANT_REFRESH_SECONDS = 1800
+# How long the model owner's bootstrap retries its upload (S3 down, a grant that
+# expired before its refresh arrived) before it exits 74 and archive copies the
+# model out of the pod instead.
+UPLOAD_PATIENCE_SECONDS = int(
+    os.environ.get("TFJOB_UPLOAD_PATIENCE_SECONDS", UPLOAD_PATIENCE_DEFAULT_SECONDS)
+)
 
 # Largest bundle (sum of its files) the pipeline accepts.
 MAX_BUNDLE_TOTAL_SIZE = 2 * 1024**3

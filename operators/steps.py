@@ -95,15 +95,23 @@ def admit_tenant(request: Any) -> None:
 
 
 def fetch_bundle() -> dict[str, Any]:
-    """Check the bundle in S3 and snapshot it under the run's prefix."""
+    """Clear an earlier try's outputs, check the bundle and snapshot it under the run's prefix.
+
+    A cleared DAG run keeps its run_id and re-runs this task: the model and
+    metrics an earlier try left under the run's prefix go first, so nothing of
+    that try can be archived or published as this one's.
+    """
     from airflow.sdk.exceptions import AirflowFailException
 
     from operators.bundlecheck import BundleMissing, snapshot_bundle
+    from operators.runoutputs import clear_run_outputs
     from runtime.bundle import BundleError
 
     run = pull_run(get_current_context())
+    s3 = _s3()
+    clear_run_outputs(s3, run.run_prefix)
     try:
-        identity = snapshot_bundle(_s3(), run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
+        identity = snapshot_bundle(s3, run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
     except (BundleMissing, BundleError) as exc:
         raise AirflowFailException(str(exc)) from None
     _log().info(
@@ -154,7 +162,10 @@ def describe_launch(failure: dict[str, Any] | None, ready_at: float | None) -> d
 
 
 def archive() -> dict[str, Any]:
-    """Logs, model check and run.json to S3 (runs whenever fetch_bundle succeeded).
+    """Logs, model check (recovered from the owner pod if its upload failed), run.json to S3.
+
+    Runs whenever fetch_bundle succeeded; S3 calls ride out a short outage
+    (operators.s3retry), as the pods are gone once teardown ran.
 
     A teardown task of fetch_bundle and launch: it runs after a failed launch
     too, so the logs of the replicas that did start are kept.
@@ -249,6 +260,12 @@ def publish() -> dict[str, Any]:
         raise AirflowFailException(
             f"nothing to publish: no model under {run.run_prefix}/model/ "
             "(the program must write its model to $MODEL_DIR)"
+        )
+    failed_recovery = (model.get("recovery") or {}).get("error")
+    if failed_recovery:
+        raise AirflowFailException(
+            f"not publishing {model.get('uri')}: copying the model out of pod "
+            f"{model['recovery'].get('pod')} failed, so it may be incomplete: {failed_recovery}"
         )
     pointer = {
         "run_id": run.run_id,

@@ -39,7 +39,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
-from operators.replicas import MAIN_CONTAINER, deciding_replicas
+from operators.replicas import MAIN_CONTAINER, UPLOAD_FAILED_EXIT_CODE, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
     DEFER_SETTLE_SECONDS,
@@ -137,6 +137,16 @@ class TrainingWaitOperator(BaseOperator):
         state = event["state"]
         if state == "succeeded":
             self.log.info("training succeeded (%s)", ", ".join(event.get("deciding", [])))
+            for replica in event["replicas"]:
+                upload_failed = replica.get("exit_code") == UPLOAD_FAILED_EXIT_CODE
+                if replica.get("owns_model") and upload_failed:
+                    self.log.warning(
+                        "%s-%s trained but could not upload its model; archive copies it out "
+                        "of pod %s",
+                        replica["role"],
+                        replica["index"],
+                        replica["pod"],
+                    )
             return metrics
         failed = event.get("failed")
         if state == "failed" and failed:

@@ -34,11 +34,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import transfer  # noqa: E402
+from exitcodes import (  # noqa: E402
+    EXIT_BAD_CLUSTERSPEC,
+    EXIT_NO_CLUSTERSPEC,
+    EXIT_UPLOAD_FAILED,
+    EXIT_USAGE,
+)
 
-EXIT_USAGE = 2
-EXIT_NO_CLUSTERSPEC = 64
-EXIT_BAD_CLUSTERSPEC = 65
-EXIT_UPLOAD_FAILED = 74
 POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
 DEFAULT_UPLOAD_PATIENCE_S = 600.0

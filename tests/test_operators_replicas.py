@@ -240,3 +240,30 @@ def test_a_run_is_admitted_while_the_runs_holding_objects_stay_within_the_cap():
     # Two launches whose tickets both exist each count both: with one place, neither starts
     # (both back off and ask again later), never both.
     assert not is_admitted({"a", "b"}, "a", 1) and not is_admitted({"a", "b"}, "b", 1)
+
+
+def with_keeper(pod):
+    """The model owner's pod: its spec has the keeper container beside `tensorflow`."""
+    pod["spec"]["containers"] = [{"name": "tensorflow"}, {"name": "tfjob-keeper"}]
+    return pod
+
+
+def test_an_owner_whose_only_the_upload_failed_has_trained_and_archive_recovers_the_model():
+    expected = names(("chief", 0), ("worker", 0))
+    owner = with_keeper(make_pod("chief", 0, "Running", "10.0.0.1", exited(74)))
+    pods = [owner, make_pod("worker", 0, "Running", "10.0.0.3", RUNNING)]
+    verdict = judge_training(pods, ["chief-0"], expected)
+    assert verdict.state is TrainingState.SUCCEEDED
+    assert read_replica_status(owner).owns_model and read_replica_status(owner).exit_code == 74
+    # The same exit code of a replica that owns no model is a failure like any other.
+    pods = [with_keeper(make_pod("chief", 0, "Running", "10.0.0.1", RUNNING)),
+            make_pod("worker", 0, "Failed", "10.0.0.3", exited(74))]
+    verdict = judge_training(pods, ["chief-0"], expected)
+    assert verdict.state is TrainingState.FAILED and verdict.failed_replica.exit_code == 74
+
+
+def test_the_upload_failed_exit_code_is_the_bootstraps():
+    from operators.replicas import UPLOAD_FAILED_EXIT_CODE
+    from runtime import exitcodes
+
+    assert UPLOAD_FAILED_EXIT_CODE == exitcodes.EXIT_UPLOAD_FAILED == 74

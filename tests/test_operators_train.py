@@ -30,8 +30,8 @@ class FakeTaskInstance:
         self.described = described
         self.pushed: dict[str, Any] = {}
 
-    def xcom_pull(self, task_ids: str) -> dict[str, Any]:
-        return self.described
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> dict[str, Any] | None:
+        return self.described if key == "return_value" else None
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value

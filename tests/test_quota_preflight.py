@@ -34,11 +34,15 @@ GPU_JOB = load_request(distributed_request_data(
     replicas={"chief": 0, "ps": 1, "worker": 4, "evaluator": 0},
     resources={"worker": {"cpu": "1", "memory": "2Gi", "gpu": 1},
                "ps": {"cpu": "500m", "memory": "1Gi"}}))
+# The model owner's pod also runs the keeper container (tfjob.manifests.KEEPER_RESOURCES).
+KEEPER_CPU = Decimal("0.01")
+KEEPER_MEMORY = Decimal(32 * 2**20)
 
 
 def test_the_gang_usage_adds_up_every_replica():
     usage = gang_usage(GPU_JOB, TENANT)
-    assert usage == {"cpu": Decimal("4.5"), "memory": Decimal(9 * 2**30),
+    assert usage == {"cpu": Decimal("4.5") + KEEPER_CPU,
+                     "memory": Decimal(9 * 2**30) + KEEPER_MEMORY,
                      "nvidia.com/gpu": Decimal(4), "pods": Decimal(5)}
 
 
@@ -56,8 +60,8 @@ def test_a_gang_that_does_not_fit_is_refused_with_needed_vs_free_per_resource():
     message = check.message
     assert "does not fit in the remaining quota (nvidia.com/gpu)" in message
     assert "nvidia.com/gpu: needed 4, free 3 (hard 4, used 1) SHORT by 1" in message
-    assert "cpu: needed 4.5, free 6 (hard 8, used 2) ok" in message
-    assert "memory: needed 9Gi, free 14Gi" in message
+    assert "cpu: needed 4.51, free 6 (hard 8, used 2) ok" in message
+    assert "memory: needed 9.031Gi, free 14Gi" in message
     assert "pods: needed 5, free 8" in message
     assert "no pod was created" in message
 
@@ -80,7 +84,7 @@ def test_a_gang_that_fits_an_idle_tenant_is_told_to_wait():
 def test_resources_the_quota_does_not_limit_are_shown_as_such():
     check = check_gang_fits(GPU_JOB, TENANT, {"requests.nvidia.com/gpu": "8"}, {})
     assert check.fits
-    assert "cpu: needed 4.5, not limited" in check.message
+    assert "cpu: needed 4.51, not limited" in check.message
 
 
 def test_limit_range_defaults_apply_as_kubernetes_applies_them():
@@ -147,14 +151,15 @@ def test_a_request_naming_no_resources_is_counted_with_the_tenants_limitrange_de
         replicas={"chief": 0, "ps": 1, "worker": 2, "evaluator": 0}, resources={}))
     usage = gang_usage(bare, TENANT)
     # 3 pods, each one main container at the tenant's defaults (the init container, also
-    # defaulted, is not larger)
-    assert usage == {"cpu": Decimal("0.75"), "memory": Decimal(3 * 512 * 2**20),
+    # defaulted, is not larger), plus the owner's keeper
+    assert usage == {"cpu": Decimal("0.75") + KEEPER_CPU,
+                     "memory": Decimal(3 * 512 * 2**20) + KEEPER_MEMORY,
                      "nvidia.com/gpu": Decimal(0), "pods": Decimal(3)}
     other = validate_tenants({"tenants": [{
         "name": "team-b", "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 0,
                                     "pods": 10},
         "defaults": {"cpu": "1", "memory": "1Gi"}}]}).tenants[0]
-    assert gang_usage(bare, other)["cpu"] == Decimal(3)
+    assert gang_usage(bare, other)["cpu"] == Decimal(3) + KEEPER_CPU
 
 
 def test_a_limit_the_container_sets_is_its_request_before_the_tenants_default():

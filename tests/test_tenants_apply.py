@@ -115,7 +115,8 @@ def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(c
         check = preflight_quota(clients.core, request, tenant)
         assert check.verdict is Verdict.EXCEEDS_QUOTA
         assert "nvidia.com/gpu: needed 2, free 1 (hard 2, used 1) SHORT by 1" in check.message
-        assert "cpu: needed 2.5, free 2 (hard 4, used 2) SHORT by 0.5" in check.message
+        # 2.5 for the replicas, 0.01 for the model owner's keeper container
+        assert "cpu: needed 2.51, free 2 (hard 4, used 2) SHORT by 0.51" in check.message
     finally:
         clients.core.delete_namespaced_pod("other-job", "tfjob-apply-a", grace_period_seconds=0)
 

@@ -140,15 +140,17 @@ def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world)
     result = outcome["result"]
     assert result.state == "success", result
     # the request named none: the namespace's LimitRange filled them at pod creation
-    assert seen == {"fetch-bundle": OTHER_DEFAULTS, "tensorflow": OTHER_DEFAULTS}, seen
+    # (the single replica owns the model: its keeper container names its own tiny requests)
+    assert seen == {"fetch-bundle": OTHER_DEFAULTS, "tensorflow": OTHER_DEFAULTS,
+                    "tfjob-keeper": {"cpu": "10m", "memory": "32Mi"}}, seen
 
     # The preflight counts such replicas with the namespace's LimitRange, not a guess:
     # even a tenants-file entry saying otherwise does not change what it counts.
     tenant = load_tenants(world.env[TENANTS_FILE_ENV]).find(OTHER)
     stale = dataclasses.replace(tenant, defaults={"cpu": "900m", "memory": "900Mi"})
     check = preflight_quota(api, load_request(body), stale)
-    assert "cpu: needed 0.15," in check.message, check.message
-    assert "memory: needed 96Mi," in check.message, check.message
+    assert "cpu: needed 0.16," in check.message, check.message  # 150m + the keeper's 10m
+    assert "memory: needed 128Mi," in check.message, check.message  # 96Mi + 32Mi
 
 
 POOL_RUN_TIMEOUT_S = 600

@@ -16,6 +16,7 @@ from tfjob.manifests import (
     build_pod_manifest,
     build_pod_manifests,
     build_runtime_configmap,
+    build_upload_secret,
 )
 from tfjob.request import Role, load_request
 
@@ -45,8 +46,9 @@ def test_every_generated_object_validates_against_the_kubernetes_schema():
         for pod in build_pod_manifests(request, RUN):
             validate(pod)
     validate(build_runtime_configmap(RUN, {"fetch.py": "print()", "bundle.py": ""}, "team-a"))
-    validate(build_access_secret(RUN, "http://127.0.0.1:9000/b/k?sig=1",
-                                 {"url": "http://127.0.0.1:9000/b", "fields": {}}, "team-a"))
+    validate(build_access_secret(RUN, "http://127.0.0.1:9000/b/k?sig=1", "team-a"))
+    validate(build_upload_secret(RUN, {"url": "http://127.0.0.1:9000/b", "grants": {}},
+                                 "team-a"))
 
 
 def test_schema_validation_catches_a_misspelt_field():
@@ -96,10 +98,29 @@ def test_pod_follows_the_pod_protocol():
                                "train.py", "--epochs", "3"]
     assert main["ports"] == [{"name": "tfjob", "containerPort": 2345, "protocol": "TCP"}]
     mounts = {mount["name"]: mount["mountPath"] for mount in main["volumeMounts"]}
-    assert mounts == {"tfjob-runtime": "/tfjob/runtime", "tfjob-access": "/tfjob/access",
+    # worker-1 does not own the model: its program gets no grant at all.
+    assert mounts == {"tfjob-runtime": "/tfjob/runtime",
                       "tfjob-workspace": "/tfjob/workspace", "tfjob-config": "/tfjob/config"}
+    assert "tfjob-upload" not in volumes
     init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
     assert init_mounts["tfjob-workspace"] == "/tfjob/workspace"
+    assert init_mounts["tfjob-access"] == "/tfjob/access"
+
+
+def test_only_the_model_owners_main_container_mounts_the_upload_grants():
+    for (role, index), pod in zip(GPU_REQUEST.replicas_in_order(),
+                                  build_pod_manifests(GPU_REQUEST, RUN), strict=True):
+        volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+        mounts = {m["name"]: m for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
+        init_mounts = {m["name"] for m in pod["spec"]["initContainers"][0]["volumeMounts"]}
+        owner = (role, index) == (Role.CHIEF, 0)
+        assert ("tfjob-upload" in volumes) is owner
+        assert ("tfjob-upload" in mounts) is owner
+        assert "tfjob-access" not in mounts and "tfjob-upload" not in init_mounts
+        if owner:
+            assert volumes["tfjob-upload"]["secret"]["secretName"] == f"{RUN.run_key}-upload"
+            assert mounts["tfjob-upload"]["mountPath"] == "/tfjob/access"
+            assert mounts["tfjob-upload"]["readOnly"] is True
 
 
 def test_main_container_environment_names_the_replica():
@@ -188,11 +209,13 @@ def test_runtime_configmap_refuses_nested_file_names():
         build_runtime_configmap(RUN, {"sub/fetch.py": ""}, "team-a")
 
 
-def test_access_secret_holds_bundle_url_and_upload_json():
-    secret = build_access_secret(RUN, "http://s3/bundle?sig", {"prefix": "runs/1/"}, "team-a")
+def test_access_secret_holds_the_bundle_url_and_upload_secret_the_upload_grants():
+    secret = build_access_secret(RUN, "http://s3/bundle?sig", "team-a")
     assert secret["metadata"]["name"] == f"{RUN.run_key}-access"
-    assert secret["stringData"]["bundle_url"] == "http://s3/bundle?sig"
-    assert json.loads(secret["stringData"]["upload.json"]) == {"prefix": "runs/1/"}
+    assert secret["stringData"] == {"bundle_url": "http://s3/bundle?sig"}
+    upload = build_upload_secret(RUN, {"prefix": "runs/1/"}, "team-a")
+    assert upload["metadata"]["name"] == f"{RUN.run_key}-upload"
+    assert json.loads(upload["stringData"]["upload.json"]) == {"prefix": "runs/1/"}
 
 
 @st.composite

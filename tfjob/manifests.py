@@ -33,11 +33,15 @@ BOOTSTRAP_SCRIPT = f"{RUNTIME_DIR}/bootstrap.py"
 
 VOLUME_RUNTIME = "tfjob-runtime"
 VOLUME_ACCESS = "tfjob-access"
+VOLUME_UPLOAD = "tfjob-upload"
 VOLUME_WORKSPACE = "tfjob-workspace"
 VOLUME_CONFIG = "tfjob-config"
 
 ACCESS_KEY_BUNDLE_URL = "bundle_url"
 ACCESS_KEY_UPLOAD = "upload.json"
+# How long the model owner's bootstrap keeps trying to upload (S3 down, a grant
+# that expired before its refresh reached the pod); runtime/bootstrap.py.
+UPLOAD_PATIENCE_SECONDS = 600
 # ConfigMaps and Secrets are limited to 1 MiB in all.
 MAX_OBJECT_DATA_BYTES = 1024 * 1024
 CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -68,7 +72,8 @@ def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, 
     }
 
 
-def build_replica_env(request: TrainingRequest, role: Role, index: int) -> list[dict[str, Any]]:
+def build_replica_env(request: TrainingRequest, role: Role, index: int,
+                      upload_patience: int = UPLOAD_PATIENCE_SECONDS) -> list[dict[str, Any]]:
     """The `tensorflow` container's environment, TFJOB_* first, then the request's."""
     distributed = request.mode is Mode.DISTRIBUTED
     owner = request.model_owner() == (role, index)
@@ -78,6 +83,8 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int) -> list[
         {"name": "TFJOB_WAIT_CLUSTERSPEC", "value": "1" if distributed else "0"},
         {"name": "TFJOB_CLUSTERSPEC_TIMEOUT", "value": str(request.startup_timeout)},
         {"name": "TFJOB_UPLOAD_MODEL", "value": "1" if owner else "0"},
+        *([{"name": "TFJOB_UPLOAD_PATIENCE", "value": str(upload_patience)}]
+          if owner else []),
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
@@ -121,25 +128,57 @@ def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:
     return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
-def build_volumes(run_key: str) -> list[dict[str, Any]]:
+def build_volumes(run_key: str, *, owner: bool) -> list[dict[str, Any]]:
+    """The pod's volumes; only the model owner's pod has the upload grants."""
+    upload = [{"name": VOLUME_UPLOAD,
+               "secret": {"secretName": naming.upload_secret_name(run_key),
+                          "defaultMode": 0o400}}] if owner else []
     return [
         {"name": VOLUME_RUNTIME,
          "configMap": {"name": naming.configmap_name(run_key), "defaultMode": 0o444}},
         {"name": VOLUME_ACCESS,
          "secret": {"secretName": naming.secret_name(run_key), "defaultMode": 0o400}},
+        *upload,
         {"name": VOLUME_WORKSPACE, "emptyDir": {}},
         {"name": VOLUME_CONFIG, "emptyDir": {}},
     ]
 
 
 _RUNTIME_MOUNT = {"name": VOLUME_RUNTIME, "mountPath": RUNTIME_DIR, "readOnly": True}
+# The bundle URL for the init container; the upload grants for the owner's main
+# container, at the same path (the bootstrap reads $TFJOB_ACCESS_DIR/upload.json).
 _ACCESS_MOUNT = {"name": VOLUME_ACCESS, "mountPath": ACCESS_DIR, "readOnly": True}
+_UPLOAD_MOUNT = {"name": VOLUME_UPLOAD, "mountPath": ACCESS_DIR, "readOnly": True}
 _WORKSPACE_MOUNT = {"name": VOLUME_WORKSPACE, "mountPath": WORKSPACE_DIR}
 _CONFIG_MOUNT = {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR}
 
+KEEPER_CONTAINER_NAME = "tfjob-keeper"
+KEEPER_SCRIPT = f"{RUNTIME_DIR}/keeper.py"
+# The keeper sleeps; archive's `keeper.py read` execs (4 MiB base64 chunks) run in
+# its cgroups, hence a little CPU and memory headroom above the request.
+KEEPER_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
+                    "limits": {"cpu": "500m", "memory": "128Mi"}}
+
+
+def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
+    """The model owner's second container: keeps the workspace readable after `tensorflow` ends.
+
+    Same image, `runtime/keeper.py`, the workspace read-only, no credentials and
+    no environment: archive copies the model out of it by exec when the
+    bootstrap's upload failed (docs/architecture.md, "The pod protocol").
+    """
+    return {
+        "name": KEEPER_CONTAINER_NAME,
+        "image": request.image,
+        "command": ["python3", KEEPER_SCRIPT],
+        "resources": {kind: dict(amounts) for kind, amounts in KEEPER_RESOURCES.items()},
+        "volumeMounts": [_RUNTIME_MOUNT, {**_WORKSPACE_MOUNT, "readOnly": True}],
+    }
+
 
 def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
-                       index: int) -> dict[str, Any]:
+                       index: int, upload_patience: int = UPLOAD_PATIENCE_SECONDS
+                       ) -> dict[str, Any]:
     """The pod of one replica, following the pod protocol of docs/architecture.md."""
     role = Role(role)
     count = request.replica_count(role)
@@ -152,6 +191,7 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
     if request.gpu_type and resources.gpu > 0:
         node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
     labels = naming.replica_labels(run.job, run_key, request.tenant, role, index)
+    owner = request.model_owner() == (role, index)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": request.active_deadline,
@@ -159,7 +199,7 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "affinity": build_affinity(request, run_key),
-        "volumes": build_volumes(run_key),
+        "volumes": build_volumes(run_key, owner=owner),
         "initContainers": [{
             "name": INIT_CONTAINER_NAME,
             "image": request.image,
@@ -173,11 +213,12 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
             "name": CONTAINER_NAME,
             "image": request.image,
             "command": ["python3", BOOTSTRAP_SCRIPT, "--", *request.entrypoint, *request.args],
-            "env": build_replica_env(request, role, index),
+            "env": build_replica_env(request, role, index, upload_patience),
             "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
             "resources": build_resources(request, role),
-            "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT, _CONFIG_MOUNT],
-        }],
+            "volumeMounts": [_RUNTIME_MOUNT, *([_UPLOAD_MOUNT] if owner else []),
+                             _WORKSPACE_MOUNT, _CONFIG_MOUNT],
+        }, *([build_keeper_container(request)] if owner else [])],
     }
     if node_selector:
         spec["nodeSelector"] = node_selector
@@ -191,9 +232,10 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
     }
 
 
-def build_pod_manifests(request: TrainingRequest, run: RunIdentity) -> list[dict[str, Any]]:
+def build_pod_manifests(request: TrainingRequest, run: RunIdentity,
+                        upload_patience: int = UPLOAD_PATIENCE_SECONDS) -> list[dict[str, Any]]:
     """One pod per replica, in Role order, then index order."""
-    return [build_pod_manifest(request, run, role, index)
+    return [build_pod_manifest(request, run, role, index, upload_patience)
             for role, index in request.replicas_in_order()]
 
 
@@ -225,18 +267,26 @@ def build_runtime_configmap(run: RunIdentity, files: Mapping[str, str],
     }
 
 
-def build_access_secret(run: RunIdentity, bundle_url: str, upload: Mapping[str, Any],
+def build_access_secret(run: RunIdentity, bundle_url: str, tenant: str) -> dict[str, Any]:
+    """The Secret every init container mounts: the presigned GET URL of the bundle."""
+    return _build_secret(run, naming.secret_name(run.run_key),
+                         {ACCESS_KEY_BUNDLE_URL: bundle_url}, tenant)
+
+
+def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any],
                         tenant: str) -> dict[str, Any]:
-    """The run's Secret: the presigned bundle URL and the upload description."""
-    data = {ACCESS_KEY_BUNDLE_URL: bundle_url,
-            ACCESS_KEY_UPLOAD: json.dumps(dict(upload), sort_keys=True)}
+    """The Secret only the model owner's main container mounts: its upload grants."""
+    return _build_secret(run, naming.upload_secret_name(run.run_key),
+                         {ACCESS_KEY_UPLOAD: json.dumps(dict(upload), sort_keys=True)}, tenant)
+
+
+def _build_secret(run: RunIdentity, name: str, data: dict[str, str],
+                  tenant: str) -> dict[str, Any]:
     _check_object_data("Secret", data)
-    run_key = run.run_key
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _metadata(run, naming.secret_name(run_key),
-                              naming.run_labels(run.job, run_key, tenant)),
+        "metadata": _metadata(run, name, naming.run_labels(run.job, run.run_key, tenant)),
         "stringData": data,
     }

@@ -7,11 +7,13 @@
         assert result.state == "success"
 
 `pipeline_world` (module-scoped) starts a moto S3 server process, localkube
-(its pods reach S3 through the forwarded loopback port), creates the tenant
+(its pods reach S3 through the forwarded loopback port, relayed to the S3
+server's pod-facing listener: presigned requests only), creates the tenant
 namespace, migrates an Airflow database in a temporary home, and uploads a
 stand-in training bundle: a small Python program (no TensorFlow) that prints
 its TF_CONFIG, writes a model and metrics, and behaves as the request's env
-`STANDIN_BEHAVIOUR` says (`{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`).
+`STANDIN_BEHAVIOUR` says (`{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`,
+`{"*": {"no_model": true}}`).
 ps replicas wait forever, like TensorFlow's.
 
 Each DAG run happens in a subprocess (`dag.test()`), so Airflow's
@@ -64,6 +66,9 @@ STANDIN_PROGRAM = textwrap.dedent(
     if mine.get("exit"):
         print(f"standin {me} failing on purpose with {mine['exit']}", file=sys.stderr, flush=True)
         sys.exit(mine["exit"])
+    if mine.get("no_model"):
+        print(f"standin {me} done without a model", flush=True)
+        sys.exit(0)
     with open(os.path.join(os.environ["DATA_DIR"], "numbers.txt")) as handle:
         total = sum(int(line) for line in handle if line.strip())
     os.makedirs(os.environ["MODEL_DIR"], exist_ok=True)
@@ -150,7 +155,11 @@ class PipelineWorld:
         return self.finish_dag(self.start_dag(dag_id, conf, logical_date), timeout)
 
     def start_dag(
-        self, dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None
+        self,
+        dag_id: str,
+        conf: dict[str, Any] | None = None,
+        logical_date: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> subprocess.Popen:
         """Start `dag.test()` of one DAG in a subprocess; `finish_dag` collects its result."""
         script = textwrap.dedent(
@@ -170,7 +179,7 @@ class PipelineWorld:
         )
         return subprocess.Popen(
             [sys.executable, "-c", script],
-            env=self.env,
+            env={**self.env, **(extra_env or {})},
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -300,8 +309,7 @@ def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     s3, s3_process = start_s3_server(folder)
     try:
-        port = int(s3.endpoint.rsplit(":", 1)[1].strip("/"))
-        kube = start_localkube(folder, forward_ports=(port,))
+        kube = start_localkube(folder, forward_ports=(s3.pod_forward(),))
     except BaseException:
         stop_s3_server(s3_process)
         raise

@@ -183,6 +183,12 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
                                     airflow.token())
     assert status == 200 and kind.startswith("text/html"), (status, page[:500])
     assert cluster["ps"][0] in page and f"{prefix}/run.json" in page
+    # No grant or key reaches the view (the grants' values are searched for in
+    # tests/test_pipeline_s3_access.py; here the marks every grant and key carries).
+    text = json.dumps(summary) + page
+    for mark in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential", "x-amz-credential",
+                 pipeline_world.s3.access_key, pipeline_world.s3.secret_key):
+        assert mark not in text, mark
 
     # Same rule as the REST API's XCom routes: no credentials, no job view.
     status, _, answer = fetch_page(airflow, f"/tfjob/runs/tfjob_submit/{run_id}", None)

@@ -57,7 +57,7 @@ def test_push_then_fetch_in_a_pod_restores_the_tree(tmp_path: Path, s3_server: S
     assert hashlib.sha256(stored["Body"].read()).hexdigest() == sha_line.split()[1]
     assert stored["ETag"].strip('"').endswith("-3")
 
-    url = presign_bundle_url(s3_server.client(), uri, 300)
+    url = presign_bundle_url(s3_server.presigner(), uri, 300)
     result, workspace = run_fetch(tmp_path / "pod", url)
     assert result.returncode == 0, result.stderr
     assert url not in result.stderr and "Signature" not in result.stderr
@@ -118,7 +118,7 @@ def test_bad_bundle_from_s3_is_refused_by_the_pod(
     path = build(tmp_path / "bad.tar.gz")
     key = f"bad/{case}.tar.gz"
     s3_server.client().upload_file(str(path), s3_server.bucket, key)
-    url = presign_bundle_url(s3_server.client(), f"s3://{s3_server.bucket}/{key}", 60)
+    url = presign_bundle_url(s3_server.presigner(), f"s3://{s3_server.bucket}/{key}", 60)
     result, workspace = run_fetch(tmp_path / "pod", url)
     assert result.returncode == 65
     assert text in result.stderr

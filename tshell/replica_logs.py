@@ -74,11 +74,23 @@ def list_replica_pods(
             p.metadata.name,
             p.metadata.labels.get(LABEL_ROLE, "?"),
             p.metadata.labels.get(LABEL_INDEX, "?"),
-            (p.status.phase if p.status else None) or "Pending",
+            replica_phase(p),
         )
         for p in pods
     ]
     return sorted(found, key=lambda p: (p.role, p.index))
+
+
+def replica_phase(pod: Any) -> str:
+    """The pod's phase as its replica sees it: the model owner's keeper container keeps the
+    pod Running after the `tensorflow` container ended, which then decides (as in
+    operators/replicas.read_replica_status)."""
+    phase = (pod.status.phase if pod.status else None) or "Pending"
+    for status in (pod.status.container_statuses if pod.status else None) or []:
+        ended = status.state.terminated if status.state else None
+        if phase == "Running" and status.name == MAIN_CONTAINER and ended is not None:
+            return "Succeeded" if ended.exit_code == 0 else "Failed"
+    return phase
 
 
 def _open_log(core: Any, namespace: str, pod: ReplicaPod, follow: bool) -> Any | None:

@@ -1,10 +1,13 @@
-"""The pods' S3 grants through the whole pipeline: refreshed while training, never leaked.
+"""Pods and S3 through the whole pipeline: grants, a failed upload, a cleared run.
 
-A real `dag.test()` run on localkube and the local S3: grants signed for
-60 s only (TFJOB_GRANT_LIFETIME_SECONDS, the switch for temporary
-credentials), a program that trains for 3 minutes, and every grant value
-Airflow ever wrote into the run's Secrets searched for everywhere a run
-leaves text.
+Real `dag.test()` runs on localkube and the local S3:
+- grants signed for 60 s only (TFJOB_GRANT_LIFETIME_SECONDS, the switch for
+  temporary credentials), a program that trains for 3 minutes, and every
+  grant value Airflow ever wrote into the run's Secrets searched for
+  everywhere a run leaves text;
+- S3 down for the pods when the model is uploaded: archive copies the model
+  out of the owner pod, and the run publishes it;
+- a cleared run whose program writes no model publishes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import base64
 import json
 import sqlite3
 import threading
+import time
+import urllib.request
 
 from pipeline_fixtures import NAMESPACE, pipeline_world  # noqa: F401
 
@@ -116,3 +121,82 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
         for secret in secrets:
             assert secret not in text, f"a credential appears in the {where}"
     assert world.run_objects("e2e-grants") == []
+
+
+def wait_for_running_pod(world, job: str, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
+    api = world.kube.core_v1()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items
+        if pods and all(p.status.phase == "Running" for p in pods):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the pods of {job} were not Running within {timeout}s")
+
+
+def set_pod_outage(world, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """S3 answers the pods 503 for `seconds` (scripts/s3_gate.py's test switch)."""
+    request = urllib.request.Request(
+        f"{world.s3.endpoint}/moto-api/tfjob/pod-outage?seconds={seconds}", method="POST"
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def test_a_model_whose_upload_fails_with_s3_down_is_copied_out_of_the_pod_and_published(
+    pipeline_world,  # noqa: F811
+) -> None:
+    world = pipeline_world
+    body = world.request(
+        "e2e-recover", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 20}})}
+    )
+    world.write_request(body)
+    process = world.start_dag(
+        "tfjob__e2e-recover", extra_env={"TFJOB_UPLOAD_PATIENCE_SECONDS": "5"}
+    )
+    wait_for_running_pod(world, "e2e-recover")
+    # From now on S3 answers the pods 503 (Airflow's own calls still go through).
+    set_pod_outage(world, 300)
+    try:
+        result = world.finish_dag(process)
+    finally:
+        set_pod_outage(world, 0)  # the next test's pods need S3
+    assert result.state == "success", result
+    assert "could not upload its model; archive copies it out of pod" in result.log
+    prefix = f"outputs/e2e-recover/runs/{result.run_id}/"
+    manifest = json.loads(world.s3_text(prefix + "run.json"))
+    assert manifest["model"]["recovered_from_pod"] is True, manifest["model"]
+    assert manifest["replicas"][0]["exit_code"] == 74
+    assert json.loads(world.s3_text(prefix + "model/model.json")) == {
+        "trained_by": "worker-0",
+        "total": 6,
+    }
+    assert json.loads(world.s3_text(prefix + "metrics.json"))["accuracy"] == 0.99
+    replica_log = world.s3_text(prefix + "logs/worker-0.log")
+    assert "SlowDown" in replica_log and "gave up after" in replica_log
+    latest = json.loads(world.s3_text("outputs/e2e-recover/latest"))
+    assert latest["run_id"] == result.run_id
+    assert world.run_objects("e2e-recover") == []
+
+
+def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
+    pipeline_world,  # noqa: F811
+) -> None:
+    world = pipeline_world
+    when = "2026-12-01T00:00:00+00:00"
+    first = world.run_request(world.request("e2e-cleared"), logical_date=when)
+    assert first.state == "success", first
+    prefix = f"outputs/e2e-cleared/runs/{first.run_id}/"
+    assert prefix + "model/model.json" in world.s3_keys(prefix)
+    # The same run again (as clearing it does), now with a program that writes no model.
+    body = world.request(
+        "e2e-cleared", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"no_model": True}})}
+    )
+    again = world.run_request(body, logical_date=when)
+    assert again.run_id == first.run_id
+    assert again.state == "failed" and again.tasks["publish"] == "failed", again
+    assert "nothing to publish: no model under" in again.log
+    keys = world.s3_keys(prefix)
+    assert not [k for k in keys if k.startswith(prefix + "model/")], keys
+    assert prefix + "metrics.json" not in keys
+    manifest = json.loads(world.s3_text(prefix + "run.json"))
+    assert manifest["model"]["objects"] == 0

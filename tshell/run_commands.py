@@ -268,8 +268,16 @@ def fetch_task_log(
     task_id: str,
     try_number: int,
     continuation_token: str | None = None,
+    seen: set[tuple[str, str]] | None = None,
 ) -> tuple[list[str], str | None]:
-    """Lines of one task try's log after `continuation_token`, and the token to continue."""
+    """Lines of one task try's log after `continuation_token`, and the token to continue.
+
+    Airflow's token is a position in the log as merged from its sources (the
+    worker's served log while the task runs, the files after, the trigger's
+    log while deferred); when those change between two reads, a position can
+    land before entries already returned. Entries whose (timestamp, text) is
+    in `seen` are skipped and new ones added, so a follower prints each once.
+    """
     params: dict[str, Any] = {"full_content": "false"}
     if continuation_token:
         params["token"] = continuation_token
@@ -278,6 +286,11 @@ def fetch_task_log(
     for item in body.get("content") or []:
         if isinstance(item, dict):
             event = str(item.get("event", ""))
+            key = (str(item.get("timestamp") or ""), event)
+            if seen is not None and key[0]:
+                if key in seen:
+                    continue
+                seen.add(key)
             if event.startswith("::group::") or event == "::endgroup::":
                 continue
             lines.extend(event.splitlines() or [""])
@@ -543,6 +556,7 @@ def iter_live_log(
 ) -> Iterator[str]:
     """Lines of the task's latest try; with `follow`, keep reading until the task ends."""
     token: str | None = None
+    seen: set[tuple[str, str]] = set()
     while True:
         tasks = {t["task_id"]: t for t in call_patiently(lambda: list_task_instances(session, ref))}
         task = tasks.get(task_id)
@@ -555,7 +569,7 @@ def iter_live_log(
         finished = (task.get("state") or "none") in FINISHED_TASK_STATES
         if task.get("try_number"):
             read = functools.partial(
-                fetch_task_log, session, ref, task_id, task["try_number"], token
+                fetch_task_log, session, ref, task_id, task["try_number"], token, seen
             )
             lines, token = call_patiently(read)
             yield from lines

@@ -118,9 +118,18 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
     # The cluster policy puts a run's job steps in its tenant's pool; without the pool the
     # scheduler never queues them (what `tshell tenants apply` makes in a deployment). Enough
     # slots for every concurrency job, so Airflow's parallelism is the limit measured.
-    from pipeline_fixtures import create_tenant_pool
+    from pipeline_fixtures import TENANT
 
-    create_tenant_pool(load_airflow(folder), slots=TENANT_POOL_SLOTS)
+    from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
+    from tfjob.tenants import pool_name
+
+    # RestPoolClient asks for a fresh token through a callable (the bench's client has
+    # login(); passing its `token` attribute, a str or None, broke make bench).
+    client = load_airflow(folder)
+    apply_pool(
+        RestPoolClient(client.url, client.login),
+        PoolSpec(pool_name(TENANT), TENANT_POOL_SLOTS, ""),
+    )
     return airflow
 
 

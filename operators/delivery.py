@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client as k8s
-from kubernetes.stream import stream as kubernetes_stream
 
+from operators.kubeobjects import exec_in_container
 from operators.replicas import MAIN_CONTAINER
 
 WRITE_SCRIPT = (
@@ -42,24 +42,10 @@ def build_write_command(content: str) -> list[str]:
 
 def deliver_cluster_file(api: k8s.CoreV1Api, namespace: str, pod: str, content: str) -> None:
     """Write `content` as /tfjob/config/cluster.json in the pod's tensorflow container."""
-    resp = kubernetes_stream(
-        api.connect_get_namespaced_pod_exec,
-        pod,
-        namespace,
-        command=build_write_command(content),
-        container=MAIN_CONTAINER,
-        stdin=False,
-        stdout=True,
-        stderr=True,
-        tty=False,
-        _preload_content=False,
+    done = exec_in_container(
+        api, namespace, pod, MAIN_CONTAINER, build_write_command(content), EXEC_TIMEOUT_SECONDS
     )
-    try:
-        resp.run_forever(timeout=EXEC_TIMEOUT_SECONDS)
-        stderr = resp.read_stderr() if resp.peek_stderr() else ""
-        code = resp.returncode
-    finally:
-        resp.close()
+    code, stderr = done.returncode, done.stderr
     if code is None:
         raise DeliveryError(
             f"pod {pod}: writing cluster.json did not finish within {EXEC_TIMEOUT_SECONDS}s"

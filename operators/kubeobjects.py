@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
@@ -209,3 +210,48 @@ def create_objects(
             replace(name, namespace, body)
         made.append(f"{kind}/{name}")
     return made
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command run by exec left: its output and exit code (None: it did not finish)."""
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+
+
+def exec_in_container(
+    api: k8s.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    command: list[str],
+    timeout: float,
+) -> ExecResult:
+    """Run `command` in a running container (no stdin, no tty) and wait up to `timeout` s.
+
+    `kubernetes.stream.stream` swaps the client's `request` method during the
+    call: callers running execs in parallel give each thread its own client.
+    """
+    from kubernetes.stream import stream as kubernetes_stream
+
+    resp = kubernetes_stream(
+        api.connect_get_namespaced_pod_exec,
+        pod,
+        namespace,
+        command=command,
+        container=container,
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
+    try:
+        resp.run_forever(timeout=timeout)
+        stdout = resp.read_stdout() if resp.peek_stdout() else ""
+        stderr = resp.read_stderr() if resp.peek_stderr() else ""
+        return ExecResult(stdout, stderr, resp.returncode)
+    finally:
+        resp.close()

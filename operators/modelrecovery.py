@@ -84,27 +84,12 @@ def exec_keeper(
     timeout: float = MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS,
 ) -> str:
     """stdout of `python3 keeper.py <args>` in the pod's keeper container."""
-    from kubernetes.stream import stream as kubernetes_stream
+    from operators.kubeobjects import exec_in_container
 
-    resp = kubernetes_stream(
-        api.connect_get_namespaced_pod_exec,
-        pod,
-        namespace,
-        command=["python3", KEEPER_SCRIPT, *args],
-        container=KEEPER_CONTAINER,
-        stdin=False,
-        stdout=True,
-        stderr=True,
-        tty=False,
-        _preload_content=False,
+    done = exec_in_container(
+        api, namespace, pod, KEEPER_CONTAINER, ["python3", KEEPER_SCRIPT, *args], timeout
     )
-    try:
-        resp.run_forever(timeout=timeout)
-        out = resp.read_stdout() if resp.peek_stdout() else ""
-        err = resp.read_stderr() if resp.peek_stderr() else ""
-        code = resp.returncode
-    finally:
-        resp.close()
+    out, err, code = done.stdout, done.stderr, done.returncode
     what = f"pod {pod}: keeper.py {args[0]}"
     if code is None:
         raise RecoveryError(f"{what} did not finish within {timeout:g}s")

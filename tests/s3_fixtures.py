@@ -69,7 +69,8 @@ class S3Server:
             "AWS_DEFAULT_REGION": self.region,
         }
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self, config=None):  # type: ignore[no-untyped-def]
+        """A boto3 client of the host's listener, holding the server's key."""
         import boto3
 
         return boto3.client(
@@ -78,21 +79,14 @@ class S3Server:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
+            config=config,
         )
 
     def presigner(self):  # type: ignore[no-untyped-def]
         """A client that presigns as the product does: SigV4 (operators/grants.py)."""
-        import boto3
         from botocore.config import Config
 
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(signature_version="s3v4"),
-        )
+        return self.client(Config(signature_version="s3v4"))
 
 
 def start_s3_server(

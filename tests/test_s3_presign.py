@@ -11,10 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import boto3
 import pytest
 import s3_fixtures
-from botocore.config import Config
 from s3_fixtures import S3Server
 
 from operators.s3access import parse_s3_uri, presign_bundle_url, presign_upload, run_output_prefix
@@ -23,17 +21,6 @@ from runtime import transfer
 s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 EXPIRY_DEADLINE_S = 15.0
-
-
-def sigv4_client(server: S3Server):  # type: ignore[no-untyped-def]
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=server.access_key,
-        aws_secret_access_key=server.secret_key,
-        region_name=server.region,
-        config=Config(signature_version="s3v4"),
-    )
 
 
 def http_status(url: str, method: str = "GET") -> tuple[int, str]:
@@ -49,7 +36,7 @@ def http_status(url: str, method: str = "GET") -> tuple[int, str]:
 @pytest.fixture
 def client(s3_server: S3Server):  # type: ignore[no-untyped-def]
     # SigV4 only: the server refuses SigV2 grants as S3 does (tests/test_s3_server.py).
-    return sigv4_client(s3_server)
+    return s3_server.presigner()
 
 
 def test_parse_s3_uri_splits_bucket_and_key_and_names_bad_values() -> None:

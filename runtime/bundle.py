@@ -290,6 +290,14 @@ def write_bundle(
                     fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK_BYTES
                 ) as tar:
                     body = manifest.to_json()
+                    if len(body) > MAX_MANIFEST_BYTES:
+                        raise BundleError(
+                            MANIFEST_NAME,
+                            Refusal.BAD_SOURCE,
+                            f"{len(body)} bytes for {len(entries)} files; at most "
+                            f"{MAX_MANIFEST_BYTES} (about 60,000 files): pack many small files "
+                            "into fewer (TFRecord or tar shards)",
+                        )
                     tar.addfile(_tar_info(MANIFEST_NAME, len(body)), io.BytesIO(body))
                     for entry, (_, path) in zip(entries, pairs, strict=True):
                         st = path.stat()

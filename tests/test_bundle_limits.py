@@ -225,3 +225,38 @@ def test_a_file_path_with_a_trailing_slash_is_refused(tmp_path: Path) -> None:
     path = write_archive(tmp_path / "slash.tar.gz", manifest_for(files), lambda tar: None)
     with pytest.raises(BundleError, match="code/a/: path is not a normalized relative path"):
         verify_bundle(path)
+
+
+def test_a_manifest_at_its_size_limit_is_read_within_the_memory_bound(tmp_path: Path) -> None:
+    """The manifest's size limit bounds memory: ~60,000 entries listed, none in the archive."""
+    from runtime.bundle import MAX_MANIFEST_BYTES
+
+    entry = '{"path": "data/d/f-%07d.bin", "size": 1, "sha256": "%s"}'
+    count = MAX_MANIFEST_BYTES // (len(entry % (0, "0" * 64)) + 2) - 10
+    files = ", ".join(entry % (i, f"{i:064x}") for i in range(count))
+    body = (
+        '{"format_version": 1, "name": "big", "created": "2026-12-02T00:00:00Z", '
+        f'"files": [{files}], "total_size": {count}}}'
+    ).encode()
+    assert MAX_MANIFEST_BYTES - 4096 < len(body) <= MAX_MANIFEST_BYTES
+    path = tmp_path / "big.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        add_bytes(tar, MANIFEST_NAME, body)
+    report = measure("verify", path, tmp_path / "ws")
+    assert report["outcome"] == Refusal.MISSING.name
+    assert report["growth_kib"] < 64 * 1024
+
+
+def test_packing_refuses_a_manifest_over_its_limit_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.bundle
+    from runtime.bundle import write_bundle
+
+    (tmp_path / "src" / "code").mkdir(parents=True)
+    for i in range(5):
+        (tmp_path / "src" / "code" / f"m{i}.py").write_text("x = 1\n")
+    monkeypatch.setattr(runtime.bundle, "MAX_MANIFEST_BYTES", 300)
+    with pytest.raises(BundleError, match=r"for 5 files; at most 300 .*TFRecord or tar shards"):
+        write_bundle(tmp_path / "src", tmp_path / "out.tar.gz", "many")
+    assert not (tmp_path / "out.tar.gz").exists()

@@ -18,6 +18,7 @@ import kubernetes
 import pytest
 import yaml
 from localkube_fixtures import start_localkube, stop_localkube
+from tfjob_fixtures import tenant_storage
 
 from tfjob import naming
 
@@ -72,7 +73,7 @@ def run_janitor(env: dict[str, str], logical_date: str) -> tuple[str, str, list[
 
 
 def leave_behind(core, job: str, dag_id: str, run_id: str) -> str:
-    key = naming.run_key(job, run_id)
+    key = naming.run_key(job, dag_id, run_id)
     metadata = {"labels": naming.run_labels(job, key, "janitor-dag"),
                 "annotations": {naming.ANNOTATION_DAG_ID: dag_id,
                                 naming.ANNOTATION_RUN_ID: run_id}}
@@ -105,7 +106,8 @@ def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path
         tenants_file.write_text(yaml.safe_dump({"tenants": [{
             "name": NAMESPACE.removeprefix("tfjob-"),
             "defaults": {"cpu": "100m", "memory": "128Mi"},
-            "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 10}}]}))
+            "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 10},
+            **tenant_storage(NAMESPACE.removeprefix("tfjob-"))}]}))
         env = airflow_env(home, kube.kubeconfig, tenants_file)
         migrated = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
                                   capture_output=True, text=True, timeout=300)

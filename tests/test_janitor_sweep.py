@@ -24,7 +24,7 @@ def clients(localkube_api) -> Clients:  # noqa: F811
 
 def create_run(clients: Clients, job: str, run_id: str | None, dag_id: str | None) -> str:
     """A pod and a ConfigMap labelled as one run's objects; returns the run key."""
-    key = naming.run_key(job, run_id or "no-annotations")
+    key = naming.run_key(job, dag_id or "no-annotations", run_id or "no-annotations")
     annotations = {}
     if run_id:
         annotations[naming.ANNOTATION_RUN_ID] = run_id
@@ -105,7 +105,7 @@ def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(
 
 def test_the_sweep_looks_only_in_the_namespaces_it_is_given(clients):
     clients.core.create_namespace({"metadata": {"name": "tfjob-elsewhere"}})
-    key = naming.run_key("far", "run-far")
+    key = naming.run_key("far", "tfjob__far", "run-far")
     clients.core.create_namespaced_config_map("tfjob-elsewhere", {"metadata": {
         "name": f"{key}-runtime", "labels": naming.run_labels("far", key, "elsewhere"),
         "annotations": {naming.ANNOTATION_DAG_ID: "tfjob__far",

@@ -2,7 +2,7 @@
 
 from decimal import Decimal
 
-from tfjob_fixtures import distributed_request_data, valid_request_data
+from tfjob_fixtures import distributed_request_data, tenant_storage, valid_request_data
 
 from tfjob.quota import (
     Verdict,
@@ -22,12 +22,14 @@ TENANT = validate_tenants({"tenants": [{
     "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4, "pods": 10},
     "defaults": {"cpu": "250m", "memory": "512Mi"},
     "max_concurrent_jobs": 2,
+    **tenant_storage("team-a"),
 }]}).tenants[0]
 LIMITED = validate_tenants({"tenants": [{
     "name": "team-a",
     "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4, "pods": 10},
     "defaults": {"cpu": "250m", "memory": "512Mi"},
     "default_limits": {"cpu": "1", "memory": "2Gi"},
+    **tenant_storage("team-a"),
 }]}).tenants[0]
 HARD = TENANT.hard_quota()
 GPU_JOB = load_request(distributed_request_data(
@@ -158,7 +160,7 @@ def test_a_request_naming_no_resources_is_counted_with_the_tenants_limitrange_de
     other = validate_tenants({"tenants": [{
         "name": "team-b", "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 0,
                                     "pods": 10},
-        "defaults": {"cpu": "1", "memory": "1Gi"}}]}).tenants[0]
+        "defaults": {"cpu": "1", "memory": "1Gi"}, **tenant_storage("team-b")}]}).tenants[0]
     assert gang_usage(bare, other)["cpu"] == Decimal(3) + KEEPER_CPU
 
 

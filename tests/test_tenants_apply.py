@@ -8,7 +8,7 @@ import kubernetes
 import pytest
 import yaml
 from localkube_fixtures import localkube_api  # noqa: F401  (pytest fixture)
-from tfjob_fixtures import distributed_request_data
+from tfjob_fixtures import distributed_request_data, tenant_storage
 
 from operators.tenancy import (
     Clients,
@@ -21,6 +21,7 @@ from operators.tenancy import (
     preflight_quota,
     read_tenant_quota,
 )
+from tfjob.manifests import build_container_security_context, build_pod_security_context
 from tfjob.quota import Verdict
 from tfjob.request import load_request
 from tfjob.tenants import validate_tenants
@@ -29,10 +30,12 @@ from tfjob.tenants import validate_tenants
 def tenants_config(cpu: str = "4", jobs: int = 2, extra: dict | None = None):
     tenants = [{"name": "apply-a", "quota": {"cpu": cpu, "memory": "8Gi",
                                              "nvidia.com/gpu": 2, "pods": 6},
-                "defaults": {"cpu": "250m", "memory": "256Mi"}, "max_concurrent_jobs": jobs},
+                "defaults": {"cpu": "250m", "memory": "256Mi"}, "max_concurrent_jobs": jobs,
+                **tenant_storage("apply-a")},
                {"name": "apply-b", "quota": {"cpu": "2", "memory": "4Gi",
                                              "nvidia.com/gpu": 0, "pods": 4},
-                "defaults": {"cpu": "100m", "memory": "128Mi"}, **(extra or {})}]
+                "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage("apply-b"),
+                **(extra or {})}]
     return validate_tenants({"tenants": tenants}, "test-tenants.yaml")
 
 
@@ -57,6 +60,10 @@ def test_apply_creates_then_leaves_everything_unchanged_then_changes_only_what_c
 
     again = outcomes(apply_tenants(clients, tenants_config()))
     assert set(again.values()) == {Outcome.UNCHANGED}
+    labels = clients.core.read_namespace("tfjob-apply-a").metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+    assert labels["tfjob.io/tenant"] == "apply-a"
 
     changed = apply_tenants(clients, tenants_config(
         cpu="6", extra={"default_limits": {"cpu": "1", "memory": "1Gi"}}))
@@ -102,11 +109,14 @@ def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(c
     assert preflight_quota(clients.core, request, tenant).fits
 
     # Someone else's job holds one GPU and 2 cpu; its pod is Pending (no kubelets) but counts.
+    # (The namespace enforces the restricted Pod Security Standard: the pod must meet it.)
     clients.core.create_namespaced_pod("tfjob-apply-a", {
         "metadata": {"name": "other-job"},
-        "spec": {"containers": [{"name": "c", "image": "python:3.11", "resources": {
-            "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
-            "limits": {"nvidia.com/gpu": "1"}}}]}})
+        "spec": {"securityContext": build_pod_security_context(),
+                 "containers": [{"name": "c", "image": "python:3.11", "resources": {
+                     "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+                     "limits": {"nvidia.com/gpu": "1"}},
+                     "securityContext": build_container_security_context()}]}})
     try:
         hard, used = read_tenant_quota(clients.core, tenant)
         assert hard["cpu"] == Decimal(4) and hard["nvidia.com/gpu"] == Decimal(2)
@@ -124,7 +134,7 @@ def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(c
 def test_the_preflight_of_a_tenant_never_applied_says_to_apply_it(clients):
     config = validate_tenants({"tenants": [{"name": "never-applied", "quota": {
         "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 1},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}}]})
+        "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage("never-applied")}]})
     request = load_request(distributed_request_data(tenant="never-applied"))
     with pytest.raises(TenantNotAppliedError, match="namespace tfjob-never-applied does not "
                                                     "exist.*tshell tenants apply"):
@@ -158,7 +168,8 @@ def test_tshell_tenants_apply_then_list_shows_each_object_and_the_usage(
     path.write_text(yaml.safe_dump({"tenants": [{
         "name": "cli-a", "quota": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 1,
                                    "pods": 5},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1}]}))
+        "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1,
+        **tenant_storage("cli-a")}]}))
     common = ["--file", str(path), "--kubeconfig", localkube_api.kubeconfig]
     assert run(["tenants", "apply", *common, "--no-pools"]) == 0
     first = capsys.readouterr().out

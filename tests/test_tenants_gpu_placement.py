@@ -9,7 +9,7 @@ import time
 import kubernetes
 import pytest
 from localkube_fixtures import localkube_api, mark_node_ready  # noqa: F401
-from tfjob_fixtures import distributed_request_data
+from tfjob_fixtures import distributed_request_data, tenant_storage
 
 from operators.tenancy import Clients, apply_tenants
 from tfjob import naming
@@ -33,7 +33,7 @@ def core(localkube_api):  # noqa: F811
     config = validate_tenants({"tenants": [{
         "name": TENANT, "quota": {"cpu": "32", "memory": "64Gi", "nvidia.com/gpu": 16,
                                   "pods": 40},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}}]})
+        "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage(TENANT)}]})
     apply_tenants(clients, config)
     return clients.core
 
@@ -43,8 +43,8 @@ def gpu_job(job: str, placement: str, gpus: int = 1, workers: int = 4, **changes
         name=job, tenant=TENANT, strategy="multi_worker_mirrored", placement=placement,
         replicas={"chief": 0, "ps": 0, "worker": workers, "evaluator": 0},
         resources={"worker": {"cpu": "500m", "memory": "512Mi", "gpu": gpus}}, **changes))
-    run = RunIdentity(job=job, run_id=f"manual__{job}", dag_id=f"tfjob__{job}",
-                      namespace=NAMESPACE)
+    run = RunIdentity(job=job, run_id=f"manual__{job}",
+                      dag_id=f"{naming.REQUEST_DAG_PREFIX}{job}", namespace=NAMESPACE)
     return request, run
 
 

@@ -72,7 +72,7 @@ def test_pod_carries_run_labels_and_annotations():
     assert pod["metadata"]["labels"] == naming.replica_labels(
         "digits", RUN.run_key, "team-a", Role.PS, 1)
     assert pod["metadata"]["annotations"] == {"tfjob.io/run-id": RUN.run_id,
-                                              "tfjob.io/dag-id": "tfjob_digits"}
+                                              "tfjob.io/dag-id": "tfjob__digits"}
 
 
 def test_pod_follows_the_pod_protocol():
@@ -130,8 +130,72 @@ def test_main_container_environment_names_the_replica():
         "TFJOB_CLUSTERSPEC_TIMEOUT": "120", "TFJOB_UPLOAD_MODEL": "0",
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "HOME": "/tmp",
         "EPOCHS": "3",
     }
+
+
+def test_a_request_that_sets_home_keeps_its_own():
+    request = load_request(valid_request_data(env={"HOME": "/tfjob/workspace"}))
+    (pod,) = build_pod_manifests(request, RUN)
+    env = pod["spec"]["containers"][0]["env"]
+    assert [item["value"] for item in env if item["name"] == "HOME"] == ["/tfjob/workspace"]
+
+
+def all_containers(pod: dict) -> list[dict]:
+    return [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
+
+
+def test_every_pod_runs_as_the_tenants_runner_without_a_token_as_a_fixed_non_root_uid():
+    for pod in build_pod_manifests(GPU_REQUEST, RUN):
+        spec = pod["spec"]
+        assert spec["serviceAccountName"] == "tfjob-runner"
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_every_container_drops_all_capabilities_cannot_escalate_and_has_a_home():
+    pods = build_pod_manifests(GPU_REQUEST, RUN)
+    names = set()
+    for pod in pods:
+        for container in all_containers(pod):
+            names.add(container["name"])
+            assert container["securityContext"] == {
+                "allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                "capabilities": {"drop": ["ALL"]}}
+            assert env_of(container)["HOME"] == "/tmp"
+    assert names == {"fetch-bundle", "tensorflow", "tfjob-keeper"}
+
+
+def test_pods_meet_the_restricted_pod_security_standard():
+    # What the `restricted` profile checks (kubernetes.io/docs/concepts/security/
+    # pod-security-standards): volume types, non-root, no escalation, capabilities, seccomp.
+    allowed_volumes = {"configMap", "secret", "emptyDir", "projected", "downwardAPI",
+                       "csi", "ephemeral", "persistentVolumeClaim"}
+    for pod in build_pod_manifests(GPU_REQUEST, RUN):
+        spec = pod["spec"]
+        for volume in spec["volumes"]:
+            assert set(volume) - {"name"} <= allowed_volumes, volume
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] != 0
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        assert not spec.get("hostNetwork") and not spec.get("hostPID")
+        for container in all_containers(pod):
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+            assert "add" not in context["capabilities"] and not context.get("privileged")
+            assert not any("hostPort" in port for port in container.get("ports", []))
+
+
+def test_secret_volumes_are_readable_by_their_owner_only_and_config_by_all():
+    owner_pod = build_pod_manifest(GPU_REQUEST, RUN, Role.CHIEF, 0)
+    volumes = {volume["name"]: volume for volume in owner_pod["spec"]["volumes"]}
+    assert volumes["tfjob-access"]["secret"]["defaultMode"] == 0o400 == 256
+    assert volumes["tfjob-upload"]["secret"]["defaultMode"] == 0o400
+    assert volumes["tfjob-runtime"]["configMap"]["defaultMode"] == 0o444
 
 
 def test_only_the_model_owner_uploads():

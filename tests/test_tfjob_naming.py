@@ -13,6 +13,7 @@ from tfjob.request import Role
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 RUN_ID = "manual__2026-12-02T12:00:00+00:00"
+DAG_ID = "tfjob__digits"
 
 
 def assert_dns_label(name: str, max_len: int = 63) -> None:
@@ -54,25 +55,49 @@ def test_sanitizing_refuses_a_maximum_beyond_63():
         naming.sanitize_dns_label("x", 64)
 
 
-def test_run_key_is_job_and_first_8_hex_of_sha256_of_run_id():
-    h8 = hashlib.sha256(RUN_ID.encode()).hexdigest()[:8]
-    assert naming.run_key("digits", RUN_ID) == f"digits-{h8}"
-    assert naming.run_key("digits", RUN_ID) == naming.run_key("digits", RUN_ID)
-    assert naming.run_key("digits", RUN_ID) != naming.run_key("digits", RUN_ID + "x")
+def test_run_key_is_job_and_first_8_hex_of_sha256_of_dag_id_and_run_id():
+    h8 = hashlib.sha256(f"{DAG_ID}\n{RUN_ID}".encode()).hexdigest()[:8]
+    assert naming.run_key("digits", DAG_ID, RUN_ID) == f"digits-{h8}"
+    assert naming.run_key("digits", DAG_ID, RUN_ID) == naming.run_key("digits", DAG_ID, RUN_ID)
+    assert naming.run_key("digits", DAG_ID, RUN_ID) != naming.run_key("digits", DAG_ID,
+                                                                      RUN_ID + "x")
+
+
+def test_runs_of_two_dags_with_the_same_run_id_get_different_keys():
+    # A tenant's request DAG and its submit DAG may both have a run manual__<time>.
+    request_dag = naming.run_key("digits", "tfjob__digits", RUN_ID)
+    submit_dag = naming.run_key("digits", naming.submit_dag_id("demo"), RUN_ID)
+    assert request_dag != submit_dag
+    # dag id and run id are not simply concatenated
+    assert naming.run_key("j", "ab", "c") != naming.run_key("j", "a", "bc")
+
+
+def test_each_tenant_has_its_own_submit_dag():
+    assert naming.SUBMIT_DAG_PREFIX == "tfjob_submit__"
+    assert naming.REQUEST_DAG_PREFIX == "tfjob__"
+    assert naming.submit_dag_id("research") == "tfjob_submit__research"
+    assert naming.tenant_of_submit_dag("tfjob_submit__research") == "research"
+    assert naming.tenant_of_submit_dag("tfjob__digits") is None
+    assert naming.tenant_of_submit_dag("tfjob_submit__") is None
+    assert naming.tenant_of_submit_dag("tfjob_submit") is None
+    with pytest.raises(ValueError, match="tenant 'Team_A' given; allowed: a DNS-1123 label"):
+        naming.submit_dag_id("Team_A")
 
 
 def test_object_names_follow_the_documented_shapes():
-    key = naming.run_key("digits", RUN_ID)
+    key = naming.run_key("digits", DAG_ID, RUN_ID)
     assert naming.pod_name(key, Role.PS, 1) == f"{key}-ps-1"
     assert naming.configmap_name(key) == f"{key}-runtime"
     assert naming.secret_name(key) == f"{key}-access"
 
 
-@given(job=st.text(min_size=1, max_size=200), run_id=st.text(max_size=100),
-       role=st.sampled_from(Role), index=st.integers(min_value=0, max_value=99999))
-def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, run_id, role, index):
-    key = naming.run_key(job, run_id)
-    h8 = naming.hash_text(run_id)
+@given(job=st.text(min_size=1, max_size=200), dag_id=st.text(max_size=100),
+       run_id=st.text(max_size=100), role=st.sampled_from(Role),
+       index=st.integers(min_value=0, max_value=99999))
+def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, dag_id, run_id, role,
+                                                                   index):
+    key = naming.run_key(job, dag_id, run_id)
+    h8 = naming.hash_text(f"{dag_id}\n{run_id}")
     for name in (naming.pod_name(key, role, index), naming.configmap_name(key),
                  naming.secret_name(key)):
         assert_dns_label(name)
@@ -81,7 +106,7 @@ def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, run_id, r
 
 
 def test_longest_request_name_needs_no_shortening_for_evaluator_pods():
-    key = naming.run_key("a" * 40, RUN_ID)
+    key = naming.run_key("a" * 40, DAG_ID, RUN_ID)
     assert naming.pod_name(key, Role.EVALUATOR, 0) == f"{key}-evaluator-0"
 
 
@@ -91,7 +116,7 @@ def test_pod_name_refuses_negative_index():
 
 
 def test_replica_labels_carry_run_labels_role_and_index():
-    key = naming.run_key("digits", RUN_ID)
+    key = naming.run_key("digits", DAG_ID, RUN_ID)
     labels = naming.replica_labels("digits", key, "team-a", Role.WORKER, 2)
     assert labels == {
         "app.kubernetes.io/managed-by": "tfjob",
@@ -105,13 +130,13 @@ def test_replica_labels_carry_run_labels_role_and_index():
 
 @given(job=st.text(min_size=1, max_size=120), tenant=st.text(min_size=1, max_size=80))
 def test_label_values_are_always_valid(job, tenant):
-    key = naming.run_key(job, RUN_ID)
+    key = naming.run_key(job, DAG_ID, RUN_ID)
     for value in naming.replica_labels(job, key, tenant, Role.CHIEF, 0).values():
         assert len(value) <= 63 and LABEL_VALUE.match(value), value
 
 
 def test_selectors_match_the_labels_they_select():
-    key = naming.run_key("digits", RUN_ID)
+    key = naming.run_key("digits", DAG_ID, RUN_ID)
     labels = naming.replica_labels("digits", key, "team-a", Role.PS, 0)
     for selector in (naming.run_selector(key), naming.job_selector("digits"),
                      naming.replica_selector(key, Role.PS, 0)):

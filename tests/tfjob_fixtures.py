@@ -1,4 +1,4 @@
-"""Shared test data for the tfjob tests: a valid request and a run identity."""
+"""Shared test data for the tfjob tests: a valid request, a run identity, tenant storage."""
 
 from typing import Any
 
@@ -27,4 +27,18 @@ def distributed_request_data(**overrides: Any) -> dict[str, Any]:
 
 
 RUN = RunIdentity(job="digits", run_id="manual__2026-12-02T12:00:00+00:00",
-                  dag_id="tfjob_digits", namespace="tfjob-team-a")
+                  dag_id="tfjob__digits", namespace="tfjob-team-a")
+
+BUNDLE_BUCKET = "tfjob-bundles"
+OUTPUT_BUCKET = "tfjob-output"
+
+
+def tenant_storage(name: str) -> dict[str, list[str]]:
+    """The required prefixes of a test tenant, its own under the fixture buckets.
+
+    Tenants of one file must not share output prefixes, hence one per tenant. Only
+    `check_request_policy` looks at them: a request it judges against such a tenant
+    needs a bundle and an output under them (the fixture request's are not).
+    """
+    return {"bundle_prefixes": [f"s3://{BUNDLE_BUCKET}/{name}/"],
+            "output_prefixes": [f"s3://{OUTPUT_BUCKET}/{name}/"]}

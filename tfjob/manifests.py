@@ -2,7 +2,11 @@
 
 The pod shape is the pod protocol of docs/architecture.md: four volumes, an
 init container that fetches the bundle, a `tensorflow` container that runs
-the bootstrap, TFJOB_* environment and a named port. Keeping the shape here,
+the bootstrap, TFJOB_* environment and a named port. Every pod meets the
+`restricted` Pod Security Standard its tenant's namespace enforces
+(docs/tenants.md, "What a tenant's pods may do"): the tenant's API-less
+service account, no token, a fixed non-root uid, no privilege escalation, no
+capabilities, the runtime's default seccomp profile. Keeping the shape here,
 in pure functions, lets tests validate every manifest against the Kubernetes
 OpenAPI schema without a server, and keeps operators free of dict plumbing.
 """
@@ -14,6 +18,7 @@ from typing import Any
 
 from tfjob import naming
 from tfjob.request import Mode, Placement, Role, TrainingRequest
+from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
 
 TERMINATION_GRACE_SECONDS = 10
 CONTAINER_NAME = "tensorflow"
@@ -47,6 +52,32 @@ MAX_OBJECT_DATA_BYTES = 1024 * 1024
 CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                 "0123456789-._")
 
+# Who a replica's processes are: not root, and not a uid of the image (which has no
+# user for it), so HOME points at a directory every uid may write.
+RUN_AS_USER = 10001
+RUN_AS_GROUP = 10001
+FS_GROUP = 10001  # volumes (secrets, emptyDirs) are group-owned by it, hence readable
+HOME_DIR = "/tmp"
+SECRET_FILE_MODE = 0o400
+CONFIG_FILE_MODE = 0o444
+
+
+def build_pod_security_context() -> dict[str, Any]:
+    """The pod's securityContext: non-root uid/gid, fsGroup, RuntimeDefault seccomp."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GROUP,
+            "fsGroup": FS_GROUP, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def build_container_security_context() -> dict[str, Any]:
+    """Every container's securityContext: no privilege escalation, no capabilities."""
+    return {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def build_home_env() -> dict[str, str]:
+    """HOME for a uid without a home (Python, Keras and pip write under it)."""
+    return {"name": "HOME", "value": HOME_DIR}
+
 
 @dataclass(frozen=True)
 class RunIdentity:
@@ -59,7 +90,7 @@ class RunIdentity:
 
     @property
     def run_key(self) -> str:
-        return naming.run_key(self.job, self.run_id)
+        return naming.run_key(self.job, self.dag_id, self.run_id)
 
 
 def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -88,6 +119,8 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int,
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
+    if "HOME" not in request.env:
+        env.append(build_home_env())
     env.extend({"name": name, "value": value} for name, value in request.env.items())
     return env
 
@@ -132,12 +165,14 @@ def build_volumes(run_key: str, *, owner: bool) -> list[dict[str, Any]]:
     """The pod's volumes; only the model owner's pod has the upload grants."""
     upload = [{"name": VOLUME_UPLOAD,
                "secret": {"secretName": naming.upload_secret_name(run_key),
-                          "defaultMode": 0o400}}] if owner else []
+                          "defaultMode": SECRET_FILE_MODE}}] if owner else []
     return [
         {"name": VOLUME_RUNTIME,
-         "configMap": {"name": naming.configmap_name(run_key), "defaultMode": 0o444}},
+         "configMap": {"name": naming.configmap_name(run_key),
+                       "defaultMode": CONFIG_FILE_MODE}},
         {"name": VOLUME_ACCESS,
-         "secret": {"secretName": naming.secret_name(run_key), "defaultMode": 0o400}},
+         "secret": {"secretName": naming.secret_name(run_key),
+                    "defaultMode": SECRET_FILE_MODE}},
         *upload,
         {"name": VOLUME_WORKSPACE, "emptyDir": {}},
         {"name": VOLUME_CONFIG, "emptyDir": {}},
@@ -164,15 +199,17 @@ def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
     """The model owner's second container: keeps the workspace readable after `tensorflow` ends.
 
     Same image, `runtime/keeper.py`, the workspace read-only, no credentials and
-    no environment: archive copies the model out of it by exec when the
+    no environment but HOME: archive copies the model out of it by exec when the
     bootstrap's upload failed (docs/architecture.md, "The pod protocol").
     """
     return {
         "name": KEEPER_CONTAINER_NAME,
         "image": request.image,
         "command": ["python3", KEEPER_SCRIPT],
+        "env": [build_home_env()],
         "resources": {kind: dict(amounts) for kind, amounts in KEEPER_RESOURCES.items()},
         "volumeMounts": [_RUNTIME_MOUNT, {**_WORKSPACE_MOUNT, "readOnly": True}],
+        "securityContext": build_container_security_context(),
     }
 
 
@@ -197,7 +234,9 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
         "activeDeadlineSeconds": request.active_deadline,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
+        "serviceAccountName": SERVICE_ACCOUNT_NAME,
         "automountServiceAccountToken": False,
+        "securityContext": build_pod_security_context(),
         "affinity": build_affinity(request, run_key),
         "volumes": build_volumes(run_key, owner=owner),
         "initContainers": [{
@@ -205,9 +244,10 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
             "image": request.image,
             "command": ["python3", FETCH_SCRIPT],
             "env": [{"name": "TFJOB_ROLE", "value": role.value},
-                    {"name": "TFJOB_INDEX", "value": str(index)}],
+                    {"name": "TFJOB_INDEX", "value": str(index)}, build_home_env()],
             "resources": build_resources(request, role, with_gpu=False),
             "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT],
+            "securityContext": build_container_security_context(),
         }],
         "containers": [{
             "name": CONTAINER_NAME,
@@ -218,6 +258,7 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
             "resources": build_resources(request, role),
             "volumeMounts": [_RUNTIME_MOUNT, *([_UPLOAD_MOUNT] if owner else []),
                              _WORKSPACE_MOUNT, _CONFIG_MOUNT],
+            "securityContext": build_container_security_context(),
         }, *([build_keeper_container(request)] if owner else [])],
     }
     if node_selector:

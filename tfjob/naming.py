@@ -4,7 +4,9 @@ Names are deterministic (a retry of the same Airflow run finds the same pods),
 valid DNS-1123 labels and at most 63 characters; when something must be
 shortened, the job part is cut and a stable hash keeps names distinct.
 The labels here are what operators and tshell select on to find and delete
-every object of a run, so they are defined once, in this module.
+every object of a run, so they are defined once, in this module; so are the
+DAG ids (a tenant's submit DAG, a request file's DAG) that, with the Airflow
+run id, identify a run.
 """
 
 import hashlib
@@ -30,10 +32,15 @@ ANNOTATION_RUN_ID = "tfjob.io/run-id"
 ANNOTATION_DAG_ID = "tfjob.io/dag-id"
 
 NAMESPACE_PREFIX = "tfjob-"
+# DAG ids: one submit DAG per tenant (`tfjob_submit__<tenant>`), one DAG per request
+# file (`tfjob__<name>`).
+SUBMIT_DAG_PREFIX = "tfjob_submit__"
+REQUEST_DAG_PREFIX = "tfjob__"
 RUNTIME_SUFFIX = "runtime"
 ACCESS_SUFFIX = "access"
 UPLOAD_SUFFIX = "upload"
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID_DNS_CHARS = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -64,9 +71,32 @@ def sanitize_dns_label(text: str, max_len: int = MAX_DNS_LABEL) -> str:
     return f"{head}-{hash_text(text)}" if head else hash_text(text)
 
 
-def run_key(job: str, run_id: str) -> str:
-    """`<job>-<first 8 hex of sha256(run_id)>`, the name stem of every object of a run."""
-    return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(run_id)}"
+def run_key(job: str, dag_id: str, run_id: str) -> str:
+    """`<job>-<first 8 hex of sha256(dag_id + "\\n" + run_id)>`: the name stem of a run's objects.
+
+    A run is identified by its DAG and its run id together: Airflow makes run ids
+    unique per DAG only, and one tenant's namespace holds runs of several DAGs
+    (its request DAGs and its submit DAG), where `manual__<time>` may repeat.
+    Airflow ids never contain a newline, so the hashed text is unambiguous.
+    """
+    identity = f"{dag_id}\n{run_id}"
+    return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(identity)}"
+
+
+def submit_dag_id(tenant: str) -> str:
+    """The tenant's own submit DAG: `tfjob_submit__<tenant>` (its roles alone may trigger it)."""
+    if not isinstance(tenant, str) or not _DNS_LABEL.match(tenant):
+        raise ValueError(f"tenant {tenant!r} given; allowed: a DNS-1123 label (lowercase "
+                         "letters, digits, '-')")
+    return f"{SUBMIT_DAG_PREFIX}{tenant}"
+
+
+def tenant_of_submit_dag(dag_id: str) -> str | None:
+    """The tenant whose submit DAG `dag_id` is; None for any other DAG."""
+    if not dag_id.startswith(SUBMIT_DAG_PREFIX):
+        return None
+    tenant = dag_id[len(SUBMIT_DAG_PREFIX):]
+    return tenant if _DNS_LABEL.match(tenant) else None
 
 
 def _fit_name(run_key: str, suffix: str) -> str:

@@ -21,6 +21,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -90,6 +91,28 @@ def mark_node_ready(handle: LocalkubeHandle, node: str, ready: bool = True) -> N
     handle.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [
         {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
          "message": "set by a test"}]}}, content_type="application/merge-patch+json")
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):
+    """Call `predicate` until it returns something truthy, and return that; AssertionError
+    naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(interval)
+
+
+def restart_kubelet(handle: LocalkubeHandle, node: str, log_path: Path) -> subprocess.Popen:
+    """Start a kubelet for `node` (after a test killed the one `up` started); SIGTERM it when
+    done: `down` only knows the pids `up` recorded."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "localkube.kubelet", "--api", handle.api_url, "--node", node,
+             "--state-dir", handle.state_dir], stdout=log, stderr=subprocess.STDOUT)
 
 
 def cri_stamp(moment: datetime.datetime) -> str:

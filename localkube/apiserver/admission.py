@@ -1,14 +1,18 @@
-"""Admission: LimitRange defaults and limits, and ResourceQuota enforcement and usage.
+"""Admission: LimitRange defaults and limits, Pod Security Admission, and ResourceQuota
+enforcement and usage.
 
 The refusals are worded like the real admission plugins, since users and tests match on them:
 `pods "x" is forbidden: exceeded quota: q, requested: requests.cpu=2, used: requests.cpu=1,
-limited: requests.cpu=2`.
+limited: requests.cpu=2`; `pods "x" is forbidden: violates PodSecurity "restricted:latest":
+allowPrivilegeEscalation != false (container "main" must set
+securityContext.allowPrivilegeEscalation=false)` (the standards live in podsecurity.py).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+from localkube.apiserver import podsecurity
 from localkube.apiserver.errors import forbidden
 from localkube.apiserver.quantity import format_like, parse_quantity
 from localkube.apiserver.store import Store
@@ -64,6 +68,16 @@ def _check_container(pod_name: str, container: dict, item: dict) -> None:
         if request is not None and parse_quantity(request) < parse_quantity(minimum):
             raise forbidden("pods", pod_name, f"minimum {resource} usage per Container is "
                             f"{minimum}, but request is {request}")
+
+
+def check_pod_security(store: Store, pod: dict) -> None:
+    """Pod Security Admission (enforce mode): refuse a pod its namespace's level forbids."""
+    namespace = store.get("namespaces", "", pod["metadata"]["namespace"])
+    level, version = podsecurity.read_enforced_policy(namespace)
+    violations = podsecurity.evaluate_pod(level, pod)
+    if violations:
+        raise forbidden("pods", pod["metadata"]["name"],
+                        podsecurity.describe_violations(level, version, violations))
 
 
 def pod_usage(pod: dict) -> dict[str, Fraction]:

@@ -128,6 +128,7 @@ class ObjectApi:
             for key in ("conditions", "containerStatuses", "initContainerStatuses", "podIP",
                         "podIPs", "hostIP", "startTime"):
                 obj["status"].pop(key, None)
+            admission.check_pod_security(self.store, obj)
             admission.check_pod_quota(self.store, obj)
         else:
             admission.check_object_count_quota(self.store, resource, obj)

@@ -28,7 +28,7 @@ from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
 from localkube.kubelet.images import load_image_rules
 from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
-from localkube.kubelet.runtime import pod_dir
+from localkube.kubelet.runtime import make_kubelet_dirs, pod_dir
 from localkube.kubelet.status import PodPhase, now_rfc3339
 from localkube.kubelet.volumes import VolumeError, refresh_object_volumes
 
@@ -309,6 +309,7 @@ class Kubelet:
         self.deleted_uids: set[str] = set()
         await self.api.open()
         try:
+            make_kubelet_dirs(self.state_dir)
             await asyncio.to_thread(network.ensure_cluster_network, self.state_dir, self.node_index)
             await self.api.patch_node_status(self.node, self.node_status())
             tasks = [

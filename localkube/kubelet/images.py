@@ -67,11 +67,30 @@ def find_venv() -> str | None:
     return venv if os.path.isdir(os.path.join(venv, "bin")) else None
 
 
+def find_venv_interpreter_home(venv: str) -> str | None:
+    """The installation the venv's python comes from (pyvenv.cfg `home`, less its bin/).
+
+    A venv's bin/python is a symlink into it (e.g. /root/.pyenv/versions/3.11.7, below a
+    0700 /root): the shim makes it reachable for a non-root container user too."""
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg")) as f:
+            for line in f:
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    home = value.strip().rstrip("/")
+                    return os.path.dirname(home) if os.path.basename(home) == "bin" else home
+    except OSError:
+        return None
+    return None
+
+
 def resolve_image(image: str, rules: list[ImageRule]) -> ResolvedImage | None:
     """The rule for `image`, or None when no pattern matches (the pull fails)."""
     for rule in rules:
         if fnmatch.fnmatchcase(image, rule.pattern):
             venv = find_venv()
             path = f"{venv}/bin:{DEFAULT_PATH}" if venv else DEFAULT_PATH
-            return ResolvedImage(image, rule.kind, rule.cmd, path, (venv,) if venv else ())
+            dirs = [venv, find_venv_interpreter_home(venv)] if venv else []
+            host_dirs = tuple(d for d in dict.fromkeys(dirs) if d and os.path.isdir(d))
+            return ResolvedImage(image, rule.kind, rule.cmd, path, host_dirs)
     return None

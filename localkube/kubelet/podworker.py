@@ -26,11 +26,14 @@ from localkube.kubelet.images import ResolvedImage, resolve_image
 from localkube.kubelet.runtime import (
     ContainerRun,
     await_container_exit,
+    build_shim_spec,
+    make_pod_dirs,
     pod_dir,
     signal_process,
     start_container_run,
     write_json_atomically,
 )
+from localkube.kubelet.securitycontext import build_security_profile
 from localkube.kubelet.status import (
     ContainerRecord,
     ContainerState,
@@ -223,8 +226,7 @@ class PodWorker:
         if images is None:
             return False
         self.images = images
-        os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
-        os.chmod(os.path.join(self.dir, "tmp"), 0o1777)
+        make_pod_dirs(self.dir)
         if (self.pod.get("spec") or {}).get("hostNetwork"):
             ip = self.facts.host_ip  # like Kubernetes: a hostNetwork pod's IP is its node's
             self.facts.pod_ip = ip
@@ -382,6 +384,7 @@ class PodWorker:
         if self.stopping.is_set():
             return {"exitCode": 137}
         try:
+            security = build_security_profile(self.pod, spec)
             env = await build_environment(
                 self.pod, spec, image, self.ips(), self.k.api_port, self.k.get_object
             )
@@ -407,33 +410,15 @@ class PodWorker:
                 if not isinstance(exc, NoCommandError)
                 else {"exitCode": 128}
             )
-        security = {
-            **((self.pod.get("spec") or {}).get("securityContext") or {}),
-            **(spec.get("securityContext") or {}),
-        }
-        base = os.path.join(self.dir, "containers", name)
-        for sub in ("root", "scratch"):
-            os.makedirs(os.path.join(base, sub), exist_ok=True)
-        log_dir = os.path.join(self.dir, "logs", name)
-        os.makedirs(log_dir, exist_ok=True)
-        shim_spec = {
-            "netns_path": os.path.join(network.NETNS_DIR, self.netns) if self.netns else None,
-            "runAsUser": security.get("runAsUser"),
-            "runAsGroup": security.get("runAsGroup"),
-            "root": os.path.join(base, "root"),
-            "scratch_dir": os.path.join(base, "scratch"),
-            "tmp_dir": os.path.join(self.dir, "tmp"),
-            "mounts": mounts,
-            "host_dirs": list(image.host_dirs),
-            "cgroups": groups,
-            "hostname": (self.pod.get("spec") or {}).get("hostname") or self.name,
-            "workingDir": spec.get("workingDir") or "/",
-            "argv": argv,
-            "env": env,
-            "log_path": os.path.join(log_dir, f"{record.restart_count}.log"),
-            "exit_path": os.path.join(base, "exit.bin"),
-        }
-        self.container_env[name] = {"env": env, "workingDir": shim_spec["workingDir"]}
+        netns_path = os.path.join(network.NETNS_DIR, self.netns) if self.netns else None
+        shim_spec = build_shim_spec(
+            self.pod, self.dir, spec, record.restart_count, netns_path=netns_path,
+            security=security, mounts=mounts, host_dirs=image.host_dirs, cgroups=groups,
+            argv=argv, env=env,
+        )
+        base = os.path.dirname(shim_spec["exit_path"])
+        self.container_env[name] = {"env": env, "workingDir": shim_spec["workingDir"],
+                                    "security": security}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(shim_spec["log_path"])
         if record.restart_count == 0:
@@ -607,6 +592,7 @@ class PodWorker:
                 "env": env.get("env", {}),
                 "workingDir": env.get("workingDir", "/"),
                 "root": f"/proc/{run.pid}/root" if run and run.pid else None,
+                "security": env.get("security"),
             }
         state = {
             "namespace": self.namespace,

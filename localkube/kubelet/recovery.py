@@ -116,6 +116,7 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
         worker.container_env[name] = {
             "env": entry.get("env") or {},
             "workingDir": entry.get("workingDir") or "/",
+            "security": entry.get("security"),  # exec sessions keep running as the container
         }
     worker.images, worker.runs, worker.adopted = images, runs, True
     worker.netns, worker.facts.pod_ip = state["netns"], state.get("ip")

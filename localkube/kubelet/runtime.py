@@ -21,8 +21,60 @@ SHIM_PATH = os.path.join(os.path.dirname(__file__), "shim.py")
 SHIM_START_TIMEOUT_S = 30
 
 
+PRIVATE_DIR_MODE = 0o700  # the kubelet's state: no pod process may look into another pod's
+POD_TMP_MODE = 0o1777
+
+
 def pod_dir(state_dir: str, pod_uid: str) -> str:
     return os.path.join(state_dir, "kubelet", "pods", pod_uid)
+
+
+def make_private_dir(path: str) -> None:
+    """A root-owned 0700 directory (created if missing, tightened if it exists)."""
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, 0, 0)
+    os.chmod(path, PRIVATE_DIR_MODE)
+
+
+def make_kubelet_dirs(state_dir: str) -> None:
+    """DIR/kubelet and DIR/kubelet/pods, 0700: a non-root process of one pod cannot reach
+    another pod's volumes (its secrets) through their host paths; each pod reaches its own
+    through the bind mounts the shim made as root."""
+    make_private_dir(os.path.join(state_dir, "kubelet"))
+    make_private_dir(os.path.join(state_dir, "kubelet", "pods"))
+
+
+def make_pod_dirs(directory: str) -> None:
+    """The pod's directory (0700) and its private /tmp (1777, as on a real node)."""
+    make_private_dir(directory)
+    tmp = os.path.join(directory, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    os.chmod(tmp, POD_TMP_MODE)
+
+
+def build_shim_spec(pod: dict, directory: str, container: dict, restart_count: int,
+                    **run: object) -> dict:
+    """The shim's spec for one run of `container`, creating its per-run directories.
+
+    `run` holds what the kubelet resolved: netns_path, security (the profile of
+    securitycontext.py), mounts, host_dirs, cgroups, argv, env."""
+    name = container["name"]
+    base = os.path.join(directory, "containers", name)
+    for sub in ("root", "scratch"):
+        os.makedirs(os.path.join(base, sub), exist_ok=True)
+    log_dir = os.path.join(directory, "logs", name)
+    os.makedirs(log_dir, exist_ok=True)
+    return {
+        **run,
+        "host_dirs": list(run.get("host_dirs") or ()),
+        "root": os.path.join(base, "root"),
+        "scratch_dir": os.path.join(base, "scratch"),
+        "tmp_dir": os.path.join(directory, "tmp"),
+        "hostname": (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"],
+        "workingDir": container.get("workingDir") or "/",
+        "log_path": os.path.join(log_dir, f"{restart_count}.log"),
+        "exit_path": os.path.join(base, "exit.bin"),
+    }
 
 
 def write_json_atomically(path: str, data: dict) -> None:

@@ -11,7 +11,8 @@ no site, few imports: ~15 ms CPU; the spec and exit record are marshal files). T
 2. the child joins the container's cgroups, builds a private root (a tmpfs
    holding recursive binds of the host's top-level directories, a fresh /proc,
    a per-pod /tmp, the pod's volumes at their mountPaths, /etc/hosts), chroots,
-   sets the hostname and execs the command;
+   sets the hostname, drops to the container's user, groups, capabilities,
+   no_new_privs and seccomp filter (privileges.py) and execs the command;
 3. the shim prints `STARTED <host pid> <startedAt>` or `FAILED <message>` on
    stdout, relays the child's stdout/stderr into the CRI-format log file, waits
    for the child and writes the exit record (exit code, signal, OOM) atomically.
@@ -28,6 +29,11 @@ import select
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a script with -I -S
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from localkube.kubelet.privileges import apply_privileges  # noqa: E402
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -43,6 +49,8 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PARTIAL_LINE_LIMIT = 16384
 SKIPPED_TOP_LEVEL = {"proc", "tmp", "lost+found"}
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -123,6 +131,27 @@ class RootBuilder:
         mount("overlay", directory, "overlay", 0, opts)
         self.private_mounts.add(directory)
 
+    def cover_with_tmpfs(self, directory: str) -> None:
+        """Hide a host directory the container's user cannot search behind an empty tmpfs."""
+        mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+        self.private_mounts.add(directory)
+
+    def find_unsearchable_ancestor(self, host_dir: str, profile: dict | None) -> str | None:
+        """The first directory above `host_dir`, as seen in the container, that the
+        container's user cannot search (e.g. /root, 0700, above a pyenv interpreter)."""
+        if not profile:
+            return None
+        current = self.newroot
+        for part in [p for p in host_dir.split("/") if p][:-1]:
+            current = os.path.join(current, part)
+            try:
+                st = os.stat(current)
+            except OSError:
+                return None  # created later on a private tree, searchable
+            if not is_searchable(st, profile):
+                return current
+        return None
+
     def bind_host_top_level(self, tmp_dir: str) -> None:
         for entry in sorted(os.listdir("/")):
             if entry in SKIPPED_TOP_LEVEL:
@@ -157,6 +186,19 @@ class RootBuilder:
         self.private_mounts.add(target)
 
 
+def is_searchable(st: os.stat_result, profile: dict) -> bool:
+    """Whether the profile's user may traverse a directory with this stat (no ACLs)."""
+    uid, groups = int(profile.get("uid") or 0), set(profile.get("groups") or ())
+    caps = set(profile.get("capabilities") or ())
+    if uid == 0 and caps & {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH}:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid in groups or st.st_gid == int(profile.get("gid") or 0):
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
+
+
 def bind_file_or_dir(source: str, target: str, read_only: bool) -> None:
     mount(source, target, None, MS_BIND | MS_REC)
     if read_only:
@@ -165,15 +207,22 @@ def bind_file_or_dir(source: str, target: str, read_only: bool) -> None:
 
 def build_root(spec: dict) -> None:
     newroot = spec["root"]
+    os.umask(0o022)  # what the skeleton directories on the root tmpfs get: 0755
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", newroot, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     builder = RootBuilder(newroot, spec["scratch_dir"])
     builder.bind_host_top_level(spec["tmp_dir"])
     for host_dir in spec.get("host_dirs") or ():
         seen = os.path.join(newroot, host_dir.lstrip("/"))
+        # A non-root user must reach the image's directories (the venv, its interpreter)
+        # even below a directory it may not search: that one is replaced by a tmpfs
+        # holding only the path to them.
+        blocked = builder.find_unsearchable_ancestor(host_dir, spec.get("security"))
+        if blocked:
+            builder.cover_with_tmpfs(blocked)
         # Under a private tree (the pod's /tmp) the path is missing, or is an empty
         # mount point left there by an earlier container of the same pod.
-        if not (os.path.isdir(seen) and os.path.samefile(seen, host_dir)):
+        if blocked or not (os.path.isdir(seen) and os.path.samefile(seen, host_dir)):
             builder.bind_volume(host_dir, host_dir, read_only=True)
     for m in spec["mounts"]:
         builder.bind_volume(m["source"], m["target"], bool(m.get("readOnly")))
@@ -202,11 +251,8 @@ def run_child(spec: dict, out_w: int, err_w: int, errpipe_w: int) -> None:
         os.dup2(err_w, 2)
         for sig in (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        if spec.get("runAsGroup") is not None:
-            os.setgroups([])
-            os.setgid(int(spec["runAsGroup"]))
-        if spec.get("runAsUser") is not None:
-            os.setuid(int(spec["runAsUser"]))
+        if spec.get("security"):
+            apply_privileges(spec["security"])
         argv = spec["argv"]
         os.execvpe(argv[0], argv, spec["env"])
     except BaseException as exc:  # noqa: BLE001 - everything must reach the kubelet

@@ -7,6 +7,13 @@ list of {source, target, readOnly} (subPath resolved), plus the pod's
 /etc/hosts and /etc/hostname. Objects are read through the API (GET
 configmaps/secrets), like a real kubelet.
 
+Permissions are a real kubelet's, so that a non-root container can use its volumes: an
+emptyDir is 0777; configMap, secret, downwardAPI and projected files get their mode
+(items[].mode, defaultMode, 0644 by default); with the pod's `fsGroup` every volume is
+group-owned by it (setgid directories; object files also get g+r, an emptyDir g+rw), as
+the kubelet's SetVolumeOwnership does. A secret file of mode 0400 is thus 0440 root:fsGroup,
+readable by the pod's user through its fsGroup and by no other non-root user.
+
 Like a real kubelet, configMap, secret and projected volumes of running pods
 follow their objects: `refresh_object_volumes` (called periodically by the
 agent) rewrites each file whose content changed, atomically (temp + rename),
@@ -19,10 +26,16 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 from collections.abc import Awaitable, Callable
 
 ObjectGetter = Callable[[str, str, str], Awaitable[dict | None]]
 DEFAULT_MODE = 0o644
+EMPTY_DIR_MODE = 0o777
+OBJECT_DIR_MODE = 0o755
+READ_ONLY_GROUP_BITS = 0o440  # the kubelet's roMask: what fsGroup adds to object files
+READ_WRITE_GROUP_BITS = 0o660  # rwMask: what it adds to emptyDir content
+GROUP_SEARCH_BITS = 0o110  # execMask: what it adds to directories
 SUPPORTED_VOLUME_KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
 
 
@@ -62,24 +75,55 @@ def resolve_field_path(pod: dict, path: str, pod_ip: str | None, host_ip: str) -
     )
 
 
-def write_file(directory: str, relpath: str, data: bytes, mode: int) -> None:
+def read_fs_group(pod: dict) -> int | None:
+    fs_group = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+    return None if fs_group is None else int(fs_group)
+
+
+def set_dir_ownership(path: str, mode: int, fs_group: int | None, writable: bool) -> None:
+    """A volume directory's mode; with fsGroup, group-owned by it, setgid, group-searchable."""
+    if fs_group is not None:
+        os.chown(path, -1, fs_group)
+        mode |= stat.S_ISGID | GROUP_SEARCH_BITS | (READ_WRITE_GROUP_BITS if writable else 0)
+    os.chmod(path, mode)
+
+
+def make_volume_dirs(directory: str, parent: str, fs_group: int | None) -> None:
+    """`parent` and the directories between it and the volume's root, as the volume's own."""
+    missing = []
+    while parent != directory and not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    for path in reversed(missing):
+        os.makedirs(path, exist_ok=True)
+        set_dir_ownership(path, OBJECT_DIR_MODE, fs_group, writable=False)
+
+
+def write_file(
+    directory: str, relpath: str, data: bytes, mode: int, fs_group: int | None = None
+) -> None:
     path = os.path.normpath(os.path.join(directory, relpath))
     if not path.startswith(os.path.normpath(directory) + os.sep):
         raise VolumeError(f"volume item path: {relpath!r} escapes the volume")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if _holds(path, data, mode):
+    make_volume_dirs(os.path.normpath(directory), os.path.dirname(path), fs_group)
+    gid = 0 if fs_group is None else fs_group
+    if fs_group is not None:
+        mode |= READ_ONLY_GROUP_BITS
+    if _holds(path, data, mode, gid):
         return
     tmp = path + ".lktmp"
     with open(tmp, "wb") as f:
         f.write(data)
+    os.chown(tmp, 0, gid)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 
-def _holds(path: str, data: bytes, mode: int) -> bool:
-    """The file exists with exactly these bytes and this mode (nothing to rewrite)."""
+def _holds(path: str, data: bytes, mode: int, gid: int) -> bool:
+    """The file exists with exactly these bytes, mode and group (nothing to rewrite)."""
     try:
-        if os.stat(path).st_mode & 0o7777 != mode or os.path.getsize(path) != len(data):
+        st = os.stat(path)
+        if st.st_mode & 0o7777 != mode or st.st_gid != gid or st.st_size != len(data):
             return False
         with open(path, "rb") as f:
             return f.read() == data
@@ -132,6 +176,7 @@ async def fill_source(
     mode: int,
 ) -> None:
     namespace = pod["metadata"]["namespace"]
+    fs_group = read_fs_group(pod)
     if kind in ("configMap", "secret"):
         api_kind = "configmaps" if kind == "configMap" else "secrets"
         data = await read_source_data(api_kind, source, namespace, get)
@@ -140,16 +185,18 @@ async def fill_source(
         for rel, blob, item_mode in select_items(
             data, source.get("items"), source.get("defaultMode") or mode
         ):
-            write_file(directory, rel, blob, item_mode)
+            write_file(directory, rel, blob, item_mode, fs_group)
     elif kind == "downwardAPI":
         for item in source.get("items") or []:
             if "fieldRef" in item:
                 value = resolve_field_path(pod, item["fieldRef"]["fieldPath"], *ips)
             else:
                 value = resolve_resource_field(pod, item.get("resourceFieldRef") or {})
-            write_file(directory, item["path"], value.encode(), item.get("mode") or mode)
+            write_file(directory, item["path"], value.encode(), item.get("mode") or mode,
+                       fs_group)
     elif kind == "serviceAccountToken":
-        write_file(directory, source.get("path") or "token", b"localkube-unauthenticated", mode)
+        write_file(directory, source.get("path") or "token", b"localkube-unauthenticated", mode,
+                   fs_group)
 
 
 def resolve_resource_field(pod: dict, ref: dict, container_name: str | None = None) -> str:
@@ -195,6 +242,10 @@ async def materialize_volumes(
             continue
         directory = os.path.join(pod_dir, "volumes", name)
         os.makedirs(directory, exist_ok=True)
+        if "emptyDir" in volume:
+            set_dir_ownership(directory, EMPTY_DIR_MODE, read_fs_group(pod), writable=True)
+        else:
+            set_dir_ownership(directory, OBJECT_DIR_MODE, read_fs_group(pod), writable=False)
         paths[name] = directory
         for kind in ("configMap", "secret", "downwardAPI"):
             if kind in volume:
@@ -274,9 +325,12 @@ def build_container_mounts(
             )
         source = volume_paths[name]
         if vm.get("subPath"):
-            source = os.path.join(source, vm["subPath"])
+            root, source = source, os.path.join(source, vm["subPath"])
             if not os.path.exists(source):
                 os.makedirs(source, exist_ok=True)
+                st = os.stat(root)  # like the kubelet: a new subPath is made like its volume
+                os.chown(source, -1, st.st_gid)
+                os.chmod(source, stat.S_IMODE(st.st_mode))
         mounts.append(
             {"source": source, "target": vm["mountPath"], "readOnly": bool(vm.get("readOnly"))}
         )

@@ -1,23 +1,29 @@
-"""Start and stop `airflow standalone` in the background with this repo's configuration.
+"""Start and stop this repo's Airflow in the background: database, users, and its components.
 
-Why this exists: `airflow standalone` is a foreground program that runs the API
-server, scheduler, DAG processor and triggerer as children, and it only stops
-them on Ctrl-C. Run in the background it must be stopped as a whole, including
-the task processes that Airflow's supervisor puts in process groups of their
-own. Every process started here therefore carries a marker in its environment
-(TFJOB_AIRFLOW_INSTANCE=<home>) and runs in a new session; `down` stops every
+Why this exists: `airflow standalone` would run the API server, scheduler, DAG
+processor and triggerer, but it forces the simple auth manager, and TF-on-K8s
+needs the FAB auth manager so that Airflow decides who may act for a tenant
+(docs/tenants.md). So `up` does what standalone did, in three steps:
+
+1. `airflow db migrate` (Airflow's tables and the FAB auth manager's);
+2. `python -m operators.airflow_access`: the tenants' roles (they must exist
+   before the DAG processor reads a DAG naming them in access_control) and the
+   embedded default's users, the admin and `<role>-user` per tenant role, with
+   generated passwords kept in <home>/tfjob_users.json;
+3. scripts/airflow_components.py in a new session: the four components as
+   its children.
+
+Every process started here carries a marker in its environment
+(TFJOB_AIRFLOW_INSTANCE=<home>) and runs in that session; `down` stops every
 process with that marker or in that session, and nothing else.
 
-It also fixes what standalone leaves random per process: the JWT secret (the
+It also fixes what would otherwise be random per process: the JWT secret (the
 scheduler's task tokens must verify in the API server), the fernet key and the
 API secret key are generated once per home into <home>/secrets.json.
 
-The home holds credentials (secrets.json, the admin password Airflow writes
-to simple_auth_manager_passwords.json.generated, the password in the log),
-so it is 0700, secrets.json is 0600 from its creation, and Airflow runs with
-umask 077: every file it creates, the password file included, is private
-from its first byte. The password file is also chmod'ed 0600 whenever it is
-read (a home made by an older version).
+The home holds credentials (secrets.json, tfjob_users.json), so it is 0700,
+both files are 0600 from their creation, and Airflow runs with umask 077:
+every file it creates is private from its first byte.
 
 `up` returns once /api/v2/monitor/health reports every component healthy and
 the DAG processor has parsed every DAG file of the dags folder.
@@ -32,6 +38,7 @@ import base64
 import enum
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.error
@@ -48,6 +55,7 @@ from background_server import (  # noqa: E402
     is_alive,
     is_port_free,
     make_private_dir,
+    open_private,
     pick_free_port,
     reap,
     spawn_detached,
@@ -59,14 +67,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = REPO_ROOT / ".state" / "airflow"
 DEFAULT_PORT = 8080
 INSTANCE_MARKER = "TFJOB_AIRFLOW_INSTANCE"
-PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+USERS_FILE = "tfjob_users.json"
 SECRETS_FILE = "secrets.json"
-PID_FILE = "standalone.pid"
-LOG_FILE = "standalone.log"
+PID_FILE = "airflow.pid"
+LOG_FILE = "airflow.log"
+COMPONENTS_SCRIPT = Path(__file__).resolve().with_name("airflow_components.py")
+# `airflow db migrate` and the roles and users step; each takes a few seconds.
+PREPARE_TIMEOUT_S = 300.0
 ADMIN_USER = "admin"
 AIRFLOW_UMASK = 0o077  # files Airflow creates (passwords, logs, database) are its own only
 
-# Generous: on 2 shared cores under load, standalone has taken over 2 minutes to get healthy.
+# Generous: on 2 shared cores under load, Airflow has taken over 2 minutes to get healthy.
 START_TIMEOUT_S = 300.0
 PARSE_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
@@ -137,7 +148,7 @@ def build_airflow_env(
     venv_bin = str(Path(sys.executable).parent)
     env.update(
         {
-            # standalone starts its components as `airflow …` from PATH.
+            # Airflow starts its own subprocesses (task runners, serve-logs) as `airflow …`.
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
             "AIRFLOW_HOME": str(home),
             "AIRFLOW_CONFIG": str(settings.config_file.resolve()),
@@ -161,19 +172,40 @@ def build_airflow_env(
     return env
 
 
-def protect_password_file(home: Path) -> bool:
-    """chmod Airflow's generated password file 0600; False while it does not exist."""
+def read_users(home: Path) -> dict[str, str]:
+    """username → password of the embedded default's users; {} before the first `up`."""
+    path = home / USERS_FILE
     try:
-        (home / PASSWORDS_FILE).chmod(PRIVATE_FILE_MODE)
+        path.chmod(PRIVATE_FILE_MODE)  # a home made by an older version
+        return json.loads(path.read_text())
     except FileNotFoundError:
-        return False
-    return True
+        return {}
 
 
 def read_admin_password(home: Path) -> str | None:
-    if not protect_password_file(home):
-        return None
-    return json.loads((home / PASSWORDS_FILE).read_text()).get(ADMIN_USER)
+    return read_users(home).get(ADMIN_USER)
+
+
+def prepare_airflow(home: Path, env: Mapping[str, str], timeout: float = PREPARE_TIMEOUT_S) -> None:
+    """Migrate the database, then make the tenants' roles and the users (module docstring)."""
+    python = str(Path(sys.executable))
+    steps = [
+        ("airflow db migrate", [str(Path(sys.executable).parent / "airflow"), "db", "migrate"]),
+        ("tenant roles and users", [python, "-m", "operators.airflow_access",
+                                    "--users-file", str(home / USERS_FILE)]),
+    ]
+    for what, argv in steps:
+        with os.fdopen(open_private(home / LOG_FILE, os.O_WRONLY | os.O_APPEND), "ab") as log:
+            try:
+                done = subprocess.run(argv, env=dict(env), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+                                      umask=AIRFLOW_UMASK)
+            except subprocess.TimeoutExpired:
+                raise AirflowStartError(f"{what} took more than {timeout:.0f} s; last lines of "
+                                        f"{home / LOG_FILE}:\n{tail_log(home)}") from None
+        if done.returncode != 0:
+            raise AirflowStartError(f"{what} failed (exit code {done.returncode}); last lines "
+                                    f"of {home / LOG_FILE}:\n{tail_log(home)}")
 
 
 def read_pid(home: Path) -> int | None:
@@ -258,13 +290,12 @@ def await_airflow_ready(
     home = settings.home.resolve()
 
     def ready() -> bool:
-        protect_password_file(home)  # as soon as it appears (umask 077 made it private already)
         return is_healthy(fetch_health(settings.url))
 
     outcome = await_ready(ready, pid, timeout, POLL_INTERVAL_S)
     if outcome is StartOutcome.EXITED:
         raise AirflowStartError(
-            f"airflow standalone (pid {pid}) exited during start; last lines of "
+            f"Airflow (pid {pid}) exited during start; last lines of "
             f"{home / LOG_FILE}:\n{tail_log(home)}"
         )
     if outcome is StartOutcome.TIMED_OUT:
@@ -274,7 +305,7 @@ def await_airflow_ready(
         )
     password = read_admin_password(home)
     if password is None:
-        raise AirflowStartError(f"no admin password in {home / PASSWORDS_FILE}")
+        raise AirflowStartError(f"no admin password in {home / USERS_FILE}")
     expected = list_dag_files(settings.dags_folder)
     parse_deadline = time.monotonic() + PARSE_TIMEOUT_S
     missing = expected
@@ -297,7 +328,7 @@ def await_airflow_ready(
 
 
 def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -> AirflowInstance:
-    """Start `airflow standalone` in the background, or return the instance already running."""
+    """Start Airflow in the background, or return the instance already running."""
     home = settings.home.resolve()
     make_private_dir(home)
     pid = read_pid(home)
@@ -311,8 +342,9 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
             f"(see `ss -ltnp 'sport = :{settings.port}'`) or choose another with --port"
         )
     env = build_airflow_env(settings)
+    prepare_airflow(home, env)
     process = spawn_detached(
-        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        [str(Path(sys.executable)), str(COMPONENTS_SCRIPT)],
         home / LOG_FILE,
         home,
         env,
@@ -372,7 +404,7 @@ def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
         return {p for p in find_instance_pids(home, session_id) if is_alive(p)}
 
     stopped = stop_processes(alive, grace, KILL_PERIOD_S)
-    reap(pid)  # standalone is our child when started in this process (tests)
+    reap(pid)  # the supervisor is our child when started in this process (tests)
     (home / PID_FILE).unlink(missing_ok=True)
     return stopped
 

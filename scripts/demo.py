@@ -3,8 +3,9 @@
 Why this exists: it is the one command that shows the whole product working on a
 fresh machine, through the same doors a user goes through: the services come up
 (S3, localkube, Airflow), the tenants are applied, tshell packs and uploads the
-`digits-ps` bundle, tshell submits the request through Airflow's REST API and
-follows the run, and the result is read back from what the run archived in S3
+`digits-ps` bundle, tshell submits the request through Airflow's REST API as
+the demo tenant's user (`demo-user`: Airflow lets it trigger only the demo
+tenant's DAGs) and follows the run, and the result is read back from what the run archived in S3
 (`run.json`), not from the demo's own bookkeeping. Every step is idempotent, so
 a second `make demo` works; the services stay up for the user to explore.
 """
@@ -28,6 +29,9 @@ BUNDLE_DIR = REPO_ROOT / "bundles" / "digits-ps"
 REQUEST_FILE = BUNDLE_DIR / "request.yaml"
 BUNDLE_PREFIX = "s3://tfjob-demo/bundles/"
 TSHELL = [sys.executable, "-m", "tshell"]
+# The demo tenant's user (operators/airflow_access.py); its password is in tfjob_users.json.
+DEMO_USER = "demo-user"
+USERS_FILE = STATE_DIR / "airflow" / "tfjob_users.json"
 
 
 class DemoError(RuntimeError):
@@ -58,7 +62,8 @@ def read_service_env() -> dict[str, str]:
     return env
 
 
-def read_run_manifest(request_output: str, run_id: str, env: dict[str, str]) -> dict[str, Any]:
+def read_run_manifest(request_output: str, dag_id: str, run_id: str,
+                      env: dict[str, str]) -> dict[str, Any]:
     import boto3
 
     bucket, _, prefix = request_output.removeprefix("s3://").partition("/")
@@ -69,7 +74,7 @@ def read_run_manifest(request_output: str, run_id: str, env: dict[str, str]) -> 
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_DEFAULT_REGION"],
     )
-    key = f"{prefix.rstrip('/')}/runs/{run_id}/run.json"
+    key = "/".join(p for p in (prefix.strip("/"), "runs", dag_id, run_id, "run.json") if p)
     return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
 
@@ -89,11 +94,11 @@ def print_result(manifest: dict[str, Any], run_id: str, seconds: float) -> None:
 
 def print_services() -> None:
     record = json.loads((STATE_DIR / "services.json").read_text())
-    passwords = STATE_DIR / "airflow" / "simple_auth_manager_passwords.json.generated"
-    login = json.loads(passwords.read_text()) if passwords.exists() else {}
-    user = record["airflow"]["username"]
+    logins = json.loads(USERS_FILE.read_text()) if USERS_FILE.exists() else {}
     print("\n==> Services are still running")
-    print(f"Airflow UI     {record['airflow']['url']}  (login {user} / {login.get(user, '?')})")
+    print(f"Airflow UI     {record['airflow']['url']}")
+    for user, password in sorted(logins.items()):
+        print(f"  login        {user} / {password}")
     print(f"S3             {record['s3']['endpoint_url']}")
     kube = record["localkube"]
     print(f"Kubernetes     {kube['api_url']}  (KUBECONFIG={kube['kubeconfig']})")
@@ -128,7 +133,8 @@ def run_demo() -> None:
     print("\n==> Submitting bundles/digits-ps/request.yaml and following the run", flush=True)
     result = subprocess.run(
         [*TSHELL, "submit", str(REQUEST_FILE), "--wait", "--json"],
-        cwd=REPO_ROOT, env=env, text=True, stdout=subprocess.PIPE,
+        cwd=REPO_ROOT, env={**env, "TSHELL_USERNAME": DEMO_USER}, text=True,
+        stdout=subprocess.PIPE,
     )
     seconds = time.monotonic() - started
     summary = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
@@ -140,7 +146,8 @@ def run_demo() -> None:
         )
     from tfjob.request import load_request
 
-    manifest = read_run_manifest(load_request(REQUEST_FILE).output, run_id, env)
+    dag_id = summary.get("dag_id", "?")
+    manifest = read_run_manifest(load_request(REQUEST_FILE).output, dag_id, run_id, env)
     print_result(manifest, run_id, seconds)
     print_services()
 

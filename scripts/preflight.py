@@ -107,7 +107,7 @@ def find_running_services(state_dir: Path) -> set[str]:
     if apiserver and is_alive(apiserver):
         running.add("localkube")
     try:
-        airflow_pid = int((state_dir / "airflow" / "standalone.pid").read_text().strip())
+        airflow_pid = int((state_dir / "airflow" / "airflow.pid").read_text().strip())
     except (OSError, ValueError):
         airflow_pid = 0
     if airflow_pid and is_alive(airflow_pid):

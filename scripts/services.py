@@ -218,7 +218,7 @@ def bring_up(
         "airflow": {"url": instance.url, "username": instance.username, "home": str(instance.home)},
     }
     write_service_files(paths, record)
-    return record | {"airflow_password": instance.password}
+    return record | {"airflow_logins": airflow_server.read_users(instance.home)}
 
 
 def bring_down(paths: StatePaths) -> list[str]:
@@ -279,10 +279,9 @@ def check_preflight(
 
 def print_summary(record: dict[str, Any], paths: StatePaths) -> None:
     print()
-    print(
-        f"Airflow UI   {record['airflow']['url']}  (login {record['airflow']['username']} / "
-        f"{record['airflow_password']})"
-    )
+    print(f"Airflow UI   {record['airflow']['url']}")
+    for user, password in sorted(record["airflow_logins"].items()):
+        print(f"  login      {user} / {password}")
     s3, kube = record["s3"], record["localkube"]
     print(f"S3           {s3['endpoint_url']}  buckets: {', '.join(s3['buckets'])}")
     print(f"Kubernetes   {kube['api_url']}  kubeconfig {kube['kubeconfig']}")

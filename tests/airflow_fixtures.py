@@ -1,10 +1,11 @@
-"""A real `airflow standalone` for tests, started once per test session.
+"""A real Airflow (API server, scheduler, DAG processor, triggerer) for tests, started once.
 
 Why this exists: Airflow takes 10–40 s to start on two cores, so tests share
 one instance instead of each starting their own. It runs with this repo's
-airflow.cfg (parallelism 4, LocalExecutor, SQLite migrated by standalone at
-start) on a free port, with a home under pytest's temp dir, and with the
-AIRFLOW_CONN_* and other variables the caller passes. It is stopped, every
+airflow.cfg (parallelism 4, LocalExecutor, SQLite, the FAB auth manager; the
+launcher migrates the database and creates the tenants' roles and users) on
+a free port, with a home under pytest's temp dir, and with the AIRFLOW_CONN_*
+and other variables the caller passes. It is stopped, every
 process of it, when the session ends.
 
 Use from a test module (tests/ is on sys.path in pytest's default import mode):
@@ -108,6 +109,15 @@ class AirflowHandle:
             payload = response.read()
         return json.loads(payload) if payload else None
 
+    def for_user(self, username: str) -> AirflowHandle:
+        """The same Airflow, logged in as `username` (the admin or a tenant's `<role>-user`)."""
+        passwords = airflow_server.read_users(self.home)
+        if username not in passwords:
+            raise KeyError(f"no user {username!r} in {self.home / airflow_server.USERS_FILE}; "
+                           f"users: {', '.join(sorted(passwords))}")
+        return AirflowHandle(url=self.url, username=username, password=passwords[username],
+                             home=self.home, pid=self.pid, env=self.env)
+
     def stop(self) -> list[int]:
         return airflow_server.stop_airflow(self.home)
 
@@ -119,7 +129,7 @@ def start_airflow(
     dags_folder: Path = REPO_ROOT / "dags",
     plugins_folder: Path = REPO_ROOT / "plugins",
 ) -> AirflowHandle:
-    """Start `airflow standalone` and return once it is healthy and has parsed `dags_folder`."""
+    """Start Airflow and return once it is healthy and has parsed `dags_folder`."""
     settings = airflow_server.AirflowSettings(
         home=Path(home),
         port=port or airflow_server.pick_free_port(),

@@ -61,7 +61,7 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     assert values["load_examples"] is False
     assert values["parallelism"] == 4
     assert values["paused_at_creation"] is False
-    assert values["auth_manager"].endswith("SimpleAuthManager")
+    assert values["auth_manager"].endswith("FabAuthManager")
     assert Path(values["dags_folder"]).resolve() == REPO_ROOT / "dags"
     assert Path(values["plugins_folder"]).resolve() == REPO_ROOT / "plugins"
     assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db?timeout=5"

@@ -69,10 +69,10 @@ def test_airflow_home_and_secrets_are_private(tmp_path: Path) -> None:
     assert airflow_server.load_or_create_secrets(home) == secrets
 
 
-def test_the_generated_admin_password_file_is_made_0600_when_read(tmp_path: Path) -> None:
-    passwords = tmp_path / airflow_server.PASSWORDS_FILE
+def test_the_users_file_is_made_0600_when_read(tmp_path: Path) -> None:
+    passwords = tmp_path / airflow_server.USERS_FILE
     passwords.write_text(json.dumps({"admin": "pw"}))
-    passwords.chmod(0o644)  # as an Airflow run with another umask leaves it
+    passwords.chmod(0o644)  # as an older version left it
     assert airflow_server.read_admin_password(tmp_path) == "pw"
     assert mode(passwords) == 0o600
 

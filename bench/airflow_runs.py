@@ -1,8 +1,8 @@
 """Triggering runs over Airflow's REST API and reading back their task-instance timings.
 
 Shared by the whole-run (3) and concurrency (5) measurements, which both go
-through a real `airflow standalone` (scheduler, LocalExecutor workers,
-triggerer) as a user's `tshell submit` does.
+through a real Airflow (scheduler, LocalExecutor workers, triggerer) as a
+user's `tshell submit` does: to the submit DAG of the world's tenant.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-SUBMIT_DAG_ID = "tfjob_submit"
+from pipeline_fixtures import TENANT
+
+from tfjob.naming import submit_dag_id
+
+SUBMIT_DAG_ID = submit_dag_id(TENANT)
 FINISHED = ("success", "failed")
 
 

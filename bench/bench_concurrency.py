@@ -4,9 +4,10 @@
     python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 15]
 
 Every job (chief + ps + 2 workers, the stand-in program: its chief "trains"
-for `--train-seconds`, the ps runs until torn down) is triggered through
-`tfjob_submit`'s REST API within a second of the others, against the world's
-`airflow standalone` (this repo's airflow.cfg: parallelism 4, LocalExecutor).
+for `--train-seconds`, the ps runs until torn down) is triggered through the
+REST API of the world tenant's submit DAG (`tfjob_submit__test`) within a
+second of the others, against the world's Airflow (this repo's airflow.cfg:
+parallelism 4, LocalExecutor).
 While they run, the task instances of all runs are sampled every second:
 which are `running` (each holds one of the executor's 4 slots) and which are
 `deferred` (waiting in the triggerer, holding none). Reported: all succeed;

@@ -66,7 +66,6 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     from operators.grants import GrantPlan, sign_grants
     from operators.launch import read_runtime_files
     from operators.runinfo import read_run
-    from operators.settings import AWS_CONN_ID
     from tfjob.manifests import build_access_secret, build_runtime_configmap, build_upload_secret
 
     body = build_request(world, name, count)
@@ -77,9 +76,7 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", f"naive__{name}")
     driver.validate_and_fetch(run)
     info = read_run(run.store[("validate", "return_value")])
-    plan = GrantPlan.for_run(
-        info, run.store[("fetch_bundle", "return_value")]["snapshot"], AWS_CONN_ID
-    )
+    plan = GrantPlan.for_run(info, run.store[("fetch_bundle", "return_value")]["snapshot"])
     grants = sign_grants(plan)
     api = world.kube.core_v1()
     kubeobjects.create_objects(

@@ -8,7 +8,7 @@ of dags/requests/ under new names, in turn); the repo's dags/ folder is parsed
 with Airflow's `DagBag` in a fresh process per repetition, with
 TFJOB_REQUESTS_DIR pointing at it, as the DAG processor would. Baselines in
 the same run: the same with an empty requests folder, and dags/tfjob_submit.py
-alone (what every task process of a `tfjob_submit` run imports before its
+alone (what every task process of a submit DAG's run imports before its
 task starts, so part of each task's time in measurement 3). All request
 DAGs come from one Python file (dags/tfjob_requests.py), so Airflow's 30 s
 `dagbag_import_timeout` applies to the whole folder, not per request. With

@@ -5,8 +5,8 @@
 
 The real example (bundles/digits-ps: TensorFlow ParameterServerStrategy,
 chief + ps + 2 workers, 400 steps) is packed, uploaded to the world's S3 and
-submitted through the REST API of the world's `airflow standalone`
-(`tfjob_submit`, as `tshell submit` does). Phases come from the task
+submitted through the REST API of the world's Airflow (the world tenant's
+submit DAG `tfjob_submit__test`, as `tshell submit` does). Phases come from the task
 instances' start/end times (REST), the run's metrics (`train_seconds`, the
 chief's own training-loop time, also in run.json) and the pods' log
 timestamps (CRI, read while the pods exist): TensorFlow import = from
@@ -34,7 +34,14 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
-from airflow_runs import await_run, parse_time, read_task_instances, task_spans, trigger_run  # noqa: E402
+from airflow_runs import (  # noqa: E402
+    SUBMIT_DAG_ID,
+    await_run,
+    parse_time,
+    read_task_instances,
+    task_spans,
+    trigger_run,
+)
 from stats import summarise  # noqa: E402
 from world import load_airflow, load_world  # noqa: E402
 
@@ -126,9 +133,8 @@ def measure_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, Any
     from tfjob import naming
 
     run_id, sent = trigger_run(airflow, conf)
-    watcher = PodLogWatcher(
-        world, world_namespace(), naming.run_selector(naming.run_key(conf["name"], run_id))
-    )
+    key = naming.run_key(conf["name"], SUBMIT_DAG_ID, run_id)
+    watcher = PodLogWatcher(world, world_namespace(), naming.run_selector(key))
     watcher.start()
     run = await_run(airflow, run_id, RUN_TIMEOUT_S)
     watcher.stop_event.set()
@@ -138,7 +144,9 @@ def measure_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, Any
         raise RuntimeError(
             f"digits-ps run {run_id} ended {run['state']}: { {k: v for k, v in spans.items()} }"
         )
-    manifest = json.loads(world.s3_text(f"outputs/digits-ps/runs/{run_id}/run.json"))
+    manifest = json.loads(
+        world.s3_text(f"outputs/digits-ps/runs/{SUBMIT_DAG_ID}/{run_id}/run.json")
+    )
     return split_phases(
         sent,
         parse_time(run["end_date"]),

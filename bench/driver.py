@@ -81,8 +81,11 @@ class DrivenRun:
 
 def validate_and_fetch(run: DrivenRun) -> None:
     from operators import steps
+    from tfjob.request import load_request
 
-    run.run_step("validate", lambda: steps.validate(run.request_file))
+    # As a request file's DAG: the run's tenant is the file's.
+    tenant = load_request(run.request_file).tenant
+    run.run_step("validate", lambda: steps.validate(run.request_file, tenant))
     run.run_step("fetch_bundle", steps.fetch_bundle)
 
 

@@ -268,9 +268,9 @@ def section_wholerun(
     return [
         "## 3. Whole-run overhead: `digits-ps` trigger → success (Airflow standalone, TensorFlow)",
         "",
-        "Triggered through `tfjob_submit`'s REST API; phases from task-instance times, the chief's "
-        "`train_seconds` (run.json metrics) and the pods' CRI log timestamps. The phases add "
-        "up to the "
+        "Triggered through the REST API of the tenant's submit DAG (`tfjob_submit__<tenant>`); "
+        "phases from task-instance times, the chief's `train_seconds` (run.json metrics) and the "
+        "pods' CRI log timestamps. The phases add up to the "
         f"total. Runs: {summary['total_s']['n']}.",
         "",
         markdown_table(["phase", "median (min–max, n)"], rows),
@@ -459,7 +459,7 @@ def section_parse(data: Mapping[str, Any]) -> list[str]:
     full = data["full_parse_s"]["median"]
     rows = [
         [f"{data['files']} request files ({data['dags']} DAGs)", fmt(data["full_parse_s"])],
-        ["baseline: no request files (tfjob_submit, janitor)", fmt(data["empty_parse_s"])],
+        ["baseline: no request files (submit DAGs, janitor)", fmt(data["empty_parse_s"])],
         ["per request file (difference / files)", f"{data['per_request_ms']:.1f} ms"],
         [
             "dags/tfjob_submit.py alone (what each task process imports first)",

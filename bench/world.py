@@ -115,7 +115,7 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
         "pid": handle.pid,
     }
     (Path(folder) / AIRFLOW_FILE).write_text(json.dumps(airflow, indent=1))
-    # The cluster policy puts a run's job steps in its tenant's pool; without the pool the
+    # A tenant DAG's job steps run in its tenant's pool; without the pool the
     # scheduler never queues them (what `tshell tenants apply` makes in a deployment). Enough
     # slots for every concurrency job, so Airflow's parallelism is the limit measured.
     from pipeline_fixtures import TENANT

@@ -5,7 +5,7 @@ is refused before any byte is downloaded; the download itself stops if more
 bytes arrive than the HEAD announced (the object changed in between). The
 bundle is downloaded once, checked with the one bundle safety check
 (`runtime.bundle.verify_bundle`: every member matches the manifest's size and
-sha256, nothing unsafe) and copied to `<output>/runs/<run_id>/bundle.tar.gz`.
+sha256, nothing unsafe) and copied to `<run prefix>/bundle.tar.gz`.
 Pods fetch the snapshot, never the original key, so an upload during the run
 cannot change what a running job trains on.
 """

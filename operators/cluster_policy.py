@@ -1,25 +1,21 @@
-"""Airflow cluster policy: a `tfjob_submit` run's job steps join its tenant's pool.
+"""Airflow cluster policy: a job step whose tenant pool does not exist runs in default_pool.
 
-The tenant's Airflow pool (`tfjob-tenant-<name>`, docs/tenants.md) caps its
-concurrent jobs. A request file's DAG knows its tenant when it is parsed, so
-`operators.dag_factory` gives its job steps the pool directly. `tfjob_submit`
-serves every tenant and learns the tenant only from the trigger conf, which no
-parse-time argument can see.
+Every training DAG belongs to one tenant, known when it is parsed, and its
+job steps (launch .. teardown) name the tenant's pool (`tfjob-tenant-<name>`,
+operators/dag_factory.py), which caps the tenant's concurrent jobs. That pool
+is made by `tshell tenants apply`; in an Airflow where it was never made, the
+scheduler would hold those steps forever, with nothing in the UI saying why.
 
-Airflow 3.3 calls `task_instance_mutation_hook` scheduler-side with the DagRun
-(hence its `conf`) when it creates a run's task instances
-(`DagRun.verify_integrity`, before any is scheduled) and when it clears one or
-refreshes it from its task. There the job steps of a `tfjob_submit` run get
-the pool of `conf["tenant"]`. A tenant that is not a valid name leaves the
-pool alone: `validate` refuses the run, so those steps never run. A tenant
-pool that this Airflow does not have (tenants not applied) would hold any
-step forever: such steps, of request DAGs too, fall back to `default_pool`
-with a warning.
+Airflow 3.3 calls `task_instance_mutation_hook` scheduler-side when it
+creates a run's task instances (`DagRun.verify_integrity`, before any is
+scheduled) and when it clears one or refreshes it from its task. There a job
+step naming a tenant pool this Airflow does not have is moved to
+`default_pool` (uncapped), and the scheduler's log says so.
 
 Registered through the `airflow.policy` entry point (pyproject.toml), so
 every Airflow process of this installation loads it; it touches nothing but
-`tfjob_submit`'s job steps. The hook runs inside the scheduler's transaction:
-no database access and nothing slow here.
+job steps in tenant pools. The hook runs inside the scheduler's transaction:
+one read of the pool table, nothing slow, no write.
 """
 
 from __future__ import annotations
@@ -37,37 +33,20 @@ from operators.settings import (
     TRAIN_TASK,
 )
 
-# Kept equal to operators.dag_factory.SUBMIT_DAG_ID (importing it would load the SDK's DAG
-# machinery into every Airflow process at start-up); a test checks both.
-SUBMIT_DAG_ID = "tfjob_submit"
 # The steps during which a run's objects may exist: from the launch to the teardown.
 JOB_STEPS = frozenset({LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK, ARCHIVE_TASK, TEARDOWN_TASK})
-TENANT_CONF_KEY = "tenant"
-TENANT_POOL_PREFIX = "tfjob-tenant-"  # tfjob.tenants.pool_name
+TENANT_POOL_PREFIX = "tfjob-tenant-"  # tfjob.tenants.pool_name (not imported: start-up cost)
 DEFAULT_POOL = "default_pool"
 
 log = logging.getLogger(__name__)
-
-
-def choose_submit_pool(dag_id: str, task_id: str, conf: Any) -> str | None:
-    """The pool a task instance of `dag_id` should use for a run with `conf`; None: leave it."""
-    if dag_id != SUBMIT_DAG_ID or task_id not in JOB_STEPS or not isinstance(conf, dict):
-        return None
-    from tfjob.request import MAX_TENANT_LENGTH
-    from tfjob.request_checks import DNS_LABEL_PATTERN
-    from tfjob.tenants import pool_name
-
-    tenant = conf.get(TENANT_CONF_KEY)
-    if not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH or \
-            not DNS_LABEL_PATTERN.match(tenant):
-        return None
-    return pool_name(tenant)
 
 
 # airflow.policies.hookimpl, made here: importing airflow first would make a process that
 # imports this module before Airflow register it half-loaded (Airflow's start-up loads the
 # entry point), without its hook.
 hookimpl = pluggy.HookimplMarker("airflow.policy")
+
+
 def read_pool_exists(dag_run: Any, name: str) -> bool | None:
     """Does Airflow have the pool `name`? Asked in the scheduler's own transaction (the
     session `dag_run` belongs to; no commit, no flush); None when there is no session."""
@@ -90,27 +69,18 @@ def read_pool_exists(dag_run: Any, name: str) -> bool | None:
 
 @hookimpl
 def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
-    """Put a `tfjob_submit` run's job steps in the pool of the run's tenant.
-
-    A tenant pool that does not exist (tenants not applied to this Airflow) would
-    keep the steps waiting forever: they then run in `default_pool`, uncapped, and
-    the scheduler's log says so. This holds for request DAGs' steps too.
-    """
+    """Move a job step out of a tenant pool that does not exist (tenants not applied to this
+    Airflow), into `default_pool`: uncapped, but it runs, and the scheduler's log says so."""
     if dag_run is None:  # early construction; Airflow calls again with the run
         return
-    wanted = choose_submit_pool(task_instance.dag_id, task_instance.task_id, dag_run.conf)
-    if wanted is None and task_instance.task_id in JOB_STEPS and \
-            str(task_instance.pool or "").startswith(TENANT_POOL_PREFIX):
-        wanted = task_instance.pool  # a request DAG's pool, named when it was parsed
-    if wanted is None:
+    pool = str(task_instance.pool or "")
+    if task_instance.task_id not in JOB_STEPS or not pool.startswith(TENANT_POOL_PREFIX):
         return
-    if read_pool_exists(dag_run, wanted) is False:
+    if read_pool_exists(dag_run, pool) is False:
         log.warning("pool %s does not exist (run `tshell tenants apply`): %s.%s of run %s "
-                    "runs in %s, not capped by its tenant", wanted, task_instance.dag_id,
+                    "runs in %s, not capped by its tenant", pool, task_instance.dag_id,
                     task_instance.task_id, getattr(dag_run, "run_id", "?"), DEFAULT_POOL)
         task_instance.pool = DEFAULT_POOL
-        return
-    task_instance.pool = wanted
 
 
 # Airflow 3.3 marks its mutation hook "noop" unless an airflow_local_settings module is
@@ -121,4 +91,4 @@ import airflow.settings  # noqa: E402  (last: the hook above exists when Airflow
 
 airflow.settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
 
-__all__ = ["JOB_STEPS", "SUBMIT_DAG_ID", "choose_submit_pool", "task_instance_mutation_hook"]
+__all__ = ["JOB_STEPS", "read_pool_exists", "task_instance_mutation_hook"]

@@ -1,8 +1,9 @@
 """The one factory that builds every training DAG.
 
-Both `dags/tfjob_requests.py` (one DAG per request file) and
-`dags/tfjob_submit.py` (one parameterised DAG) call `build_training_dag`, so
-every training run has the same tasks:
+`dags/tfjob_requests.py` (one DAG per request file, `tfjob__<name>`) and
+`dags/tfjob_submit.py` (one DAG per tenant, `tfjob_submit__<tenant>`, the
+request given as trigger conf) both call `build_training_dag`, so every
+training run has the same tasks:
 
     validate >> fetch_bundle >> launch >> clusterspec >> train >> archive >> teardown >> publish
 
@@ -17,25 +18,34 @@ every training run has the same tasks:
   training, archive or teardown fails the run.
 - `retries` of the request apply to `launch` (a gang start that failed can
   be tried again cleanly); a failed training is rerun by clearing the run.
-- The job steps (launch, clusterspec, train, archive, teardown: while the
-  run's objects may exist) run in the tenant's pool (`tfjob-tenant-<name>`,
-  created by `tshell tenants apply`), which caps the tenant's concurrent jobs,
-  with weight_rule "upstream" so a freed slot goes to the furthest-along run,
-  not to a new launch (docs/tenants.md). Request DAGs name the pool here;
-  `tfjob_submit`'s tenant is known only at run time, so the cluster policy
-  `operators.cluster_policy` sets it from the trigger conf.
 
-Building a DAG does no network, Kubernetes or S3 work; reading a request file
-(local YAML) is the only I/O.
+Every DAG belongs to one tenant, fixed when it is built (the request file's
+tenant, or the submit DAG's), never by what a run's conf says:
+- `validate` gets the tenant and refuses a request of another tenant, or
+  one outside the tenant's policy (operators/steps.py);
+- only the tenant's Airflow roles (`Tenant.roles`) may see, trigger and
+  manage its runs (`access_control`); an admin sees everything;
+- the job steps (launch, clusterspec, train, archive, teardown: while the
+  run's objects may exist) run in the tenant's pool (`tfjob-tenant-<name>`,
+  created by `tshell tenants apply`), which caps its concurrent jobs, with
+  weight_rule "upstream" so a freed slot goes to the furthest-along run, not
+  to a new launch (docs/tenants.md); `max_active_runs` is the tenant's
+  `active_runs_limit`, so waiting runs of one tenant stay bounded.
+A request file that cannot be built (invalid, or its tenant unknown) gets an
+INVALID DAG: no tenant, no roles, and a validate task that fails saying why.
+
+Building a DAG does no network, Kubernetes or S3 work; reading the request
+file and the tenants file (local YAML) is the only I/O.
 """
 
 from __future__ import annotations
 
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, AssetAlias, Param, task
+from airflow.sdk import DAG, AssetAlias, Param, task
 
 from operators import steps
 from operators.launch import TrainingLaunchOperator
@@ -50,9 +60,9 @@ from operators.settings import (
     VALIDATE_TASK,
 )
 from operators.train import TrainingWaitOperator
+from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
+from tfjob.tenants import Tenant, TenantsConfig
 
-DAG_ID_PREFIX = "tfjob__"
-SUBMIT_DAG_ID = "tfjob_submit"
 # Pause before Airflow retries a failed gang start (the request's `retries`).
 LAUNCH_RETRY_DELAY = timedelta(seconds=10)
 # Tries of `train` lost to Airflow, not to training (see operators/train.py): a new try
@@ -60,6 +70,18 @@ LAUNCH_RETRY_DELAY = timedelta(seconds=10)
 TRAIN_RETRIES = 2
 TRAIN_RETRY_DELAY = timedelta(seconds=5)
 TAGS = ["tfjob"]
+TENANT_TAG_PREFIX = "tenant:"
+# What a tenant's roles may do with its DAGs (FAB auth manager resource names). FAB has
+# no per-DAG "can_edit" on DAG runs: cancelling a run uses the tenant role's global
+# "DAG Runs" edit right, which the auth manager grants only with can_edit on the DAG
+# itself (operators/airflow_access.py).
+TENANT_DAG_PERMISSIONS: dict[str, frozenset[str]] = {
+    "DAGs": frozenset({"can_read", "can_edit"}),
+    "DAG Runs": frozenset({"can_read", "can_create", "can_delete"}),
+}
+# An INVALID DAG's runs fail at validate: one at a time is plenty.
+INVALID_DAG_MAX_ACTIVE_RUNS = 1
+ACCESS_CONTROL_WARNING = "The airflow.security.permissions module is deprecated"
 
 
 def build_request_params(specs: dict[str, dict[str, Any]]) -> dict[str, Param]:
@@ -72,39 +94,61 @@ def build_request_params(specs: dict[str, dict[str, Any]]) -> dict[str, Param]:
     return params
 
 
+def build_access_control(tenant: Tenant) -> dict[str, dict[str, set[str]]]:
+    """The DAG permissions of each of the tenant's Airflow roles."""
+    return {
+        role: {resource: set(actions) for resource, actions in TENANT_DAG_PERMISSIONS.items()}
+        for role in tenant.roles
+    }
+
+
 def build_training_dag(
     dag_id: str,
     *,
+    tenant: Tenant | None,
     request_file: str | Path | None = None,
     schedule: str | None = None,
     params: dict[str, Param] | None = None,
     retries: int = 0,
-    output: str | None = None,
-    pool: str | None = None,
     description: str | None = None,
     tags: list[str] | None = None,
 ) -> DAG:
-    """A training DAG: for a request file (`request_file`) or for trigger params (`params`)."""
+    """A training DAG of `tenant` (None: an INVALID DAG), for a request file
+    (`request_file`) or for trigger params (`params`)."""
     if (request_file is None) == (params is None):
         raise ValueError(f"dag {dag_id}: give exactly one of request_file and params")
     # The tenant's pool caps its concurrent jobs: the steps during which the run's objects may
     # exist use it; later steps outrank earlier ones (a started job keeps the freed slot).
-    pooled: dict[str, Any] = {"weight_rule": "upstream", **({"pool": pool} if pool else {})}
-    outlets: list[Any] = (
-        [Asset(uri=f"{output}/latest")] if output else [AssetAlias(name=f"{dag_id}__model")]
-    )
-    with DAG(
-        dag_id=dag_id,
-        schedule=schedule,
-        params=params or {},
-        catchup=False,
-        max_active_runs=16,
-        description=description,
-        tags=[*TAGS, *(tags or [])],
-        render_template_as_native_obj=True,
-    ) as dag:
+    pooled: dict[str, Any] = {"weight_rule": "upstream"}
+    tenancy: dict[str, Any] = {"max_active_runs": INVALID_DAG_MAX_ACTIVE_RUNS}
+    tenant_tags: list[str] = []
+    if tenant is not None:
+        pooled["pool"] = tenant.pool
+        tenancy = {
+            "max_active_runs": tenant.active_runs_limit,
+            "access_control": build_access_control(tenant),
+        }
+        tenant_tags = [f"{TENANT_TAG_PREFIX}{tenant.name}"]
+    # The output is known only at run time (conf) or may be shared: publish names the asset
+    # `<output>/latest` through this alias, and only when `latest` moved (operators/latest.py).
+    outlets = [AssetAlias(name=f"{dag_id}__model")]
+    with warnings.catch_warnings():
+        # access_control is how the FAB auth manager grants per-DAG rights in Airflow 3.3,
+        # yet the SDK warns about any use of it (RemovedInAirflow4Warning), once per DAG.
+        warnings.filterwarnings("ignore", message=ACCESS_CONTROL_WARNING)
+        dag = DAG(
+            dag_id=dag_id,
+            schedule=schedule,
+            params=params or {},
+            catchup=False,
+            description=description,
+            tags=[*TAGS, *tenant_tags, *(tags or [])],
+            render_template_as_native_obj=True,
+            **tenancy,
+        )
+    with dag:
         validated = task(task_id=VALIDATE_TASK)(steps.validate)(
-            str(request_file) if request_file else None
+            str(request_file) if request_file else None, tenant.name if tenant else None
         )
         bundle = task(task_id=FETCH_BUNDLE_TASK)(steps.fetch_bundle)()
         launch = TrainingLaunchOperator(
@@ -125,48 +169,66 @@ def build_training_dag(
     return dag
 
 
-def build_request_dag(path: Path) -> DAG:
-    """The DAG of one request file: `tfjob__<name>`, scheduled by the request.
+def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
+    """The DAG of one request file: `tfjob__<name>` of the file's tenant, scheduled by the request.
 
-    A file that does not validate still gets a DAG (unscheduled, id from the
-    file name) whose validate task fails with the request's error, so one bad
-    file is visible in the UI and does not hide the others.
+    A file that does not validate, or names a tenant `config` does not know,
+    still gets a DAG (see `build_invalid_request_dag`).
     """
     from tfjob.request import RequestError, load_request
-    from tfjob.tenants import pool_name
+    from tfjob.tenants import resolve_tenant
 
     try:
         request = load_request(path)
-    except (RequestError, ValueError, OSError) as exc:
-        return build_training_dag(
-            f"{DAG_ID_PREFIX}{path.stem}",
-            request_file=path,
-            description=f"INVALID request file {path.name}: {exc}"[:1000],
-            tags=["invalid"],
-        )
+        tenant = resolve_tenant(config, request.tenant)
+    except (RequestError, ValueError, OSError) as exc:  # UnknownTenantError is a ValueError
+        return build_invalid_request_dag(path, str(exc))
     return build_training_dag(
-        f"{DAG_ID_PREFIX}{request.name}",
+        f"{REQUEST_DAG_PREFIX}{request.name}",
+        tenant=tenant,
         request_file=path,
         schedule=request.schedule,
         retries=request.retries,
-        output=request.output,
-        pool=pool_name(request.tenant),
         description=(
             f"{request.mode.value} training of {request.name} "
             f"(tenant {request.tenant}) from {path.name}"
         ),
-        tags=[f"tenant:{request.tenant}"],
     )
 
 
-def build_submit_dag() -> DAG:
-    """`tfjob_submit`: every request field is a Param; Airflow checks conf before a run starts."""
+def build_invalid_request_dag(path: Path, problem: str) -> DAG:
+    """An unscheduled DAG named after the file, of no tenant, whose validate fails with the
+    request's error: one bad file is visible in the UI and does not hide the others."""
+    return build_training_dag(
+        f"{REQUEST_DAG_PREFIX}{path.stem}",
+        tenant=None,
+        request_file=path,
+        description=f"INVALID request file {path.name}: {problem}"[:1000],
+        tags=["invalid"],
+    )
+
+
+def build_submit_dag(tenant: Tenant) -> DAG:
+    """`tfjob_submit__<tenant>`: every request field is a Param; Airflow checks conf before a
+    run starts, and the `tenant` Param allows only this DAG's tenant."""
     from tfjob.schema import airflow_param_specs
 
+    specs = airflow_param_specs()
+    specs["tenant"] = {
+        **specs["tenant"],
+        "type": "string",
+        "default": tenant.name,
+        "enum": [tenant.name],
+        "description": f"Fixed by this DAG: it runs only jobs of tenant {tenant.name}.",
+    }
     return build_training_dag(
-        SUBMIT_DAG_ID,
-        params=build_request_params(airflow_param_specs()),
-        description="Train from a request given as trigger conf (UI, REST API, tshell submit)",
+        submit_dag_id(tenant.name),
+        tenant=tenant,
+        params=build_request_params(specs),
+        description=(
+            f"Train a job of tenant {tenant.name} from a request given as trigger conf "
+            "(UI, REST API, tshell submit)"
+        ),
     )
 
 
@@ -177,6 +239,8 @@ def list_request_files(folder: Path) -> list[Path]:
 
 
 __all__ = [
+    "build_access_control",
+    "build_invalid_request_dag",
     "build_request_dag",
     "build_request_params",
     "build_submit_dag",

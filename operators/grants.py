@@ -38,9 +38,10 @@ from tfjob.manifests import ACCESS_KEY_BUNDLE_URL, ACCESS_KEY_UPLOAD
 class GrantPlan:
     """What to sign for a run, and how often: XCom- and trigger-serialisable."""
 
-    aws_conn_id: str
+    aws_conn_id: str  # the run's tenant's connection (operators.runinfo.RunInfo.aws_conn_id)
     namespace: str
     run_key: str
+    dag_id: str
     run_id: str
     snapshot_uri: str
     output_uri: str
@@ -48,15 +49,17 @@ class GrantPlan:
     refresh_every: float
 
     @classmethod
-    def for_run(cls, run: Any, snapshot_uri: str, aws_conn_id: str) -> GrantPlan:
+    def for_run(cls, run: Any, snapshot_uri: str) -> GrantPlan:
+        """The plan of a run (`RunInfo`): signed with its tenant's AWS connection."""
         request = run.request
         lifetime = grant_lifetime(
             request.startup_timeout, request.active_deadline, GRANT_LIFETIME_SECONDS
         )
         return cls(
-            aws_conn_id=aws_conn_id,
+            aws_conn_id=run.aws_conn_id,
             namespace=run.namespace,
             run_key=run.run_key,
+            dag_id=run.dag_id,
             run_id=run.run_id,
             snapshot_uri=snapshot_uri,
             output_uri=request.output,
@@ -101,7 +104,7 @@ def sign_grants(plan: GrantPlan, client: Any | None = None) -> Grants:
     s3 = client if client is not None else make_presigning_client(plan.aws_conn_id)
     return Grants(
         bundle_url=presign_bundle_url(s3, plan.snapshot_uri, plan.lifetime),
-        upload=presign_upload(s3, plan.output_uri, plan.run_id, plan.lifetime),
+        upload=presign_upload(s3, plan.output_uri, plan.dag_id, plan.run_id, plan.lifetime),
     )
 
 

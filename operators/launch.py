@@ -55,7 +55,6 @@ from operators.settings import (
     ADMISSION_DELAY_SECONDS,
     ADMISSION_JITTER_SECONDS,
     ADMISSION_MAX_WAIT_SECONDS,
-    AWS_CONN_ID,
     FETCH_BUNDLE_TASK,
     GRANTS_KEY,
     KUBERNETES_CONN_ID,
@@ -103,7 +102,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         self,
         *,
         kubernetes_conn_id: str = KUBERNETES_CONN_ID,
-        aws_conn_id: str = AWS_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -115,7 +113,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             do_xcom_push=True,  # the endpoints: our return value, not the provider's sidecar
             **kwargs,
         )
-        self.aws_conn_id = aws_conn_id
         self._run: RunInfo | None = None
 
     def execute(self, context: Any) -> dict[str, list[str]]:
@@ -144,7 +141,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
         if not bundle.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        plan = GrantPlan.for_run(run, bundle["snapshot"], self.aws_conn_id)
+        plan = GrantPlan.for_run(run, bundle["snapshot"])  # signed as the tenant's connection
         grants = sign_grants(plan)
         context["ti"].xcom_push(key=GRANTS_KEY, value=plan.to_payload())
         made = [f"ConfigMap/{ticket['metadata']['name']}"]
@@ -253,7 +250,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from operators.runoutputs import clear_run_outputs
 
-        cleared = clear_run_outputs(S3Hook(aws_conn_id=self.aws_conn_id).get_conn(), run.run_prefix)
+        cleared = clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix)
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 

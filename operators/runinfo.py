@@ -1,9 +1,15 @@
 """What every task of a run needs to know about it, passed once through XCom.
 
-`validate` loads the request and pushes `describe_run(...)`; every later task
-calls `pull_run(context)` and gets the same request object and the same run
-identity (namespace, run key, label selector, pod names), so no task derives
-names on its own and a retried task finds exactly its run's objects.
+`validate` loads the request, settles its tenant (from the DAG, never from
+the request alone) and pushes `describe_run(...)`; every later task calls
+`pull_run(context)` and gets the same request object and the same run
+identity (namespace, run key, label selector, pod names, S3 prefix, the
+tenant's AWS connection), so no task derives names on its own and a retried
+task finds exactly its run's objects.
+
+A run is identified by its DAG and its run_id together: two DAGs may have
+runs with equal run_ids (and jobs with equal names), so the run key and the
+S3 prefix both include the DAG and never collide.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from operators.s3access import run_output_prefix
 from operators.settings import VALIDATE_TASK
 from tfjob import naming
 from tfjob.request import TrainingRequest, load_request
@@ -23,6 +30,7 @@ class RunInfo:
     dag_id: str
     namespace: str
     run_key: str
+    aws_conn_id: str  # every S3 call of the run uses it: its tenant's `s3_conn_id`
 
     @property
     def selector(self) -> str:
@@ -30,8 +38,8 @@ class RunInfo:
 
     @property
     def run_prefix(self) -> str:
-        """`<output>/runs/<run_id>`: this run's bundle snapshot, model, logs and manifest."""
-        return f"{self.request.output}/runs/{self.run_id}"
+        """`<output>/runs/<dag_id>/<run_id>`: this run's bundle snapshot, model, logs, manifest."""
+        return build_run_prefix(self.request.output, self.dag_id, self.run_id)
 
     def pod_names(self) -> list[str]:
         return [naming.pod_name(self.run_key, r, i) for r, i in self.request.replicas_in_order()]
@@ -47,19 +55,30 @@ class RunInfo:
         )
 
 
+def build_run_prefix(output: str, dag_id: str, run_id: str) -> str:
+    """The run's S3 prefix as a URI without a final '/' (layout: s3access.run_output_prefix)."""
+    bucket, key = run_output_prefix(output, dag_id, run_id)
+    return f"s3://{bucket}/{key.rstrip('/')}"
+
+
 def request_as_dict(request: TrainingRequest) -> dict[str, Any]:
     """The request as plain JSON data, loadable again with `load_request`."""
     return request.model_dump(mode="json")
 
 
-def describe_run(request: TrainingRequest, run_id: str, dag_id: str) -> dict[str, Any]:
-    """The XCom `validate` pushes."""
+def describe_run(
+    request: TrainingRequest, run_id: str, dag_id: str, aws_conn_id: str
+) -> dict[str, Any]:
+    """The XCom `validate` pushes. `run_prefix` is there for readers outside the pipeline
+    (tshell, the run view); the tasks derive it from the same fields with `build_run_prefix`."""
     return {
         "request": request_as_dict(request),
         "run_id": run_id,
         "dag_id": dag_id,
         "namespace": naming.tenant_namespace(request.tenant),
-        "run_key": naming.run_key(request.name, run_id),
+        "run_key": naming.run_key(request.name, dag_id, run_id),
+        "run_prefix": build_run_prefix(request.output, dag_id, run_id),
+        "aws_conn_id": aws_conn_id,
     }
 
 
@@ -70,6 +89,7 @@ def read_run(described: dict[str, Any]) -> RunInfo:
         dag_id=described["dag_id"],
         namespace=described["namespace"],
         run_key=described["run_key"],
+        aws_conn_id=described["aws_conn_id"],
     )
 
 

@@ -1,7 +1,7 @@
 """What one try of a run writes under the run's prefix, and clearing it before a new try.
 
-A run's prefix `<output>/runs/<run_id>/` outlives a try: a cleared DAG run
-keeps its run_id, so a try that trains nothing would otherwise find the
+A run's prefix `<output>/runs/<dag_id>/<run_id>/` outlives a try: a cleared
+DAG run keeps its run_id, so a try that trains nothing would otherwise find the
 model and metrics of an earlier try, and `publish` would publish them. Every
 try therefore starts by removing the outputs a try writes: `model/` and
 `metrics.json` (by the model owner's bootstrap, or by archive when it
@@ -33,7 +33,7 @@ class ClearFailed(RuntimeError):
 
 
 def run_output_keys(run_prefix: str) -> tuple[str, str, str]:
-    """(bucket, model key prefix ending in '/', metrics key) of `<output>/runs/<run_id>`."""
+    """(bucket, model key prefix ending in '/', metrics key) of a run prefix."""
     bucket, key = parse_s3_uri(run_prefix.rstrip("/") + "/")
     return bucket, key + MODEL_DIR, key + METRICS_FILE
 

@@ -9,7 +9,8 @@ made since 2020; a client that would sign otherwise is refused here):
   Secret only the init containers mount);
 - `upload.json` (in the Secret only the model owner's main container mounts):
   two presigned POST policies, one whose keys must start with
-  `<run prefix>model/` and one for exactly `<run prefix>metrics.json`. Nothing
+  `<run prefix>model/` and one for exactly `<run prefix>metrics.json`, where
+  the run prefix is `<output>/runs/<dag_id>/<run_id>/`. Nothing
   a pod holds can write the bundle snapshot, the logs or run.json: those are
   Airflow's. The pod side (`runtime/transfer.py`) posts each file with the
   standard library only.
@@ -43,14 +44,21 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def run_output_prefix(output_uri: str, run_id: str) -> tuple[str, str]:
-    """(bucket, key prefix ending in '/') of a run's outputs: `<output>/runs/<run_id>/`."""
-    if not run_id or "/" in run_id:
-        raise ValueError(f"run_id: {run_id!r} given; a non-empty id without '/' is required")
+def run_output_prefix(output_uri: str, dag_id: str, run_id: str) -> tuple[str, str]:
+    """(bucket, key prefix ending in '/') of a run's outputs: `<output>/runs/<dag_id>/<run_id>/`.
+
+    The one place that lays out a run's prefix. The DAG is part of it: two DAGs
+    writing to one output (a request file's DAG and its tenant's submit DAG)
+    may have runs with equal run_ids (`scheduled__<date>`, `manual__<time>`),
+    and those must never share objects.
+    """
+    for field, value in (("dag_id", dag_id), ("run_id", run_id)):
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ValueError(f"{field}: {value!r} given; a non-empty id without '/' is required")
     bucket, key = parse_s3_uri(output_uri)
     base = key.strip("/")
-    prefix = f"{base}/{RUNS_DIR}/{run_id}/" if base else f"{RUNS_DIR}/{run_id}/"
-    return bucket, prefix
+    prefix = f"{RUNS_DIR}/{dag_id}/{run_id}/"
+    return bucket, f"{base}/{prefix}" if base else prefix
 
 
 def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
@@ -72,6 +80,7 @@ def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
 def presign_upload(
     s3_client: Any,
     output_uri: str,
+    dag_id: str,
     run_id: str,
     expires: int,
     max_file_bytes: int = DEFAULT_MAX_UPLOAD_FILE_BYTES,
@@ -84,7 +93,7 @@ def presign_upload(
     `model/` grant's fields, and `prefix + metrics.json` with the other's.
     """
     _check_expires(expires)
-    bucket, prefix = run_output_prefix(output_uri, run_id)
+    bucket, prefix = run_output_prefix(output_uri, dag_id, run_id)
     size = ["content-length-range", 0, max_file_bytes]
     # A Key ending in ${filename} makes botocore add ["starts-with", "$key", ...]
     # instead of pinning one key.

@@ -10,9 +10,9 @@ import os
 from tfjob.grants import MAX_GRANT_SECONDS
 from tfjob.manifests import UPLOAD_PATIENCE_SECONDS as UPLOAD_PATIENCE_DEFAULT_SECONDS
 
-# Airflow connections (docs/real-cluster.md).
+# Airflow connections (docs/real-cluster.md). S3 goes through each run's tenant's
+# connection: `Tenant.s3_conn_id` (the tenants file's aws_conn_id, else aws_default).
 KUBERNETES_CONN_ID = "kubernetes_default"
-AWS_CONN_ID = "aws_default"
 
 # The pods' S3 grants (operators/grants.py): the longest lifetime Airflow's
 # credentials can sign for (temporary credentials: set it to their lifetime,

@@ -4,20 +4,24 @@ Each is a thin callable: it reads the run from XCom (`operators.runinfo`),
 calls the module that does the work and pushes what later tasks and the UI
 need. Heavy imports (boto3, the Kubernetes client) happen inside the
 functions, so parsing a DAG file stays fast.
+
+The tenant of a run is the DAG's, fixed when the DAG was built (a tenant's
+submit DAG, or the request file's DAG): `validate` holds the request to it
+and to its policy (`tfjob.tenant_policy`) before any S3 or Kubernetes call,
+and every S3 call of the run then uses that tenant's AWS connection.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
 
 from operators.runinfo import RunInfo, describe_run, pull_run
 from operators.settings import (
     ARCHIVE_TASK,
-    AWS_CONN_ID,
     CLUSTERSPEC_TASK,
     FETCH_BUNDLE_TASK,
     KUBERNETES_CONN_ID,
@@ -29,11 +33,16 @@ from operators.settings import (
     VALIDATE_TASK,
 )
 
+if TYPE_CHECKING:
+    from tfjob.request import TrainingRequest
+    from tfjob.tenants import Tenant, TenantsConfig
 
-def _s3() -> Any:
+
+def _s3(run: RunInfo) -> Any:
+    """Airflow's S3 client with the run's own AWS connection (its tenant's)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    return S3Hook(aws_conn_id=AWS_CONN_ID).get_conn()
+    return S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
 
 
 def _kube() -> Any:
@@ -53,13 +62,19 @@ def conf_to_request_data(params: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in params.items() if value is not None}
 
 
-def validate(request_file: str | None = None) -> dict[str, Any]:
-    """Load and check the request (the DAG's file, else the trigger's params) and name the run."""
+def validate(request_file: str | None = None, tenant: str | None = None) -> dict[str, Any]:
+    """Load the request (the DAG's file, else the trigger's params), hold it to the DAG's
+    tenant and that tenant's policy, check its quota, and name the run.
+
+    `tenant` is the DAG's, fixed when it was built; None only for the INVALID DAG of a
+    request file that could not be built (this then fails with the file's error).
+    """
     from airflow.sdk.exceptions import AirflowFailException
 
     from tfjob.request import RequestError, load_request
 
     context = get_current_context()
+    dag_id = context["dag"].dag_id
     try:
         if request_file:
             request = load_request(request_file)
@@ -68,27 +83,63 @@ def validate(request_file: str | None = None) -> dict[str, Any]:
     except (RequestError, ValueError, OSError) as exc:
         where = f"request file {request_file}" if request_file else "trigger conf"
         raise AirflowFailException(f"{where}: {exc}") from None
-    admit_tenant(request)
-    described = describe_run(request, context["run_id"], context["dag"].dag_id)
+    owner, config = hold_to_dag_tenant(request, tenant, dag_id)
+    admit_tenant(request, config)
+    described = describe_run(request, context["run_id"], dag_id, owner.s3_conn_id)
     _log().info(
-        "request %s of tenant %s: %s, namespace %s, run key %s",
+        "request %s of tenant %s: %s, namespace %s, run key %s, S3 as connection %s",
         request.name,
         request.tenant,
         request.mode.value,
         described["namespace"],
         described["run_key"],
+        described["aws_conn_id"],
     )
     return described
 
 
-def admit_tenant(request: Any) -> None:
-    """The tenant must be known (tenants file) and the whole gang must fit its remaining quota."""
+def hold_to_dag_tenant(
+    request: TrainingRequest, tenant: str | None, dag_id: str
+) -> tuple[Tenant, TenantsConfig]:
+    """(Tenant, TenantsConfig) of the run: the DAG's tenant, whose policy the request meets.
+
+    Reads only the local tenants file: a request that names another tenant, or
+    a bundle, output, image, node selector or toleration its tenant does not
+    allow, fails here, before any S3 or Kubernetes call.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tfjob.tenant_policy import TenantPolicyError, check_request_policy
+    from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, resolve_tenant
+
+    try:
+        config = load_tenants()
+        owner = resolve_tenant(config, tenant or request.tenant)
+    except (TenantsFileError, UnknownTenantError) as exc:
+        raise AirflowFailException(str(exc)) from None
+    if tenant is None:
+        raise AirflowFailException(
+            f"{dag_id}: built from a request file that was invalid when Airflow parsed it; "
+            "it runs once Airflow has parsed the corrected file again"
+        )
+    try:
+        if request.tenant != owner.name:
+            only = f"this DAG ({dag_id}) runs only tenant {owner.name}"
+            raise TenantPolicyError("request.tenant", request.tenant, only)
+        check_request_policy(request, owner)
+    except TenantPolicyError as exc:
+        raise AirflowFailException(str(exc)) from None
+    return owner, config
+
+
+def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
+    """The whole gang must fit the remaining quota of its tenant (read from the cluster)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from operators.tenancy import TenancyRefusal, admit_request
 
     try:
-        tenant, check = admit_request(_kube(), request)
+        tenant, check = admit_request(_kube(), request, config)
     except TenancyRefusal as exc:
         raise AirflowFailException(str(exc)) from None
     _log().info("tenant %s admitted: %s", tenant.name, getattr(check, "message", "fits"))
@@ -108,7 +159,7 @@ def fetch_bundle() -> dict[str, Any]:
     from runtime.bundle import BundleError
 
     run = pull_run(get_current_context())
-    s3 = _s3()
+    s3 = _s3(run)
     clear_run_outputs(s3, run.run_prefix)
     try:
         identity = snapshot_bundle(s3, run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
@@ -187,7 +238,7 @@ def archive() -> dict[str, Any]:
     launch = describe_launch(ti.xcom_pull(task_ids=LAUNCH_TASK, key=LAUNCH_FAILURE_KEY), ready_at)
     manifest = archive_run(
         _kube(),
-        _s3(),
+        _s3(run),
         run,
         bundle=ti.xcom_pull(task_ids=FETCH_BUNDLE_TASK),
         cluster_spec=(clusterspec or {}).get("cluster"),
@@ -246,11 +297,18 @@ def teardown() -> list[str]:
 
 
 def publish() -> dict[str, Any]:
-    """On success: `<output>/latest` and an Asset event for the model."""
+    """On success: move `<output>/latest` forward to this run's model (operators.latest)
+    and, only when it moved, emit the Asset event of `<output>/latest`.
+
+    A newer run (by run_after) already in `latest` keeps it: this run's model
+    stays under its run prefix, the task succeeds and says so, and no Asset
+    event fires (consumers of the asset would otherwise retrain on, or deploy,
+    an older model).
+    """
     from airflow.sdk import Asset, AssetAlias
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.archive import put_text
+    from operators.latest import build_pointer, choose_run_order, latest_uri, publish_latest
 
     context = get_current_context()
     run = pull_run(context)
@@ -267,21 +325,37 @@ def publish() -> dict[str, Any]:
             f"not publishing {model.get('uri')}: copying the model out of pod "
             f"{model['recovery'].get('pod')} failed, so it may be incomplete: {failed_recovery}"
         )
-    pointer = {
-        "run_id": run.run_id,
-        "dag_id": run.dag_id,
-        "model": model["uri"],
-        "run": f"{run.run_prefix}/",
-        "metrics": context["ti"].xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
-        "published_at": time.time(),
+    run_after, ordered_by = choose_run_order(context["dag_run"])
+    pointer = build_pointer(
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        run_key=run.run_key,
+        run_prefix=run.run_prefix,
+        model=model["uri"],
+        metrics=context["ti"].xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
+        run_after=run_after,
+        ordered_by=ordered_by,
+        published_at=time.time(),
+    )
+    latest = latest_uri(run.request.output)
+    outcome = publish_latest(_s3(run), latest, pointer)
+    if outcome.moved:
+        extra = {"dag_id": run.dag_id, "run_id": run.run_id, "model": model["uri"]}
+        for outlet in context["task"].outlets:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(Asset(uri=latest), extra=extra)
+        _log().info("published %s -> %s (%s)", latest, model["uri"], outcome.reason)
+    else:
+        _log().info(
+            "%s left as it is, no Asset event: %s; this run's model stays at %s",
+            latest,
+            outcome.reason,
+            model["uri"],
+        )
+    return {
+        "latest": latest,
+        "moved": outcome.moved,
+        "reason": outcome.reason,
+        "pointer": pointer,
+        "current": None if outcome.moved else outcome.current,
     }
-    latest = f"{run.request.output}/latest"
-    put_text(_s3(), latest, json.dumps(pointer, indent=2, sort_keys=True), "application/json")
-    extra = {"run_id": run.run_id, "model": model["uri"]}
-    for outlet in context["task"].outlets:
-        if isinstance(outlet, AssetAlias):
-            context["outlet_events"][outlet].add(Asset(uri=latest), extra=extra)
-        elif isinstance(outlet, Asset):
-            context["outlet_events"][outlet].extra = extra
-    _log().info("published %s -> %s", latest, model["uri"])
-    return pointer

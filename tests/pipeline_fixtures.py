@@ -5,12 +5,15 @@
     def test_x(pipeline_world):
         result = pipeline_world.run_request(request)   # dag.test() of tfjob__<name>
         assert result.state == "success"
+        keys = pipeline_world.s3_keys(run_keys(result))  # outputs/<name>/runs/<dag>/<run>/
 
 `pipeline_world` (module-scoped) starts a moto S3 server process, localkube
 (its pods reach S3 through the forwarded loopback port, relayed to the S3
 server's pod-facing listener: presigned requests only), creates the tenant
-namespace, migrates an Airflow database in a temporary home, and uploads a
-stand-in training bundle: a small Python program (no TensorFlow) that prints
+namespace, migrates an Airflow database in a temporary home, creates the
+tenants' Airflow roles there (with the FAB auth manager, parsing a tenant DAG
+whose `access_control` names a missing role fails), and uploads a stand-in
+training bundle: a small Python program (no TensorFlow) that prints
 its TF_CONFIG, writes a model and metrics, and behaves as the request's env
 `STANDIN_BEHAVIOUR` says (`{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`,
 `{"*": {"no_model": true}}`).
@@ -40,6 +43,8 @@ import pytest
 import yaml
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
+
+from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
 
 REPO = Path(__file__).resolve().parent.parent
 TENANT = "test"
@@ -100,6 +105,7 @@ class DagResult:
     tasks: dict[str, str]
     run_id: str
     log: str
+    dag_id: str = ""
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.state} {self.tasks}\n--- log tail ---\n{self.log[-6000:]}"
@@ -174,7 +180,8 @@ class PipelineWorld:
             run = dag.test(run_conf={conf!r}, **kwargs)
             tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
             print("PIPELINE_RESULT " + json.dumps({{"state": str(run.state), "tasks": tasks,
-                                                   "run_id": run.run_id}}))
+                                                   "run_id": run.run_id,
+                                                   "dag_id": run.dag_id}}))
             """
         )
         return subprocess.Popen(
@@ -201,14 +208,26 @@ class PipelineWorld:
         for line in stdout.splitlines():
             if line.startswith("PIPELINE_RESULT "):
                 data = json.loads(line[len("PIPELINE_RESULT ") :])
-                return DagResult(data["state"], data["tasks"], data["run_id"], output)
+                return DagResult(data["state"], data["tasks"], data["run_id"], output,
+                                 data["dag_id"])
         raise AssertionError(
             f"dag.test() gave no result (rc {process.returncode}):\n{output[-8000:]}"
         )
 
     def run_request(self, body: dict[str, Any], logical_date: str | None = None) -> DagResult:
         self.write_request(body)
-        return self.run_dag(f"tfjob__{body['name']}", logical_date=logical_date)
+        return self.run_dag(f"{REQUEST_DAG_PREFIX}{body['name']}", logical_date=logical_date)
+
+    def run_submit(self, body: dict[str, Any], logical_date: str | None = None,
+                   tenant: str | None = None) -> DagResult:
+        """`dag.test()` of a tenant's submit DAG (the request's tenant unless `tenant` says)."""
+        dag_id = submit_dag_id(tenant or body["tenant"])
+        return self.run_dag(dag_id, conf=body, logical_date=logical_date)
+
+    def sync_tenant_roles(self) -> None:
+        """Create the Airflow roles of every tenant of this world's tenants file
+        (TFJOB_TENANTS_FILE of `env`, else deploy/tenants.yaml); again after changing it."""
+        sync_tenant_roles(self.env)
 
     def task_try_states(self, dag_id: str, task_id: str) -> list[tuple[int, str]]:
         """(try number, state) of every try of a task in this world's Airflow DB, oldest first."""
@@ -253,6 +272,31 @@ class PipelineWorld:
                 for o in lister(NAMESPACE, label_selector=job_selector(job)).items
             ]
         return found
+
+
+def run_keys(result: DagResult, name: str | None = None) -> str:
+    """The key prefix of a run's objects in the world's bucket (the request's output is
+    `outputs/<name>`): `outputs/<name>/runs/<dag_id>/<run_id>/`."""
+    name = name or result.dag_id.removeprefix(REQUEST_DAG_PREFIX)
+    return f"outputs/{name}/runs/{result.dag_id}/{result.run_id}/"
+
+
+def sync_tenant_roles(env: dict[str, str]) -> None:
+    """The tenants' roles in the Airflow DB of `env` (operators/airflow_access.py, as the
+    launcher runs it): with the FAB auth manager, `dag.test()` of a tenant DAG stores its
+    `access_control`, and Airflow refuses it when a role does not exist."""
+    done = subprocess.run(
+        [sys.executable, "-m", "operators.airflow_access"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"creating the tenants' roles failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
 
 
 def migrate_airflow_db(env: dict[str, str]) -> None:
@@ -329,6 +373,7 @@ def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
         home.mkdir(exist_ok=True)
         env = airflow_env(home, s3, kube, requests_dir)
         migrate_airflow_db(env)
+        sync_tenant_roles(env)
     except BaseException:
         stop()
         raise

@@ -1,7 +1,7 @@
 """The example bundles: valid requests, data that matches its export script, bundles that pack.
 
 That each example trains with TensorFlow to its stated accuracy is checked
-through the whole pipeline (request file and tfjob_submit) by
+through the whole pipeline (request file and the tenant's submit DAG) by
 tests/test_pipeline_tensorflow.py."""
 
 import importlib.util
@@ -71,6 +71,16 @@ def test_example_request_is_valid_and_names_its_bundle(name):
     assert request.image == "tensorflow/tensorflow:2.21.0"
     assert (BUNDLES_DIR / name / "code" / request.entrypoint[-1]).is_file()
     assert 0.5 < read_stated_accuracy(name) < 1.0
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_request_meets_its_tenants_policy(name):
+    """Else its DAG's validate would refuse it (bundle and output prefixes, image)."""
+    from tfjob.tenant_policy import check_request_policy
+    from tfjob.tenants import load_tenants, resolve_tenant
+
+    request = load_request(BUNDLES_DIR / name / "request.yaml")
+    check_request_policy(request, resolve_tenant(load_tenants(), request.tenant))
 
 
 def test_example_requests_cover_every_mode_and_strategy():

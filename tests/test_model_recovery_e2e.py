@@ -111,7 +111,7 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
             name="keeper", image="python:3.11", bundle=f"s3://{bucket}/bundles/keeper.tar.gz",
             output=f"s3://{bucket}/outputs/keeper", startup_timeout=60, active_deadline=300,
             resources={"worker": {"cpu": "200m", "memory": "256Mi"}}))
-        run = read_run(describe_run(request, RUN_ID, "tfjob__keeper"))
+        run = read_run(describe_run(request, RUN_ID, "tfjob__keeper", "aws_default"))
         identity = run.identity()
         api = kube.core_v1()
         api.create_namespace({"metadata": {"name": run.namespace}})
@@ -119,7 +119,7 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         pod = build_pod_manifest(request, identity, Role.WORKER, 0)
         main = pod["spec"]["containers"][0]
         # S3 is "down" for the pod: its grant points at a port nobody listens on.
-        upload = presign_upload(signer, request.output, RUN_ID, 3600)
+        upload = presign_upload(signer, request.output, run.dag_id, RUN_ID, 3600)
         upload["url"] = f"http://127.0.0.1:{closed_port()}/{bucket}"
         main["env"] = [e for e in main["env"] if e["name"] != "TFJOB_UPLOAD_PATIENCE"]
         main["env"].append({"name": "TFJOB_UPLOAD_PATIENCE", "value": "2"})
@@ -152,7 +152,9 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         assert "model upload failed" in log
         assert states[KEEPER_CONTAINER_NAME].running is not None
         assert live.status.phase == "Running"  # the keeper holds the pod
-        assert s3.list_objects_v2(Bucket=bucket, Prefix=f"outputs/keeper/runs/{RUN_ID}/model/"
+        prefix = f"outputs/keeper/runs/tfjob__keeper/{RUN_ID}/"
+        assert run.run_prefix == f"s3://{bucket}/{prefix.rstrip('/')}"
+        assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}model/"
                                   ).get("KeyCount") == 0
 
         manifest = archive_run(api, s3, run, bundle=None, cluster_spec=None,
@@ -162,7 +164,6 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         assert manifest["model"]["objects"] == 2
         assert manifest["replicas"][0]["exit_code"] == 74
         assert manifest["replicas"][0]["phase"] == "Failed"
-        prefix = f"outputs/keeper/runs/{RUN_ID}/"
 
         def body(key: str) -> bytes:
             return s3.get_object(Bucket=bucket, Key=prefix + key)["Body"].read()

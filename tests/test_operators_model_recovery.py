@@ -75,7 +75,9 @@ def test_only_the_model_owner_gets_the_keeper_container_without_credentials():
         keeper = pod["spec"]["containers"][1]
         assert keeper["image"] == request.image
         assert keeper["command"] == ["python3", "/tfjob/runtime/keeper.py"]
-        assert "env" not in keeper and "envFrom" not in keeper and "ports" not in keeper
+        # HOME only (a writable one for the non-root user): no credential, no grant
+        assert [e["name"] for e in keeper.get("env", [])] in ([], ["HOME"]), keeper["env"]
+        assert "envFrom" not in keeper and "ports" not in keeper
         mounts = {m["name"]: m for m in keeper["volumeMounts"]}
         assert set(mounts) == {"tfjob-runtime", "tfjob-workspace"}
         assert mounts["tfjob-workspace"] == {"name": "tfjob-workspace",
@@ -235,7 +237,12 @@ class FakeKube:
 
 def make_run(bucket: str, job: str) -> Any:
     request = load_request(valid_request_data(name=job, output=f"s3://{bucket}/outputs/{job}"))
-    return read_run(describe_run(request, RUN_ID, f"tfjob__{job}"))
+    return read_run(describe_run(request, RUN_ID, f"tfjob__{job}", "aws_default"))
+
+
+def run_keys(run: Any) -> str:
+    """The key prefix (ending in '/') of the run's objects in its bucket."""
+    return run.run_prefix.split("/", 3)[3] + "/"
 
 
 def archive(run: Any, pods: list[dict[str, Any]], s3: Any) -> dict[str, Any]:
@@ -256,7 +263,8 @@ def test_archive_recovers_the_model_of_an_owner_that_exited_74_and_says_so_in_ru
     assert manifest["model"]["objects"] == 3
     assert manifest["model"]["recovery"]["reason"].startswith("tensorflow exited 74")
     assert manifest["metrics"] == {"accuracy": 0.97}
-    key = f"outputs/recovers/runs/{RUN_ID}/"
+    key = run_keys(run)
+    assert key == f"outputs/recovers/runs/tfjob__recovers/{RUN_ID}/"
     got = stored(s3, s3_server.bucket, key)
     model = workspace / "model" / "saved_model.pb"
     assert hashlib.sha256(got["model/saved_model.pb"]).digest() == \
@@ -269,7 +277,7 @@ def test_archive_recovers_the_model_of_an_owner_that_exited_74_and_says_so_in_ru
 def test_archive_leaves_a_model_that_was_uploaded_alone(s3_server, workspace, local_exec):
     s3 = s3_server.client()
     run = make_run(s3_server.bucket, "uploaded")
-    s3.put_object(Bucket=s3_server.bucket, Key=f"outputs/uploaded/runs/{RUN_ID}/model/m.bin",
+    s3.put_object(Bucket=s3_server.bucket, Key=f"{run_keys(run)}model/m.bin",
                   Body=b"uploaded by the bootstrap")
     owner = run.pod_names()[0]
     manifest = archive(run, [owner_pod(owner, exited(0), RUNNING, role="worker")], s3)
@@ -289,4 +297,4 @@ def test_a_keeper_that_cannot_be_read_is_recorded_and_archive_still_writes_run_j
     manifest = archive(run, [owner_pod(owner, exited(74), RUNNING, role="worker")], s3)
     assert manifest["model"]["recovered_from_pod"] is False
     assert "exited with code 77" in manifest["model"]["recovery"]["error"]
-    assert "run.json" in stored(s3, s3_server.bucket, f"outputs/unreadable/runs/{RUN_ID}/")
+    assert "run.json" in stored(s3, s3_server.bucket, run_keys(run))

@@ -40,13 +40,13 @@ def put(s3: Any, bucket: str, key: str, body: bytes = b"x") -> None:
 
 def test_clearing_removes_the_model_and_metrics_and_nothing_else(s3_server):
     s3, bucket = s3_server.client(), s3_server.bucket
-    run = f"outputs/clear/runs/{RUN_ID}/"
+    run = f"outputs/clear/runs/tfjob__clear/{RUN_ID}/"
     earlier = ["model/saved_model.pb", "model/variables/variables.index", "metrics.json"]
     kept = ["bundle.tar.gz", "logs/worker-0.log", "run.json", "model-notes.txt",
             "metrics.json.bak"]
     for name in earlier + kept:
         put(s3, bucket, run + name)
-    other_run = "outputs/clear/runs/other-run/model/saved_model.pb"
+    other_run = "outputs/clear/runs/tfjob__clear/other-run/model/saved_model.pb"
     put(s3, bucket, other_run)
 
     deleted = clear_run_outputs(s3, f"s3://{bucket}/{run.rstrip('/')}")
@@ -60,7 +60,7 @@ def test_clearing_removes_the_model_and_metrics_and_nothing_else(s3_server):
 def test_clearing_a_model_of_more_than_one_delete_batch(s3_server, monkeypatch):
     monkeypatch.setattr("operators.runoutputs.DELETE_BATCH", 7)
     s3, bucket = s3_server.client(), s3_server.bucket
-    run = f"outputs/batches/runs/{RUN_ID}/"
+    run = f"outputs/batches/runs/tfjob__batches/{RUN_ID}/"
     for index in range(20):
         put(s3, bucket, f"{run}model/shard-{index:02d}")
     assert len(clear_run_outputs(s3, f"s3://{bucket}/{run}")) == 20
@@ -94,8 +94,8 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
     request = load_request(valid_request_data(
         name="nomodel", bundle=f"s3://{bucket}/bundles/nomodel.tar.gz",
         output=f"s3://{bucket}/outputs/nomodel"))
-    described = describe_run(request, RUN_ID, "tfjob__nomodel")
-    run_keys = f"outputs/nomodel/runs/{RUN_ID}/"
+    described = describe_run(request, RUN_ID, "tfjob__nomodel", "aws_default")
+    run_keys = f"outputs/nomodel/runs/tfjob__nomodel/{RUN_ID}/"
     # The first try trained, uploaded and archived.
     put(s3, bucket, run_keys + "model/saved_model.pb", b"the first try's model")
     put(s3, bucket, run_keys + "metrics.json", b'{"accuracy": 0.9}')
@@ -103,7 +103,7 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
 
     context: dict[str, Any] = {"ti": FakeTaskInstance({VALIDATE_TASK: described})}
     monkeypatch.setattr(steps, "get_current_context", lambda: context)
-    monkeypatch.setattr(steps, "_s3", lambda: s3)
+    monkeypatch.setattr(steps, "_s3", lambda run: s3)
 
     # The cleared run: fetch_bundle again, then a program that writes no model, then archive.
     identity = steps.fetch_bundle()
@@ -125,9 +125,9 @@ def test_a_model_whose_recovery_from_the_pod_failed_is_not_published(s3_server, 
     s3, bucket = s3_server.client(), s3_server.bucket
     request = load_request(valid_request_data(name="partial",
                                               output=f"s3://{bucket}/outputs/partial"))
-    described = describe_run(request, RUN_ID, "tfjob__partial")
-    model = {"uri": f"s3://{bucket}/outputs/partial/runs/{RUN_ID}/model/", "objects": 1,
-             "bytes": 10, "recovered_from_pod": False,
+    described = describe_run(request, RUN_ID, "tfjob__partial", "aws_default")
+    model = {"uri": f"{described['run_prefix']}/model/", "objects": 1, "bytes": 10,
+             "recovered_from_pod": False,
              "recovery": {"pod": "partial-1234abcd-worker-0", "reason": "tensorflow exited 74",
                           "error": "keeper.py read did not finish within 120s"}}
     context: dict[str, Any] = {
@@ -135,7 +135,7 @@ def test_a_model_whose_recovery_from_the_pod_failed_is_not_published(s3_server, 
         "task": SimpleNamespace(outlets=[]),
     }
     monkeypatch.setattr(steps, "get_current_context", lambda: context)
-    monkeypatch.setattr(steps, "_s3", lambda: s3)
+    monkeypatch.setattr(steps, "_s3", lambda run: s3)
     with pytest.raises(AirflowFailException, match="may be incomplete: keeper.py read"):
         steps.publish()
     assert keys_under(s3, bucket, "outputs/partial/latest") == set()

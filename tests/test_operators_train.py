@@ -50,7 +50,7 @@ class FakeCoreV1:
 @pytest.fixture
 def run():
     request = load_request(REQUEST)
-    described = describe_run(request, RUN_ID, "tfjob__digits-ps")
+    described = describe_run(request, RUN_ID, "tfjob__digits-ps", "aws_default")
     return SimpleNamespace(request=request, context={"ti": FakeTaskInstance(described)},
                            key=described["run_key"], namespace=described["namespace"])
 

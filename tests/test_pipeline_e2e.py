@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_fixtures import NAMESPACE, TENANT, pipeline_world, wait_for  # noqa: F401  (pytest fixture)
+from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
+    NAMESPACE,
+    TENANT,
+    pipeline_world,
+    run_keys,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMALL = {"cpu": "100m", "memory": "128Mi"}
-
-
-def run_prefix(world, name, run_id):
-    return f"outputs/{name}/runs/{run_id}/"
 
 
 def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_manifest(
@@ -28,7 +30,8 @@ def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_mani
     result = world.run_request(world.request("e2e-single"))
     assert result.state == "success", result
     assert set(result.tasks.values()) == {"success"}, result
-    prefix = run_prefix(world, "e2e-single", result.run_id)
+    prefix = run_keys(result)
+    assert prefix == f"outputs/e2e-single/runs/tfjob__e2e-single/{result.run_id}/"
     keys = world.s3_keys(prefix)
     assert prefix + "model/model.json" in keys
     assert prefix + "logs/worker-0.log" in keys
@@ -46,6 +49,7 @@ def test_a_single_replica_request_runs_to_success_and_leaves_model_logs_and_mani
     assert manifest["metrics"]["accuracy"] == 0.99
     latest = json.loads(world.s3_text("outputs/e2e-single/latest"))
     assert latest["run_id"] == result.run_id and latest["model"].endswith(prefix + "model/")
+    assert latest["dag_id"] == "tfjob__e2e-single" and latest["ordered_by"] == "run_after"
     assert "[worker-0] standin worker-0 done" in result.log
     # The presigned URLs live only in the run's Secret: never in a log, XCom or the manifest.
     for secret in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential", world.s3.secret_key):
@@ -67,7 +71,7 @@ def test_a_parameter_server_job_gets_its_cluster_spec_and_succeeds_when_the_chie
     )
     result = world.run_request(body)
     assert result.state == "success", result
-    prefix = run_prefix(world, "e2e-ps", result.run_id)
+    prefix = run_keys(result)
     manifest = json.loads(world.s3_text(prefix + "run.json"))
     cluster = manifest["cluster_spec"]
     assert sorted(cluster) == ["chief", "ps", "worker"] and len(cluster["worker"]) == 2
@@ -107,7 +111,7 @@ def test_a_worker_that_exits_non_zero_fails_train_with_its_exit_code_and_log_and
     assert "replica worker-1 (pod e2e-fail-" in result.log
     assert "failed with exit code 3" in result.log
     assert "[worker-1] standin worker-1 failing on purpose with 3" in result.log
-    manifest = json.loads(world.s3_text(run_prefix(world, "e2e-fail", result.run_id) + "run.json"))
+    manifest = json.loads(world.s3_text(run_keys(result) + "run.json"))
     codes = {f"{r['role']}-{r['index']}": r["exit_code"] for r in manifest["replicas"]}
     assert codes["worker-1"] == 3
     assert world.run_objects("e2e-fail") == []
@@ -137,7 +141,7 @@ def test_a_gang_that_cannot_be_scheduled_fails_launch_with_the_scheduler_reason(
     assert result.tasks["archive"] == "success" and result.tasks["teardown"] == "success", result
     assert "not every replica was running after startup_timeout=8s" in result.log
     assert "FailedScheduling" in result.log and "Insufficient nvidia.com/gpu" in result.log
-    prefix = run_prefix(world, "e2e-gang", result.run_id)
+    prefix = run_keys(result)
     keys = world.s3_keys(prefix)
     # The chief started (it waited for its ClusterSpec): its log is kept; the worker never ran.
     assert prefix + "logs/chief-0.log" in keys and prefix + "logs/worker-0.log" not in keys, keys
@@ -228,7 +232,7 @@ def test_airflow_retries_a_gang_start_that_failed_and_the_retry_starts_cleanly(p
     assert "Insufficient nvidia.com/gpu" in result.log
     assert "removing leftovers of an earlier try" in result.log
     assert "AlreadyExists" not in result.log
-    prefix = run_prefix(world, "e2e-retry", result.run_id)
+    prefix = run_keys(result)
     manifest = json.loads(world.s3_text(prefix + "run.json"))
     assert manifest["launch"]["state"] == "ready", manifest["launch"]
     assert [(r["role"], r["index"], r["exit_code"]) for r in manifest["replicas"]] == [
@@ -249,7 +253,7 @@ def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_i
     # Other runs of the tenant holding objects: as many as the tenant may run.
     holders = [f"e2e-holder-{i}" for i in range(cap)]
     for name in holders:
-        key = naming.run_key(name, "manual__hold")
+        key = naming.run_key(name, f"tfjob__{name}", "manual__hold")
         api.create_namespaced_config_map(
             NAMESPACE,
             {
@@ -266,13 +270,16 @@ def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_i
         # It took nothing: its ticket is gone again and no pod was made.
         assert world.run_objects("e2e-admit") == [], world.run_objects("e2e-admit")
         api.delete_namespaced_config_map(
-            naming.configmap_name(naming.run_key(holders[0], "manual__hold")), NAMESPACE
+            naming.configmap_name(naming.run_key(holders[0], f"tfjob__{holders[0]}",
+                                                 "manual__hold")),
+            NAMESPACE,
         )
     finally:
         result = world.finish_dag(running)
         for name in holders[1:]:
             api.delete_namespaced_config_map(
-                naming.configmap_name(naming.run_key(name, "manual__hold")), NAMESPACE
+                naming.configmap_name(naming.run_key(name, f"tfjob__{name}", "manual__hold")),
+                NAMESPACE,
             )
     assert result.state == "success", result
     tries = world.task_try_states("tfjob__e2e-admit", "launch")
@@ -302,7 +309,7 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
     body = world.request("e2e-rerun")
     logical_date = "2026-01-02T03:04:05+00:00"
     run_id = f"manual__{logical_date}"
-    key = naming.run_key("e2e-rerun", run_id)
+    key = naming.run_key("e2e-rerun", "tfjob__e2e-rerun", run_id)
     labels = naming.replica_labels("e2e-rerun", key, "test", "worker", 0)
     api = world.kube.core_v1()
     # What a killed earlier try left: its pod (still running) and its ConfigMap.
@@ -338,3 +345,31 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
     assert result.run_id == run_id
     assert "removing leftovers of an earlier try" in result.log
     assert world.run_objects("e2e-rerun") == []
+
+
+def test_an_older_run_finishing_after_a_newer_one_leaves_latest_on_the_newer(pipeline_world):
+    """Two DAGs publish to one output: the request file's and its tenant's submit DAG. The
+    submit run was asked for first (older run_after) but finishes last: `latest` stays on
+    the request DAG's run, and each run keeps its own objects under its own prefix."""
+    world = pipeline_world
+    body = world.request("e2e-order")
+    newer = world.run_request(body, logical_date="2026-06-02T00:00:00+00:00")
+    assert newer.state == "success", newer
+    older = world.run_submit(body, logical_date="2026-06-01T00:00:00+00:00")
+    assert older.state == "success", older  # its model is kept; it just is not the latest
+    assert older.tasks["publish"] == "success", older
+    assert older.dag_id == f"tfjob_submit__{TENANT}"
+    latest = json.loads(world.s3_text("outputs/e2e-order/latest"))
+    assert (latest["dag_id"], latest["run_id"]) == (newer.dag_id, newer.run_id), latest
+    assert latest["run_after"] == "2026-06-02T00:00:00+00:00"
+    assert "is newer than this run" in older.log and "no Asset event" in older.log
+    for result in (newer, older):
+        prefix = run_keys(result, "e2e-order")
+        assert prefix + "model/model.json" in world.s3_keys(prefix), result
+    assert run_keys(newer, "e2e-order") != run_keys(older, "e2e-order")
+    # A newer run of either DAG moves it on.
+    newest = world.run_submit(body, logical_date="2026-06-03T00:00:00+00:00")
+    assert newest.state == "success", newest
+    latest = json.loads(world.s3_text("outputs/e2e-order/latest"))
+    assert (latest["dag_id"], latest["run_id"]) == (newest.dag_id, newest.run_id), latest
+    assert world.run_objects("e2e-order") == []

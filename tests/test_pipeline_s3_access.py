@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 
-from pipeline_fixtures import NAMESPACE, pipeline_world  # noqa: F401
+from pipeline_fixtures import NAMESPACE, pipeline_world, run_keys  # noqa: F401
 
 from tfjob.naming import job_selector
 
@@ -89,7 +89,7 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
         recorder.stop.set()
         recorder.join()
     assert result.state == "success", result
-    prefix = f"outputs/e2e-grants/runs/{result.run_id}/"
+    prefix = run_keys(result)
     assert prefix + "model/model.json" in world.s3_keys(prefix)
     manifest_text = world.s3_text(prefix + "run.json")
     manifest = json.loads(manifest_text)
@@ -162,7 +162,7 @@ def test_a_model_whose_upload_fails_with_s3_down_is_copied_out_of_the_pod_and_pu
         set_pod_outage(world, 0)  # the next test's pods need S3
     assert result.state == "success", result
     assert "could not upload its model; archive copies it out of pod" in result.log
-    prefix = f"outputs/e2e-recover/runs/{result.run_id}/"
+    prefix = run_keys(result)
     manifest = json.loads(world.s3_text(prefix + "run.json"))
     assert manifest["model"]["recovered_from_pod"] is True, manifest["model"]
     assert manifest["replicas"][0]["exit_code"] == 74
@@ -185,7 +185,7 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
     when = "2026-12-01T00:00:00+00:00"
     first = world.run_request(world.request("e2e-cleared"), logical_date=when)
     assert first.state == "success", first
-    prefix = f"outputs/e2e-cleared/runs/{first.run_id}/"
+    prefix = run_keys(first)
     assert prefix + "model/model.json" in world.s3_keys(prefix)
     # The same run again (as clearing it does), now with a program that writes no model.
     body = world.request(

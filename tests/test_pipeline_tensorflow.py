@@ -1,10 +1,11 @@
 """Every example bundle trains with real TensorFlow through the pipeline, over Airflow's REST API.
 
-One `airflow standalone` (scheduler, triggerer, workers), its requests folder
-holding the four bundles' own request.yaml files (this world's tenant, bucket
-and output). Each example runs twice: its request DAG `tfjob__<name>` and
-`tfjob_submit` with the same request as conf. At most `MAX_IN_FLIGHT` runs at
-a time: a TensorFlow process takes ~650 MB and the machine has 2 cores.
+One Airflow (scheduler, triggerer, workers), its requests folder holding the
+four bundles' own request.yaml files (this world's tenant, bucket and
+output). Each example runs twice: its request DAG `tfjob__<name>` and the
+tenant's submit DAG `tfjob_submit__<tenant>` with the same request as conf.
+At most `MAX_IN_FLIGHT` runs at a time: a TensorFlow process takes ~650 MB
+and the machine has 2 cores.
 
 For each run: success, the model in S3, one log per replica, and a complete
 run.json (request, ClusterSpec, bundle identity, image, per-replica exit
@@ -30,6 +31,8 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
     trigger,
 )
 
+from tfjob.naming import submit_dag_id
+
 # Eight TensorFlow runs on 2 shared cores: more than pytest-timeout's default 600 s.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -38,7 +41,7 @@ EXAMPLES = ("digits-ps", "digits-single", "digits-tf1", "digits-mwms")
 STATED_ACCURACY = 0.90
 MAX_IN_FLIGHT = 4
 ALL_RUNS_TIMEOUT_S = 1200
-SUBMIT_DAG = "tfjob_submit"
+SUBMIT_DAG = submit_dag_id(TENANT)
 
 
 def example_request(world: Any, name: str) -> dict[str, Any]:
@@ -117,10 +120,10 @@ def run_all(airflow: Any, runs: list[tuple[str, str, dict[str, Any]]]) -> dict[t
     return done
 
 
-def check_run(world: Any, request: dict[str, Any], run_id: str) -> list[str]:
+def check_run(world: Any, request: dict[str, Any], dag_id: str, run_id: str) -> list[str]:
     """What is wrong with a finished run's S3 output (empty when it is complete)."""
     name = request["name"]
-    prefix = f"outputs/{name}/runs/{run_id}/"
+    prefix = f"outputs/{name}/runs/{dag_id}/{run_id}/"
     keys = world.s3_keys(prefix)
     problems = []
     if not any(k.startswith(prefix + "model/") for k in keys):
@@ -153,7 +156,7 @@ def check_run(world: Any, request: dict[str, Any], run_id: str) -> list[str]:
     return problems
 
 
-def test_every_example_trains_with_tensorflow_from_its_request_file_and_through_tfjob_submit(
+def test_every_example_trains_with_tensorflow_from_its_request_file_and_its_tenants_submit_dag(
     pipeline_world, examples
 ):
     world = pipeline_world
@@ -169,8 +172,8 @@ def test_every_example_trains_with_tensorflow_from_its_request_file_and_through_
     ]
     assert not failed, "\n\n".join(failed)
     problems = []
-    for (name, _dag_id), run in done.items():
-        problems += check_run(world, requests[name], run["run_id"])
+    for (name, dag_id), run in done.items():
+        problems += check_run(world, requests[name], dag_id, run["run_id"])
     assert not problems, "\n".join(problems)
     for name in EXAMPLES:
         assert world.run_objects(name) == [], name

@@ -16,7 +16,7 @@ REPLICAS = [
     {"role": "worker", "index": 0, "pod": "digits-1234abcd-worker-0", "phase": "Failed",
      "exit_code": 1, "reason": "<script>alert(1)</script>"},
 ]
-RUN = "s3://models/digits/runs/manual__1"
+RUN = "s3://models/digits/runs/tfjob__digits/manual__1"
 
 
 def xcoms_of_a_finished_run():

@@ -18,6 +18,9 @@ from s3_fixtures import S3Server
 
 from operators.s3access import presign_upload
 
+# The DAG of the runs these tests grant for: part of every run's S3 prefix.
+DAG = "tfjob__job"
+
 s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,6 +197,7 @@ def test_program_killed_by_a_signal_gives_128_plus_the_signal(tmp_path: Path) ->
 
 TRAIN_PROGRAM = """
 import json, os, sys
+
 model = os.environ["MODEL_DIR"]
 os.makedirs(os.path.join(model, "variables"), exist_ok=True)
 open(os.path.join(model, "saved_model.pb"), "wb").write(b"graph")
@@ -206,7 +210,8 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 def write_upload_json(
     server: S3Server, dirs: dict[str, Path], run_id: str, prefix_override: str | None = None
 ) -> str:
-    policy = presign_upload(server.presigner(), f"s3://{server.bucket}/outputs/job", run_id, 300)
+    policy = presign_upload(server.presigner(), f"s3://{server.bucket}/outputs/job", DAG, run_id,
+                            300)
     if prefix_override is not None:
         policy["prefix"] = prefix_override
     (dirs["access"] / "upload.json").write_text(json.dumps(policy))
@@ -258,13 +263,13 @@ def test_upload_outside_the_policy_prefix_is_refused_and_exits_74(
 ) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
     write_upload_json(
-        s3_server, dirs, "run-scoped", prefix_override="outputs/job/runs/someone-else/"
+        s3_server, dirs, "run-scoped", prefix_override=f"outputs/job/runs/{DAG}/someone-else/"
     )
     proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1"))
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 74
     assert "model upload failed" in err and "AccessDenied" in err and "starts-with" in err
-    assert list_keys(s3_server, "outputs/job/runs/someone-else/") == []
+    assert list_keys(s3_server, f"outputs/job/runs/{DAG}/someone-else/") == []
 
 
 def test_an_expired_grant_is_read_again_and_the_refreshed_one_uploads_the_model(
@@ -273,12 +278,12 @@ def test_an_expired_grant_is_read_again_and_the_refreshed_one_uploads_the_model(
     """Airflow rewrites upload.json before grants expire; the bootstrap reads it when uploading."""
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
     run = f"s3://{s3_server.bucket}/outputs/job"
-    expired = presign_upload(s3_server.presigner(), run, "run-refresh", 1)
+    expired = presign_upload(s3_server.presigner(), run, DAG, "run-refresh", 1)
     (dirs["access"] / "upload.json").write_text(json.dumps(expired))
     time.sleep(1.5)  # the grant must have expired before the program ends
     proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_UPLOAD_MODEL="1"))
     wait_for(lambda: proc.poll() is None and retried(proc), "a retry of the expired grant")
-    fresh = presign_upload(s3_server.presigner(), run, "run-refresh", 300)
+    fresh = presign_upload(s3_server.presigner(), run, DAG, "run-refresh", 300)
     tmp = dirs["access"] / ".upload.json.tmp"
     tmp.write_text(json.dumps(fresh))
     tmp.replace(dirs["access"] / "upload.json")  # as the kubelet does: atomically
@@ -311,7 +316,8 @@ def test_an_upload_to_an_unreachable_s3_is_retried_until_the_patience_runs_out(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
-    grant = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", "run-down", 300)
+    grant = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", DAG, "run-down",
+                           300)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         grant["url"] = f"http://127.0.0.1:{closed.getsockname()[1]}/{s3_server.bucket}"

@@ -19,6 +19,9 @@ from operators.s3access import presign_bundle_url, presign_upload
 from runtime import transfer
 from tfjob.grants import MAX_GRANT_SECONDS, grant_lifetime, max_active_deadline, refresh_interval
 
+# The DAG of the runs these tests grant for: part of every run's S3 prefix.
+DAG = "tfjob__job"
+
 s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 
@@ -31,7 +34,7 @@ def test_grants_are_sigv4_and_a_client_that_would_sign_sigv2_is_refused(
     assert "AWSAccessKeyId" not in url
     with urllib.request.urlopen(url, timeout=10) as answer:
         assert answer.read() == b"x"
-    upload = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", "r1", 60)
+    upload = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", DAG, "r1", 60)
     for grant in upload["grants"].values():
         assert grant["fields"]["x-amz-algorithm"] == "AWS4-HMAC-SHA256"
         assert "AWSAccessKeyId" not in grant["fields"] and "signature" not in grant["fields"]
@@ -39,7 +42,7 @@ def test_grants_are_sigv4_and_a_client_that_would_sign_sigv2_is_refused(
     with pytest.raises(ValueError, match="presigned without SigV4"):
         presign_bundle_url(s3_server.client(), f"s3://{s3_server.bucket}/b/x.tar.gz", 60)
     with pytest.raises(ValueError, match="presigned without SigV4"):
-        presign_upload(s3_server.client(), f"s3://{s3_server.bucket}/o", "r1", 60)
+        presign_upload(s3_server.client(), f"s3://{s3_server.bucket}/o", DAG, "r1", 60)
 
 
 def forged(policy: transfer.UploadPolicy, grant: str, as_name: str) -> transfer.UploadPolicy:
@@ -62,9 +65,10 @@ def post_status(policy: transfer.UploadPolicy, name: str, tmp_path: Path) -> int
 def test_the_model_owner_writes_model_and_metrics_and_nothing_else_of_the_run(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
-    raw = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/out/j", "run-9", 60)
+    raw = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/out/j", DAG, "run-9",
+                         60)
     policy = transfer.UploadPolicy.from_json(raw)
-    assert policy.prefix == "out/j/runs/run-9/"
+    assert policy.prefix == f"out/j/runs/{DAG}/run-9/"
     assert post_status(policy, "model/saved_model.pb", tmp_path) == 204
     assert post_status(policy, "metrics.json", tmp_path) == 204
     with pytest.raises(transfer.TransferError, match="no grant covers this key"):
@@ -95,7 +99,9 @@ def test_a_grant_covers_the_run_window_within_what_the_credentials_can_sign() ->
 class FakeRun:
     namespace = "tfjob-test"
     run_key = "job-0123abcd"
+    dag_id = "tfjob__job"
     run_id = "manual__1"
+    aws_conn_id = "aws_default"
 
     class request:  # noqa: N801 - a stand-in for TrainingRequest's fields used here
         startup_timeout = 120
@@ -104,7 +110,8 @@ class FakeRun:
 
 
 def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> None:
-    plan = GrantPlan.for_run(FakeRun, "s3://tfjob-test/out/job/runs/manual__1/bundle.tar.gz", "x")
+    plan = GrantPlan.for_run(FakeRun,
+                             "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz")
     assert plan.lifetime == 120 + 1200 + 600
     assert GrantPlan.from_payload(plan.to_payload()) == plan
     first = sign_grants(plan, s3_server.presigner())
@@ -113,4 +120,4 @@ def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> 
     assert set(patches["job-0123abcd-access"]["data"]) == {"bundle_url"}
     assert set(patches["job-0123abcd-upload"]["data"]) == {"upload.json"}
     assert "X-Amz-Signature=" in first.bundle_url
-    assert first.upload["prefix"] == "out/job/runs/manual__1/"
+    assert first.upload["prefix"] == "out/job/runs/tfjob__job/manual__1/"

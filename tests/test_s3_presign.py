@@ -18,6 +18,9 @@ from s3_fixtures import S3Server
 from operators.s3access import parse_s3_uri, presign_bundle_url, presign_upload, run_output_prefix
 from runtime import transfer
 
+# The DAG of the runs these tests grant for: part of every run's S3 prefix.
+DAG = "tfjob__job"
+
 s3_server = s3_fixtures.s3_server  # the module-scoped server fixture
 
 EXPIRY_DEADLINE_S = 15.0
@@ -46,12 +49,15 @@ def test_parse_s3_uri_splits_bucket_and_key_and_names_bad_values() -> None:
         parse_s3_uri("http://b/k")
     with pytest.raises(ValueError, match="bucket name is missing"):
         parse_s3_uri("s3:///k")
-    assert run_output_prefix("s3://b/out/job/", "manual__2026") == (
+    assert run_output_prefix("s3://b/out/job/", "tfjob__job", "manual__2026") == (
         "b",
-        "out/job/runs/manual__2026/",
+        "out/job/runs/tfjob__job/manual__2026/",
     )
+    # Two DAGs, one output and one run id: two prefixes.
+    assert run_output_prefix("s3://b/out", "tfjob__a", "r") != run_output_prefix(
+        "s3://b/out", "tfjob__b", "r")
     with pytest.raises(ValueError, match="run_id"):
-        run_output_prefix("s3://b/out", "a/b")
+        run_output_prefix("s3://b/out", "tfjob__job", "a/b")
 
 
 def test_presigned_get_works_before_expiry_and_is_refused_after(
@@ -102,19 +108,19 @@ def make_file(tmp_path: Path, body: bytes = b"weights") -> Path:
 def test_upload_policy_allows_keys_under_the_run_prefix_only(
     tmp_path: Path, s3_server: S3Server, client
 ) -> None:
-    raw = presign_upload(client, f"s3://{s3_server.bucket}/outputs/job", "run-1", 60)
+    raw = presign_upload(client, f"s3://{s3_server.bucket}/outputs/job", DAG, "run-1", 60)
     policy = transfer.UploadPolicy.from_json(raw)
-    assert policy.prefix == "outputs/job/runs/run-1/"
+    assert policy.prefix == f"outputs/job/runs/{DAG}/run-1/"
     path = make_file(tmp_path)
     transfer.post_file(policy, policy.prefix + "model/w.bin", path, retries=0)
     got = s3_server.client().get_object(
-        Bucket=s3_server.bucket, Key="outputs/job/runs/run-1/model/w.bin"
+        Bucket=s3_server.bucket, Key=f"outputs/job/runs/{DAG}/run-1/model/w.bin"
     )
     assert got["Body"].read() == b"weights"
     for key in (
-        "outputs/job/runs/run-2/model/w.bin",
+        f"outputs/job/runs/{DAG}/run-2/model/w.bin",
         "outputs/job/latest",
-        "outputs/job/runs/run-1",
+        f"outputs/job/runs/{DAG}/run-1",
     ):
         with pytest.raises(transfer.TransferError, match="no grant covers this key"):
             transfer.post_file(policy, key, path, retries=0)
@@ -124,14 +130,14 @@ def test_upload_policy_allows_keys_under_the_run_prefix_only(
             transfer.post_file(forged, key, path, retries=0)
         assert caught.value.status == 403 and "starts-with" in str(caught.value)
     listed = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix="outputs/job/")
-    assert [o["Key"] for o in listed["Contents"]] == ["outputs/job/runs/run-1/model/w.bin"]
+    assert [o["Key"] for o in listed["Contents"]] == [f"outputs/job/runs/{DAG}/run-1/model/w.bin"]
 
 
 def test_upload_policy_cannot_be_redirected_to_another_bucket(
     tmp_path: Path, s3_server: S3Server, client
 ) -> None:
     policy = transfer.UploadPolicy.from_json(
-        presign_upload(client, f"s3://{s3_server.bucket}/o", "r", 60)
+        presign_upload(client, f"s3://{s3_server.bucket}/o", DAG, "r", 60)
     )
     other = transfer.UploadPolicy(
         policy.url.replace(s3_server.bucket, "tfjob-other"), policy.prefix, policy.grants
@@ -143,7 +149,7 @@ def test_upload_policy_cannot_be_redirected_to_another_bucket(
 
 def test_upload_policy_is_refused_after_expiry(tmp_path: Path, s3_server: S3Server, client) -> None:
     policy = transfer.UploadPolicy.from_json(
-        presign_upload(client, f"s3://{s3_server.bucket}/o", "exp", 1)
+        presign_upload(client, f"s3://{s3_server.bucket}/o", DAG, "exp", 1)
     )
     path = make_file(tmp_path)
     transfer.post_file(policy, policy.prefix + "model/first", path, retries=0)
@@ -164,7 +170,7 @@ def test_upload_policy_with_a_tampered_policy_document_is_refused(
     import base64
     import json
 
-    raw = presign_upload(client, f"s3://{s3_server.bucket}/o", "t", 60)
+    raw = presign_upload(client, f"s3://{s3_server.bucket}/o", DAG, "t", 60)
     fields = raw["grants"]["model/"]["fields"]
     document = json.loads(base64.b64decode(fields["policy"]))
     document["conditions"] = [

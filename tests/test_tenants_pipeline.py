@@ -3,10 +3,11 @@
 Two tenants applied from a test tenants file: each job lands in its own
 tenant's namespace; a gang that does not fit the tenant's quota fails at
 `validate`, before any pod exists; an unknown tenant is refused at `validate`;
-a request naming no resources gets the tenant's LimitRange defaults; and,
-under a real Airflow scheduler, the tenant's pool of one slot runs one job at
-a time, from its launch to its teardown, for request-file DAGs and
-`tfjob_submit` runs alike.
+a tenant's submit DAG refuses a request of another tenant, or one writing
+under another tenant's prefix, and nothing is written; a request naming no
+resources gets the tenant's LimitRange defaults; and, under a real Airflow
+scheduler, the tenant's pool of one slot runs one job at a time, from its
+launch to its teardown, for its request-file DAGs and its submit DAG alike.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from tfjob import naming
 from tfjob.request import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 
+BUCKET = "tfjob-test"  # the world's (tests/s3_fixtures.py)
+
 pytestmark = [pytest.mark.e2e]
 
 OTHER = "other"
@@ -54,10 +57,14 @@ def world(pipeline_world, tmp_path_factory):  # noqa: F811
     path.write_text(yaml.safe_dump({"network": {"s3_port": 9000}, "tenants": [
         {"name": TENANT, "quota": {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": 8,
                                    "pods": 10},
-         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 2},
+         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 2,
+         "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],
+         "output_prefixes": [f"s3://{BUCKET}/outputs/"], "images": ["python:*"]},
         {"name": OTHER, "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0,
                                   "pods": 3},
-         "defaults": OTHER_DEFAULTS, "max_concurrent_jobs": 1},
+         "defaults": OTHER_DEFAULTS, "max_concurrent_jobs": 1,
+         "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],  # bundles may be shared
+         "output_prefixes": [f"s3://{BUCKET}/{OTHER}/outputs/"], "images": ["python:*"]},
     ]}))
     import kubernetes
 
@@ -65,7 +72,14 @@ def world(pipeline_world, tmp_path_factory):  # noqa: F811
         kubernetes.config.new_client_from_config(config_file=pipeline_world.kube.kubeconfig))
     apply_tenants(clients, load_tenants(path))
     pipeline_world.env[TENANTS_FILE_ENV] = str(path)
+    pipeline_world.sync_tenant_roles()  # the other tenant's role: its DAGs name it
     return pipeline_world
+
+
+def other_request(world, name: str, **changes):
+    """A stand-in request of the other tenant, writing under its own output prefix."""
+    return world.request(name, tenant=OTHER, output=f"s3://{BUCKET}/{OTHER}/outputs/{name}",
+                         **changes)
 
 
 def pods_ever_created(world, namespace: str, job: str) -> list[str]:
@@ -78,7 +92,7 @@ def pods_ever_created(world, namespace: str, job: str) -> list[str]:
 
 def test_each_tenants_job_lands_in_its_own_namespace(world):
     mine = world.run_request(world.request("ns-mine"))
-    theirs = world.run_request(world.request("ns-theirs", tenant=OTHER))
+    theirs = world.run_request(other_request(world, "ns-theirs"))
     assert mine.state == "success", mine
     assert theirs.state == "success", theirs
     assert pods_ever_created(world, NAMESPACE, "ns-mine")
@@ -88,7 +102,7 @@ def test_each_tenants_job_lands_in_its_own_namespace(world):
 
 
 def test_a_gang_over_the_tenants_quota_fails_at_validate_before_any_pod(world):
-    body = world.request("too-wide", tenant=OTHER, mode="distributed",
+    body = other_request(world, "too-wide", mode="distributed",
                          strategy="multi_worker_mirrored",
                          replicas={"chief": 0, "ps": 0, "worker": 4, "evaluator": 0})
     result = world.run_request(body)
@@ -109,6 +123,24 @@ def test_an_unknown_tenant_is_refused_at_validate(world):
     assert f"{OTHER}" in result.log
 
 
+def test_a_submit_dag_refuses_another_tenants_request_and_writes_nothing(world):
+    # Airflow itself refuses the conf: the DAG's tenant Param allows only its tenant.
+    with pytest.raises(AssertionError) as refused:
+        world.run_submit(other_request(world, "cross"), tenant=TENANT)
+    assert f"Invalid input for param tenant: '{OTHER}' is not one of ['{TENANT}']" \
+        in str(refused.value)
+    # Its own tenant, but writing where the other tenant's models live.
+    stolen = world.request("stolen", output=f"s3://{BUCKET}/{OTHER}/outputs/ns-theirs")
+    before = world.s3_keys(f"{OTHER}/")
+    result = world.run_submit(stolen)
+    assert result.state == "failed" and result.tasks["validate"] == "failed", result
+    assert result.tasks["fetch_bundle"] == "upstream_failed", result
+    assert f"request.output: 's3://{BUCKET}/{OTHER}/outputs/ns-theirs' given; tenant " \
+        f"{TENANT} may write outputs only under s3://{BUCKET}/outputs/" in result.log
+    assert world.s3_keys(f"{OTHER}/") == before
+    assert world.run_objects("cross") == [] and world.run_objects("stolen") == []
+
+
 def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_reason(world):
     body = world.request("gpu-hog", startup_timeout=15, active_deadline=120, resources={
         "worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5}})
@@ -121,7 +153,7 @@ def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_rea
 
 
 def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world):
-    body = world.request("bare", tenant=OTHER, resources={},
+    body = other_request(world, "bare", resources={},
                          env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4}})})
     seen: dict[str, dict] = {}
     outcome: dict[str, object] = {}
@@ -155,7 +187,9 @@ def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world)
 
 POOL_RUN_TIMEOUT_S = 600
 TERMINAL = ("success", "failed")
-SUBMIT_DAG = "tfjob_submit"
+SUBMIT_DAG = naming.submit_dag_id(OTHER)
+
+
 def airflow_extra_env(world) -> dict[str, str]:
     keep = ("AIRFLOW_CONN_", "TFJOB_", "PYTHONPATH")
     env = {k: v for k, v in world.env.items() if k.startswith(keep)}
@@ -198,7 +232,7 @@ class PodSampler(threading.Thread):
 @pytest.mark.slow
 def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submit_runs(
         world, tmp_path):
-    """A pool of 1 slot: a request file's run and a tfjob_submit run of the same tenant,
+    """A pool of 1 slot: a request file's run and a run of the same tenant's submit DAG,
     triggered together, both put every job step (launch..teardown) in the tenant's pool,
     the pool runs one of those steps at a time (a deferred train holding its slot), and
     the tenant's job cap keeps the two jobs' pods apart."""
@@ -208,9 +242,8 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     # seen the deferring process exit makes Airflow 3.3 fail the resumed task
     # (apache/airflow#72716).
     behaviour = json.dumps({"*": {"sleep": 10}})
-    world.write_request(world.request("pool-a", tenant=OTHER,
-                                      env={"STANDIN_BEHAVIOUR": behaviour}))
-    submitted = world.request("pool-b", tenant=OTHER, env={"STANDIN_BEHAVIOUR": behaviour})
+    world.write_request(other_request(world, "pool-a", env={"STANDIN_BEHAVIOUR": behaviour}))
+    submitted = other_request(world, "pool-b", env={"STANDIN_BEHAVIOUR": behaviour})
     airflow = start_airflow(tmp_path / "airflow", extra_env=airflow_extra_env(world))
     sampler = PodSampler(world.kube.core_v1(), OTHER_NAMESPACE)
     try:
@@ -246,7 +279,7 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
             steps[dag_id] = {t: (ti["state"], ti["start_date"], ti["end_date"])
                              for t, ti in tis.items()}
             for step in JOB_STEPS:
-                # tfjob_submit's steps get the pool from the run's conf (operators/cluster_policy)
+                # both DAGs name the tenant's pool when they are built
                 assert tis[step]["pool"] == pool_name(OTHER), tis[step]
                 assert tis[step]["start_date"], tis[step]
                 held_slots.append((parse_time(tis[step]["start_date"]),

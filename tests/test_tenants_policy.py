@@ -1,4 +1,8 @@
-"""The cluster policy that puts tfjob_submit's job steps in the pool of the run's tenant."""
+"""The cluster policy: a job step whose tenant pool this Airflow lacks runs in default_pool.
+
+Every tenant DAG names its tenant's pool when it is built (operators/dag_factory.py);
+the policy only keeps a step from waiting forever for a pool that was never made.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from operators.cluster_policy import (
-    JOB_STEPS,
-    SUBMIT_DAG_ID,
-    choose_submit_pool,
-    task_instance_mutation_hook,
-)
+from operators.cluster_policy import JOB_STEPS, task_instance_mutation_hook
+from tfjob.tenants import Tenant
 
 
-@pytest.mark.parametrize(("dag_id", "task_id", "conf", "pool"), [
-    ("tfjob_submit", "launch", {"tenant": "research"}, "tfjob-tenant-research"),
-    ("tfjob_submit", "teardown", {"tenant": "research"}, "tfjob-tenant-research"),
-    ("tfjob_submit", "validate", {"tenant": "research"}, None),   # holds no objects
-    ("tfjob_submit", "publish", {"tenant": "research"}, None),
-    ("tfjob__digits", "launch", {"tenant": "research"}, None),    # pool set when parsed
-    ("tfjob_submit", "launch", {}, None),                         # validate refuses it
-    ("tfjob_submit", "launch", {"tenant": "Not A Name"}, None),
-    ("tfjob_submit", "launch", {"tenant": "x" * 58}, None),
-    ("tfjob_submit", "launch", None, None),
-])
-def test_only_submit_job_steps_of_a_valid_tenant_get_its_pool(dag_id, task_id, conf, pool):
-    assert choose_submit_pool(dag_id, task_id, conf) == pool
-
-
-def test_the_hook_sets_the_pool_when_airflow_gives_the_run():
-    ti = SimpleNamespace(dag_id="tfjob_submit", task_id="train", pool="default_pool")
+def test_the_hook_leaves_a_task_alone_until_airflow_gives_the_run():
+    ti = SimpleNamespace(dag_id="tfjob_submit__demo", task_id="train", pool="tfjob-tenant-demo")
     task_instance_mutation_hook(task_instance=ti, dag_run=None)
-    assert ti.pool == "default_pool"
-    task_instance_mutation_hook(task_instance=ti,
-                                dag_run=SimpleNamespace(conf={"tenant": "demo"}))
     assert ti.pool == "tfjob-tenant-demo"
 
 
@@ -49,11 +31,10 @@ def test_the_policy_is_registered_and_airflow_calls_it_when_creating_task_instan
 
 
 def test_the_policy_and_the_dag_factory_agree_on_the_job_steps():
-    from operators.dag_factory import SUBMIT_DAG_ID as FACTORY_SUBMIT_DAG_ID
     from operators.dag_factory import build_training_dag
 
-    assert SUBMIT_DAG_ID == FACTORY_SUBMIT_DAG_ID
-    dag = build_training_dag("tfjob__x", params={}, pool="tfjob-tenant-x")
+    tenant = Tenant(name="x", quota={}, defaults={})
+    dag = build_training_dag("tfjob__x", tenant=tenant, params={})
     pooled = {t.task_id for t in dag.tasks if t.pool == "tfjob-tenant-x"}
     assert pooled == JOB_STEPS
     weights = {t.task_id: t.weight_rule for t in dag.tasks if t.task_id in JOB_STEPS}
@@ -72,8 +53,7 @@ def scheduler_session():
     engine = create_engine("sqlite://")
     Pool.__table__.create(engine)
     with Session(engine) as session:
-        run = DagRun(dag_id="tfjob_submit", run_id="manual__1", conf={"tenant": "demo"},
-                     run_type="manual")
+        run = DagRun(dag_id="tfjob_submit__demo", run_id="manual__1", conf={}, run_type="manual")
         session.add(run)
         yield session, run
 
@@ -82,7 +62,8 @@ def test_steps_of_a_tenant_whose_pool_is_missing_run_in_the_default_pool(schedul
     from airflow.models.pool import Pool
 
     session, run = scheduler_session
-    submit = SimpleNamespace(dag_id="tfjob_submit", task_id="launch", pool="default_pool")
+    submit = SimpleNamespace(dag_id="tfjob_submit__demo", task_id="launch",
+                             pool="tfjob-tenant-demo")
     request = SimpleNamespace(dag_id="tfjob__x", task_id="train", pool="tfjob-tenant-demo")
     for ti in (submit, request):
         task_instance_mutation_hook(task_instance=ti, dag_run=run)
@@ -93,7 +74,20 @@ def test_steps_of_a_tenant_whose_pool_is_missing_run_in_the_default_pool(schedul
     with session.no_autoflush:
         session.execute(insert(Pool.__table__).values(pool="tfjob-tenant-demo", slots=1,
                                                       include_deferred=True))
-    submit.pool, request.pool = "default_pool", "tfjob-tenant-demo"
+    submit.pool = request.pool = "tfjob-tenant-demo"
     for ti in (submit, request):
         task_instance_mutation_hook(task_instance=ti, dag_run=run)
         assert ti.pool == "tfjob-tenant-demo", ti
+
+
+@pytest.mark.parametrize(("task_id", "pool"), [
+    ("validate", "tfjob-tenant-demo"),  # holds no objects: never in a tenant pool
+    ("publish", "tfjob-tenant-demo"),
+    ("launch", "default_pool"),         # not a tenant pool: nothing to check
+    ("launch", "team-pool"),
+])
+def test_only_job_steps_in_a_tenant_pool_are_checked(scheduler_session, task_id, pool):
+    _session, run = scheduler_session
+    ti = SimpleNamespace(dag_id="tfjob__x", task_id=task_id, pool=pool)
+    task_instance_mutation_hook(task_instance=ti, dag_run=run)
+    assert ti.pool == pool

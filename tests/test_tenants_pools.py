@@ -25,9 +25,11 @@ pytestmark = [pytest.mark.e2e]
 REPO = Path(__file__).resolve().parent.parent
 TENANTS = {"tenants": [
     {"name": "pool-a", "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 2},
-     "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 3},
+     "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 3,
+     "bundle_prefixes": ["s3://pool-a/bundles/"], "output_prefixes": ["s3://pool-a/outputs/"]},
     {"name": "pool-b", "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 2},
-     "defaults": {"cpu": "100m", "memory": "128Mi"}},
+     "defaults": {"cpu": "100m", "memory": "128Mi"},
+     "bundle_prefixes": ["s3://pool-b/bundles/"], "output_prefixes": ["s3://pool-b/outputs/"]},
 ]}
 
 APPLY = textwrap.dedent("""

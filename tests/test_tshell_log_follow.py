@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tshell.run_commands import RunRef, iter_live_log
+from tshell.run_logs import iter_live_log
+from tshell.run_lookup import RunRef
 
 
 def entry(second: int, text: str) -> dict[str, str]:

@@ -1,7 +1,10 @@
 """tshell submit/status/list/logs/cancel/download against a real `airflow standalone` and S3 server.
 
-The DAG is a stand-in with the pipeline's task names (tests/tshell_run_dags/),
-so these tests check tshell's REST mechanics, not the training pipeline.
+The DAGs are stand-ins for the tenants' submit DAGs `tfjob_submit__<tenant>`
+with the pipeline's task names (tests/tshell_run_dags/), so these tests check
+tshell's REST mechanics, not the training pipeline. They log in as the admin;
+what other users may do is Airflow's authorization (test_tshell_run_access.py
+words its answers).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_DAGS = Path(__file__).resolve().parent / "tshell_run_dags"
 BUCKET = s3_fixtures.BUCKETS[0]
 RUN_TIMEOUT_S = 180.0
+SUBMIT_DAG = "tfjob_submit__team-a"  # the submit DAG of REQUEST_YAML's tenant
 
 REQUEST_YAML = """\
 name: digits
@@ -152,9 +156,10 @@ def finished_run(airflow: AirflowHandle, s3_server: S3Server, tmp_path_factory) 
 def test_submit_wait_prints_run_id_ui_link_and_each_task_reaching_success(finished_run, airflow):
     assert finished_run["code"] == 0, finished_run["err"]
     out = finished_run["out"]
-    assert f"UI:  {airflow.url}/dags/tfjob_submit/runs/manual__" in out
+    assert f"  DAG: {SUBMIT_DAG}\n" in out
+    assert f"UI:  {airflow.url}/dags/{SUBMIT_DAG}/runs/manual__" in out
     for task in ("validate", "launch", "train", "archive", "remove_pods"):
-        assert any(line.split()[1:] == [task, "success"] for line in out.splitlines()[3:]), task
+        assert any(line.split()[1:] == [task, "success"] for line in out.splitlines()[3:]), out
     assert "replicas worker: 127.0.0.1:2222" in out
     assert out.rstrip().endswith(f"run {finished_run['run_id']}: success")
 
@@ -183,7 +188,7 @@ def test_list_filters_by_tenant_and_state(tshell_env, capsys, finished_run):
     assert run_id not in tshell(capsys, "list", "--tenant", "team-b").out
     assert run_id not in tshell(capsys, "list", "--state", "failed").out
     runs = json.loads(tshell(capsys, "list", "--state", "success", "--json").out)
-    assert run_id in [r["run_id"] for r in runs]
+    assert (run_id, SUBMIT_DAG) in [(r["run_id"], r["dag_id"]) for r in runs]
 
 
 def test_logs_of_a_finished_run_come_from_s3_per_replica(tshell_env, capsys, finished_run):
@@ -218,7 +223,8 @@ def test_download_of_missing_objects_names_the_s3_prefix(
         capsys, "download", run_id, "logs", str(tmp_path), "--output", "s3://tfjob-test/elsewhere"
     )
     assert result.code == 4
-    assert f"no objects under s3://tfjob-test/elsewhere/runs/{run_id}/logs/" in result.err
+    prefix = f"s3://tfjob-test/elsewhere/runs/{SUBMIT_DAG}/{run_id}/logs/"
+    assert f"no objects under {prefix}" in result.err
 
 
 def test_logs_follow_prints_replica_lines_live_until_the_task_ends(
@@ -247,7 +253,7 @@ def test_cancel_fails_the_run_and_still_runs_its_teardown(
     assert status["state"] == "failed"
     assert states["train"] == "failed" and states["remove_pods"] == "success"
     marker = s3_server.client().list_objects_v2(
-        Bucket=BUCKET, Prefix=f"digits/runs/{run_id}/teardown.done"
+        Bucket=BUCKET, Prefix=f"digits/runs/{SUBMIT_DAG}/{run_id}/teardown.done"
     )
     assert marker.get("KeyCount") == 1
     again = tshell(capsys, "cancel", run_id)
@@ -255,10 +261,18 @@ def test_cancel_fails_the_run_and_still_runs_its_teardown(
 
 
 def test_conf_refused_by_the_server_is_shown_with_the_field(tshell_env, capsys, request_file):
-    result = tshell(capsys, "submit", str(request_file), "--set", "tenant=team-z")
+    # The stand-in's `name` Param is stricter than the request model (NAME_LIMIT).
+    result = tshell(capsys, "submit", str(request_file), "--set", "name=a-longer-name")
     assert result.code == 3
     assert "HTTP 400" in result.err
-    assert "Invalid input for param tenant: 'team-z' is not one of" in result.err
+    assert "Invalid input for param name: 'a-longer-name' is too long" in result.err
+
+
+def test_submit_for_a_tenant_without_a_submit_dag_says_so(tshell_env, capsys, request_file):
+    result = tshell(capsys, "submit", str(request_file), "--set", "tenant=team-z")
+    assert result.code == 4
+    assert "tenant 'team-z' has no submit DAG" in result.err
+    assert "(Airflow answered 404 for DAG tfjob_submit__team-z)" in result.err
 
 
 def test_invalid_request_is_refused_locally_with_the_field(tshell_env, capsys, request_file):
@@ -340,7 +354,7 @@ def test_logs_and_status_of_a_running_run_read_the_replica_pods_in_kubernetes(
 
     monkeypatch.setenv("TSHELL_KUBECONFIG", cluster.kubeconfig)
     run_id = submit_run(capsys, request_file, "env.TRAIN_SECONDS=300")
-    run_key = naming.run_key("digits", run_id)
+    run_key = naming.run_key("digits", SUBMIT_DAG, run_id)
     core = cluster.core_v1()
     loop = "for i in 1 2 3 4 5; do echo {who} line $i; sleep 0.3; done"
     create_replica_pod(core, "tfjob-team-a", run_key, "worker", 0, loop.format(who="w0"))

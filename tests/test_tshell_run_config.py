@@ -20,9 +20,10 @@ from tshell.airflow_client import (
 )
 from tshell.cli import run as run_tshell_cli
 from tshell.config import AirflowConfig, ConfigError, load_config
-from tshell.run_commands import apply_overrides, build_conf, select_replica_lines
 from tshell.run_errors import CommandError, ExitCode
+from tshell.run_logs import select_replica_lines
 from tshell.run_storage import run_output_prefix
+from tshell.run_submit import apply_overrides, build_conf
 from tshell.run_views import format_table
 
 
@@ -57,19 +58,51 @@ def test_config_file_supplies_airflow_and_s3_settings(tmp_path):
     assert (config.s3.endpoint_url, config.s3.region) == ("http://s3:9", "eu-west-1")
 
 
-def test_embedded_default_reads_the_generated_admin_password(tmp_path):
+def write_users_file(home: Path, users: dict[str, str]) -> None:
+    home.mkdir(exist_ok=True)
+    (home / "tfjob_users.json").write_text(json.dumps(users))
+
+
+def test_embedded_default_reads_the_admin_password_make_up_wrote(tmp_path):
     home = tmp_path / "airflow"
-    home.mkdir()
-    (home / "simple_auth_manager_passwords.json.generated").write_text('{"admin": "gen-pw"}')
+    write_users_file(home, {"admin": "admin-pw", "demo-user": "demo-pw"})
     config = load_config({"AIRFLOW_HOME": str(home)}, tmp_path / "missing.yaml")
     assert config.airflow.url == "http://127.0.0.1:8080"
-    assert (config.airflow.username, config.airflow.password) == ("admin", "gen-pw")
+    assert (config.airflow.username, config.airflow.password) == ("admin", "admin-pw")
+
+
+def test_embedded_default_reads_the_password_of_the_chosen_user(tmp_path):
+    home = tmp_path / "airflow"
+    write_users_file(home, {"admin": "admin-pw", "demo-user": "demo-pw"})
+    env = {"AIRFLOW_HOME": str(home), "TSHELL_USERNAME": "demo-user"}
+    assert load_config(env, tmp_path / "missing.yaml").airflow.password == "demo-pw"
+    path = write_config(tmp_path, "airflow: {username: demo-user}\n")
+    config = load_config({"AIRFLOW_HOME": str(home)}, path)
+    assert (config.airflow.username, config.airflow.password) == ("demo-user", "demo-pw")
+
+
+def test_a_user_the_users_file_lacks_is_named_with_the_file_and_its_users(tmp_path):
+    home = tmp_path / "airflow"
+    write_users_file(home, {"admin": "admin-pw", "demo-user": "demo-pw"})
+    env = {"AIRFLOW_HOME": str(home), "TSHELL_USERNAME": "alice"}
+    with pytest.raises(ConfigError) as caught:
+        load_config(env, tmp_path / "missing.yaml")
+    assert str(caught.value) == (
+        f"user 'alice' is not in {home / 'tfjob_users.json'} (users: admin, demo-user); "
+        "set TSHELL_USERNAME to one of them, or TSHELL_PASSWORD for another user"
+    )
+
+
+def test_a_password_given_needs_no_users_file_entry(tmp_path):
+    home = tmp_path / "airflow"
+    write_users_file(home, {"admin": "admin-pw"})
+    env = {"AIRFLOW_HOME": str(home), "TSHELL_USERNAME": "alice", "TSHELL_PASSWORD": "pw"}
+    assert load_config(env, tmp_path / "missing.yaml").airflow.password == "pw"
 
 
 def test_embedded_default_uses_what_make_up_recorded(tmp_path):
     home = tmp_path / "airflow"
-    home.mkdir()
-    (home / "simple_auth_manager_passwords.json.generated").write_text('{"admin": "gen-pw"}')
+    write_users_file(home, {"admin": "gen-pw"})
     services = tmp_path / "services.json"
     services.write_text(
         json.dumps(
@@ -101,8 +134,9 @@ def test_embedded_default_uses_what_make_up_recorded(tmp_path):
 def test_missing_password_says_where_to_set_one(tmp_path):
     with pytest.raises(
         ConfigError, match="no Airflow password for user 'admin': set TSHELL_PASSWORD"
-    ):
+    ) as caught:
         load_config({"AIRFLOW_HOME": str(tmp_path)}, tmp_path / "missing.yaml")
+    assert str(caught.value).endswith(f"writes {tmp_path / 'tfjob_users.json'}")
 
 
 def test_config_file_that_is_not_a_mapping_is_refused(tmp_path):
@@ -162,18 +196,29 @@ def test_replica_lines_are_selected_by_role_and_index():
     assert select_replica_lines(lines, None, None) == lines
 
 
-def test_run_output_prefix_joins_output_runs_and_run_id():
-    run = {"dag_run_id": "manual__1", "conf": {"output": "s3://models/team/digits/"}}
-    assert run_output_prefix(run, None) == ("models", "team/digits/runs/manual__1/")
-    assert run_output_prefix(run, "s3://other") == ("other", "runs/manual__1/")
+def test_run_output_prefix_joins_output_runs_dag_id_and_run_id():
+    run = {
+        "dag_id": "tfjob_submit__team-a",
+        "dag_run_id": "manual__1",
+        "conf": {"output": "s3://models/team/digits/"},
+    }
+    assert run_output_prefix(run, None) == (
+        "models",
+        "team/digits/runs/tfjob_submit__team-a/manual__1/",
+    )
+    assert run_output_prefix(run, "s3://other") == (
+        "other",
+        "runs/tfjob_submit__team-a/manual__1/",
+    )
     # Runs of request-file DAGs have no conf: the request validate recorded names the output.
     described = {"request": {"output": "s3://models/nightly"}}
-    assert run_output_prefix({"dag_run_id": "s__1", "conf": {}}, None, described) == (
+    scheduled = {"dag_id": "tfjob__nightly", "dag_run_id": "s__1", "conf": {}}
+    assert run_output_prefix(scheduled, None, described) == (
         "models",
-        "nightly/runs/s__1/",
+        "nightly/runs/tfjob__nightly/s__1/",
     )
     with pytest.raises(CommandError, match="has no 'output' in its conf"):
-        run_output_prefix({"dag_run_id": "x", "conf": {}}, None)
+        run_output_prefix({"dag_id": "d", "dag_run_id": "x", "conf": {}}, None)
 
 
 def test_table_columns_are_aligned():

@@ -5,11 +5,22 @@ JWT from ``POST /auth/token`` as a bearer token, valid for a limited time. This
 module fetches it, refreshes it shortly before it expires and once more when
 the server rejects it anyway (401/403: a restarted Airflow with a new secret), and
 turns transport and HTTP failures into errors a person can act on:
-unreachable, wrong credentials, not found, refused input.
+
+    AirflowClientError              any failed call (other 4xx)
+    ├── AirflowUnreachableError     no answer: not running, wrong URL, timeout
+    ├── AirflowAuthError            the login was refused, or 401 with a fresh token
+    │   └── AirflowForbiddenError   403 with a fresh token: the user's roles do not grant it
+    ├── AirflowNotFoundError        404: no such DAG, run or task
+    ├── AirflowRefusedError         400/409/422: the server refused the input
+    └── AirflowServerError          5xx: a busy server; asking again may work
+
+With the FAB auth manager each tenant's roles grant its own DAGs, so a 403 is
+an answer about the user, not the token: the commands word it (run_lookup.py).
 
 Importing apache-airflow-client costs seconds (it loads every API module), so
-reads go through `get_json` on the standard library, and the generated client
-is imported only by the commands that write (trigger, patch).
+reads go through `get_json` (and `post_json`, for the one read that is a POST)
+on the standard library, and the generated client is imported only by the
+commands that write (trigger, patch).
 """
 
 from __future__ import annotations
@@ -48,6 +59,10 @@ class AirflowUnreachableError(AirflowClientError):
 
 class AirflowAuthError(AirflowClientError):
     pass
+
+
+class AirflowForbiddenError(AirflowAuthError):
+    """The user is logged in but may not do this (HTTP 403 with a fresh token)."""
 
 
 class AirflowNotFoundError(AirflowClientError):
@@ -209,7 +224,9 @@ class AirflowSession:
         if status == 404:
             return AirflowNotFoundError(f"{subject}not found on {self.config.url} ({detail})")
         if status in (401, 403):
-            return AirflowAuthError(
+            # Asked after a fresh token: a 403 now is about the user's roles, not the token.
+            failure = AirflowForbiddenError if status == 403 else AirflowAuthError
+            return failure(
                 f"{subject}user {self.config.username!r} is not allowed (HTTP {status}: {detail})"
             )
         if status in (400, 409, 422):
@@ -220,12 +237,30 @@ class AirflowSession:
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """GET a REST API path (query `params` may hold lists); the decoded JSON answer."""
+        return self.send_json("GET", path, params)
+
+    def post_json(self, path: str, body: Any) -> Any:
+        """POST `body` as JSON to a REST API path that reads (e.g. dagRuns/list); its answer."""
+        return self.send_json("POST", path, data=json.dumps(body).encode())
+
+    def send_json(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None = None,
+        data: bytes | None = None,
+    ) -> Any:
+        """One call on the standard library; a rejected token is replaced once."""
         query = urllib.parse.urlencode(params or {}, doseq=True)
-        url = f"{self.config.url}{path}" + (f"?{query}" if query else "")
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         for attempt in (1, 2):
             request = urllib.request.Request(
-                url,
-                headers={"Authorization": f"Bearer {self.token()}", "Accept": "application/json"},
+                f"{self.config.url}{path}" + (f"?{query}" if query else ""),
+                data=data,
+                method=method,
+                headers=headers | {"Authorization": f"Bearer {self.token()}"},
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:

@@ -11,9 +11,10 @@ setting won. Order, first found wins, field by field:
    ``kubernetes: {kubeconfig}``), then KUBECONFIG for the cluster;
 3. the embedded default (`make up`): the URLs and S3 credentials that
    scripts/services.py recorded in .state/services.json of this repo, else
-   http://127.0.0.1:8080; user admin with the password Airflow generated in
-   <airflow home>/simple_auth_manager_passwords.json.generated (home:
-   $AIRFLOW_HOME, else .state/airflow of this repo).
+   http://127.0.0.1:8080; the user (TSHELL_USERNAME, the file's username,
+   else admin) with its password from <airflow home>/tfjob_users.json, which
+   `make up` writes (username → password: admin and `<role>-user` for each
+   tenant role; home: $AIRFLOW_HOME, else .state/airflow of this repo).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import yaml
 DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
 DEFAULT_USERNAME = "admin"
 DEFAULT_CONFIG_PATH = Path("~/.config/tshell/config.yaml")
-PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+USERS_FILE = "tfjob_users.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_AIRFLOW_HOME = REPO_ROOT / ".state" / "airflow"
 SERVICES_FILE = REPO_ROOT / ".state" / "services.json"
@@ -81,13 +82,27 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_generated_password(airflow_home: Path, username: str) -> str | None:
-    """The password Airflow's simple auth manager generated for `username`, if any."""
-    path = airflow_home / PASSWORDS_FILE
+def read_embedded_password(airflow_home: Path, username: str) -> str | None:
+    """`username`'s password in the embedded Airflow's users file; None when there is no file.
+
+    A file without the user is an error that names the users it has: a wrong
+    TSHELL_USERNAME should not read as "start Airflow".
+    """
+    path = airflow_home / USERS_FILE
     try:
-        return json.loads(path.read_text()).get(username)
-    except (FileNotFoundError, ValueError):
+        users = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"users file {path}: not readable as JSON ({exc})") from None
+    if not isinstance(users, dict):
+        raise ConfigError(f"users file {path}: a JSON object of username → password is required")
+    if username not in users:
+        raise ConfigError(
+            f"user {username!r} is not in {path} (users: {', '.join(sorted(users)) or 'none'}); "
+            f"set TSHELL_USERNAME to one of them, or TSHELL_PASSWORD for another user"
+        )
+    return str(users[username])
 
 
 def read_services_file(path: Path) -> dict[str, Any]:
@@ -122,13 +137,13 @@ def load_config(
     password = env.get("TSHELL_PASSWORD") or file_airflow.get("password")
     if not password:
         home = Path(env.get("AIRFLOW_HOME") or embedded_airflow.get("home") or DEFAULT_AIRFLOW_HOME)
-        password = read_generated_password(home, username)
-    if not password:
-        raise ConfigError(
-            f"no Airflow password for user {username!r}: set TSHELL_PASSWORD, or 'airflow: "
-            f"{{password: …}}' in {path}, or start the embedded Airflow (`make up`), which "
-            f"writes {DEFAULT_AIRFLOW_HOME / PASSWORDS_FILE}"
-        )
+        password = read_embedded_password(home, username)
+        if not password:
+            raise ConfigError(
+                f"no Airflow password for user {username!r}: set TSHELL_PASSWORD, or 'airflow: "
+                f"{{password: …}}' in {path}, or start the embedded Airflow (`make up`), which "
+                f"writes {home / USERS_FILE}"
+            )
     endpoint = (
         env.get("TSHELL_S3_ENDPOINT_URL")
         or env.get("AWS_ENDPOINT_URL")

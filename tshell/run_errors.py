@@ -11,7 +11,12 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """What a run command's exit status means (RUN_FAILED: `submit --wait` saw the run fail)."""
+    """What a run command's exit status means (docs/tshell.md, exit codes).
+
+    RUN_FAILED: `submit --wait` saw the run fail. AIRFLOW_ERROR: Airflow did not
+    do it: unreachable, login refused, not allowed (403), or input refused.
+    NOT_FOUND: no such run, DAG (a tenant without a submit DAG too) or S3 object.
+    """
 
     OK = 0
     RUN_FAILED = 1

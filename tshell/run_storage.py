@@ -1,9 +1,10 @@
 """A run's published files in S3: where they are, listing, reading and downloading them.
 
 Why this exists: `tshell logs` and `tshell download` read what the pipeline's
-`archive` task wrote under `<output>/runs/<run_id>/` (architecture.md, S3
-layout). boto3 is imported only when a command needs it; S3 failures become
-CommandErrors that name the bucket and key.
+`archive` task wrote under `<output>/runs/<dag_id>/<run_id>/` (architecture.md,
+S3 layout; the same run id can exist in several DAGs). boto3 is imported only
+when a command needs it; S3 failures become CommandErrors that name the bucket
+and key.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def split_s3_url(url: str) -> tuple[str, str]:
 def run_output_prefix(
     run: dict[str, Any], output_override: str | None, described: dict[str, Any] | None = None
 ) -> tuple[str, str]:
-    """(bucket, key prefix) of the run's published files: <output>/runs/<run_id>/.
+    """(bucket, key prefix) of the run's published files: <output>/runs/<dag_id>/<run_id>/.
 
     `<output>` comes from --output, else the run's conf, else the request `validate`
     recorded (runs of request-file DAGs have an empty conf).
@@ -45,7 +46,7 @@ def run_output_prefix(
             ExitCode.NOT_FOUND,
         )
     bucket, prefix = split_s3_url(output)
-    key = "/".join(p for p in (prefix, "runs", run["dag_run_id"]) if p)
+    key = "/".join(p for p in (prefix, "runs", run["dag_id"], run["dag_run_id"]) if p)
     return bucket, key + "/"
 
 

@@ -14,7 +14,8 @@ from localkube.kubelet.environment import (
     expand_references,
 )
 from localkube.kubelet.images import load_image_rules, resolve_image
-from localkube.kubelet.podworker import restart_delay, should_restart, termination_reason
+from localkube.kubelet.restarts import restart_delay, should_restart
+from localkube.kubelet.runrecords import termination_reason
 from localkube.kubelet.status import (
     ContainerRecord,
     ContainerState,

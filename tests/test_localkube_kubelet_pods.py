@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
+from localkube_fixtures import start_localkube, stop_localkube, wait_until
 
 from localkube.kubelet.cleanup import list_state_netns
 from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
@@ -34,14 +34,7 @@ HOST_REPLY = b"hello from the host"
 
 
 def poll(predicate, timeout: float = POD_TIMEOUT_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
+    return wait_until(predicate, timeout, "condition", interval)
 
 
 class HostService:

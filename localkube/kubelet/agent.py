@@ -328,7 +328,7 @@ class Kubelet:
         """Kill every pod's processes and release their resources (pods stay in the API)."""
         workers = list(self.workers.values())
         for worker in workers:
-            worker.status_enabled = False
+            worker.reporter.enabled = False
             worker.gone = True  # no DELETE: the pod stays; the next kubelet reports it
             worker.stopping.set()  # no new container starts from here on
         for worker in workers:

@@ -65,3 +65,14 @@ async def run_hook(
         await asyncio.sleep(min(float(handler["sleep"].get("seconds") or 0), timeout_s))
         return None
     return f"unsupported lifecycle handler {sorted(handler)}; allowed: exec, httpGet, sleep"
+
+
+def find_hook(container: dict | None, kind: str) -> dict | None:
+    """The container's `kind` lifecycle handler (postStart, preStop), if it declares one."""
+    return ((container or {}).get("lifecycle") or {}).get(kind)
+
+
+def describe_hook_failure(kind: str, error: str) -> tuple[str, str]:
+    """The event (reason, message) for a failed `kind` hook, e.g. FailedPostStartHook."""
+    title = kind[:1].upper() + kind[1:]
+    return f"Failed{title}Hook", f"{title}Hook failed: {error}"

@@ -94,3 +94,40 @@ def resolve_image(image: str, rules: list[ImageRule]) -> ResolvedImage | None:
             host_dirs = tuple(d for d in dict.fromkeys(dirs) if d and os.path.isdir(d))
             return ResolvedImage(image, rule.kind, rule.cmd, path, host_dirs)
     return None
+
+
+def resolve_pod_images(
+    containers: list[dict], rules: list[ImageRule]
+) -> tuple[dict[str, ResolvedImage], list[dict]]:
+    """Each container's resolved image by container name, and the containers none matched."""
+    resolved, missing = {}, []
+    for c in containers:
+        image = resolve_image(c.get("image", ""), rules)
+        if image is None:
+            missing.append(c)
+        else:
+            resolved[c["name"]] = image
+    return resolved, missing
+
+
+def describe_pull_failure(
+    image: str | None, reason: str, first: bool
+) -> tuple[str, list[tuple[str, str, str]]]:
+    """For a container whose image no rule matches: its waiting message under `reason`
+    (ErrImagePull, then ImagePullBackOff) and the events to record, as (type, reason,
+    message): Pulling and Failed the first time, BackOff on each retry after."""
+    message = (
+        f'failed to pull and unpack image "{image}": '
+        "no rule in localkube images.yaml matches it"
+    )
+    if reason == "ImagePullBackOff":
+        message = f'Back-off pulling image "{image}"'
+    if first:
+        return message, [
+            ("Normal", "Pulling", f'Pulling image "{image}"'),
+            ("Warning", "Failed", f'Failed to pull image "{image}": {message}'),
+            ("Warning", "Failed", "Error: ErrImagePull"),
+        ]
+    if reason == "ImagePullBackOff":
+        return message, [("Normal", "BackOff", message)]
+    return message, []

@@ -6,6 +6,12 @@ Stopping is cooperative: `stopping` is set, container loops stop restarting,
 processes get preStop + SIGTERM, then SIGKILL after the grace period, and
 resources are released only when every process is gone (the shim of a run
 exits only after the container's whole pid namespace has died).
+
+This module holds the sequencing; what it consults lives beside it: the restart
+policy and back-off (restarts.py), how a run is written into its record
+(runrecords.py), grace period and deadline (termination.py), state.json
+(podstate.py), the status PATCH loop (statusreporter.py) and what it uses of the
+kubelet (podhost.py, so that it does not import agent.py).
 """
 
 from __future__ import annotations
@@ -21,8 +27,16 @@ from typing import TYPE_CHECKING
 
 from localkube.kubelet import cgroups, network
 from localkube.kubelet.environment import NoCommandError, build_argv, build_environment
-from localkube.kubelet.hooks import run_hook
-from localkube.kubelet.images import ResolvedImage, resolve_image
+from localkube.kubelet.hooks import describe_hook_failure, find_hook, run_hook
+from localkube.kubelet.images import ResolvedImage, describe_pull_failure, resolve_pod_images
+from localkube.kubelet.podstate import build_pod_state, write_pod_state
+from localkube.kubelet.restarts import describe_back_off, restart_delay, should_restart
+from localkube.kubelet.runrecords import (
+    record_create_error,
+    record_run_exit,
+    record_run_started,
+    record_start_error,
+)
 from localkube.kubelet.runtime import (
     ContainerRun,
     await_container_exit,
@@ -31,7 +45,6 @@ from localkube.kubelet.runtime import (
     pod_dir,
     signal_process,
     start_container_run,
-    write_json_atomically,
 )
 from localkube.kubelet.securitycontext import build_security_profile
 from localkube.kubelet.status import (
@@ -40,8 +53,15 @@ from localkube.kubelet.status import (
     PodPhase,
     PodRuntimeFacts,
     RestartPolicy,
+    build_container_records,
     build_pod_status,
     now_rfc3339,
+)
+from localkube.kubelet.statusreporter import PodStatusReporter
+from localkube.kubelet.termination import (
+    DEADLINE_EXCEEDED_MESSAGE,
+    read_active_deadline,
+    read_grace_period,
 )
 from localkube.kubelet.volumes import (
     VolumeError,
@@ -51,43 +71,18 @@ from localkube.kubelet.volumes import (
 )
 
 if TYPE_CHECKING:
-    from localkube.kubelet.agent import Kubelet
+    from localkube.kubelet.podhost import PodHost
 
 log = logging.getLogger(__name__)
 
-BACKOFF_INITIAL_S = 10
-BACKOFF_MAX_S = 300
 IMAGE_BACKOFF_S = 1.0
 VOLUME_RETRY_S = 2.0
 HOOK_TIMEOUT_S = 30
-DEFAULT_GRACE_S = 30
 KILL_WAIT_S = 10
-STATUS_RETRY_S = 1.0
-FALLBACK_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError, as the kubelet
-FALLBACK_BYTES = 2048
-
-
-def restart_delay(restart_count: int) -> float:
-    """The kubelet's crash back-off: first restart at once, then 10 s doubling to 5 min."""
-    if restart_count == 0:
-        return 0.0
-    return min(BACKOFF_INITIAL_S * 2 ** (restart_count - 1), BACKOFF_MAX_S)
-
-
-def should_restart(policy: RestartPolicy, exit_code: int) -> bool:
-    return policy is RestartPolicy.ALWAYS or (policy is RestartPolicy.ON_FAILURE and exit_code != 0)
-
-
-def termination_reason(record: dict) -> str:
-    if record.get("oomKilled"):
-        return "OOMKilled"
-    if record.get("reason"):
-        return record["reason"]
-    return "Completed" if record.get("exitCode") == 0 else "Error"
 
 
 class PodWorker:
-    def __init__(self, kubelet: Kubelet, pod: dict) -> None:
+    def __init__(self, kubelet: PodHost, pod: dict) -> None:
         self.k = kubelet
         self.pod = pod
         meta = pod["metadata"]
@@ -100,16 +95,7 @@ class PodWorker:
         self.policy = RestartPolicy(spec.get("restartPolicy") or "Always")
         self.init_specs = spec.get("initContainers") or []
         self.main_specs = spec.get("containers") or []
-        main_wait = "PodInitializing" if self.init_specs else "ContainerCreating"
-        self.records: dict[str, ContainerRecord] = {}
-        for c in self.init_specs:
-            self.records[c["name"]] = ContainerRecord(
-                c["name"], c.get("image", ""), is_init=True, waiting_reason="PodInitializing"
-            )
-        for c in self.main_specs:
-            self.records[c["name"]] = ContainerRecord(
-                c["name"], c.get("image", ""), waiting_reason=main_wait
-            )
+        self.records = build_container_records(self.init_specs, self.main_specs)
         self.facts = PodRuntimeFacts(
             host_ip=kubelet.host_ip, start_time=(pod.get("status") or {}).get("startTime")
         )
@@ -120,8 +106,9 @@ class PodWorker:
         self.stopping = asyncio.Event()
         self.deletion = asyncio.Event()
         self.gone = False
-        self.dirty = asyncio.Event()
-        self.status_enabled = True
+        self.reporter = PodStatusReporter(
+            kubelet.api, self.namespace, self.name, self.current_status, self.vanish
+        )
         self.task: asyncio.Task | None = None
         self.lifecycle_task: asyncio.Task | None = None
         self.released = False
@@ -140,12 +127,12 @@ class PodWorker:
     def vanish(self) -> None:
         """The pod left the API (force delete, or removed before the kubelet got to it)."""
         self.gone = True
-        self.status_enabled = False
+        self.reporter.enabled = False
         self.deletion.set()
 
     # ---- the pod's life ------------------------------------------------------
     async def run(self) -> None:
-        status_task = asyncio.create_task(self.status_loop())
+        status_task = asyncio.create_task(self.reporter.run())
         try:
             self.lifecycle_task = asyncio.create_task(self.lifecycle())
             deadline_task = asyncio.create_task(self.enforce_deadline())
@@ -154,7 +141,7 @@ class PodWorker:
                 {self.lifecycle_task, deletion_wait}, return_when=asyncio.FIRST_COMPLETED
             )
             if self.deletion.is_set():
-                await self.stop_containers(0 if self.gone else self.grace_period())
+                await self.stop_containers(0 if self.gone else read_grace_period(self.pod))
             else:
                 try:
                     await self.lifecycle_task
@@ -162,31 +149,23 @@ class PodWorker:
                     log.exception("pod %s/%s: failed to run", self.namespace, self.name)
             deadline_task.cancel()
             await self.release_resources()
-            await self.flush_status()
+            await self.reporter.flush()
             await deletion_wait
             if not self.gone and not self.stopping.is_set():
-                await self.stop_containers(self.grace_period())
-            await self.flush_status()
-            self.status_enabled = False
+                await self.stop_containers(read_grace_period(self.pod))
+            await self.reporter.flush()
+            self.reporter.enabled = False
             await self.remove_pod_dir()
             if not self.gone:
                 await self.k.api.delete_pod_now(self.namespace, self.name, self.uid)
         except Exception:
             log.exception("pod %s/%s: worker failed", self.namespace, self.name)
-            self.status_enabled = False
+            self.reporter.enabled = False
             await self.kill_everything()
             await self.release_resources()
         finally:
             status_task.cancel()
             self.k.forget(self.uid)
-
-    def grace_period(self) -> float:
-        meta = self.pod["metadata"]
-        if meta.get("deletionGracePeriodSeconds") is not None:
-            return float(meta["deletionGracePeriodSeconds"])
-        return float(
-            (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds") or DEFAULT_GRACE_S
-        )
 
     async def lifecycle(self) -> None:
         if self.adopted:
@@ -204,19 +183,19 @@ class PodWorker:
         await asyncio.gather(*loops)
 
     async def enforce_deadline(self) -> None:
-        deadline = (self.pod.get("spec") or {}).get("activeDeadlineSeconds")
+        deadline = read_active_deadline(self.pod)
         if deadline is None:
             return
         while not self.facts.start_time:
             await asyncio.sleep(0.1)
         started = time.time() - self.k.age_of(self.facts.start_time)
-        await asyncio.sleep(max(0.0, started + float(deadline) - time.time()))
+        await asyncio.sleep(max(0.0, started + deadline - time.time()))
         if self.stopping.is_set():
             return
         self.facts.failure_reason = "DeadlineExceeded"
-        self.facts.failure_message = "Pod was active on the node longer than the specified deadline"
+        self.facts.failure_message = DEADLINE_EXCEEDED_MESSAGE
         self.k.record_event(self.pod, "Normal", "DeadlineExceeded", self.facts.failure_message)
-        await self.stop_containers(self.grace_period())
+        await self.stop_containers(read_grace_period(self.pod))
 
     # ---- preparation -----------------------------------------------------------
     async def prepare(self) -> bool:
@@ -256,13 +235,8 @@ class PodWorker:
                     return False
 
     async def check_images(self) -> dict[str, ResolvedImage] | None:
-        resolved, missing = {}, []
-        for c in self.init_specs + self.main_specs:
-            image = resolve_image(c.get("image", ""), self.k.image_rules)
-            if image is None:
-                missing.append(c)
-            else:
-                resolved[c["name"]] = image
+        containers = self.init_specs + self.main_specs
+        resolved, missing = resolve_pod_images(containers, self.k.image_rules)
         if not missing:
             return resolved
         reason, first = "ErrImagePull", True
@@ -270,33 +244,10 @@ class PodWorker:
             for c in missing:
                 record = self.records[c["name"]]
                 record.waiting_reason = reason
-                message = (
-                    f'failed to pull and unpack image "{c.get("image")}": '
-                    "no rule in localkube images.yaml matches it"
-                )
-                if reason == "ImagePullBackOff":
-                    message = f'Back-off pulling image "{c.get("image")}"'
+                message, events = describe_pull_failure(c.get("image"), reason, first)
                 record.waiting_message = message
-                if first:
-                    self.k.record_event(
-                        self.pod,
-                        "Normal",
-                        "Pulling",
-                        f'Pulling image "{c.get("image")}"',
-                        c["name"],
-                    )
-                    self.k.record_event(
-                        self.pod,
-                        "Warning",
-                        "Failed",
-                        f'Failed to pull image "{c.get("image")}": {message}',
-                        c["name"],
-                    )
-                    self.k.record_event(
-                        self.pod, "Warning", "Failed", "Error: ErrImagePull", c["name"]
-                    )
-                elif reason == "ImagePullBackOff":
-                    self.k.record_event(self.pod, "Normal", "BackOff", message, c["name"])
+                for kind, why, message in events:
+                    self.k.record_event(self.pod, kind, why, message, c["name"])
             self.mark_dirty()
             first = False
             if await self.wait_stopping(IMAGE_BACKOFF_S if reason == "ErrImagePull" else 30):
@@ -360,10 +311,7 @@ class PodWorker:
         if delay:
             record.state = ContainerState.WAITING
             record.waiting_reason = "CrashLoopBackOff"
-            record.waiting_message = (
-                f"back-off {delay:.0f}s restarting failed container={record.name} "
-                f"pod={self.name}_{self.namespace}({self.uid})"
-            )
+            record.waiting_message = describe_back_off(delay, record.name, self.pod)
             self.k.record_event(
                 self.pod,
                 "Warning",
@@ -392,24 +340,11 @@ class PodWorker:
             mounts = build_container_mounts(spec, self.volume_paths, self.etc_files)
             groups = cgroups.create_container_cgroups(self.k.state_hash, self.uid, spec)
         except (VolumeError, NoCommandError, ValueError, OSError) as exc:
-            reason = (
-                "CreateContainerError"
-                if isinstance(exc, NoCommandError)
-                else "CreateContainerConfigError"
-            )
-            record.state, record.waiting_reason, record.waiting_message = (
-                ContainerState.WAITING,
-                reason,
-                str(exc),
-            )
+            result = record_create_error(record, exc)
             self.k.record_event(self.pod, "Warning", "Failed", f"Error: {exc}", name)
             self.mark_dirty()
             await self.wait_stopping(VOLUME_RETRY_S)
-            return (
-                {"exitCode": 1, "retry": True}
-                if not isinstance(exc, NoCommandError)
-                else {"exitCode": 128}
-            )
+            return result
         netns_path = os.path.join(network.NETNS_DIR, self.netns) if self.netns else None
         shim_spec = build_shim_spec(
             self.pod, self.dir, spec, record.restart_count, netns_path=netns_path,
@@ -432,49 +367,21 @@ class PodWorker:
         run = await start_container_run(shim_spec, os.path.join(base, "spec.bin"))
         if run.start_error:
             await await_container_exit(run)
-            now = now_rfc3339()
-            record.state, record.exit_code, record.reason = (
-                ContainerState.TERMINATED,
-                128,
-                "StartError",
-            )
-            record.message, record.started_at, record.finished_at, record.ready = (
-                run.start_error,
-                now,
-                now,
-                False,
-            )
+            record_start_error(record, run.start_error)
             self.k.record_event(self.pod, "Warning", "Failed", f"Error: {run.start_error}", name)
             self.mark_dirty()
             return {"exitCode": 128}
         self.runs[name] = run
-        record.state, record.started_at, record.waiting_message = (
-            ContainerState.RUNNING,
-            run.started_at,
-            None,
-        )
-        record.container_id = f"localkube://{self.uid[:8]}-{name}-{record.restart_count}"
+        record_run_started(record, run, self.uid)
         self.write_state()
         if record.restart_count == 0:
             self.k.record_event(self.pod, "Normal", "Created", f"Created container {name}", name)
         self.k.record_event(self.pod, "Normal", "Started", f"Started container {name}", name)
         if self.stopping.is_set():
             signal_process(run.pid, signal.SIGKILL)
-        post_start = (
-            ((spec.get("lifecycle") or {}).get("postStart")) if not record.is_init else None
-        )
+        post_start = find_hook(spec, "postStart") if not record.is_init else None
         if post_start and not self.stopping.is_set():
-            error = await run_hook(
-                self.k.state_dir, self.uid, name, post_start, self.facts.pod_ip, HOOK_TIMEOUT_S
-            )
-            if error:
-                self.k.record_event(
-                    self.pod,
-                    "Warning",
-                    "FailedPostStartHook",
-                    f"PostStartHook failed: {error}",
-                    name,
-                )
+            if not await self.run_lifecycle_hook(name, "postStart", post_start, HOOK_TIMEOUT_S):
                 signal_process(run.pid, signal.SIGKILL)
         record.ready = not record.is_init and not self.stopping.is_set()
         self.mark_dirty()
@@ -485,34 +392,23 @@ class PodWorker:
         record = self.records[name]
         result = await await_container_exit(run)
         self.runs.pop(name, None)
-        record.state, record.ready = ContainerState.TERMINATED, False
-        record.exit_code = result.get("exitCode", 137)
-        record.signal = result.get("signal")
-        record.reason = termination_reason(result)
-        record.message = result.get("message") or self.fallback_message(name, record)
-        record.finished_at = result.get("finishedAt") or now_rfc3339()
-        if result.get("startedAt"):
-            record.started_at = result["startedAt"]
+        spec = next((c for c in self.init_specs + self.main_specs if c["name"] == name), {})
+        record_run_exit(record, result, self.dir, spec)
         self.write_state()
         self.mark_dirty()
         return result
 
-    def fallback_message(self, name: str, record: ContainerRecord) -> str | None:
-        """terminationMessagePolicy FallbackToLogsOnError: the log's tail when the run failed."""
-        spec = next((c for c in self.init_specs + self.main_specs if c["name"] == name), {})
-        if spec.get("terminationMessagePolicy") != "FallbackToLogsOnError" or record.exit_code == 0:
-            return None
-        path = os.path.join(self.dir, "logs", name, f"{record.restart_count}.log")
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, os.path.getsize(path) - 64 * 1024))
-                lines = f.read().decode(errors="replace").splitlines()
-        except OSError:
-            return None
-        text = "\n".join(
-            line.split(" ", 3)[3] for line in lines[-FALLBACK_LINES:] if line.count(" ") >= 3
+    async def run_lifecycle_hook(
+        self, name: str, kind: str, handler: dict, timeout_s: float
+    ) -> bool:
+        """Run a postStart or preStop handler; False, with a Failed...Hook event, if it failed."""
+        error = await run_hook(
+            self.k.state_dir, self.uid, name, handler, self.facts.pod_ip, timeout_s
         )
-        return text[-FALLBACK_BYTES:] or None
+        if error:
+            reason, message = describe_hook_failure(kind, error)
+            self.k.record_event(self.pod, "Warning", reason, message, name)
+        return not error
 
     # ---- stopping --------------------------------------------------------------
     async def stop_containers(self, grace: float) -> None:
@@ -524,12 +420,12 @@ class PodWorker:
             hooks = []
             for name in list(self.runs):
                 spec = next((c for c in self.main_specs if c["name"] == name), None)
-                pre_stop = ((spec or {}).get("lifecycle") or {}).get("preStop")
+                pre_stop = find_hook(spec, "preStop")
                 self.k.record_event(
                     self.pod, "Normal", "Killing", f"Stopping container {name}", name
                 )
                 if pre_stop:
-                    hooks.append(self.run_pre_stop(name, pre_stop, grace))
+                    hooks.append(self.run_lifecycle_hook(name, "preStop", pre_stop, grace))
             if hooks:
                 await asyncio.gather(*hooks)
         for run in list(self.runs.values()):
@@ -545,13 +441,6 @@ class PodWorker:
                     with contextlib.suppress(BaseException):
                         await self.lifecycle_task
         await self.kill_everything()
-
-    async def run_pre_stop(self, name: str, handler: dict, grace: float) -> None:
-        error = await run_hook(self.k.state_dir, self.uid, name, handler, self.facts.pod_ip, grace)
-        if error:
-            self.k.record_event(
-                self.pod, "Warning", "FailedPreStopHook", f"PreStopHook failed: {error}", name
-            )
 
     async def kill_everything(self) -> None:
         for run in list(self.runs.values()):
@@ -580,65 +469,20 @@ class PodWorker:
     def write_state(self) -> None:
         if self.dir_removed:
             return
-        os.makedirs(self.dir, exist_ok=True)
-        containers = {}
-        for name, record in self.records.items():
-            run = self.runs.get(name)
-            env = self.container_env.get(name, {})
-            containers[name] = {
-                "pid": run.pid if run else None,
-                "shimPid": run.shim_pid if run else None,
-                "restartCount": record.restart_count,
-                "env": env.get("env", {}),
-                "workingDir": env.get("workingDir", "/"),
-                "root": f"/proc/{run.pid}/root" if run and run.pid else None,
-                "security": env.get("security"),
-            }
-        state = {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "node": self.k.node,
-            "netns": self.netns if not self.released else None,
-            "ip": self.facts.pod_ip,
-            "containers": containers,
-        }
-        write_json_atomically(os.path.join(self.dir, "state.json"), state)
+        netns = self.netns if not self.released else None
+        state = build_pod_state(
+            self.pod, self.k.node, netns, self.facts.pod_ip, self.records, self.runs,
+            self.container_env,
+        )
+        write_pod_state(self.dir, state)
 
     def mark_dirty(self) -> None:
-        self.dirty.set()
+        self.reporter.mark_dirty()
 
     def current_status(self) -> dict:
         init = [self.records[c["name"]] for c in self.init_specs]
         main = [self.records[c["name"]] for c in self.main_specs]
         return build_pod_status(self.pod, init, main, self.facts)
-
-    async def status_loop(self) -> None:
-        while True:
-            await self.dirty.wait()
-            await asyncio.sleep(0.01)  # coalesce bursts of changes into one PATCH
-            self.dirty.clear()
-            if not await self.send_status():
-                await asyncio.sleep(STATUS_RETRY_S)
-                self.mark_dirty()
-
-    async def send_status(self) -> bool:
-        """PATCH the current status; False when it did not get through (retry later)."""
-        if not self.status_enabled:
-            return True
-        try:
-            status = self.current_status()
-            result = await self.k.api.patch_pod_status(self.namespace, self.name, status)
-            if result is None:
-                self.vanish()
-            return True
-        except Exception as exc:  # noqa: BLE001 - the status loop retries
-            log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, exc)
-            return False
-
-    async def flush_status(self) -> None:
-        self.dirty.clear()
-        await self.send_status()
 
     @property
     def phase(self) -> PodPhase:

@@ -18,13 +18,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from localkube.kubelet import cleanup, network
-from localkube.kubelet.images import resolve_image
+from localkube.kubelet.images import resolve_pod_images
 from localkube.kubelet.runtime import ContainerRun, is_process_alive
 from localkube.kubelet.status import ContainerState, now_rfc3339
 from localkube.kubelet.volumes import materialize_volumes, write_etc_files
 
 if TYPE_CHECKING:
-    from localkube.kubelet.agent import Kubelet
+    from localkube.kubelet.podhost import PodHost
     from localkube.kubelet.podworker import PodWorker
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,10 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
         or not network.netns_exists(state["netns"])
     ):
         return False
-    images = {}
-    for c in worker.init_specs + worker.main_specs:
-        image = resolve_image(c.get("image", ""), worker.k.image_rules)
-        if image is None:
-            return False
-        images[c["name"]] = image
+    containers = worker.init_specs + worker.main_specs
+    images, missing = resolve_pod_images(containers, worker.k.image_rules)
+    if missing:
+        return False
     runs = {}
     base_dir = os.path.join(worker.dir, "containers")
     for c in worker.main_specs:
@@ -133,7 +131,7 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
     return True
 
 
-async def settle_previous_pod(kubelet: Kubelet, worker: PodWorker, origin: PodOrigin) -> None:
+async def settle_previous_pod(kubelet: PodHost, worker: PodWorker, origin: PodOrigin) -> None:
     """A pod from before this kubelet started: re-adopt it, or stop leftovers and report."""
     if origin is PodOrigin.NODE_RESTART and not worker.deletion.is_set():
         state = cleanup.read_state(os.path.join(worker.dir, "state.json"))
@@ -189,7 +187,7 @@ async def settle_previous_pod(kubelet: Kubelet, worker: PodWorker, origin: PodOr
             worker.facts.failure_reason = "NodeRestart"
             worker.facts.failure_message = NODE_RESTART_MESSAGE
             worker.stopping.set()
-            await worker.flush_status()
+            await worker.reporter.flush()
             kubelet.record_event(worker.pod, "Warning", "NodeRestart", NODE_RESTART_MESSAGE)
         await worker.deletion.wait()
         await worker.remove_pod_dir()

@@ -76,6 +76,23 @@ class ContainerRecord:
         return self.state is ContainerState.TERMINATED and self.exit_code == 0
 
 
+def build_container_records(
+    init_specs: list[dict], main_specs: list[dict]
+) -> dict[str, ContainerRecord]:
+    """A fresh record per container, by name: all waiting, regular ones behind the init ones."""
+    main_wait = "PodInitializing" if init_specs else "ContainerCreating"
+    records: dict[str, ContainerRecord] = {}
+    for c in init_specs:
+        records[c["name"]] = ContainerRecord(
+            c["name"], c.get("image", ""), is_init=True, waiting_reason="PodInitializing"
+        )
+    for c in main_specs:
+        records[c["name"]] = ContainerRecord(
+            c["name"], c.get("image", ""), waiting_reason=main_wait
+        )
+    return records
+
+
 def build_container_status(record: ContainerRecord) -> dict:
     if record.state is ContainerState.RUNNING:
         state = {"running": {"startedAt": record.started_at}}

@@ -44,6 +44,13 @@ def summary_from_dict(data: Mapping[str, float | int]) -> Summary:
     return Summary(float(data["median"]), float(data["min"]), float(data["max"]), int(data["n"]))
 
 
+def format_summary(
+    summary: Mapping[str, float | int] | None, unit: str = "s", digits: int = 2
+) -> str:
+    """A summary as saved in JSON (`Summary.as_dict`), formatted; "–" when there is none."""
+    return "–" if not summary else summary_from_dict(summary).format(unit, digits)
+
+
 def ratio(numerator: float, denominator: float) -> float | None:
     """numerator / denominator, or None when the denominator is 0."""
     return None if denominator == 0 else numerator / denominator

@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH))
 
 import apicount  # noqa: E402
 import report  # noqa: E402
+import report_parse  # noqa: E402
 import stats  # noqa: E402
 
 MODULES = [
@@ -25,6 +26,12 @@ MODULES = [
     "world",
     "airflow_runs",
     "report",
+    "report_startup",
+    "report_naive",
+    "report_wholerun",
+    "report_parse",
+    "report_concurrency",
+    "report_pack_upload",
     "run_all",
     "bench_startup",
     "bench_naive",
@@ -194,7 +201,7 @@ def test_parse_profile_lines_give_the_shares_of_yaml_and_dag_building():
             "29033/8009 1.9 0 3.915 0 /x/airflow/sdk/bases/operator.py:513(apply_defaults)",
         ]
     )
-    parts = report.read_profile_parts(profile)
+    parts = report_parse.read_profile_parts(profile)
     assert parts == {
         "build_all": 12.486,
         "load_request": 5.92,
@@ -202,9 +209,9 @@ def test_parse_profile_lines_give_the_shares_of_yaml_and_dag_building():
         "build_training_dag": 6.535,
         "operator_init": 3.915,
     }
-    text = report.describe_parse_profile(profile, {"safe_load_ms": 2.1, "csafe_load_ms": 0.3})
+    text = report_parse.describe_parse_profile(profile, {"safe_load_ms": 2.1, "csafe_load_ms": 0.3})
     assert "5.5 s (44%)" in text and "7× faster" in text
-    assert report.keep_profile_lines(profile)[1] == (
+    assert report_parse.keep_profile_lines(profile)[1] == (
         "1 0 0 12.486 0 dags/tfjob_requests.py:24(build_all)"
     )
 

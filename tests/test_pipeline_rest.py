@@ -303,15 +303,31 @@ def test_a_request_into_another_tenants_prefix_fails_validate_and_writes_nothing
     assert world.run_objects(name) == []
 
 
+def ensure_namespace(world, tenant: str) -> None:
+    """The tenant's namespace as `tshell tenants apply` makes it (the world has only test's)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tfjob.tenants import build_namespace, load_tenants
+
+    try:
+        world.kube.core_v1().create_namespace(build_namespace(load_tenants().find(tenant)))
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
 def test_another_tenants_run_its_logs_xcoms_and_job_view_are_forbidden(pipeline_world, airflow):
     world = pipeline_world
     conf = {**world.request("iso-research"), "tenant": "research",
+            "image": "tensorflow/tensorflow:2.21.0",  # research allows only TensorFlow images
             "bundle": f"s3://{world.bucket}/research/bundles/missing.tar.gz",
             "output": f"s3://{world.bucket}/research/outputs/iso-research"}
+    ensure_namespace(world, "research")
     run_id = trigger(airflow, RESEARCH, conf)["dag_run_id"]  # the admin may
     done = await_run(airflow, RESEARCH, run_id)
     states = task_states(airflow, RESEARCH, run_id)
-    assert done["state"] == "failed" and states["validate"] == "success", states
+    assert done["state"] == "failed" and states["validate"] == "success", explain_run(
+        airflow, RESEARCH, run_id)
     run_path = f"/api/v2/dags/{RESEARCH}/dagRuns/{run_id}"
     assert airflow.request("GET", f"{run_path}/taskInstances/validate/xcomEntries")["xcom_entries"]
 

@@ -45,6 +45,7 @@ from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
 
 from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
+from tfjob.tenants import build_namespace, load_tenants
 
 REPO = Path(__file__).resolve().parent.parent
 TENANT = "test"
@@ -364,7 +365,9 @@ def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
 
     try:
         api = kube.core_v1()
-        api.create_namespace({"metadata": {"name": NAMESPACE}})
+        # As `tshell tenants apply` makes it: Pod Security "restricted" enforced, so every
+        # pod the pipeline creates in these tests passes localkube's admission.
+        api.create_namespace(build_namespace(load_tenants().find(TENANT)))
         bundle = write_standin_bundle(folder)
         s3.client().upload_file(str(bundle), s3.bucket, STANDIN_BUNDLE_KEY)
         requests_dir = folder / "requests"

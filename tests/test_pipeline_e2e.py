@@ -304,6 +304,7 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
     pipeline_world,
 ):
     from tfjob import naming
+    from tfjob.manifests import build_container_security_context, build_pod_security_context
 
     world = pipeline_world
     body = world.request("e2e-rerun")
@@ -320,11 +321,14 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
             "spec": {
                 "restartPolicy": "Never",
                 "terminationGracePeriodSeconds": 1,
+                # The namespace enforces Pod Security "restricted", as a tenant's does.
+                "securityContext": build_pod_security_context(),
                 "containers": [
                     {
                         "name": "tensorflow",
                         "image": "python:3.11",
                         "command": ["python3", "-c", "import time; time.sleep(600)"],
+                        "securityContext": build_container_security_context(),
                     }
                 ],
             },

@@ -1,10 +1,13 @@
-"""tshell submit/status/list/logs/cancel/download against a real `airflow standalone` and S3 server.
+"""tshell submit/status/list/logs/cancel/download against a real Airflow and S3 server.
 
 The DAGs are stand-ins for the tenants' submit DAGs `tfjob_submit__<tenant>`
 with the pipeline's task names (tests/tshell_run_dags/), so these tests check
-tshell's REST mechanics, not the training pipeline. They log in as the admin;
-what other users may do is Airflow's authorization (test_tshell_run_access.py
-words its answers).
+tshell's REST mechanics, not the training pipeline. Airflow runs this repo's
+plugin, so a run's archived files come through `/tfjob/runs/.../files`, read
+with the tenant's own S3 connection (TENANTS_YAML); tshell holds no S3
+setting at all. The tests log in as the admin, except where a tenant's user
+(`<role>-user`) meets another tenant's run; test_tshell_run_access.py words
+Airflow's other refusals.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +47,13 @@ bundle: s3://bundles/digits.tar.gz
 output: s3://tfjob-test/digits
 """
 
+# The fake tenants, each reading S3 through its own Airflow connection (AIRFLOW_CONN_*).
+TENANTS_YAML = "tenants:\n" + "".join(
+    f"- {{name: {n}, quota: {{cpu: '4', memory: 8Gi, nvidia.com/gpu: '0', pods: '10'}}, "
+    f"defaults: {{cpu: 100m, memory: 128Mi}}, bundle_prefixes: [s3://tfjob-test/{n}/bundles/], "
+    f"output_prefixes: [s3://tfjob-test/{n}/outputs/], aws_conn_id: {n.replace('-', '_')}_s3}}\n"
+    for n in ("team-a", "team-b"))
+
 
 s3_server = s3_fixtures.s3_server  # the shared module-scoped S3 server process
 
@@ -51,12 +63,15 @@ def airflow(
     tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server
 ) -> Iterator[AirflowHandle]:
     home = tmp_path_factory.mktemp("airflow")
-    handle = start_airflow(
-        home,
-        extra_env=s3_server.env(),
-        dags_folder=TEST_DAGS,
-        plugins_folder=home / "plugins",
-    )
+    tenants_file = home / "tenants.yaml"
+    tenants_file.write_text(TENANTS_YAML)
+    extra = {"endpoint_url": s3_server.endpoint, "region_name": s3_server.region}
+    connection = json.dumps({"conn_type": "aws", "login": s3_server.access_key,
+                             "password": s3_server.secret_key, "extra": extra})
+    # No AWS_* variables: every S3 call of the DAGs and of the files API uses a connection.
+    env = {"TFJOB_TENANTS_FILE": str(tenants_file),
+           "AIRFLOW_CONN_TEAM_A_S3": connection, "AIRFLOW_CONN_TEAM_B_S3": connection}
+    handle = start_airflow(home, extra_env=env, dags_folder=TEST_DAGS)
     yield handle
     handle.stop()
     leftover = airflow_server.find_instance_pids(handle.home)
@@ -64,9 +79,8 @@ def airflow(
 
 
 @pytest.fixture
-def tshell_env(
-    airflow: AirflowHandle, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def tshell_env(airflow: AirflowHandle, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An Airflow login and nothing else: no S3 endpoint or key reaches tshell."""
     monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
     monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
     monkeypatch.delenv("KUBECONFIG", raising=False)  # live pod logs only where a test asks
@@ -74,8 +88,9 @@ def tshell_env(
     monkeypatch.setenv("TSHELL_AIRFLOW_URL", airflow.url)
     monkeypatch.setenv("TSHELL_USERNAME", airflow.username)
     monkeypatch.setenv("TSHELL_PASSWORD", airflow.password)
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "TSHELL_S3_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @dataclass
@@ -191,10 +206,13 @@ def test_list_filters_by_tenant_and_state(tshell_env, capsys, finished_run):
     assert (run_id, SUBMIT_DAG) in [(r["run_id"], r["dag_id"]) for r in runs]
 
 
-def test_logs_of_a_finished_run_come_from_s3_per_replica(tshell_env, capsys, finished_run):
+def test_logs_of_a_finished_run_come_from_the_archive_through_airflow(
+    tshell_env, capsys, finished_run, s3_server
+):
     result = tshell(capsys, "logs", finished_run["run_id"], "--role", "ps", "--index", "0")
     assert result.code == 0, result.err
     assert result.out == "ps-0 archived line 1\nps-0 archived line 2\n"
+    assert result.out.encode() == s3_object(s3_server, finished_run, "logs/ps-0.log")
     every = tshell(capsys, "logs", finished_run["run_id"]).out
     assert "==> worker-0.log <==" in every and "==> ps-0.log <==" in every
 
@@ -208,23 +226,117 @@ def test_logs_of_an_airflow_task_show_its_printed_lines(tshell_env, capsys, fini
     assert not any("[ps-0]" in line for line in lines)
 
 
-def test_download_model_writes_the_run_s_model_files(tshell_env, capsys, finished_run, tmp_path):
+def run_key_prefix(run: dict) -> str:
+    return f"digits/runs/{SUBMIT_DAG}/{run['run_id']}/"
+
+
+def s3_object(s3_server: S3Server, run: dict, path: str) -> bytes:
+    """What the run's archive wrote, read from S3 directly (the tests' own key)."""
+    answer = s3_server.client().get_object(Bucket=BUCKET, Key=run_key_prefix(run) + path)
+    return answer["Body"].read()
+
+
+def s3_paths(s3_server: S3Server, run: dict, under: str) -> list[str]:
+    prefix = run_key_prefix(run)
+    page = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix + under)
+    return sorted(item["Key"][len(prefix) :] for item in page.get("Contents", []))
+
+
+def fetch(handle: AirflowHandle, path: str) -> tuple[int, dict[str, str], bytes]:
+    """One GET with the user's token: (status, headers by lowercase name, body), even a 4xx."""
+    request = urllib.request.Request(handle.url + path,
+                                     headers={"Authorization": f"Bearer {handle.token()}"})
+    try:
+        with urllib.request.urlopen(request, timeout=90) as response:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            return response.status, headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+def files_path(run: dict, path: str | None = None) -> str:
+    base = f"/tfjob/runs/{SUBMIT_DAG}/{run['run_id']}/files"
+    return base if path is None else f"{base}/{path}"
+
+
+def test_download_model_writes_the_bytes_s3_holds(
+    tshell_env, capsys, finished_run, tmp_path, s3_server
+):
     result = tshell(capsys, "download", finished_run["run_id"], "model", str(tmp_path / "m"))
     assert result.code == 0, result.err
+    model = s3_paths(s3_server, finished_run, "model/")
+    assert len(model) == 3
+    for path in model:
+        written = tmp_path / "m" / path.removeprefix("model/")
+        assert written.read_bytes() == s3_object(s3_server, finished_run, path), path
     assert (tmp_path / "m" / "saved_model.pb").read_bytes() == b"model-bytes"
-    assert (tmp_path / "m" / "variables" / "variables.index").read_bytes() == b"idx"
+    assert (tmp_path / "m" / "variables" / "variables.data-00000-of-00001").stat().st_size > 2**21
+    assert not list((tmp_path / "m").rglob("*.part"))
+    assert "downloaded 3 files" in result.out and run_key_prefix(finished_run) in result.out
 
 
-def test_download_of_missing_objects_names_the_s3_prefix(
-    tshell_env, capsys, finished_run, tmp_path
+def test_download_logs_writes_each_replica_s_archived_log(
+    tshell_env, capsys, finished_run, tmp_path, s3_server
 ):
+    result = tshell(capsys, "download", finished_run["run_id"], "logs", str(tmp_path), "--json")
+    assert result.code == 0, result.err
+    assert sorted(Path(p).name for p in json.loads(result.out)) == ["ps-0.log", "worker-0.log"]
+    for name in ("ps-0.log", "worker-0.log"):
+        assert (tmp_path / name).read_bytes() == s3_object(s3_server, finished_run, f"logs/{name}")
+
+
+def test_the_files_api_lists_and_serves_a_run_with_the_tenant_s_connection(
+    airflow, finished_run, s3_server
+):
+    status, _, body = fetch(airflow, files_path(finished_run))
+    assert status == 200, body
+    listing = json.loads(body)
+    assert [f["path"] for f in listing["files"]] == s3_paths(s3_server, finished_run, "")
+    assert listing["truncated"] is False and listing["limit"] == 10_000
+    status, headers, body = fetch(airflow, files_path(finished_run, "run.json"))
+    assert status == 200 and body == s3_object(s3_server, finished_run, "run.json")
+    assert headers["content-length"] == str(len(body))
+    assert 'filename="run.json"' in headers["content-disposition"]
+    assert headers["content-type"] == "application/octet-stream"
+    # Nothing of the connection's key, and no presigned URL, in any answer.
+    answers = [json.dumps(listing), json.dumps(headers)]
+    for path in ("model/no-such-file", "..%2Frun.json", "model//x"):
+        code, headers, body = fetch(airflow, files_path(finished_run, path))
+        answers += [body.decode(), json.dumps(headers)]
+        assert code in (400, 404), (path, code, body)
+    for mark in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential",
+                 s3_server.access_key, s3_server.secret_key):
+        assert not [a for a in answers if mark in a], mark
+
+
+def test_the_files_api_names_a_missing_file_and_a_path_that_leaves_the_run(
+    airflow, finished_run
+):
+    status, _, body = fetch(airflow, files_path(finished_run, "model/no-such-file"))
+    assert status == 404 and "model/no-such-file: no such file" in json.loads(body)["detail"]
+    status, _, body = fetch(airflow, files_path(finished_run, "model/../../other/run.json"))
+    assert status == 400
+    assert "segment '..' is not allowed" in json.loads(body)["detail"]
+    assert "'model/../../other/run.json'" in json.loads(body)["detail"]
+
+
+def test_a_user_of_another_tenant_is_refused_the_run_s_files(
+    tshell_env, capsys, airflow, finished_run, tmp_path, monkeypatch
+):
+    own = airflow.for_user("team-a-user")
+    status, _, body = fetch(own, files_path(finished_run, "model/saved_model.pb"))
+    assert (status, body) == (200, b"model-bytes")
+    other = airflow.for_user("team-b-user")
+    for path in (files_path(finished_run), files_path(finished_run, "model/saved_model.pb")):
+        status, _, body = fetch(other, path)
+        assert status == 403, (path, status, body)
+    monkeypatch.setenv("TSHELL_USERNAME", other.username)
+    monkeypatch.setenv("TSHELL_PASSWORD", other.password)
     run_id = finished_run["run_id"]
-    result = tshell(
-        capsys, "download", run_id, "logs", str(tmp_path), "--output", "s3://tfjob-test/elsewhere"
-    )
-    assert result.code == 4
-    prefix = f"s3://tfjob-test/elsewhere/runs/{SUBMIT_DAG}/{run_id}/logs/"
-    assert f"no objects under {prefix}" in result.err
+    result = tshell(capsys, "download", run_id, "model", str(tmp_path), "--dag", SUBMIT_DAG)
+    assert result.code == 3
+    assert f"user team-b-user may not read run {run_id} of DAG {SUBMIT_DAG}" in result.err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_logs_follow_prints_replica_lines_live_until_the_task_ends(

@@ -22,7 +22,6 @@ from tshell.cli import run as run_tshell_cli
 from tshell.config import AirflowConfig, ConfigError, load_config
 from tshell.run_errors import CommandError, ExitCode
 from tshell.run_logs import select_replica_lines
-from tshell.run_storage import run_output_prefix
 from tshell.run_submit import apply_overrides, build_conf
 from tshell.run_views import format_table
 
@@ -47,15 +46,22 @@ def test_environment_wins_over_config_file(tmp_path):
     assert (config.airflow.username, config.airflow.password) == ("u", "secret")
 
 
-def test_config_file_supplies_airflow_and_s3_settings(tmp_path):
+def test_config_file_supplies_airflow_settings(tmp_path):
+    path = write_config(tmp_path, "airflow: {url: 'http://file:1', username: u, password: p}\n")
+    config = load_config({}, path)
+    assert (config.airflow.url, config.airflow.username) == ("http://file:1", "u")
+
+
+def test_an_s3_section_is_refused_saying_that_files_come_through_airflow(tmp_path):
     path = write_config(
         tmp_path,
         "airflow: {url: 'http://file:1', username: u, password: p}\n"
         "s3: {endpoint_url: 'http://s3:9', region: eu-west-1}\n",
     )
-    config = load_config({}, path)
-    assert config.airflow.url == "http://file:1"
-    assert (config.s3.endpoint_url, config.s3.region) == ("http://s3:9", "eu-west-1")
+    with pytest.raises(ConfigError) as refused:
+        load_config({}, path)
+    assert f"config file {path}: 's3' is not read any more" in str(refused.value)
+    assert "come through Airflow" in str(refused.value)
 
 
 def write_users_file(home: Path, users: dict[str, str]) -> None:
@@ -119,16 +125,8 @@ def test_embedded_default_uses_what_make_up_recorded(tmp_path):
     )
     config = load_config({"TSHELL_SERVICES_FILE": str(services)}, tmp_path / "missing.yaml")
     assert (config.airflow.url, config.airflow.password) == ("http://127.0.0.1:18080", "gen-pw")
-    assert (config.s3.endpoint_url, config.s3.access_key, config.s3.secret_key) == (
-        "http://127.0.0.1:19000",
-        "k",
-        "s",
-    )
-    with_env = load_config(
-        {"TSHELL_SERVICES_FILE": str(services), "AWS_ENDPOINT_URL": "http://real:1"},
-        tmp_path / "missing.yaml",
-    )
-    assert (with_env.s3.endpoint_url, with_env.s3.access_key) == ("http://real:1", None)
+    # The run commands hold no S3 key: a run's files come through Airflow.
+    assert "'s'" not in repr(config) and not hasattr(config, "s3")
 
 
 def test_missing_password_says_where_to_set_one(tmp_path):
@@ -141,7 +139,7 @@ def test_missing_password_says_where_to_set_one(tmp_path):
 
 def test_config_file_that_is_not_a_mapping_is_refused(tmp_path):
     path = write_config(tmp_path, "- a\n- b\n")
-    with pytest.raises(ConfigError, match="a mapping with 'airflow' and 's3' is required"):
+    with pytest.raises(ConfigError, match="a mapping with 'airflow' \\(and 'kubernetes'\\)"):
         load_config({"TSHELL_PASSWORD": "x"}, path)
 
 
@@ -194,31 +192,6 @@ def test_replica_lines_are_selected_by_role_and_index():
     assert select_replica_lines(lines, "worker", 0) == ["a", "d"]
     assert select_replica_lines(lines, "worker", 1) == ["c"]
     assert select_replica_lines(lines, None, None) == lines
-
-
-def test_run_output_prefix_joins_output_runs_dag_id_and_run_id():
-    run = {
-        "dag_id": "tfjob_submit__team-a",
-        "dag_run_id": "manual__1",
-        "conf": {"output": "s3://models/team/digits/"},
-    }
-    assert run_output_prefix(run, None) == (
-        "models",
-        "team/digits/runs/tfjob_submit__team-a/manual__1/",
-    )
-    assert run_output_prefix(run, "s3://other") == (
-        "other",
-        "runs/tfjob_submit__team-a/manual__1/",
-    )
-    # Runs of request-file DAGs have no conf: the request validate recorded names the output.
-    described = {"request": {"output": "s3://models/nightly"}}
-    scheduled = {"dag_id": "tfjob__nightly", "dag_run_id": "s__1", "conf": {}}
-    assert run_output_prefix(scheduled, None, described) == (
-        "models",
-        "nightly/runs/tfjob__nightly/s__1/",
-    )
-    with pytest.raises(CommandError, match="has no 'output' in its conf"):
-        run_output_prefix({"dag_id": "d", "dag_run_id": "x", "conf": {}}, None)
 
 
 def test_table_columns_are_aligned():

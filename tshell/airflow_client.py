@@ -20,18 +20,22 @@ an answer about the user, not the token: the commands word it (run_lookup.py).
 Importing apache-airflow-client costs seconds (it loads every API module), so
 reads go through `get_json` (and `post_json`, for the one read that is a POST)
 on the standard library, and the generated client is imported only by the
-commands that write (trigger, patch).
+commands that write (trigger, patch). A JSON answer is read up to
+MAX_JSON_BYTES; a file the /tfjob API serves is read by the caller, in chunks,
+from `open_stream`.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tshell.config import AirflowConfig
@@ -47,10 +51,18 @@ REQUEST_TIMEOUT_S = 90.0
 TOKEN_REJECTED = (401, 403)
 # Refresh this long before the token's own expiry, so no call races it.
 TOKEN_REFRESH_MARGIN_S = 60.0
+# The largest JSON answer read (a run's file listing is at most 10,000 entries, ~2 MiB).
+MAX_JSON_BYTES = 64 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024  # an error's detail is a line or a validation list
 
 
 class AirflowClientError(Exception):
-    """A failure of a call to Airflow, worded for the person at the terminal."""
+    """A failure of a call to Airflow, worded for the person at the terminal; `detail` is
+    the server's own `detail` line, when it answered one."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class AirflowUnreachableError(AirflowClientError):
@@ -142,7 +154,7 @@ def request_token(config: AirflowConfig, timeout: float) -> str:
         failure = AirflowServerError if error.code >= 500 else AirflowClientError
         raise failure(
             f"Airflow at {config.url} answered HTTP {error.code} to {TOKEN_PATH}: "
-            f"{describe_api_detail(error.read())}"
+            f"{describe_api_detail(error.read(MAX_ERROR_BYTES))}"
         ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
@@ -222,7 +234,9 @@ class AirflowSession:
         detail = describe_api_detail(body)
         subject = f"{what}: " if what else ""
         if status == 404:
-            return AirflowNotFoundError(f"{subject}not found on {self.config.url} ({detail})")
+            return AirflowNotFoundError(
+                f"{subject}not found on {self.config.url} ({detail})", detail
+            )
         if status in (401, 403):
             # Asked after a fresh token: a 403 now is about the user's roles, not the token.
             failure = AirflowForbiddenError if status == 403 else AirflowAuthError
@@ -250,9 +264,38 @@ class AirflowSession:
         params: dict[str, Any] | None = None,
         data: bytes | None = None,
     ) -> Any:
-        """One call on the standard library; a rejected token is replaced once."""
+        """One call on the standard library; its JSON answer, read up to MAX_JSON_BYTES."""
+        with self.send(method, path, params, data, accept="application/json") as response:
+            try:
+                body = response.read(MAX_JSON_BYTES + 1)
+            except (http.client.HTTPException, OSError) as error:
+                raise self.unreachable(error.__class__.__name__) from None
+        if len(body) > MAX_JSON_BYTES:
+            raise AirflowClientError(
+                f"{path}: Airflow at {self.config.url} answered more than "
+                f"{MAX_JSON_BYTES} bytes of JSON; tshell reads no more"
+            )
+        return json.loads(body)
+
+    @contextlib.contextmanager
+    def open_stream(
+        self, path: str, params: dict[str, Any] | None = None
+    ) -> Iterator[http.client.HTTPResponse]:
+        """GET `path` for its bytes (a file the /tfjob API serves); read them in chunks."""
+        with self.send("GET", path, params, accept="application/octet-stream") as response:
+            yield response
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        accept: str = "application/json",
+    ) -> http.client.HTTPResponse:
+        """The open response of one call; a rejected token is replaced once, failures named."""
         query = urllib.parse.urlencode(params or {}, doseq=True)
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if data is not None:
             headers["Content-Type"] = "application/json"
         for attempt in (1, 2):
@@ -263,13 +306,13 @@ class AirflowSession:
                 headers=headers | {"Authorization": f"Bearer {self.token()}"},
             )
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
+                return urllib.request.urlopen(request, timeout=self.timeout)
             except urllib.error.HTTPError as error:
                 if error.code in TOKEN_REJECTED and attempt == 1:
                     self.refresh_token()
                     continue
-                raise self.describe_http_error(error.code, error.read(), path) from None
+                detail = error.read(MAX_ERROR_BYTES)
+                raise self.describe_http_error(error.code, detail, path) from None
             except (urllib.error.URLError, OSError) as error:
                 raise self.unreachable(getattr(error, "reason", error)) from None
         raise AssertionError("unreachable")

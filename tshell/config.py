@@ -1,16 +1,18 @@
-"""Where tshell finds Airflow (URL and login) and S3 (endpoint), and in what order.
+"""Where the tshell run commands find Airflow (URL and login) and the cluster, in what order.
 
 Why this exists: the same CLI talks to the embedded default on this machine and
 to a real Airflow elsewhere, and a person should never have to guess which
-setting won. Order, first found wins, field by field:
+setting won. The run commands read no S3: a run's files come through Airflow
+(tshell/run_files.py); push and upload find S3 on their own (pack_commands.py).
+Order, first found wins, field by field:
 
 1. environment: TSHELL_AIRFLOW_URL, TSHELL_USERNAME, TSHELL_PASSWORD,
-   TSHELL_S3_ENDPOINT_URL (or the standard AWS_ENDPOINT_URL), TSHELL_KUBECONFIG;
+   TSHELL_KUBECONFIG;
 2. the config file: $TSHELL_CONFIG, else ~/.config/tshell/config.yaml
-   (``airflow: {url, username, password}``, ``s3: {endpoint_url, region}``,
-   ``kubernetes: {kubeconfig}``), then KUBECONFIG for the cluster;
-3. the embedded default (`make up`): the URLs and S3 credentials that
-   scripts/services.py recorded in .state/services.json of this repo, else
+   (``airflow: {url, username, password}``, ``kubernetes: {kubeconfig}``),
+   then KUBECONFIG for the cluster;
+3. the embedded default (`make up`): the URLs that scripts/services.py
+   recorded in .state/services.json of this repo, else
    http://127.0.0.1:8080; the user (TSHELL_USERNAME, the file's username,
    else admin) with its password from <airflow home>/tfjob_users.json, which
    `make up` writes (username → password: admin and `<role>-user` for each
@@ -49,18 +51,8 @@ class AirflowConfig:
 
 
 @dataclass(frozen=True)
-class S3Config:
-    endpoint_url: str | None
-    region: str | None
-    # Only set for the embedded default; otherwise boto3's usual chain finds credentials.
-    access_key: str | None = None
-    secret_key: str | None = None
-
-
-@dataclass(frozen=True)
 class TshellConfig:
     airflow: AirflowConfig
-    s3: S3Config
     # For live replica logs; None when no cluster is configured (logs then come from Airflow).
     kubeconfig: str | None = None
 
@@ -75,8 +67,16 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: a mapping with 'airflow' and 's3' is required")
-    for section in ("airflow", "s3", "kubernetes"):
+        raise ConfigError(
+            f"config file {path}: a mapping with 'airflow' (and 'kubernetes') is required"
+        )
+    if "s3" in data:
+        raise ConfigError(
+            f"config file {path}: 's3' is not read any more: download and logs come through "
+            f"Airflow (an Airflow login is all they need), and push and upload take S3 from "
+            f"TSHELL_S3_ENDPOINT_URL or AWS_ENDPOINT_URL and boto3's usual chain; remove it"
+        )
+    for section in ("airflow", "kubernetes"):
         if not isinstance(data.get(section, {}), dict):
             raise ConfigError(f"config file {path}: '{section}' must be a mapping")
     return data
@@ -122,10 +122,8 @@ def load_config(
     path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
     data = read_config_file(path)
     file_airflow = data.get("airflow", {})
-    file_s3 = data.get("s3", {})
     services = read_services_file(Path(env.get("TSHELL_SERVICES_FILE") or SERVICES_FILE))
     embedded_airflow = services.get("airflow", {})
-    embedded_s3 = services.get("s3", {})
 
     url = (
         env.get("TSHELL_AIRFLOW_URL")
@@ -144,23 +142,10 @@ def load_config(
                 f"{{password: …}}' in {path}, or start the embedded Airflow (`make up`), which "
                 f"writes {home / USERS_FILE}"
             )
-    endpoint = (
-        env.get("TSHELL_S3_ENDPOINT_URL")
-        or env.get("AWS_ENDPOINT_URL")
-        or file_s3.get("endpoint_url")
-    )
-    region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or file_s3.get("region")
-    access_key = secret_key = None
-    if endpoint is None and embedded_s3.get("endpoint_url"):
-        endpoint = embedded_s3["endpoint_url"]
-        region = region or embedded_s3.get("region")
-        if not env.get("AWS_ACCESS_KEY_ID"):
-            access_key, secret_key = embedded_s3.get("access_key"), embedded_s3.get("secret_key")
     return TshellConfig(
         airflow=AirflowConfig(
             url=str(url).rstrip("/"), username=str(username), password=str(password)
         ),
-        s3=S3Config(endpoint, region, access_key, secret_key),
         kubeconfig=(
             env.get("TSHELL_KUBECONFIG")
             or data.get("kubernetes", {}).get("kubeconfig")

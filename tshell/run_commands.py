@@ -31,6 +31,7 @@ from tshell.airflow_client import (
 )
 from tshell.config import ConfigError, TshellConfig, load_config
 from tshell.run_errors import CommandError, ExitCode
+from tshell.run_files import describe_download, download_run_files
 from tshell.run_lookup import (
     RunRef,
     explain_forbidden_on_run,
@@ -38,7 +39,6 @@ from tshell.run_lookup import (
     list_training_runs,
     run_ui_url,
 )
-from tshell.run_storage import download_prefix, make_s3_client, run_output_prefix
 from tshell.run_views import (
     TASK_HEADERS,
     emit_json,
@@ -49,7 +49,7 @@ from tshell.run_views import (
     task_rows,
 )
 
-# apache-airflow-client (seconds to import), boto3 and the request model are imported
+# apache-airflow-client (seconds to import) and the request model are imported
 # inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
 
 T = TypeVar("T")
@@ -292,18 +292,17 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def cmd_download(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    config, session = open_session()
+    """The run's model or logs into DIR, through Airflow (tshell reads no S3 itself)."""
+    _, session = open_session()
     run = find_run(session, args.run, args.dag)
-    described = fetch_run_description(session, RunRef(run["dag_id"], run["dag_run_id"]))
-    bucket, prefix = run_output_prefix(run, args.output, described)
+    ref = RunRef(run["dag_id"], run["dag_run_id"])
     target = Path(args.dir)
-    written = download_prefix(make_s3_client(config), bucket, f"{prefix}{args.what}/", target)
+    with explain_forbidden_on_run(session, "read", ref):
+        where, written = download_run_files(session, ref, args.what, target)
     if args.json:
         emit_json([str(p) for p in written], out)
     else:
-        out.write(
-            f"downloaded {len(written)} files from s3://{bucket}/{prefix}{args.what}/ to {target}\n"
-        )
+        out.write(describe_download(where, written, target) + "\n")
     return ExitCode.OK
 
 
@@ -335,13 +334,12 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--limit", type=int, default=LIST_LIMIT)
     listing.set_defaults(func=wrap_command(cmd_list))
 
-    download = subparsers.add_parser("download", help="download a run's model or logs from S3")
+    download = subparsers.add_parser(
+        "download", help="download a run's model or logs (Airflow serves them)"
+    )
     add_common(download)
     download.add_argument("what", choices=[k.value for k in ArtifactKind])
     download.add_argument("dir", metavar="DIR", help="local directory to write into")
-    download.add_argument(
-        "--output", help="the run's output s3://bucket/prefix, if not in its conf"
-    )
     download.set_defaults(func=wrap_command(cmd_download))
 
 

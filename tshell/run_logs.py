@@ -2,10 +2,11 @@
 
 Why this exists: a person wants the replicas' output wherever it is now. Once
 the run is archived, `<output>/runs/<dag_id>/<run_id>/logs/<role>-<index>.log`
-in S3; while it runs, the replica pods (when tshell can reach the cluster);
-otherwise the Airflow task log of `train`, where each replica's line is
-prefixed with `[<role>-<index>]`. Airflow's continuation token is a position in
-a log merged from changing sources, so a follower deduplicates entries.
+in S3, which Airflow serves (tshell/run_files.py); while it runs, the replica
+pods (when tshell can reach the cluster); otherwise the Airflow task log of
+`train`, where each replica's line is prefixed with `[<role>-<index>]`.
+Airflow's continuation token is a position in a log merged from changing
+sources, so a follower deduplicates entries.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from tshell.run_commands import (
     wrap_command,
 )
 from tshell.run_errors import CommandError, ExitCode
+from tshell.run_files import write_archived_logs
 from tshell.run_lookup import RunRef, explain_forbidden_on_run, find_run, quote
-from tshell.run_storage import list_s3_keys, make_s3_client, read_s3_text, run_output_prefix
 
 REPLICA_LOG_PREFIX = "[{role}-{index}]"
 
@@ -112,24 +113,6 @@ def iter_live_log(
         time.sleep(poll_interval)
 
 
-def write_archived_logs(
-    config: TshellConfig, bucket: str, prefix: str, role: str | None, index: int, out: TextIO
-) -> bool:
-    """Print the run's archived logs from S3 (one replica, or all with headers); False if none."""
-    s3 = make_s3_client(config)
-    if role is not None:
-        text = read_s3_text(s3, bucket, f"{prefix}logs/{role}-{index}.log")
-        if text is None:
-            return False
-        out.write(text if text.endswith("\n") or not text else text + "\n")
-        return True
-    keys = sorted(list_s3_keys(s3, bucket, prefix + "logs/"))
-    for key in keys:
-        out.write(f"==> {key.rsplit('/', 1)[-1]} <==\n")
-        out.write((read_s3_text(s3, bucket, key) or "").rstrip("\n") + "\n")
-    return bool(keys)
-
-
 def write_pod_logs(
     config: TshellConfig,
     session: AirflowSession,
@@ -169,22 +152,21 @@ def write_pod_logs(
 
 
 def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    """Logs from the best source: S3 once archived, the pods while running, else Airflow."""
+    """Logs from the best source: the archive (through Airflow) once the run ended, the pods
+    while it runs, else Airflow's task log."""
     config, session = open_session()
     run = find_run(session, args.run, args.dag)
     ref = RunRef(run["dag_id"], run["dag_run_id"])
     with explain_forbidden_on_run(session, "read", ref):
         if args.task is None:
-            described = fetch_run_description(session, ref)
             if RunState(run["state"]).is_finished:
-                bucket, prefix = run_output_prefix(run, args.output, described)
-                if write_archived_logs(config, bucket, prefix, args.role, args.index, out):
+                printed, where = write_archived_logs(session, ref, args.role, args.index, out)
+                if printed:
                     return ExitCode.OK
                 sys.stderr.write(
-                    f"note: no archived log under s3://{bucket}/{prefix}logs/; "
-                    f"showing the Airflow task log\n"
+                    f"note: no archived log {where} of this run; showing the Airflow task log\n"
                 )
-            elif described and config.kubeconfig:
+            elif config.kubeconfig and (described := fetch_run_description(session, ref)):
                 if write_pod_logs(config, session, ref, described, args, out):
                     return ExitCode.OK
                 sys.stderr.write(
@@ -201,7 +183,8 @@ def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def register(subparsers: Any) -> None:
     """Add `logs` to tshell's subcommands."""
     logs = subparsers.add_parser(
-        "logs", help="logs of a run: archived in S3, live from its pods, or from Airflow"
+        "logs", help="logs of a run: archived (served by Airflow), live from its pods, or "
+        "Airflow's task log"
     )
     add_common(logs, json_arg=False)
     logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")
@@ -210,7 +193,6 @@ def register(subparsers: Any) -> None:
     logs.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the task ends"
     )
-    logs.add_argument("--output", help="the run's output s3://bucket/prefix, if not in its conf")
     logs.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
     )

@@ -2,16 +2,20 @@
 
 One DAG per tenant of TENANTS, named by `tfjob.naming.submit_dag_id` as the
 pipeline's are. Each has the pipeline's task names and shapes and nothing of
-its Kubernetes work: `validate` returns the run description (namespace, run
-key), `launch` returns replica endpoints, `train` prints lines prefixed with
-`[<role>-<index>]` for `env.TRAIN_SECONDS` seconds, `archive` uploads a log
-and a model file to `<output>/runs/<dag_id>/<run_id>/` in S3 (endpoint from
-AWS_ENDPOINT_URL), and the Airflow teardown task `remove_pods` writes
-`<output>/runs/<dag_id>/<run_id>/teardown.done`.
+its Kubernetes work: `validate` returns the run description as
+operators/runinfo.py's `describe_run` shapes it (namespace, run key, run
+prefix, the tenant's AWS connection), `launch` returns replica endpoints,
+`train` prints lines prefixed with `[<role>-<index>]` for `env.TRAIN_SECONDS`
+seconds, `archive` uploads a log per replica, run.json and a model to
+`<output>/runs/<dag_id>/<run_id>/` in S3, and the Airflow teardown task
+`remove_pods` writes `<output>/runs/<dag_id>/<run_id>/teardown.done`. Every
+S3 call goes through the tenant's connection (`aws_conn_id` in the tenants
+file, $TFJOB_TENANTS_FILE), as the pipeline's do.
 
-Like the pipeline's, each DAG's `tenant` Param allows only its tenant. Its
-`name` Param refuses names longer than NAME_LIMIT, so the server's own
-validation (HTTP 400) can be provoked with a request that is valid locally.
+Like the pipeline's, each DAG's `tenant` Param allows only its tenant, and
+only the tenant's roles may read and run it (`access_control`). Its `name`
+Param refuses names longer than NAME_LIMIT, so the server's own validation
+(HTTP 400) can be provoked with a request that is valid locally.
 """
 
 from __future__ import annotations
@@ -22,23 +26,33 @@ import time
 from airflow.sdk import DAG, Param, task, teardown
 
 from tfjob import naming
+from tfjob.tenants import load_tenants
 
 TENANTS = ("team-a", "team-b")
 ROLES = ("worker", "ps")
 # Shorter than the request model's 40 characters: the server refuses what tshell lets through.
 NAME_LIMIT = 12
+# What a tenant's roles may do with its DAGs (operators/dag_factory.py TENANT_DAG_PERMISSIONS).
+TENANT_DAG_PERMISSIONS = {
+    "DAGs": {"can_read", "can_edit"},
+    "DAG Runs": {"can_read", "can_create", "can_delete"},
+}
 
 
-def run_prefix(context):
-    """An S3 client, the bucket and `<output prefix>/runs/<dag_id>/<run_id>` of this run."""
-    import boto3
+def run_prefix(context, aws_conn_id: str):
+    """An S3 client of the tenant's connection, the bucket and this run's key prefix."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    bucket, _, prefix = context["dag_run"].conf["output"][len("s3://") :].partition("/")
-    parts = (prefix.strip("/"), "runs", context["dag"].dag_id, context["run_id"])
-    return boto3.client("s3"), bucket, "/".join(p for p in parts if p)
+    from operators.runinfo import build_run_prefix
+
+    uri = build_run_prefix(
+        context["dag_run"].conf["output"], context["dag"].dag_id, context["run_id"]
+    )
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    return S3Hook(aws_conn_id=aws_conn_id).get_conn(), bucket, prefix
 
 
-def build_submit_dag(tenant: str) -> DAG:
+def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> DAG:
     with DAG(
         naming.submit_dag_id(tenant),
         schedule=None,
@@ -48,18 +62,24 @@ def build_submit_dag(tenant: str) -> DAG:
             "tenant": Param(tenant, type="string", enum=[tenant]),
             "name": Param("digits", type="string", maxLength=NAME_LIMIT),
         },
+        access_control={role: TENANT_DAG_PERMISSIONS for role in roles},
     ) as dag:
 
         @task
         def validate(**context):
-            # The same description the pipeline's validate pushes (operators/runinfo.py).
+            # Shaped as the pipeline's validate pushes it (operators/runinfo.py describe_run).
+            from operators.runinfo import build_run_prefix
+
             conf = context["dag_run"].conf
+            dag_id, run_id = context["dag"].dag_id, context["run_id"]
             return {
                 "request": conf,
-                "run_id": context["run_id"],
-                "dag_id": context["dag"].dag_id,
+                "run_id": run_id,
+                "dag_id": dag_id,
                 "namespace": naming.tenant_namespace(conf["tenant"]),
-                "run_key": naming.run_key(conf["name"], context["dag"].dag_id, context["run_id"]),
+                "run_key": naming.run_key(conf["name"], dag_id, run_id),
+                "run_prefix": build_run_prefix(conf["output"], dag_id, run_id),
+                "aws_conn_id": aws_conn_id,
             }
 
         @task
@@ -80,21 +100,29 @@ def build_submit_dag(tenant: str) -> DAG:
 
         @task(trigger_rule="all_done")
         def archive(**context):
-            s3, bucket, base = run_prefix(context)
+            s3, bucket, base = run_prefix(context, aws_conn_id)
             for role in ROLES:
                 s3.put_object(
                     Bucket=bucket,
                     Key=f"{base}/logs/{role}-0.log",
                     Body=f"{role}-0 archived line 1\n{role}-0 archived line 2\n".encode(),
                 )
+            s3.put_object(Bucket=bucket, Key=f"{base}/run.json", Body=b'{"state": "archived"}')
             s3.put_object(Bucket=bucket, Key=f"{base}/model/saved_model.pb", Body=b"model-bytes")
             s3.put_object(
                 Bucket=bucket, Key=f"{base}/model/variables/variables.index", Body=b"idx"
             )
+            # Bigger than one chunk of the files API (1 MiB), bytes that are not text.
+            weights = bytes(range(256)) * (3 * 4096 + 7)
+            s3.put_object(
+                Bucket=bucket,
+                Key=f"{base}/model/variables/variables.data-00000-of-00001",
+                Body=weights,
+            )
 
         @teardown
         def remove_pods(**context):
-            s3, bucket, base = run_prefix(context)
+            s3, bucket, base = run_prefix(context, aws_conn_id)
             s3.put_object(Bucket=bucket, Key=f"{base}/teardown.done", Body=b"")
 
         launched = launch()
@@ -104,4 +132,14 @@ def build_submit_dag(tenant: str) -> DAG:
     return dag
 
 
-globals().update({naming.submit_dag_id(t): build_submit_dag(t) for t in TENANTS})
+def build_submit_dags() -> dict[str, DAG]:
+    tenants = load_tenants()
+    built = {}
+    for name in TENANTS:
+        tenant = tenants.find(name)
+        assert tenant is not None, f"tenant {name} is not in the tenants file"
+        built[naming.submit_dag_id(name)] = build_submit_dag(name, tenant.s3_conn_id, tenant.roles)
+    return built
+
+
+globals().update(build_submit_dags())

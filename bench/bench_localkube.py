@@ -100,7 +100,9 @@ def main() -> int:
         try:
             info = json.loads((state_dir / "localkube.json").read_text())
             configuration = kubernetes.client.Configuration()
-            configuration.host = info["api_url"]
+            # The kubeconfig carries the server, its CA and the bearer token.
+            kubernetes.config.load_kube_config(config_file=info["kubeconfig"],
+                                               client_configuration=configuration)
             core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
             latencies = measure_watch_latency(core, args.events)
             pods = measure_pods(core, args.pods)

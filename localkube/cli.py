@@ -1,10 +1,13 @@
 """`python -m localkube up|down|status`: start and stop a local cluster in the background.
 
-`up` starts one API server process (which also runs the scheduler and garbage collector) and one
-kubelet process per node, writes DIR/kubeconfig and DIR/localkube.json {api_url, pids, nodes,
-forward_ports, forwards}, and returns once the API answers and every kubelet has reported its node
-Ready. DIR is 0700 and both files 0600 from their creation: the kubeconfig is the key to the
-cluster, and DIR/store.db holds every Secret.
+`up` makes the cluster's bearer token DIR/token and its TLS files DIR/pki/ when the state dir
+has none (localkube/credentials.py, localkube/certificates.py), starts one API server process
+(HTTPS; it also runs the scheduler and garbage collector) and one kubelet process per node,
+writes DIR/kubeconfig (server, CA and token) and DIR/localkube.json {api_url, pids, nodes,
+forward_ports, forwards}, and returns once the API answers and every kubelet has reported its
+node Ready. DIR is 0700 and these files 0600 from their creation: the token and the kubeconfig
+are the key to the cluster, and DIR/store.db holds every Secret. The token reaches the processes
+through DIR/token, never through their argv.
 `down` stops the kubelets (they tear their pods down), then the API server, kills leftovers and
 sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
 """
@@ -12,6 +15,7 @@ sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import signal
@@ -23,6 +27,8 @@ import urllib.request
 from pathlib import Path
 
 from localkube.apiserver.app import DEFAULT_NODES_FILE, load_nodes_file
+from localkube.certificates import CertificateError
+from localkube.credentials import ClusterCredentials, TokenError, ensure_credentials
 from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards, parse_forward_spec
 
 DEFAULT_PORT = 6443
@@ -40,11 +46,14 @@ class UpError(RuntimeError):
     """localkube could not be started; the message says why and where the logs are."""
 
 
-def kubeconfig_text(api_url: str) -> str:
+def kubeconfig_text(api_url: str, credentials: ClusterCredentials) -> str:
+    ca_data = base64.b64encode(credentials.ca_pem.encode()).decode()
+    # json.dumps quotes the token as a YAML double-quoted string: it can never read as a number.
     return (
         "apiVersion: v1\nkind: Config\n"
         f"clusters:\n- name: localkube\n  cluster:\n    server: {api_url}\n"
-        "users:\n- name: localkube\n  user: {}\n"
+        f"    certificate-authority-data: {ca_data}\n"
+        f"users:\n- name: localkube\n  user:\n    token: {json.dumps(credentials.token)}\n"
         "contexts:\n- name: localkube\n  context:\n    cluster: localkube\n"
         "    user: localkube\n    namespace: default\n"
         "current-context: localkube\npreferences: {}\n"
@@ -85,8 +94,10 @@ def all_pids(info: dict) -> list[int]:
     return list((pids.get("kubelets") or {}).values()) + [pids.get("apiserver")]
 
 
-def fetch_json(url: str, timeout: float = 2.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def fetch_json(url: str, credentials: ClusterCredentials, timeout: float = 2.0) -> dict:
+    request = urllib.request.Request(url, headers=credentials.auth_headers())
+    with urllib.request.urlopen(request, timeout=timeout,
+                                context=credentials.ssl_context()) as response:
         return json.loads(response.read())
 
 
@@ -103,7 +114,8 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def wait_for_api(state_dir: Path, process: subprocess.Popen) -> int:
+def wait_for_api(state_dir: Path, process: subprocess.Popen,
+                 credentials: ClusterCredentials) -> int:
     deadline = time.monotonic() + API_START_TIMEOUT_S
     info_file = state_dir / "apiserver.json"
     while time.monotonic() < deadline:
@@ -113,17 +125,27 @@ def wait_for_api(state_dir: Path, process: subprocess.Popen) -> int:
                           f"{log_tail(state_dir / 'apiserver.log')}")
         try:
             port = json.loads(info_file.read_text())["port"]
-            fetch_json(f"http://127.0.0.1:{port}/version")
+            fetch_json(f"{api_url_of(port)}/version", credentials)
             return port
+        except urllib.error.HTTPError as error:
+            if error.code == 401:
+                raise UpError(f"the API server on port {port} refused the token of "
+                              f"{state_dir / 'token'} (401 Unauthorized): was the file replaced "
+                              f"while it started? Run `down`, then `up` again") from None
+            time.sleep(POLL_S)
         except (OSError, ValueError, KeyError, urllib.error.URLError):
             time.sleep(POLL_S)
     raise UpError(f"the API server did not answer /version within {API_START_TIMEOUT_S:.0f} s; "
                   f"see {state_dir / 'apiserver.log'}")
 
 
-def ready_nodes(api_url: str) -> set[str]:
+def api_url_of(port: int) -> str:
+    return f"https://127.0.0.1:{port}"
+
+
+def ready_nodes(api_url: str, credentials: ClusterCredentials) -> set[str]:
     ready = set()
-    for node in fetch_json(f"{api_url}/api/v1/nodes").get("items", []):
+    for node in fetch_json(f"{api_url}/api/v1/nodes", credentials).get("items", []):
         for condition in (node.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "Ready" and condition.get("status") == "True":
                 ready.add(node["metadata"]["name"])
@@ -143,7 +165,7 @@ class RunningPid:
         return self.returncode
 
 
-def wait_for_nodes(state_dir: Path, api_url: str,
+def wait_for_nodes(state_dir: Path, api_url: str, credentials: ClusterCredentials,
                    kubelets: dict[str, subprocess.Popen | RunningPid]) -> None:
     deadline = time.monotonic() + NODES_READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -154,7 +176,7 @@ def wait_for_nodes(state_dir: Path, api_url: str,
                               f"{process.returncode}; its log ({log}) ends with:\n"
                               f"{log_tail(log)}")
         try:
-            if set(kubelets) <= ready_nodes(api_url):
+            if set(kubelets) <= ready_nodes(api_url, credentials):
                 return
         except (OSError, ValueError, urllib.error.URLError):
             pass
@@ -169,35 +191,37 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     forwards = merge_forwards([f if isinstance(f, Forward) else Forward(f) for f in forward])
     state_dir.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
     state_dir.chmod(PRIVATE_DIR_MODE)
+    credentials = ensure_credentials(state_dir)
     info = read_cluster_info(state_dir)
     recorded = [pid for pid in all_pids(info) if pid]
     if recorded and all(is_alive(pid) for pid in recorded) and \
             len(recorded) == 1 + (len(info.get("nodes") or []) if start_kubelets else 0):
         return info
     kubelet_pids = (info.get("pids") or {}).get("kubelets") or {}
-    if start_kubelets and info.get("api_url") and kubelet_pids and \
-            set(kubelet_pids) == set(info.get("nodes") or []) and \
+    if start_kubelets and (info.get("api_url") or "").startswith("https://") and kubelet_pids \
+            and set(kubelet_pids) == set(info.get("nodes") or []) and \
             all(is_alive(pid) for pid in kubelet_pids.values()):
         # Only the API server died: start a new one where the kubelets expect it; their pods
-        # keep running and they report again on their next heartbeat.
-        return restart_api_server(state_dir, nodes_file, info)
+        # keep running and they report again on their next heartbeat. (Kubelets of a plain-HTTP
+        # cluster from before authentication could not talk to it: those start afresh below.)
+        return restart_api_server(state_dir, nodes_file, info, credentials)
     if recorded:
         # Part of an earlier cluster died (a crash): stop the rest and sweep, then start afresh.
         down(state_dir)
     node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
     apiserver = start_api_server(state_dir, nodes_file, port)
     try:
-        actual_port = wait_for_api(state_dir, apiserver)
+        actual_port = wait_for_api(state_dir, apiserver, credentials)
     except UpError:
         apiserver.kill()
         raise
-    api_url = f"http://127.0.0.1:{actual_port}"
+    api_url = api_url_of(actual_port)
     forwards = forwards_of_cluster({"forwards": [f.to_json() for f in forwards]}, actual_port)
     info = {"api_url": api_url, "pids": {"apiserver": apiserver.pid, "kubelets": {}},
             "nodes": node_names, "forward_ports": [f.pod_port for f in forwards],
             "forwards": [f.to_json() for f in forwards],
             "kubeconfig": str(state_dir / "kubeconfig")}
-    write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url))
+    write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url, credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     if not start_kubelets:
         return info
@@ -209,7 +233,7 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
         info["pids"]["kubelets"][name] = kubelets[name].pid
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     try:
-        wait_for_nodes(state_dir, api_url, kubelets)
+        wait_for_nodes(state_dir, api_url, credentials, kubelets)
     except UpError:
         down(state_dir)
         raise
@@ -222,17 +246,19 @@ def start_api_server(state_dir: Path, nodes_file: str, port: int) -> subprocess.
                   "--port", str(port), "--nodes", nodes_file], state_dir / "apiserver.log")
 
 
-def restart_api_server(state_dir: Path, nodes_file: str, info: dict) -> dict:
+def restart_api_server(state_dir: Path, nodes_file: str, info: dict,
+                       credentials: ClusterCredentials) -> dict:
     port = int(info["api_url"].rsplit(":", 1)[1])
     apiserver = start_api_server(state_dir, nodes_file, port)
     try:
-        wait_for_api(state_dir, apiserver)
+        wait_for_api(state_dir, apiserver, credentials)
     except UpError:
         apiserver.kill()
         raise
     info["pids"]["apiserver"] = apiserver.pid
+    write_atomically(state_dir / "kubeconfig", kubeconfig_text(info["api_url"], credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
-    wait_for_nodes(state_dir, info["api_url"], {
+    wait_for_nodes(state_dir, info["api_url"], credentials, {
         name: RunningPid(pid) for name, pid in info["pids"]["kubelets"].items()})
     return info
 
@@ -315,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             info = up(state_dir, os.path.abspath(args.nodes), args.port, args.forward,
                       not args.no_kubelets)
-        except (UpError, ValueError, OSError) as error:
+        except (UpError, TokenError, CertificateError, ValueError, OSError) as error:
             print(f"localkube up failed: {error}", file=sys.stderr)
             return 1
         print(f"localkube is up: API {info['api_url']}, kubeconfig {state_dir / 'kubeconfig'}")

@@ -13,12 +13,19 @@ Use it from any test module:
 `python -m localkube down`. For other shapes call `start_localkube(...)` / `stop_localkube(...)`.
 `FakeKubeletPod(handle, namespace)` plays the kubelet for one pod (state.json, CRI log files,
 container status) so pods/log and pods/exec can be tested without kubelets.
+
+The API server speaks HTTPS and wants the cluster's bearer token on every request. Clients go
+through the kubeconfig (`handle.kube_configuration()`, `handle.core_v1()`, `kubectl
+--kubeconfig`); raw HTTP sends `handle.auth_headers()` with `context=handle.ssl_context()`
+(`handle.request(...)` does), token and CA read from the kubeconfig as its users read them.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 UP_TIMEOUT_S = 120.0
 DOWN_TIMEOUT_S = 120.0
@@ -40,19 +48,44 @@ class LocalkubeHandle:
     kubeconfig: str
     state_dir: str
 
-    def core_v1(self):
-        """A `kubernetes` CoreV1Api bound to this cluster (no global configuration touched)."""
+    @property
+    def token(self) -> str:
+        """The bearer token, where kubeconfig users find it (users[0].user.token)."""
+        return self._kubeconfig()["users"][0]["user"]["token"]
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header raw HTTP requests to this API server need."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trusts the cluster CA of the kubeconfig (certificate-authority-data), nothing else."""
+        ca_data = self._kubeconfig()["clusters"][0]["cluster"]["certificate-authority-data"]
+        return ssl.create_default_context(cadata=base64.b64decode(ca_data).decode())
+
+    def _kubeconfig(self) -> dict:
+        return yaml.safe_load(Path(self.kubeconfig).read_text())
+
+    def kube_configuration(self):
+        """A `kubernetes` Configuration loaded from this cluster's kubeconfig (no global
+        configuration touched)."""
         import kubernetes
         configuration = kubernetes.client.Configuration()
-        configuration.host = self.api_url
-        return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+        kubernetes.config.load_kube_config(config_file=self.kubeconfig,
+                                           client_configuration=configuration)
+        return configuration
+
+    def core_v1(self):
+        """A `kubernetes` CoreV1Api bound to this cluster through its kubeconfig."""
+        import kubernetes
+        return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(self.kube_configuration()))
 
     def request(self, method: str, path: str, body: dict | None = None,
                 content_type: str = "application/json") -> dict:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.api_url + path, data=data, method=method,
-                                         headers={"Content-Type": content_type})
-        with urllib.request.urlopen(request, timeout=10) as response:
+                                         headers={"Content-Type": content_type,
+                                                  **self.auth_headers()})
+        with urllib.request.urlopen(request, timeout=10, context=self.ssl_context()) as response:
             return json.loads(response.read())
 
 

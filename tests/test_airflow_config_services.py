@@ -10,9 +10,9 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
+import kubernetes
 import pytest
 from airflow_fixtures import airflow_server
 
@@ -70,8 +70,10 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         }
         assert aws["extra"]["endpoint_url"] == record["s3"]["endpoint_url"]
         assert Path(record["localkube"]["kubeconfig"]).exists()
-        with urllib.request.urlopen(record["localkube"]["api_url"] + "/version", timeout=10) as r:
-            assert r.status == 200
+        kube_client = kubernetes.config.new_client_from_config(
+            config_file=record["localkube"]["kubeconfig"])
+        assert kube_client.configuration.host == record["localkube"]["api_url"]
+        assert kubernetes.client.VersionApi(kube_client).get_code().git_version
 
         second = services("up", "--state-dir", str(state), *ports)
         assert second.returncode == 0, second.stdout + second.stderr

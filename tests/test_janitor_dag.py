@@ -14,7 +14,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import kubernetes
 import pytest
 import yaml
 from localkube_fixtures import start_localkube, stop_localkube
@@ -95,9 +94,7 @@ def names_of(core, key: str) -> list[str]:
 def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path):
     kube = start_localkube(tmp_path, kubelets=False)
     try:
-        configuration = kubernetes.client.Configuration()
-        configuration.host = kube.api_url
-        core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+        core = kube.core_v1()
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         home = tmp_path / "airflow"
         home.mkdir()

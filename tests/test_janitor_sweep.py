@@ -15,9 +15,8 @@ NAMESPACE = "tfjob-janitor"
 
 @pytest.fixture(scope="module")
 def clients(localkube_api) -> Clients:  # noqa: F811
-    configuration = kubernetes.client.Configuration()
-    configuration.host = localkube_api.api_url
-    made = Clients.from_api_client(kubernetes.client.ApiClient(configuration))
+    made = Clients.from_api_client(
+        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
     made.core.create_namespace({"metadata": {"name": NAMESPACE}})
     return made
 

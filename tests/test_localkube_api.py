@@ -365,7 +365,9 @@ def test_watch_bookmarks_and_raw_watch_lines(localkube_api, ns):
     import urllib.request
     url = (f"{localkube_api.api_url}/api/v1/namespaces/{ns}/configmaps?watch=1"
            "&allowWatchBookmarks=true&timeoutSeconds=6")
-    with urllib.request.urlopen(url, timeout=10) as response:
+    request = urllib.request.Request(url, headers=localkube_api.auth_headers())
+    with urllib.request.urlopen(request, timeout=10,
+                                context=localkube_api.ssl_context()) as response:
         lines = [json.loads(line) for line in response.read().splitlines() if line.strip()]
     assert any(line["type"] == "BOOKMARK" and
                int(line["object"]["metadata"]["resourceVersion"]) > 0 for line in lines)

@@ -12,10 +12,12 @@ from localkube_fixtures import localkube_api  # noqa: F401  (fixture)
 
 
 def test_asyncio_client_lifecycle(localkube_api):
-    from kubernetes_asyncio import client, watch
+    from kubernetes_asyncio import client, config, watch
 
     async def run() -> None:
-        configuration = client.Configuration(host=localkube_api.api_url)
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=localkube_api.kubeconfig,
+                                      client_configuration=configuration)
         async with client.ApiClient(configuration) as api_client:
             core = client.CoreV1Api(api_client)
             ns = f"a-{uuid.uuid4().hex[:6]}"

@@ -143,11 +143,13 @@ def test_exec_with_stdin_and_the_sync_client(localkube_api, running_container):
 
 
 def test_exec_with_kubernetes_asyncio_v4(localkube_api, running_container):
-    from kubernetes_asyncio import client
+    from kubernetes_asyncio import client, config
     from kubernetes_asyncio.stream import WsApiClient
 
     async def run() -> tuple[str, int]:
-        configuration = client.Configuration(host=localkube_api.api_url)
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=localkube_api.kubeconfig,
+                                      client_configuration=configuration)
         async with WsApiClient(configuration=configuration) as ws_api:
             core = client.CoreV1Api(api_client=ws_api)
             text = await core.connect_get_namespaced_pod_exec(
@@ -176,9 +178,9 @@ def test_exec_into_a_container_without_a_process_is_refused(localkube_api, fake_
         "?command=true&stdout=true", headers={
             "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-            "Sec-WebSocket-Protocol": "v4.channel.k8s.io"})
+            "Sec-WebSocket-Protocol": "v4.channel.k8s.io", **localkube_api.auth_headers()})
     with pytest.raises(urllib.error.HTTPError) as error:
-        urllib.request.urlopen(request, timeout=10)
+        urllib.request.urlopen(request, timeout=10, context=localkube_api.ssl_context())
     assert error.value.code == 400
     assert json.loads(error.value.read())["message"] == \
         'unable to upgrade connection: container not found ("main")'

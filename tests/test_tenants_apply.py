@@ -41,9 +41,8 @@ def tenants_config(cpu: str = "4", jobs: int = 2, extra: dict | None = None):
 
 @pytest.fixture(scope="module")
 def clients(localkube_api) -> Clients:  # noqa: F811
-    configuration = kubernetes.client.Configuration()
-    configuration.host = localkube_api.api_url
-    return Clients.from_api_client(kubernetes.client.ApiClient(configuration))
+    return Clients.from_api_client(
+        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
 
 
 def outcomes(results) -> dict[str, Outcome]:

@@ -27,9 +27,8 @@ NODES = ("node-1", "node-2")
 def core(localkube_api):  # noqa: F811
     for node in NODES:
         mark_node_ready(localkube_api, node)
-    configuration = kubernetes.client.Configuration()
-    configuration.host = localkube_api.api_url
-    clients = Clients.from_api_client(kubernetes.client.ApiClient(configuration))
+    clients = Clients.from_api_client(
+        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
     config = validate_tenants({"tenants": [{
         "name": TENANT, "quota": {"cpu": "32", "memory": "64Gi", "nvidia.com/gpu": 16,
                                   "pods": 40},

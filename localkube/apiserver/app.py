@@ -1,8 +1,11 @@
 """Wiring of the API server process: store, verbs, routes, scheduler and garbage collector.
 
 `python -m localkube.apiserver --state-dir DIR --port P --nodes FILE` runs it in the foreground.
-It binds 127.0.0.1:P (P=0 picks a free port), writes DIR/apiserver.json {"port", "pid"} once it
-serves, and flushes the store on SIGTERM/SIGINT.
+It serves HTTPS on 127.0.0.1:P (P=0 picks a free port) with the certificate of DIR/pki, writes
+DIR/apiserver.json {"port", "pid"} once it serves, and flushes the store on SIGTERM/SIGINT.
+Every request but the health checks must carry the bearer token of DIR/token. Token and
+certificate are made here when `up` has not made them yet (localkube/credentials.py,
+localkube/certificates.py; the check: localkube/apiserver/authentication.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
+from localkube.apiserver.authentication import build_authentication_middleware
 from localkube.apiserver.defaults import now_rfc3339
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.gc import GarbageCollector
@@ -28,11 +32,14 @@ from localkube.apiserver.operations import ObjectApi
 from localkube.apiserver.resources import GROUP_RESOURCES
 from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
 from localkube.apiserver.store import Store
+from localkube.certificates import build_server_ssl_context, ensure_serving_files
+from localkube.credentials import ensure_token
 from localkube.scheduler import Scheduler
 
 log = logging.getLogger("localkube.apiserver")
 DEFAULT_NODES_FILE = str(Path(__file__).resolve().parent.parent / "nodes.yaml")
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public")
+PRIVATE_DIR_MODE = 0o700
 
 
 def load_nodes_file(path: str) -> list[dict]:
@@ -127,12 +134,15 @@ async def status_errors(request: web.Request, handler):
 
 def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
               address: str = "127.0.0.1:6443") -> tuple[web.Application, ObjectApi]:
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    Path(state_dir).mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    token = ensure_token(state_dir)
     store = Store(str(Path(state_dir) / "store.db"))
     api = ObjectApi(store)
     bootstrap_objects(api, load_nodes_file(nodes_file))
     store.flush()
-    app = web.Application(middlewares=[status_errors], client_max_size=64 * 1024 * 1024)
+    # Authentication first: nothing, not even an error handler, runs for a stranger.
+    app = web.Application(middlewares=[build_authentication_middleware(token), status_errors],
+                          client_max_size=64 * 1024 * 1024)
     handlers = CoreHandlers(api, state_dir)
     # Group routes first: the catch-all /apis/{tail} of discovery_routes answers the rest (404).
     for group_version in GROUP_RESOURCES:
@@ -165,15 +175,16 @@ async def serve(state_dir: str, port: int, nodes_file: str) -> None:
     sock.bind(("127.0.0.1", port))
     actual = sock.getsockname()[1]
     app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}")
+    ssl_context = build_server_ssl_context(ensure_serving_files(state_dir))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, ssl_context=ssl_context)
     await site.start()
     info = Path(state_dir) / "apiserver.json"
     tmp = info.with_suffix(".tmp")
     tmp.write_text(json.dumps({"port": actual, "pid": os.getpid()}))
     tmp.replace(info)
-    log.info("localkube API server on http://127.0.0.1:%d", actual)
+    log.info("localkube API server on https://127.0.0.1:%d", actual)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

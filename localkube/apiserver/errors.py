@@ -78,6 +78,11 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
     return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details)
 
 
+def unauthorized() -> ApiError:
+    """401: no bearer token, or not the cluster's (worded as kube-apiserver words it)."""
+    return ApiError(401, "Unauthorized", "Unauthorized")
+
+
 def forbidden(resource: str, name: str, why: str) -> ApiError:
     return ApiError(403, "Forbidden", f'{resource} "{name}" is forbidden: {why}',
                     _details(resource, name))

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from localkube.credentials import ClusterCredentials
 from localkube.forwarding import forwards_of_cluster
 from localkube.kubelet import cleanup, network
 from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
@@ -61,7 +62,12 @@ def find_node_index(cluster: dict, node: str) -> int | None:
 
 class Kubelet:
     def __init__(
-        self, api_url: str, node: str, state_dir: str, node_index: int | None = None
+        self,
+        api_url: str,
+        credentials: ClusterCredentials,
+        node: str,
+        state_dir: str,
+        node_index: int | None = None,
     ) -> None:
         self.api_url = api_url
         self.node = node
@@ -76,7 +82,7 @@ class Kubelet:
         # another host address and port.
         self.forward_ports = forwards_of_cluster(cluster, self.api_port)
         self.image_rules = load_image_rules()
-        self.api = ApiClient(api_url)
+        self.api = ApiClient(api_url, credentials)
         self.workers: dict[str, PodWorker] = {}
         self.start_slots = asyncio.Semaphore(PARALLEL_POD_STARTS)
         self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)

@@ -3,7 +3,9 @@
 A thin aiohttp client with exactly the calls a kubelet makes: list+watch its
 pods, GET configmaps/secrets, PATCH pod and node status (merge patch), POST
 events, DELETE pods. Transient connection errors are retried; 404 on GET and
-DELETE is an answer, not an error.
+DELETE is an answer, not an error. It speaks HTTPS, trusting only the cluster
+CA, and every request carries the cluster's bearer token (both read from the
+state dir by the kubelet: localkube/credentials.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
+from localkube.credentials import ClusterCredentials
+
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -25,7 +29,8 @@ WATCH_TIMEOUT_S = 300
 
 class ApiError(RuntimeError):
     def __init__(self, status: int, body: str, what: str) -> None:
-        super().__init__(f"{what}: HTTP {status}: {body[:500]}")
+        hint = " (the API server refused the kubelet's token, DIR/token)" if status == 401 else ""
+        super().__init__(f"{what}: HTTP {status}{hint}: {body[:500]}")
         self.status = status
 
 
@@ -34,14 +39,17 @@ class WatchExpired(RuntimeError):
 
 
 class ApiClient:
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, credentials: ClusterCredentials) -> None:
         self.base_url = base_url.rstrip("/")
+        self.credentials = credentials
         self.session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=32)
+        connector = aiohttp.TCPConnector(limit=32, ssl=self.credentials.ssl_context())
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            headers=self.credentials.auth_headers(),
         )
 
     async def close(self) -> None:

@@ -60,6 +60,13 @@ s3-up: setup
 s3-down:
 	$(PY) scripts/s3_server.py down --state-dir $(STATE)/s3
 
+# The local S3 keeps its buckets and objects in $(STATE)/s3/data across `make down`;
+# this removes them (nothing else), refuses while the S3 server runs, and asks first.
+# YES=1 skips the question; ARGS passes more options (scripts/clean_state.py --help).
+.PHONY: clean-state
+clean-state:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/clean_state.py --state-dir $(STATE) $(if $(YES),--yes) $(ARGS)
+
 # Figures, not tests: every measurement of issue 8 (< 20 min on 2 cores) → bench/RESULTS.md.
 bench: setup
 	$(PY) bench/run_all.py

@@ -10,6 +10,7 @@ an Authorization header. `PodOutage` is a test switch of the host's listener:
 
 from __future__ import annotations
 
+import http
 import io
 import time
 from collections.abc import Callable, Iterable
@@ -29,6 +30,9 @@ from s3_checks import (
 # The host's switch for tests: `POST /moto-api/tfjob/pod-outage?seconds=N` makes the
 # pod-facing listener answer 503 for N seconds, as an S3 that is down for the pods.
 POD_OUTAGE_PATH = "/moto-api/tfjob/pod-outage"
+# What the gate reads of a POST policy upload before moto does: S3's 5 GiB for the
+# file, and room for the form fields around it.
+MAX_FORM_POST_BYTES = 5 * 1024**3 + 1024**2
 
 
 class PodOutage:
@@ -72,16 +76,7 @@ class CheckingMiddleware:
                 raise Refused("SlowDown", "S3 is down for pods (a test outage)", 503)
             self.check(environ)
         except Refused as refusal:
-            body = (
-                '<?xml version="1.0" encoding="UTF-8"?>\n'
-                f"<Error><Code>{refusal.code}</Code><Message>{xml_escape(refusal.message)}"
-                "</Message><RequestId>tfjob-local</RequestId></Error>"
-            ).encode()
-            start_response(
-                STATUS_LINES.get(refusal.status, f"{refusal.status} Refused"),
-                [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
-            )
-            return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+            return answer_error(environ, start_response, refusal)
         return self.app(environ, start_response)
 
     def _start_outage(
@@ -139,7 +134,17 @@ class CheckingMiddleware:
     def _check_form_post(self, environ: dict[str, Any], path: str) -> None:
         from werkzeug.formparser import parse_form_data
 
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise Refused("InvalidArgument", "Content-Length must be a number", 400) from None
+        if length > MAX_FORM_POST_BYTES:
+            raise Refused(
+                "EntityTooLarge",
+                f"a POST upload may be at most {MAX_FORM_POST_BYTES} bytes "
+                f"(S3's 5 GiB and its form fields); {length} given",
+                400,
+            )
         body = environ["wsgi.input"].read(length)
         environ["wsgi.input"] = io.BytesIO(body)
         copy = dict(environ)
@@ -160,6 +165,24 @@ class CheckingMiddleware:
             )
         bucket = path.strip("/").split("/", 1)[0]
         self.checker.check_post_policy(bucket, fields, upload.filename or "", size)
+
+
+def answer_error(
+    environ: dict[str, Any], start_response: Callable[..., Any], refusal: Refused
+) -> Iterable[bytes]:
+    """An S3 error answer: the status, and the XML body S3 sends (none for HEAD)."""
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{refusal.code}</Code><Message>{xml_escape(refusal.message)}"
+        "</Message><RequestId>tfjob-local</RequestId></Error>"
+    ).encode()
+    status = STATUS_LINES.get(refusal.status) or (
+        f"{refusal.status} {http.HTTPStatus(refusal.status).phrase}"
+    )
+    start_response(
+        status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
+    )
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
 
 def xml_escape(text: str) -> str:

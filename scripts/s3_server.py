@@ -3,7 +3,7 @@
 
     python scripts/s3_server.py up --port 9000 --state-dir .state/s3 --bucket tfjob-demo
     python scripts/s3_server.py down --state-dir .state/s3
-    python scripts/s3_server.py serve --port 0 --ready-file /tmp/ready.json   # foreground
+    python scripts/s3_server.py serve --port 0 --state-dir /tmp/s3 --ready-file /tmp/ready.json
 
 One moto backend, two listeners:
 
@@ -19,7 +19,11 @@ One moto backend, two listeners:
   on the host's listener): S3 down for the pods only.
 
 What is checked (SigV4 only; SigV2 is refused) is in scripts/s3_checks.py.
-State is in memory; `down` ends it. The state dir is 0700 and the files in it
+What the server acknowledged survives `down`, a crash and `kill -9`: each
+change is saved under `<state-dir>/data/` before the answer leaves
+(scripts/s3_persist.py, s3_sync.py, s3_store.py) and loaded back into moto
+before the server reports ready; `scripts/clean_state.py` (`make clean-state`)
+removes it. The state dir is 0700 and the files in it
 0600 (ready.json names the key; the log shows presigned queries). The secret
 reaches `serve` in its environment (TFJOB_S3_SECRET_KEY), not on its command
 line, which every user can read. Production uses a real S3 endpoint, which
@@ -49,6 +53,9 @@ from background_server import (  # noqa: E402
 )
 from s3_checks import PresignChecker  # noqa: E402
 from s3_gate import CheckingMiddleware, PodOutage  # noqa: E402
+from s3_persist import PersistingMiddleware  # noqa: E402
+from s3_store import StoreError, locate_data_dir, open_store  # noqa: E402
+from s3_sync import BackendMirror, install_change_tracking  # noqa: E402
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_POD_HOST = "127.0.0.2"  # any loopback address but the host's; see the docstring
@@ -86,7 +93,21 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", args.secret_key)
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    moto = DomainDispatcherApplication(create_backend_app)
+    data_dir = locate_data_dir(Path(args.state_dir))
+    try:
+        store = open_store(data_dir)
+        install_change_tracking()
+        mirror = BackendMirror(store)
+        restored = mirror.restore()
+    except StoreError as error:
+        print(f"s3 server: cannot use {data_dir}: {error}", file=sys.stderr, flush=True)
+        return 1
+    print(
+        f"s3 server: loaded {restored.buckets} buckets, {restored.objects} objects "
+        f"({restored.data_bytes} bytes) from {data_dir}",
+        flush=True,
+    )
+    moto = PersistingMiddleware(DomainDispatcherApplication(create_backend_app), mirror)
     checker = PresignChecker({args.access_key: args.secret_key}, args.region)
     outage = PodOutage()
     server, pod_server = open_listeners(
@@ -132,6 +153,8 @@ def serve(args: argparse.Namespace) -> int:
         each.shutdown()
     for thread in threads:
         thread.join(timeout=STOP_TIMEOUT_S)
+    # The store's lock goes with the process, not before: a request thread may still be
+    # saving (its client gets no answer; the next start removes what it left half-written).
     return 0
 
 
@@ -147,8 +170,10 @@ def create_buckets(
         aws_secret_access_key=secret_key,
         region_name=region,
     )
+    existing = {each["Name"] for each in client.list_buckets().get("Buckets", [])}
     for bucket in buckets:
-        client.create_bucket(Bucket=bucket)
+        if bucket not in existing:  # kept from an earlier run
+            client.create_bucket(Bucket=bucket)
 
 
 def up(args: argparse.Namespace) -> int:
@@ -171,6 +196,8 @@ def up(args: argparse.Namespace) -> int:
         str(args.port),
         "--pod-host",
         args.pod_host,
+        "--state-dir",
+        str(state.resolve()),
         "--ready-file",
         str(ready_file),
         "--access-key",
@@ -210,13 +237,19 @@ def up(args: argparse.Namespace) -> int:
 
 def down(args: argparse.Namespace) -> int:
     ready_file = Path(args.state_dir) / "ready.json"
+    data = locate_data_dir(Path(args.state_dir))
+    kept = (
+        f"; buckets and objects are kept in {data} (make clean-state removes them)"
+        if data.exists()
+        else ""
+    )
     if not ready_file.exists():
-        print("s3 server: not running")
+        print(f"s3 server: not running{kept}")
         return 0
     pid = json.loads(ready_file.read_text())["pid"]
     stop_pid(pid, STOP_TIMEOUT_S)
     ready_file.unlink(missing_ok=True)
-    print(f"s3 server: stopped (pid {pid})")
+    print(f"s3 server: stopped (pid {pid}){kept}")
     return 0
 
 
@@ -265,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             sub.add_argument("--state-dir", default=".state/s3")
         else:
+            sub.add_argument(
+                "--state-dir",
+                required=True,
+                help="buckets and objects are kept in its data/ (0700), and loaded from it",
+            )
             sub.add_argument(
                 "--ready-file",
                 help="write {endpoint, pod_endpoint, port, pid, ...} here (0600) once serving",

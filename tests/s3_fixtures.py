@@ -15,6 +15,10 @@ it yields an `S3Server` with endpoint, credentials, bucket names and `env()`
 `tfjob-test` (default) and `tfjob-other`. Pods reach it through localkube
 started with `forward_ports=(server.pod_forward(),)`: the pod-facing listener,
 presigned requests only.
+
+The server keeps what it acknowledged under its state dir (`start_s3_server`'s
+`state_dir`, by default `<workdir>/s3-state`): a server started again on the
+same state dir serves the same buckets and objects (tests/test_s3_persistence.py).
 """
 
 from __future__ import annotations
@@ -90,16 +94,22 @@ class S3Server:
 
 
 def start_s3_server(
-    workdir: Path, buckets: tuple[str, ...] = BUCKETS
+    workdir: Path, buckets: tuple[str, ...] = BUCKETS, state_dir: Path | None = None
 ) -> tuple[S3Server, subprocess.Popen[bytes]]:
-    """Start the server process on a free loopback port and wait until it serves."""
+    """Start the server process on a free loopback port and wait until it serves.
+
+    It keeps its data in state_dir (default: <workdir>/s3-state); start it again on the
+    same state_dir to find it there."""
     ready = workdir / "s3-ready.json"
+    ready.unlink(missing_ok=True)  # a server started before in this workdir wrote one
     command = [
         sys.executable,
         str(SERVER_SCRIPT),
         "serve",
         "--port",
         "0",
+        "--state-dir",
+        str(state_dir or workdir / "s3-state"),
         "--ready-file",
         str(ready),
         "--access-key",
@@ -141,6 +151,12 @@ def stop_s3_server(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def kill_s3_server(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL: the server gets no chance to tidy up, as in a crash."""
+    process.kill()
+    process.wait()
 
 
 @pytest.fixture(scope="module")

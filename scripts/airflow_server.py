@@ -332,10 +332,13 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
     home = settings.home.resolve()
     make_private_dir(home)
     pid = read_pid(home)
-    if pid is not None and is_alive(pid):
-        if is_healthy(fetch_health(settings.url)):
+    if pid is not None:
+        if is_alive(pid) and is_healthy(fetch_health(settings.url)):
             return await_airflow_ready(settings, pid, timeout)
-        stop_airflow(home)
+        ended = stop_airflow(home)  # an earlier instance that crashed or never got healthy
+        if ended:
+            print(f"ended {len(ended)} processes of an earlier Airflow in {home} "
+                  f"(pids {', '.join(map(str, sorted(ended)))})", file=sys.stderr)
     if not is_port_free(settings.port):
         raise AirflowStartError(
             f"port {settings.port} on 127.0.0.1 is taken by another process; stop it "
@@ -373,8 +376,26 @@ def has_marker(pid: int, marker: bytes) -> bool:
         return False
 
 
+def is_python_or_airflow(pid: int) -> bool:
+    """Whether the process runs Python or calls itself airflow (setproctitle's names)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return b"airflow" in command or b"python" in command
+
+
 def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
-    """Every process of the instance: by environment marker or by its session."""
+    """Every process of the instance: by environment marker or by its session.
+
+    The session is what finds processes after a crash: Airflow's setproctitle
+    overwrites the memory behind /proc/<pid>/environ, so its renamed processes
+    (serve-logs, LocalExecutor workers) no longer show the marker, but they stay
+    in the session the launcher started. A session id cannot be handed to a new
+    process while any process is still in that session; only Python or
+    `airflow …` processes are taken from it, in case every old one is gone and
+    the number was reused.
+    """
     marker = f"{INSTANCE_MARKER}={home.resolve()}".encode()
     own = os.getpid()
     found = []
@@ -384,6 +405,7 @@ def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
         pid = int(entry.name)
         if has_marker(pid, marker) or (
             session_id is not None and read_session_id(pid) == session_id
+            and is_python_or_airflow(pid)
         ):
             found.append(pid)
     return found
@@ -398,7 +420,9 @@ def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
     """
     home = home.resolve()
     pid = read_pid(home)
-    session_id = pid if pid is not None and read_session_id(pid) == pid else None
+    # The launcher starts the supervisor in a new session: its pid is the session's id,
+    # which its children keep after it died (a crash, kill -9).
+    session_id = pid
 
     def alive() -> set[int]:
         return {p for p in find_instance_pids(home, session_id) if is_alive(p)}

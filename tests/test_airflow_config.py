@@ -155,3 +155,35 @@ def test_up_on_a_taken_port_says_which_port_and_what_to_do(tmp_path):
             assert "--port" in str(error)
         else:
             raise AssertionError("start_airflow did not refuse a taken port")
+
+
+def test_stop_after_the_launcher_was_killed_finds_its_processes_by_session(tmp_path):
+    # As after a crash: the session leader is gone (kill -9) and its children carry no
+    # marker (Airflow's setproctitle overwrites what /proc/<pid>/environ shows).
+    home = (tmp_path / "home").resolve()
+    home.mkdir()
+    root = subprocess.Popen(
+        [sys.executable, "-c", PROCESS_TREE],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    (home / airflow_server.PID_FILE).write_text(str(root.pid))
+    group_child, other_session = (int(pid) for pid in root.stdout.readline().split())
+    root.kill()
+    root.wait(timeout=10)
+    try:
+        assert airflow_server.is_alive(group_child)
+        stopped = airflow_server.stop_airflow(home, grace=5)
+        assert group_child in stopped and other_session not in stopped
+        deadline = time.monotonic() + 10
+        while airflow_server.is_alive(group_child):
+            assert time.monotonic() < deadline, "the session's child is still alive after stop"
+            time.sleep(0.1)
+        assert airflow_server.is_alive(other_session)  # another session, no marker: not ours
+    finally:
+        for pid in (group_child, other_session):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass

@@ -1,7 +1,8 @@
 """scripts/services.py: the embedded default comes up in order, twice, and goes down cleanly.
 
-One real S3 server, localkube and `airflow standalone` on free ports in a
-temporary state directory (the demo's fixed ports stay untouched).
+One real S3 server, localkube and Airflow on free ports in a temporary state
+directory (the demo's fixed ports stay untouched); Airflow is also killed with
+SIGKILL, as a crash does, and the next `up` ends what the crash left.
 """
 
 from __future__ import annotations
@@ -46,6 +47,27 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def list_session(session_id: int) -> list[int]:
+    """Live (not zombie) processes of a session."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+            if airflow_server.read_session_id(pid) == session_id and airflow_server.is_alive(pid)]
+
+
+def kill_supervisor_and_components(supervisor: int) -> None:
+    names = (b"airflow_components", b"api-server", b"api_server", b"scheduler",
+             b"dag-processor", b"triggerer")
+    for pid in list_session(supervisor):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid == supervisor or any(name in command for name in names):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="localkube needs root")
 def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     state = tmp_path / "state"
@@ -79,6 +101,17 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         assert second.returncode == 0, second.stdout + second.stderr
         assert "already serving" in second.stdout
         assert json.loads((state / "services.json").read_text()) == record
+
+        # A crash: the supervisor and Airflow's components die by SIGKILL; the processes
+        # they spawned (serve-logs, LocalExecutor workers, renamed by setproctitle) live on.
+        crashed = airflow_server.read_pid(state / "airflow")
+        kill_supervisor_and_components(crashed)
+        assert list_session(crashed), "nothing of the crashed Airflow outlived it"
+        third = services("up", "--state-dir", str(state), *ports)
+        assert third.returncode == 0, third.stdout + third.stderr
+        assert "of an earlier Airflow" in third.stderr, third.stderr
+        assert list_session(crashed) == []
+        assert airflow_server.read_pid(state / "airflow") != crashed
     finally:
         down = services("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr

@@ -118,6 +118,13 @@ print("KPO_RESULT " + json.dumps({{ti.task_id: [str(ti.state), ti.xcom_pull(task
 '''
 
 
+def describe_failure(output: str) -> str:
+    """The error lines of a dag.test() output (the pod dumps bury them), then its tail."""
+    errors = [line for line in output.splitlines()
+              if any(mark in line for mark in ("error", "Error", "Traceback", "Exception"))]
+    return "\n".join(errors[-40:]) + "\n--- tail ---\n" + output[-3000:]
+
+
 @pytest.mark.slow
 def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
     """KPO with get_logs and do_xcom_push (its sidecar is read through exec) succeeds; a failing
@@ -139,7 +146,7 @@ def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
         result = next((json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines()
                        if line.startswith("KPO_RESULT ")), None)
         assert result is not None, output[-5000:]
-        assert result["ok"] == ["success", {"answer": 42}], output[-5000:]
+        assert result["ok"] == ["success", {"answer": 42}], describe_failure(output)
         assert result["bad"][0] == "failed"
         assert "hello from pod" in output and "failing now" in output
         assert handle.core_v1().list_namespaced_pod("default").items == []

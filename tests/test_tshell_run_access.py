@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tshell_fixtures import point_tshell_at
 
 from tshell.cli import run as run_tshell_cli
 from tshell.run_errors import ExitCode
@@ -88,13 +89,7 @@ def airflow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Answers
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeAirflow)
     FakeAirflow.answers = Answers(url=f"http://127.0.0.1:{server.server_port}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
-    monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
-    monkeypatch.setenv("TSHELL_AIRFLOW_URL", FakeAirflow.answers.url)
-    monkeypatch.setenv("TSHELL_USERNAME", "alice")
-    monkeypatch.setenv("TSHELL_PASSWORD", "pw")
-    monkeypatch.delenv("TSHELL_KUBECONFIG", raising=False)
-    monkeypatch.delenv("KUBECONFIG", raising=False)
+    point_tshell_at(monkeypatch, tmp_path, FakeAirflow.answers.url, "alice", "pw")
     yield FakeAirflow.answers
     server.shutdown()
 

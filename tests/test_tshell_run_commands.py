@@ -28,6 +28,7 @@ import s3_fixtures
 from airflow_fixtures import AirflowHandle, airflow_server, start_airflow
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from s3_fixtures import S3Server
+from tshell_fixtures import point_tshell_at
 
 from tshell.cli import run as run_tshell_cli
 
@@ -81,16 +82,8 @@ def airflow(
 @pytest.fixture
 def tshell_env(airflow: AirflowHandle, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An Airflow login and nothing else: no S3 endpoint or key reaches tshell."""
-    monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
-    monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
-    monkeypatch.delenv("KUBECONFIG", raising=False)  # live pod logs only where a test asks
-    monkeypatch.delenv("TSHELL_KUBECONFIG", raising=False)
-    monkeypatch.setenv("TSHELL_AIRFLOW_URL", airflow.url)
-    monkeypatch.setenv("TSHELL_USERNAME", airflow.username)
-    monkeypatch.setenv("TSHELL_PASSWORD", airflow.password)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "TSHELL_S3_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
+    # Live pod logs (KUBECONFIG) only where a test asks for them.
+    point_tshell_at(monkeypatch, tmp_path, airflow.url, airflow.username, airflow.password)
 
 
 @dataclass

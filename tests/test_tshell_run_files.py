@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tshell_fixtures import point_tshell_at
 
 from tshell import run_files
 from tshell.cli import run as run_tshell_cli
@@ -100,13 +101,7 @@ def airflow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Routes]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeAirflow)
     FakeAirflow.routes = Routes(url=f"http://127.0.0.1:{server.server_port}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
-    monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))
-    monkeypatch.setenv("TSHELL_AIRFLOW_URL", FakeAirflow.routes.url)
-    monkeypatch.setenv("TSHELL_USERNAME", "alice")
-    monkeypatch.setenv("TSHELL_PASSWORD", "pw")
-    for name in ("TSHELL_KUBECONFIG", "KUBECONFIG", "TSHELL_PROGRESS"):
-        monkeypatch.delenv(name, raising=False)
+    point_tshell_at(monkeypatch, tmp_path, FakeAirflow.routes.url, "alice", "pw")
     monkeypatch.setattr(run_files, "CHUNK_BYTES", 4)  # many chunks even for small files
     FakeAirflow.routes.json(RUN_PATH, {"dag_id": DAG, "dag_run_id": RUN_ID, "state": "success",
                                        "conf": {}})

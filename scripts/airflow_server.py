@@ -28,7 +28,12 @@ every file it creates is private from its first byte.
 `up` returns once /api/v2/monitor/health reports every component healthy and
 the DAG processor has parsed every DAG file of the dags folder.
 
+Airflow's metadata database is PostgreSQL (scripts/postgres_server.py): `up`
+from the command line starts the cluster of --postgres-dir and uses its
+database `airflow`; scripts/services.py and the tests pass the URL themselves.
+
 Usage: python scripts/airflow_server.py up|down|status [--home .state/airflow] [--port 8080]
+                                                       [--postgres-dir .state/postgres]
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+import postgres_server  # noqa: E402
 from background_server import (  # noqa: E402
     PRIVATE_FILE_MODE,
     StartOutcome,
@@ -62,11 +68,11 @@ from background_server import (  # noqa: E402
     stop_processes,
     write_private,
 )
+from instance_processes import INSTANCE_MARKER, find_instance_pids  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = REPO_ROOT / ".state" / "airflow"
 DEFAULT_PORT = 8080
-INSTANCE_MARKER = "TFJOB_AIRFLOW_INSTANCE"
 USERS_FILE = "tfjob_users.json"
 SECRETS_FILE = "secrets.json"
 PID_FILE = "airflow.pid"
@@ -75,6 +81,7 @@ COMPONENTS_SCRIPT = Path(__file__).resolve().with_name("airflow_components.py")
 # `airflow db migrate` and the roles and users step; each takes a few seconds.
 PREPARE_TIMEOUT_S = 300.0
 ADMIN_USER = "admin"
+DATABASE_NAME = "airflow"
 AIRFLOW_UMASK = 0o077  # files Airflow creates (passwords, logs, database) are its own only
 
 # Generous: on 2 shared cores under load, Airflow has taken over 2 minutes to get healthy.
@@ -104,6 +111,8 @@ class AirflowSettings:
     plugins_folder: Path = REPO_ROOT / "plugins"
     config_file: Path = REPO_ROOT / "airflow.cfg"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The SQLAlchemy URL of Airflow's metadata database (scripts/postgres_server.py).
+    database_url: str = ""
 
     @property
     def url(self) -> str:
@@ -168,6 +177,8 @@ def build_airflow_env(
             INSTANCE_MARKER: str(home),
         }
     )
+    if settings.database_url:
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = settings.database_url
     env.update(settings.extra_env)
     return env
 
@@ -330,6 +341,9 @@ def await_airflow_ready(
 def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -> AirflowInstance:
     """Start Airflow in the background, or return the instance already running."""
     home = settings.home.resolve()
+    if not settings.database_url:
+        raise AirflowStartError("no database: AirflowSettings.database_url names the "
+                                "PostgreSQL database (scripts/postgres_server.py)")
     make_private_dir(home)
     pid = read_pid(home)
     if pid is not None:
@@ -359,56 +373,6 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
     except BaseException:
         stop_airflow(home)
         raise
-
-
-def read_session_id(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return int(fields[3])
-
-
-def has_marker(pid: int, marker: bytes) -> bool:
-    try:
-        return marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-
-
-def is_python_or_airflow(pid: int) -> bool:
-    """Whether the process runs Python or calls itself airflow (setproctitle's names)."""
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    return b"airflow" in command or b"python" in command
-
-
-def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
-    """Every process of the instance: by environment marker or by its session.
-
-    The session is what finds processes after a crash: Airflow's setproctitle
-    overwrites the memory behind /proc/<pid>/environ, so its renamed processes
-    (serve-logs, LocalExecutor workers) no longer show the marker, but they stay
-    in the session the launcher started. A session id cannot be handed to a new
-    process while any process is still in that session; only Python or
-    `airflow …` processes are taken from it, in case every old one is gone and
-    the number was reused.
-    """
-    marker = f"{INSTANCE_MARKER}={home.resolve()}".encode()
-    own = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == own:
-            continue
-        pid = int(entry.name)
-        if has_marker(pid, marker) or (
-            session_id is not None and read_session_id(pid) == session_id
-            and is_python_or_airflow(pid)
-        ):
-            found.append(pid)
-    return found
 
 
 def stop_airflow(home: Path, grace: float = STOP_GRACE_S) -> list[int]:
@@ -446,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="API server port")
     parser.add_argument("--dags-folder", type=Path, default=REPO_ROOT / "dags")
     parser.add_argument("--plugins-folder", type=Path, default=REPO_ROOT / "plugins")
+    parser.add_argument("--postgres-dir", type=Path, default=REPO_ROOT / ".state" / "postgres",
+                        help="state dir of the PostgreSQL holding the database `airflow`")
     parser.add_argument(
         "--env",
         action="append",
@@ -464,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.action == "up":
         try:
+            cluster = postgres_server.start_postgres(args.postgres_dir)
+            settings = replace(settings, database_url=postgres_server.ensure_database(
+                cluster, DATABASE_NAME))
             instance = start_airflow(settings)
-        except AirflowStartError as error:
+        except (AirflowStartError, postgres_server.PostgresError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         print_login(instance)

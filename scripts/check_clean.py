@@ -8,7 +8,9 @@ A leftover is found from the outside, the way a user would look for it:
 
 - processes: any process whose working directory, executable or command line
   lies under the checkout, or whose environment carries the Airflow instance
-  marker of this state dir (scripts/airflow_server.py); the caller's own
+  marker of this state dir (scripts/airflow_server.py); PostgreSQL's server
+  and backends work in their data dir, under the state dir or, for a state dir
+  its user cannot enter, where <state>/postgres/location says; the caller's own
   ancestors (the shell running CI in the checkout) do not count;
 - network namespaces: localkube's `lk-<h8>` and `lk-<h8>-*` of this state dir;
 - cgroups: localkube's `localkube-<h8>` groups of this state dir;
@@ -77,8 +79,17 @@ def read_process(pid: int) -> tuple[str, str, list[str], list[str]]:
     return link("cwd"), link("exe"), split("cmdline"), split("environ")
 
 
+def find_database_dir(state_dir: Path) -> Path | None:
+    """PostgreSQL's cluster when it lives outside the state dir (scripts/postgres_server.py)."""
+    try:
+        return Path((state_dir / "postgres" / "location").read_text().strip())
+    except FileNotFoundError:
+        return None
+
+
 def find_processes(checkout: Path, state_dir: Path) -> list[Leftover]:
     spared = list_ancestors(os.getpid())
+    database_dir = find_database_dir(state_dir)
     marker = f"{AIRFLOW_MARKER}={state_dir / 'airflow'}"
     found = []
     for entry in Path("/proc").iterdir():
@@ -89,7 +100,8 @@ def find_processes(checkout: Path, state_dir: Path) -> list[Leftover]:
         if not argv or argv == [""]:  # a kernel thread or a zombie
             continue
         reasons = []
-        if cwd and is_under(cwd, checkout):
+        if cwd and (is_under(cwd, checkout)
+                    or (database_dir is not None and is_under(cwd, database_dir))):
             reasons.append(f"cwd {cwd}")
         if exe and is_under(exe, checkout):
             reasons.append(f"exe {exe}")

@@ -122,9 +122,21 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def check_postgres_installed() -> list[str]:
+    """Airflow's database server (scripts/postgres_server.py) and the user it runs as."""
+    import postgres_server
+
+    try:
+        postgres_server.find_bin_dir()
+        postgres_server.find_server_user()
+    except postgres_server.PostgresError as error:
+        return [str(error)]
+    return []
+
+
 def find_problems(state_dir: Path, ports: list[ServicePort], uid: int) -> list[str]:
     """Every reason the services cannot start here; empty when they can."""
-    problems = check_root(uid)
+    problems = check_root(uid) + check_postgres_installed()
     running = find_running_services(state_dir)
     for wanted in ports:
         if wanted.service not in running and wanted.port != 0:

@@ -1,19 +1,21 @@
-"""Bring the embedded default up or down in one step: S3 server, localkube, Airflow.
+"""Bring the embedded default up or down in one step: S3, localkube, PostgreSQL, Airflow.
 
     python scripts/services.py up   [--state-dir .state] [--s3-port 9000] [--kube-port 6443]
                                     [--airflow-port 8080] [--bucket tfjob-demo]
     python scripts/services.py down [--state-dir .state]
     python scripts/services.py env  [--state-dir .state]   # export lines for tshell/boto3
 
-Why this exists: the three services depend on each other in a fixed order.
+Why this exists: the services depend on each other in a fixed order.
 localkube forwards the S3 port into every pod, so S3 starts first; Airflow's
-connections name localkube's kubeconfig and the S3 endpoint, so Airflow starts
-last. Stopping goes the other way: Airflow first (no task creates a pod while
-the cluster goes away), then localkube (its kubelets remove every pod, network
-namespace and mount), then S3. Each step is idempotent, so `up` twice and
-`down` twice are both fine. Before `up` starts anything, scripts/preflight.py
-checks that it can work here (root; each port free or held by this state
-dir's own service) and names every problem with what to do.
+connections name localkube's kubeconfig and the S3 endpoint, and its metadata
+lives in PostgreSQL (scripts/postgres_server.py, a Unix socket under
+<state>/postgres), so Airflow starts last. Stopping goes the other way: Airflow
+first (no task creates a pod while the cluster goes away), then PostgreSQL,
+localkube (its kubelets remove every pod, network namespace and mount), and S3.
+Each step is idempotent, so `up` twice and `down` twice are both fine. Before
+`up` starts anything, scripts/preflight.py checks that it can work here (root;
+PostgreSQL installed; each port free or held by this state dir's own service)
+and names every problem with what to do.
 
 Pods reach S3 at their own 127.0.0.1:<s3 port>, which localkube relays to the
 S3 server's pod-facing listener (`--forward PORT=127.0.0.2:PORT`): presigned
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+import postgres_server  # noqa: E402
 import preflight  # noqa: E402
 from background_server import write_private  # noqa: E402
 
@@ -94,6 +97,10 @@ class StatePaths:
     @property
     def airflow(self) -> Path:
         return self.root / "airflow"
+
+    @property
+    def postgres(self) -> Path:
+        return self.root / "postgres"
 
 
 def run_step(name: str, argv: list[str], env: dict[str, str] | None = None) -> str:
@@ -199,10 +206,13 @@ def bring_up(
     s3_endpoint = s3_ready["endpoint"]
     cluster = start_localkube(paths, kube_port, pod_forward_spec(s3_ready))
     kubeconfig = Path(cluster["kubeconfig"])
+    database = postgres_server.start_postgres(paths.postgres)
+    print(f"PostgreSQL is up (socket in {database.socket_dir})")
     settings = airflow_server.AirflowSettings(
         home=paths.airflow,
         port=airflow_port,
         extra_env=build_connections(kubeconfig, s3_endpoint),
+        database_url=postgres_server.ensure_database(database, airflow_server.DATABASE_NAME),
     )
     instance = airflow_server.start_airflow(settings)
     apply_tenants(kubeconfig, instance)
@@ -216,6 +226,7 @@ def bring_up(
         },
         "localkube": {"api_url": cluster["api_url"], "kubeconfig": str(kubeconfig)},
         "airflow": {"url": instance.url, "username": instance.username, "home": str(instance.home)},
+        "postgres": {"socket_dir": str(database.socket_dir), "data": str(database.data)},
     }
     write_service_files(paths, record)
     return record | {"airflow_logins": airflow_server.read_users(instance.home)}
@@ -229,6 +240,11 @@ def bring_down(paths: StatePaths) -> list[str]:
         f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running"
     )
     errors = []
+    try:
+        stopped_database = postgres_server.stop_postgres(paths.postgres)
+        said.append("PostgreSQL stopped" if stopped_database else "PostgreSQL was not running")
+    except postgres_server.PostgresError as error:
+        errors.append(str(error))
     for name, argv in (
         (
             "localkube",
@@ -322,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             if not env_file.exists():
                 raise ServiceError(f"no {env_file}: the services are not up (make up)")
             print(env_file.read_text(), end="")
-    except (ServiceError, airflow_server.AirflowStartError) as error:
+    except (ServiceError, airflow_server.AirflowStartError, postgres_server.PostgresError) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.action == "up" and not isinstance(error, PreflightError):
             print("Services that did start keep running; `make down` stops them.", file=sys.stderr)

@@ -2,11 +2,17 @@
 
 Why this exists: Airflow takes 10–40 s to start on two cores, so tests share
 one instance instead of each starting their own. It runs with this repo's
-airflow.cfg (parallelism 4, LocalExecutor, SQLite, the FAB auth manager; the
+airflow.cfg (parallelism 16, LocalExecutor, the FAB auth manager; the
 launcher migrates the database and creates the tenants' roles and users) on
-a free port, with a home under pytest's temp dir, and with the AIRFLOW_CONN_*
+a free port, with a home under pytest's temp dir, a database of its own in
+the test process's PostgreSQL (tests/postgres_fixtures.py), and with the AIRFLOW_CONN_*
 and other variables the caller passes. It is stopped, every
 process of it, when the session ends.
+
+`AirflowHandle.request` asks a call that is safe to repeat again only when no
+answer comes (connection refused or reset, a timeout) or the answer is
+502/503/504; with the metadata in PostgreSQL a 500 is a real failure of the
+code under test and fails the test at once.
 
 Use from a test module (tests/ is on sys.path in pytest's default import mode):
 
@@ -36,11 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_fixtures import airflow_database_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# How long a retried call keeps asking a busy API server (5xx, timeouts) before failing.
-BUSY_PATIENCE_S = 90
+# How long a retried call keeps asking an API server that gives no answer or 502/503/504.
+UNAVAILABLE_PATIENCE_S = 90
+# What a network or proxy answers when the server cannot answer now; 500 is not among them.
+UNAVAILABLE_STATUSES = (502, 503, 504)
 
 
 def _load_airflow_server() -> Any:
@@ -82,17 +91,19 @@ class AirflowHandle:
         """One authenticated REST call; returns the decoded JSON answer.
 
         A call that is safe to repeat (GET, PATCH, or `retry=True`) is asked again while
-        the server answers 5xx or times out, for up to BUSY_PATIENCE_S; a 4xx is final.
+        no answer comes (connection errors, timeouts) or the answer is 502/503/504, for up
+        to UNAVAILABLE_PATIENCE_S; a 4xx or a 500 is final.
         """
         retry = method in ("GET", "PATCH") if retry is None else retry
-        deadline = time.monotonic() + BUSY_PATIENCE_S
+        deadline = time.monotonic() + UNAVAILABLE_PATIENCE_S
         while True:
             try:
                 return self._request_once(method, path, body)
             except urllib.error.HTTPError as error:
-                if not retry or error.code < 500 or time.monotonic() > deadline:
+                unavailable = error.code in UNAVAILABLE_STATUSES
+                if not retry or not unavailable or time.monotonic() > deadline:
                     raise
-            except (urllib.error.URLError, TimeoutError):
+            except (urllib.error.URLError, TimeoutError, ConnectionError):
                 if not retry or time.monotonic() > deadline:
                     raise
             time.sleep(1.0)
@@ -136,6 +147,7 @@ def start_airflow(
         dags_folder=Path(dags_folder),
         plugins_folder=Path(plugins_folder),
         extra_env=dict(extra_env or {}),
+        database_url=airflow_database_url(Path(home)),
     )
     instance = airflow_server.start_airflow(settings)
     return AirflowHandle(

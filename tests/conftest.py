@@ -4,6 +4,9 @@
 each file whole on one worker. The files that take minutes (Airflow and real
 TensorFlow end to end) start first, so the suite's wall time is close to the
 longest file rather than a long file started last (longest first).
+
+When a session ends, the PostgreSQL its tests started (tests/postgres_fixtures.py)
+is stopped and removed.
 """
 
 from __future__ import annotations
@@ -30,3 +33,9 @@ def file_rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=file_rank)  # stable: the order inside a file and among the rest is kept
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from postgres_fixtures import stop_test_postgres
+
+    stop_test_postgres()

@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 import yaml
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
+from postgres_fixtures import airflow_database_url
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
 
 from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
@@ -232,18 +233,24 @@ class PipelineWorld:
 
     def task_try_states(self, dag_id: str, task_id: str) -> list[tuple[int, str]]:
         """(try number, state) of every try of a task in this world's Airflow DB, oldest first."""
-        import sqlite3
+        rows: set[tuple[int, str]] = set()
+        for table in ("task_instance", "task_instance_history"):
+            rows |= {(number, state) for number, state in self.query_airflow_db(
+                f"SELECT try_number, state FROM {table} "
+                "WHERE dag_id = :dag_id AND task_id = :task_id",
+                dag_id=dag_id, task_id=task_id)}
+        return sorted(rows)
 
-        with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
-            current = db.execute(
-                "SELECT try_number, state FROM task_instance WHERE dag_id=? AND task_id=?",
-                (dag_id, task_id),
-            ).fetchall()
-            earlier = db.execute(
-                "SELECT try_number, state FROM task_instance_history WHERE dag_id=? AND task_id=?",
-                (dag_id, task_id),
-            ).fetchall()
-        return sorted(set(earlier) | set(current))
+    def query_airflow_db(self, sql: str, **params: Any) -> list[tuple]:
+        """Rows of one SELECT in this world's Airflow database (PostgreSQL)."""
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+        try:
+            with engine.connect() as connection:
+                return [tuple(row) for row in connection.execute(text(sql), params)]
+        finally:
+            engine.dispose()
 
     def s3_keys(self, prefix: str) -> list[str]:
         client = self.s3.client()
@@ -321,6 +328,7 @@ def airflow_env(
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
@@ -394,10 +402,11 @@ def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipelin
 
 def create_tenant_pool(airflow: Any, slots: int = 8) -> None:
     """The test tenant's Airflow pool (what `tshell tenants apply` makes): job steps run in it."""
-    from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
+    from operators.pool_clients import PoolSpec, RestPoolClient
+    from operators.tenancy import apply_pool
     from tfjob.tenants import pool_name
 
-    # Through the same client as tshell: it asks again when a busy Airflow answers 500.
+    # Through the same client as tshell: it asks again on no answer or 502/503/504.
     apply_pool(RestPoolClient(airflow.url, airflow.token), PoolSpec(pool_name(TENANT), slots, ""))
 
 

@@ -33,10 +33,7 @@ print(json.dumps({
     "api_host": conf.get("api", "host"),
     "jwt_secret": conf.get("api_auth", "jwt_secret"),
     "execution_api_retries": conf.getint("workers", "execution_api_retries"),
-    "sqlite_timeouts": [
-        engine.dialect.create_connect_args(engine.url)[1]["timeout"]
-        for engine in (settings.engine, settings.async_engine)
-    ],
+    "drivers": [engine.url.drivername for engine in (settings.engine, settings.async_engine)],
 }))
 """
 
@@ -59,14 +56,15 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     values = read_airflow_config(env)
     assert values["executor"] == "LocalExecutor"
     assert values["load_examples"] is False
-    assert values["parallelism"] == 4
+    assert values["parallelism"] == 16
     assert values["paused_at_creation"] is False
     assert values["auth_manager"].endswith("FabAuthManager")
     assert Path(values["dags_folder"]).resolve() == REPO_ROOT / "dags"
     assert Path(values["plugins_folder"]).resolve() == REPO_ROOT / "plugins"
-    assert values["sql_alchemy_conn"] == f"sqlite:///{home}/airflow.db?timeout=5"
-    # sqlite3.connect gets timeout=5 (busy_timeout 5000 ms) in sync and async sessions.
-    assert values["sqlite_timeouts"] == [5, 5]
+    # Without the launcher's database URL, a socket that does not exist: never a SQLite file.
+    assert values["sql_alchemy_conn"] == (
+        f"postgresql+psycopg2:///airflow?host={home}/no-database-without-the-launcher")
+    assert values["drivers"] == ["postgresql+psycopg2", "postgresql+asyncpg"]
     assert values["refresh_interval"] <= 10
     assert values["api_host"] == "127.0.0.1"
     assert values["execution_api_retries"] >= 10
@@ -74,7 +72,8 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
 
 def test_launcher_environment_points_every_component_at_one_home_port_and_secret(tmp_path):
     settings = airflow_server.AirflowSettings(
-        home=tmp_path / "home", port=18123, dags_folder=tmp_path / "dags"
+        home=tmp_path / "home", port=18123, dags_folder=tmp_path / "dags",
+        database_url="postgresql+psycopg2://tfjob:pw@/airflow?host=/run/pg",
     )
     env = airflow_server.build_airflow_env(settings, base_env={"PATH": "/usr/bin"})
     assert env["AIRFLOW_HOME"] == str((tmp_path / "home").resolve())
@@ -88,6 +87,7 @@ def test_launcher_environment_points_every_component_at_one_home_port_and_secret
     values = read_airflow_config(env)
     assert values["jwt_secret"] == env["AIRFLOW__API_AUTH__JWT_SECRET"]
     assert Path(values["dags_folder"]) == (tmp_path / "dags").resolve()
+    assert values["sql_alchemy_conn"] == settings.database_url
 
 
 # A stand-in for standalone's process tree: a child in its own process group (as
@@ -147,7 +147,8 @@ def test_up_on_a_taken_port_says_which_port_and_what_to_do(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        settings = airflow_server.AirflowSettings(home=tmp_path / "home", port=port)
+        settings = airflow_server.AirflowSettings(home=tmp_path / "home", port=port,
+                                                  database_url="postgresql://unused")
         try:
             airflow_server.start_airflow(settings)
         except airflow_server.AirflowStartError as error:
@@ -187,3 +188,14 @@ def test_stop_after_the_launcher_was_killed_finds_its_processes_by_session(tmp_p
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+def test_up_without_a_database_says_so_and_starts_nothing(tmp_path):
+    settings = airflow_server.AirflowSettings(home=tmp_path / "home", port=1)
+    try:
+        airflow_server.start_airflow(settings)
+    except airflow_server.AirflowStartError as error:
+        assert "no database" in str(error)
+    else:
+        raise AssertionError("start_airflow started without a database")
+    assert not (tmp_path / "home").exists()

@@ -1,14 +1,18 @@
 """scripts/services.py: the embedded default comes up in order, twice, and goes down cleanly.
 
-One real S3 server, localkube and Airflow on free ports in a temporary state
-directory (the demo's fixed ports stay untouched); Airflow is also killed with
-SIGKILL, as a crash does, and the next `up` ends what the crash left.
+One real S3 server, localkube, PostgreSQL and Airflow on free ports in a
+temporary state directory (the demo's fixed ports stay untouched); Airflow is
+also killed with SIGKILL, as a crash does, and the next `up` ends what the
+crash left. The state dir lies under pytest's 0700 temp dir, which the
+`postgres` user cannot enter: PostgreSQL's cluster goes to its fallback place
+(scripts/postgres_server.py), which the test removes at the end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +20,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 from airflow_fixtures import airflow_server
+from postgres_fixtures import postgres_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root]
 
@@ -49,8 +54,10 @@ def processes_mentioning(text: str) -> list[str]:
 
 def list_session(session_id: int) -> list[int]:
     """Live (not zombie) processes of a session."""
+    from instance_processes import read_session_id  # scripts/, on sys.path by airflow_fixtures
+
     return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-            if airflow_server.read_session_id(pid) == session_id and airflow_server.is_alive(pid)]
+            if read_session_id(pid) == session_id and airflow_server.is_alive(pid)]
 
 
 def kill_supervisor_and_components(supervisor: int) -> None:
@@ -78,6 +85,10 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         assert first.returncode == 0, first.stdout + first.stderr
         record = json.loads((state / "services.json").read_text())
         assert "Airflow UI   " + record["airflow"]["url"] in first.stdout
+        database = postgres_server.locate_cluster(state / "postgres")
+        assert record["postgres"]["data"] == str(database.data)
+        assert database.root.parent == postgres_server.FALLBACK_ROOT
+        assert "the postgres user cannot enter" in first.stderr, first.stderr
 
         # Airflow got both connections, pointing at this localkube and this S3 server.
         conn_env = Path(f"/proc/{airflow_server.read_pid(state / 'airflow')}/environ")
@@ -115,6 +126,9 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     finally:
         down = services("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
+    assert "PostgreSQL stopped" in down.stdout
+    assert not postgres_server.is_running(database)
+    shutil.rmtree(database.root)
     assert processes_mentioning(str(state)) == []
     assert airflow_server.find_instance_pids(state / "airflow") == []
     assert str(state) not in Path("/proc/mounts").read_text()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from localkube_fixtures import start_localkube, stop_localkube
+from postgres_fixtures import airflow_database_url
 from tfjob_fixtures import tenant_storage
 
 from tfjob import naming
@@ -35,6 +36,7 @@ def airflow_env(home: Path, kubeconfig: str, tenants_file: Path) -> dict[str, st
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__UNIT_TEST_MODE="False",

@@ -14,6 +14,7 @@ import time
 import pytest
 from kubernetes.stream import stream
 from localkube_fixtures import start_localkube, stop_localkube
+from postgres_fixtures import airflow_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -135,6 +136,7 @@ def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
     handle = start_localkube(tmp_path)
     try:
         env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database_url(tmp_path / "airflow"),
                "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                "LOCALKUBE_KUBECONFIG": handle.kubeconfig}
         env.pop("AIRFLOW_CONFIG", None)

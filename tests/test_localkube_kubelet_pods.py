@@ -269,8 +269,9 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(v1):
     start = time.monotonic()
     v1.delete_namespaced_pod(polite_name, "default", grace_period_seconds=30)
     wait_gone(v1, polite_name)
-    assert time.monotonic() - start < 10, (
-        "a process that exits on SIGTERM must not wait for the grace period"
+    # The bound is the grace period's, not a speed target: a busy 2-core machine needs seconds.
+    assert time.monotonic() - start < 20, (
+        "a process that exits on SIGTERM must not wait for the 30 s grace period"
     )
     start = time.monotonic()
     v1.delete_namespaced_pod(stubborn_name, "default", grace_period_seconds=2)
@@ -278,7 +279,7 @@ def test_delete_sends_sigterm_then_sigkill_after_the_grace_period(v1):
     assert pod.metadata.deletion_timestamp is not None
     wait_gone(v1, stubborn_name)
     elapsed = time.monotonic() - start
-    assert 2 <= elapsed < 10, elapsed
+    assert 2 <= elapsed < 20, f"{elapsed:.1f} s: SIGKILL must follow the 2 s grace, not never"
     assert processes_with(marker) == []
 
 
@@ -489,7 +490,7 @@ def test_lifecycle_hooks_run_inside_the_container(v1, tmp_path):
     pod = make_pod(
         name,
         ["sh", "-c", loop],
-        terminationGracePeriodSeconds=10,
+        terminationGracePeriodSeconds=60,
         container={
             "volumeMounts": [{"name": "out", "mountPath": "/out"}],
             "lifecycle": {
@@ -506,7 +507,7 @@ def test_lifecycle_hooks_run_inside_the_container(v1, tmp_path):
     v1.delete_namespaced_pod(name, "default")
     wait_gone(v1, name)
     assert (out / "pre").read_text() == "stopping\n"
-    assert time.monotonic() - start < 8
+    assert time.monotonic() - start < 20, "the container must end on SIGTERM, not at the grace"
 
 
 def test_failures_carry_exit_codes_and_messages(v1):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 import threading
 import time
 import urllib.request
@@ -102,11 +101,8 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
     assert len(signed) >= 5, f"{len(signed)} distinct upload grants seen"
     assert "S3 grants of run" in result.log and "signed anew" in result.log
 
-    with sqlite3.connect(world.home / "airflow.db", timeout=30) as db:
-        xcoms = json.dumps(
-            [str(row) for row in db.execute("SELECT value FROM xcom WHERE dag_id=?",
-                                            ("tfjob__e2e-grants",))]
-        )
+    xcoms = json.dumps([str(row) for row in world.query_airflow_db(
+        "SELECT value FROM xcom WHERE dag_id = :dag_id", dag_id="tfjob__e2e-grants")])
     places = {
         "task log": result.log,
         "run.json": manifest_text,

@@ -47,3 +47,19 @@ def test_a_process_of_another_checkout_is_not_counted(tmp_path: Path) -> None:
         other.kill()
         other.wait()
     assert result.returncode == 0, result.stderr
+
+
+def test_a_process_in_the_database_dir_outside_the_checkout_is_named(tmp_path: Path) -> None:
+    """A state dir the postgres user cannot enter keeps its cluster elsewhere (location)."""
+    checkout, database = tmp_path / "checkout", tmp_path / "elsewhere"
+    (checkout / ".state" / "postgres").mkdir(parents=True)
+    database.mkdir()
+    (checkout / ".state" / "postgres" / "location").write_text(f"{database}\n")
+    leftover = subprocess.Popen(["sleep", "60"], cwd=database, stdin=subprocess.DEVNULL)
+    try:
+        result = run_check(checkout)
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert result.returncode == 1
+    assert f"pid {leftover.pid} (cwd {database}" in result.stderr

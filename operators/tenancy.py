@@ -10,10 +10,11 @@ The quota's `status.used` is updated by a controller and may lag behind pods
 created a moment ago, so used = the larger of status.used and the sum over
 the live pods (`tfjob.quota.sum_usage`).
 
-Airflow pools (`tfjob-tenant-<name>`, slots = max_concurrent_jobs) are set
-through the REST API (`RestPoolClient`, for tshell and scripts) or, in a
-process with Airflow's database configured (start-up scripts, tests),
-through Airflow's own model (`DatabasePoolClient`).
+Airflow pools (`tfjob-tenant-<name>`, slots = max_concurrent_jobs) are
+built here from the tenants file and applied the same way, through a client
+of `operators.pool_clients`: the REST API (`RestPoolClient`, for tshell and
+scripts) or, in a process with Airflow's database configured, Airflow's own
+model (`DatabasePoolClient`).
 """
 
 from __future__ import annotations
@@ -21,19 +22,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from operators.pool_clients import PoolClient, PoolSpec, RestPoolClient
 from tfjob.quantity import is_quantity, parse_quantity
 from tfjob.quota import QuotaCheck, check_gang_fits, read_quota_amounts, sum_usage
 from tfjob.request import TrainingRequest
@@ -42,14 +40,6 @@ from tfjob.tenants import Tenant, TenantsConfig, build_tenant_manifests
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
-POOLS_PATH = "/api/v2/pools"
-# Generous: a busy SQLite-backed Airflow can stall a call for its lock wait, repeatedly.
-POOL_REQUEST_TIMEOUT_S = 90.0
-# A busy Airflow answers 500 ("Database error") or not in time; pool calls are
-# idempotent (a create that meets 409 updates), so ask again.
-POOL_REQUEST_ATTEMPTS = 4
-# Deferred tasks (a waiting train trigger) keep their slot: the pool caps running jobs.
-POOL_INCLUDE_DEFERRED = True
 
 
 class Outcome(StrEnum):
@@ -351,24 +341,11 @@ def admit_request(core: k8s.CoreV1Api, request: TrainingRequest,
 
 # --- Airflow pools ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PoolSpec:
-    name: str
-    slots: int
-    description: str
-
-
 def build_pool_specs(config: TenantsConfig) -> list[PoolSpec]:
     """One pool per tenant: `tfjob-tenant-<name>` with max_concurrent_jobs slots."""
     return [PoolSpec(tenant.pool, tenant.max_concurrent_jobs,
                      f"TF-on-K8s tenant {tenant.name}: at most {tenant.max_concurrent_jobs} "
                      "concurrent job(s)") for tenant in config.tenants]
-
-
-class PoolClient(Protocol):
-    def read_pool(self, name: str) -> PoolSpec | None: ...
-    def create_pool(self, spec: PoolSpec) -> None: ...
-    def update_pool(self, spec: PoolSpec) -> None: ...
 
 
 def apply_pool(pools: PoolClient, spec: PoolSpec) -> ApplyResult:
@@ -386,106 +363,6 @@ def apply_pool(pools: PoolClient, spec: PoolSpec) -> ApplyResult:
 
 def apply_pools(pools: PoolClient, config: TenantsConfig) -> list[ApplyResult]:
     return [apply_pool(pools, spec) for spec in build_pool_specs(config)]
-
-
-class PoolApiError(RuntimeError):
-    """Airflow refused or failed a pool call; the message has its detail."""
-
-
-class PoolServerError(PoolApiError):
-    """Airflow failed a pool call on its side (HTTP 5xx) or not in time; worth asking again."""
-
-
-class PoolConflictError(PoolApiError):
-    """Airflow already has the pool (HTTP 409)."""
-
-
-class RestPoolClient:
-    """Pools through Airflow's REST API (`/api/v2/pools`) with a bearer token."""
-
-    def __init__(self, base_url: str, token: Callable[[], str],
-                 timeout: float = POOL_REQUEST_TIMEOUT_S) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        for attempt in range(1, POOL_REQUEST_ATTEMPTS + 1):
-            try:
-                return self._request_once(method, path, body)
-            except PoolServerError:
-                if attempt == POOL_REQUEST_ATTEMPTS:
-                    raise
-                time.sleep(1.0 * attempt)
-        raise AssertionError("unreachable")
-
-    def _request_once(self, method: str, path: str, body: Any) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {self.token()}",
-                     "Content-Type": "application/json", "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404 and method == "GET":
-                return None
-            detail = exc.read().decode(errors="replace")[:500]
-            if exc.code == 409:
-                error_type = PoolConflictError
-            elif exc.code >= 500:
-                error_type = PoolServerError
-            else:
-                error_type = PoolApiError
-            raise error_type(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
-                             f"{exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise PoolServerError(f"Airflow is not reachable at {self.base_url} "
-                                  f"({getattr(exc, 'reason', exc)})") from None
-        return json.loads(payload) if payload else {}
-
-    def read_pool(self, name: str) -> PoolSpec | None:
-        found = self._request("GET", f"{POOLS_PATH}/{urllib.parse.quote(name)}")
-        if found is None:
-            return None
-        return PoolSpec(found["name"], int(found["slots"]), found.get("description") or "")
-
-    def create_pool(self, spec: PoolSpec) -> None:
-        try:
-            self._request("POST", POOLS_PATH, {"name": spec.name, "slots": spec.slots,
-                                               "description": spec.description,
-                                               "include_deferred": POOL_INCLUDE_DEFERRED})
-        except PoolConflictError:
-            # An earlier try that timed out, or another apply, created it first.
-            self.update_pool(spec)
-
-    def update_pool(self, spec: PoolSpec) -> None:
-        mask = "update_mask=slots&update_mask=description&update_mask=include_deferred"
-        self._request("PATCH", f"{POOLS_PATH}/{urllib.parse.quote(spec.name)}?{mask}",
-                      {"slots": spec.slots, "description": spec.description,
-                       "include_deferred": POOL_INCLUDE_DEFERRED})
-
-
-class DatabasePoolClient:
-    """Pools through Airflow's model, for processes with Airflow's database configured."""
-
-    def read_pool(self, name: str) -> PoolSpec | None:
-        from airflow.models.pool import Pool
-
-        pool = Pool.get_pool(name)
-        if pool is None:
-            return None
-        return PoolSpec(pool.pool, int(pool.slots), pool.description or "")
-
-    def _write(self, spec: PoolSpec) -> None:
-        from airflow.models.pool import Pool
-
-        Pool.create_or_update_pool(spec.name, spec.slots, spec.description,
-                                   POOL_INCLUDE_DEFERRED)
-
-    create_pool = _write
-    update_pool = _write
 
 
 def create_run_network_policy(api_client: k8s.ApiClient, run: Any, tenant: str,
@@ -540,9 +417,8 @@ def apply_everything(kubeconfig: str, airflow_url: str, token: Callable[[], str]
 
 
 __all__ = [
-    "ApplyResult", "Clients", "DatabasePoolClient", "Outcome", "PoolClient", "PoolSpec",
-    "RestPoolClient", "TenancyRefusal", "TenantNotAppliedError", "admit_request",
-    "apply_manifest", "apply_pool", "apply_pools",
-    "apply_tenant", "apply_tenants", "build_pool_specs", "diff_manifest", "preflight_quota",
-    "read_limit_range_defaults", "read_tenant_quota",
+    "ApplyResult", "Clients", "Outcome", "TenancyRefusal", "TenantNotAppliedError",
+    "admit_request", "apply_everything", "apply_manifest", "apply_pool", "apply_pools",
+    "apply_tenant", "apply_tenants", "build_pool_specs", "create_run_network_policy",
+    "diff_manifest", "preflight_quota", "read_limit_range_defaults", "read_tenant_quota",
 ]

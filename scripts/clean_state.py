@@ -7,11 +7,11 @@ Why this exists: the local S3 keeps everything it acknowledged under
 start from an empty S3. This is the one way back to an empty one.
 
 It removes <state>/s3/data and nothing else: the S3 server's log and
-ready file, localkube's store (<state>/localkube) and Airflow's database
-(<state>/airflow) stay. It refuses while an S3 server uses that data (it
-holds the store's lock), and asks before removing unless --yes is given
-(`make clean-state YES=1`); an answer other than y/yes, or none (stdin
-closed), removes nothing and exits 1.
+ready file, localkube's store (<state>/localkube), Airflow's home
+(<state>/airflow) and its database (<state>/postgres) stay. It refuses while
+an S3 server uses that data (it holds the store's lock), and asks before
+removing unless --yes is given (`make clean-state YES=1`); an answer other
+than y/yes, or none (stdin closed), removes nothing and exits 1.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def clean_state(state_dir: Path, yes: bool) -> int:
         f"This removes the local S3's data in {data}: {size.buckets} buckets, "
         f"{size.objects} objects, {describe_bytes(size.data_bytes)}.\n"
         f"Nothing else is removed ({state_dir / 's3' / 'server.log'}, "
-        f"{state_dir / 'localkube'} and {state_dir / 'airflow'} stay)."
+        f"{state_dir / 'localkube'}, {state_dir / 'airflow'} and {state_dir / 'postgres'} stay)."
     )
     if not yes and not ask_to_confirm("Remove it? [y/N]"):
         print("nothing removed (confirm with y, or pass --yes: make clean-state YES=1)")

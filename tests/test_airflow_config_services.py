@@ -128,6 +128,12 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     assert down.returncode == 0, down.stdout + down.stderr
     assert "PostgreSQL stopped" in down.stdout
     assert not postgres_server.is_running(database)
+    # What CI runs after `make down`, pointed at this state dir (the checkout's other
+    # processes belong to the tests running beside this one).
+    clean = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "check_clean.py"),
+                            "--checkout", str(state), "--state-dir", str(state)],
+                           capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
     shutil.rmtree(database.root)
     assert processes_mentioning(str(state)) == []
     assert airflow_server.find_instance_pids(state / "airflow") == []

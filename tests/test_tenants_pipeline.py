@@ -30,10 +30,10 @@ from pipeline_fixtures import (  # noqa: F401
 )
 
 from operators.cluster_policy import JOB_STEPS
+from operators.pool_clients import RestPoolClient
 from operators.tenancy import (
     Clients,
     Outcome,
-    RestPoolClient,
     apply_pools,
     apply_tenants,
     preflight_quota,

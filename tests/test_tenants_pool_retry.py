@@ -1,4 +1,5 @@
-"""A busy Airflow answers a pool call with 500 or not in time; the client asks again."""
+"""A pool call that gets no answer in time or 502/503/504 is asked again; a 500 or a
+4xx is raised at once, with the server's detail."""
 
 import json
 import threading
@@ -7,9 +8,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from operators.tenancy import PoolApiError, PoolSpec, RestPoolClient
+from operators.pool_clients import PoolApiError, PoolSpec, PoolUnavailableError, RestPoolClient
 
 SLOW = 0  # an answer that comes after the client stopped waiting
+DETAILS = {500: 'relation "slot_pool" does not exist', 502: "bad gateway",
+           503: "upstream connect error", 504: "upstream request timeout"}
 
 
 def serve(answers: list[int]) -> tuple[ThreadingHTTPServer, list[str]]:
@@ -23,7 +26,7 @@ def serve(answers: list[int]) -> tuple[ThreadingHTTPServer, list[str]]:
             if code == SLOW:
                 time.sleep(1.5)
                 code = 201
-            body = json.dumps({"detail": "Database error"} if code >= 500 else {}).encode()
+            body = json.dumps({"detail": DETAILS[code]} if code in DETAILS else {}).encode()
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -39,14 +42,26 @@ def serve(answers: list[int]) -> tuple[ThreadingHTTPServer, list[str]]:
     return server, seen
 
 
-def test_a_pool_call_answered_500_is_repeated_until_it_succeeds():
-    server, seen = serve([500, 500, 201])
+def test_a_pool_call_answered_503_or_502_is_repeated_until_it_succeeds():
+    server, seen = serve([503, 502, 201])
     try:
         client = RestPoolClient(f"http://127.0.0.1:{server.server_port}", lambda: "token")
         client.create_pool(PoolSpec("tfjob-tenant-demo", 4, "demo"))
     finally:
         server.shutdown()
     assert seen == ["POST /api/v2/pools"] * 3
+
+
+def test_a_pool_call_still_unavailable_after_every_try_says_so(monkeypatch):
+    monkeypatch.setattr("operators.pool_clients.POOL_REQUEST_ATTEMPTS", 2)
+    server, seen = serve([504] * 2)
+    try:
+        client = RestPoolClient(f"http://127.0.0.1:{server.server_port}", lambda: "token")
+        with pytest.raises(PoolUnavailableError, match="HTTP 504.*upstream request timeout"):
+            client.update_pool(PoolSpec("tfjob-tenant-demo", 4, "demo"))
+    finally:
+        server.shutdown()
+    assert len(seen) == 2
 
 
 def test_a_create_that_timed_out_and_then_meets_the_pool_updates_it_instead():
@@ -59,6 +74,18 @@ def test_a_create_that_timed_out_and_then_meets_the_pool_updates_it_instead():
         server.shutdown()
     assert seen[:2] == ["POST /api/v2/pools"] * 2
     assert seen[2].startswith("PATCH /api/v2/pools/tfjob-tenant-demo?update_mask=slots")
+
+
+def test_a_pool_call_answered_500_is_not_repeated_and_shows_the_detail():
+    server, seen = serve([500, 201])
+    try:
+        client = RestPoolClient(f"http://127.0.0.1:{server.server_port}", lambda: "token")
+        with pytest.raises(PoolApiError, match='HTTP 500.*relation \\\\"slot_pool\\\\"') as raised:
+            client.create_pool(PoolSpec("tfjob-tenant-demo", 4, "demo"))
+    finally:
+        server.shutdown()
+    assert not isinstance(raised.value, PoolUnavailableError)
+    assert seen == ["POST /api/v2/pools"]
 
 
 def test_a_refused_pool_call_is_not_repeated():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from postgres_fixtures import airflow_database_url
 
 from operators.tenancy import build_pool_specs
 from tfjob.tenants import validate_tenants
@@ -34,7 +35,8 @@ TENANTS = {"tenants": [
 
 APPLY = textwrap.dedent("""
     import json, sys
-    from operators.tenancy import DatabasePoolClient, apply_pools
+    from operators.pool_clients import DatabasePoolClient
+    from operators.tenancy import apply_pools
     from tfjob.tenants import load_tenants
     results = apply_pools(DatabasePoolClient(), load_tenants(sys.argv[1]))
     print("POOLS " + json.dumps({r.name: [r.outcome.value, r.note] for r in results}))
@@ -60,6 +62,7 @@ def test_pool_specs_follow_max_concurrent_jobs():
 def test_pools_are_created_once_then_left_or_resized(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
+               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(tmp_path / "airflow"),
                AIRFLOW__CORE__LOAD_EXAMPLES="False", PYTHONPATH=str(REPO))
     (tmp_path / "airflow").mkdir()
     migrated = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,

@@ -13,6 +13,7 @@ import pytest
 
 from tshell import run_commands
 from tshell.airflow_client import (
+    AirflowInternalError,
     AirflowServerError,
     AirflowSession,
     describe_api_detail,
@@ -215,18 +216,21 @@ def test_token_expiry_is_read_from_the_jwt_claims():
 
 
 class FlakyAirflow(http.server.BaseHTTPRequestHandler):
-    """Answers 500 "database is locked" to the first `failures` GETs, then a run."""
+    """Answers `failure_code` with `failure_detail` to the first `failures` GETs, then a run."""
 
     failures = 2
+    failure_code = 503
+    failure_detail = "upstream connect error"
     answered: list[int] = []
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         self.reply(200, {"access_token": "t"})
 
     def do_GET(self):  # noqa: N802
-        code = 500 if len(self.answered) < self.failures else 200
+        failing = len(self.answered) < self.failures
+        code = self.failure_code if failing else 200
         self.answered.append(code)
-        self.reply(code, {"detail": "database is locked"} if code == 500 else {"state": "running"})
+        self.reply(code, {"detail": self.failure_detail} if failing else {"state": "running"})
 
     def reply(self, code, body):
         payload = json.dumps(body).encode()
@@ -241,8 +245,8 @@ class FlakyAirflow(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def flaky_airflow():
-    FlakyAirflow.answered = []
+def flaky_airflow(monkeypatch):
+    monkeypatch.setattr(FlakyAirflow, "answered", [])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyAirflow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -250,30 +254,42 @@ def flaky_airflow():
     server.shutdown()
 
 
-def test_a_read_that_gets_a_server_error_is_asked_again(flaky_airflow, monkeypatch, capsys):
+@pytest.mark.parametrize("code", [502, 503, 504])
+def test_a_read_answered_by_an_unavailable_airflow_or_proxy_is_asked_again(
+    flaky_airflow, monkeypatch, capsys, code
+):
     monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
+    monkeypatch.setattr(FlakyAirflow, "failure_code", code)
     session = AirflowSession(flaky_airflow)
-    with pytest.raises(AirflowServerError, match="HTTP 500.*database is locked"):
+    with pytest.raises(AirflowServerError, match=f"HTTP {code}.*upstream connect error"):
         session.get_json("/api/v2/dags/d/dagRuns/r")
     run = run_commands.call_patiently(lambda: session.get_json("/api/v2/dags/d/dagRuns/r"))
     assert run == {"state": "running"}
-    assert FlakyAirflow.answered == [500, 500, 200]
+    assert FlakyAirflow.answered == [code, code, 200]
     assert "retrying" in capsys.readouterr().err
 
 
-def test_server_errors_past_the_patience_are_raised(flaky_airflow, monkeypatch):
+def test_an_unavailable_airflow_past_the_patience_is_reported(flaky_airflow, monkeypatch):
     monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
-    FlakyAirflow.failures = 1000
-    try:
-        session = AirflowSession(flaky_airflow)
-        with pytest.raises(AirflowServerError):
-            run_commands.call_patiently(lambda: session.get_json("/x"), patience=0.2)
-    finally:
-        FlakyAirflow.failures = 2
+    monkeypatch.setattr(FlakyAirflow, "failures", 1000)
+    session = AirflowSession(flaky_airflow)
+    with pytest.raises(AirflowServerError, match="HTTP 503"):
+        run_commands.call_patiently(lambda: session.get_json("/x"), patience=0.2)
+
+
+def test_a_500_is_reported_at_once_with_the_servers_detail(flaky_airflow, monkeypatch, capsys):
+    monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
+    monkeypatch.setattr(FlakyAirflow, "failure_code", 500)
+    monkeypatch.setattr(FlakyAirflow, "failure_detail", "relation \"dag_run\" does not exist")
+    session = AirflowSession(flaky_airflow)
+    with pytest.raises(AirflowInternalError, match='HTTP 500: relation "dag_run" does not exist'):
+        run_commands.call_patiently(lambda: session.get_json("/api/v2/dags/d/dagRuns/r"))
+    assert FlakyAirflow.answered == [500]
+    assert "retrying" not in capsys.readouterr().err
 
 
 class LostAnswerAirflow(http.server.BaseHTTPRequestHandler):
-    """Creates the first triggered run but answers 500, as a busy Airflow may."""
+    """Creates the first triggered run but answers 504, as a proxy that stopped waiting does."""
 
     runs: dict[str, dict] = {}
     posts: list[str] = []
@@ -285,7 +301,7 @@ class LostAnswerAirflow(http.server.BaseHTTPRequestHandler):
             return
         self.posts.append(body["dag_run_id"])
         self.runs[body["dag_run_id"]] = {"dag_run_id": body["dag_run_id"], "state": "queued"}
-        self.reply(500, {"detail": "database is locked"})
+        self.reply(504, {"detail": "upstream request timeout"})
 
     def do_GET(self):  # noqa: N802
         run_id = urllib.parse.unquote(self.path.rsplit("/", 1)[-1])

@@ -12,7 +12,16 @@ turns transport and HTTP failures into errors a person can act on:
     │   └── AirflowForbiddenError   403 with a fresh token: the user's roles do not grant it
     ├── AirflowNotFoundError        404: no such DAG, run or task
     ├── AirflowRefusedError         400/409/422: the server refused the input
-    └── AirflowServerError          5xx: a busy server; asking again may work
+    ├── AirflowServerError          502/503/504: Airflow, or a proxy before it, cannot answer
+    │                               now; a call safe to repeat may be asked again
+    └── AirflowInternalError        500 (or another 5xx): Airflow failed the call; asking
+                                    again would fail the same way, so it is reported at once
+
+Only what a real network or proxy needs is worth asking again: no answer
+(AirflowUnreachableError) and 502/503/504 (AirflowServerError); the commands
+that follow a run do (run_commands.call_patiently), and so does the login.
+With Airflow's metadata in PostgreSQL a 500 is a real server error, not a
+lock wait, and its message carries the server's detail.
 
 With the FAB auth manager each tenant's roles grant its own DAGs, so a 403 is
 an answer about the user, not the token: the commands word it (run_lookup.py).
@@ -45,8 +54,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TOKEN_PATH = "/auth/token"
-# Generous: a busy SQLite-backed Airflow can stall a call for its lock wait, repeatedly.
-REQUEST_TIMEOUT_S = 90.0
+# The wait for each answer; longer is a hung server or a lost connection (AirflowUnreachableError).
+REQUEST_TIMEOUT_S = 60.0
+# A proxy that cannot reach Airflow (502, 504) or a server not ready or shedding load (503).
+UNAVAILABLE_STATUSES = (502, 503, 504)
 # Airflow answers 401 without a token and 403 "Invalid JWT token" for a bad or expired one.
 TOKEN_REJECTED = (401, 403)
 # Refresh this long before the token's own expiry, so no call races it.
@@ -86,7 +97,18 @@ class AirflowRefusedError(AirflowClientError):
 
 
 class AirflowServerError(AirflowClientError):
-    """The server failed (5xx), e.g. a busy SQLite metadata database; asking again may work."""
+    """Airflow, or a proxy before it, cannot answer now (HTTP 502/503/504); a call that is
+    safe to repeat may be asked again."""
+
+
+class AirflowInternalError(AirflowClientError):
+    """Airflow failed the call (HTTP 500, or a 5xx other than 502/503/504): a real server
+    error, reported at once; the message carries the server's detail."""
+
+
+def classify_server_failure(status: int) -> type[AirflowClientError]:
+    """The error for a 5xx: worth asking again (502/503/504) or a real failure (the rest)."""
+    return AirflowServerError if status in UNAVAILABLE_STATUSES else AirflowInternalError
 
 
 def describe_api_detail(body: str | bytes | None) -> str:
@@ -125,12 +147,12 @@ TOKEN_ATTEMPTS = 3
 
 
 def fetch_token(config: AirflowConfig, timeout: float = REQUEST_TIMEOUT_S) -> str:
-    """A fresh access token for config's user; a login is safe to repeat, so a busy
-    Airflow (one that times out or resets the connection) is asked again."""
+    """A fresh access token for config's user; a login is safe to repeat, so it is asked
+    again when no answer comes or the answer is 502/503/504."""
     for attempt in range(1, TOKEN_ATTEMPTS + 1):
         try:
             return request_token(config, timeout)
-        except AirflowUnreachableError:
+        except (AirflowUnreachableError, AirflowServerError):
             if attempt == TOKEN_ATTEMPTS:
                 raise
             time.sleep(2.0 * attempt)
@@ -151,7 +173,7 @@ def request_token(config: AirflowConfig, timeout: float) -> str:
                 f"Airflow at {config.url} refused the login of user {config.username!r} "
                 f"(HTTP {error.code}): check TSHELL_USERNAME/TSHELL_PASSWORD or the config file"
             ) from None
-        failure = AirflowServerError if error.code >= 500 else AirflowClientError
+        failure = classify_server_failure(error.code) if error.code >= 500 else AirflowClientError
         raise failure(
             f"Airflow at {config.url} answered HTTP {error.code} to {TOKEN_PATH}: "
             f"{describe_api_detail(error.read(MAX_ERROR_BYTES))}"
@@ -246,7 +268,8 @@ class AirflowSession:
         if status in (400, 409, 422):
             return AirflowRefusedError(f"{subject}Airflow refused it (HTTP {status}): {detail}")
         if status >= 500:
-            return AirflowServerError(f"{subject}Airflow answered HTTP {status}: {detail}")
+            failure = classify_server_failure(status)
+            return failure(f"{subject}Airflow answered HTTP {status}: {detail}", detail)
         return AirflowClientError(f"{subject}Airflow answered HTTP {status}: {detail}")
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:

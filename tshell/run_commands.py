@@ -134,7 +134,7 @@ def open_session() -> tuple[TshellConfig, AirflowSession]:
 
 def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PATIENCE_S) -> T:
     """`operation()` (a read, or a write safe to repeat), retried while Airflow is
-    unreachable or answers 5xx, for up to `patience` seconds.
+    unreachable or answers 502/503/504 (a proxy, a restart), for up to `patience` seconds.
 
     Following a run takes minutes; one slow or failed answer of a busy API server should
     not end it.

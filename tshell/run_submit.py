@@ -119,7 +119,7 @@ def trigger_submit_run(session: AirflowSession, conf: dict[str, Any]) -> tuple[R
     from tfjob.naming import submit_dag_id
 
     tenant = conf["tenant"]
-    # A run id of our own: a try whose answer was lost (a timeout, a 5xx) is looked up
+    # A run id of our own: a try whose answer was lost (a timeout, a 502/503/504) is looked up
     # before asking again, so a busy Airflow never gets the same request twice.
     ref = RunRef(
         submit_dag_id(tenant), f"manual__{datetime.datetime.now(datetime.UTC).isoformat()}"

@@ -61,7 +61,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from operators.tenancy import PoolApiError, RestPoolClient, apply_pools, apply_tenants
+    from operators.pool_clients import PoolApiError, RestPoolClient
+    from operators.tenancy import apply_pools, apply_tenants
     from tfjob.tenants import TenantsFileError, load_tenants
 
     try:

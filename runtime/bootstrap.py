@@ -4,8 +4,14 @@ Implements the pod protocol of docs/architecture.md: in distributed mode
 (TFJOB_WAIT_CLUSTERSPEC=1) it waits for `$TFJOB_CONFIG_DIR/cluster.json`
 (written by Airflow once every replica has an IP), exits 64 when it does not
 come within TFJOB_CLUSTERSPEC_TIMEOUT seconds, exports TF_CONFIG and the
-legacy PS_HOSTS/WORKER_HOSTS/JOB_NAME/TASK_INDEX variables, sets DATA_DIR,
-MODEL_DIR, LOG_DIR and METRICS_FILE, and runs the entrypoint in `code/`.
+legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables, sets
+DATA_DIR, MODEL_DIR, LOG_DIR and METRICS_FILE, expands `$(NAME)` in the
+entrypoint and args against that environment (Kubernetes' rules,
+`expansion.py`: Kubernetes itself cannot, the cluster variables come after
+the pod started), prints the command once, and runs it in `code/`. The
+printed command shows only TF-on-K8s' own variables expanded (addresses,
+names, paths); a reference to any other variable is printed as written, as
+its value may be a token.
 
 SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
 reaches TensorFlow. When the program exits 0 and TFJOB_UPLOAD_MODEL=1, the
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,11 +47,18 @@ from exitcodes import (  # noqa: E402
     EXIT_UPLOAD_FAILED,
     EXIT_USAGE,
 )
+from expansion import expand_argv, expand_with  # noqa: E402
 
 POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
 DEFAULT_UPLOAD_PATIENCE_S = 600.0
-LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX")
+# What tfjob.clusterspec.build_legacy_env may write into cluster.json's "legacy".
+LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX")
+# Set by TF-on-K8s and never secret: shown expanded in the printed command.
+PRINTABLE_VARIABLES = frozenset({
+    "TF_CONFIG", *LEGACY_VARIABLES, "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
+    "TFJOB_ROLE", "TFJOB_INDEX", "POD_IP", "POD_NAME",
+})
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -103,6 +117,25 @@ def workspace_environment(workspace: str) -> dict[str, str]:
     for name in ("MODEL_DIR", "LOG_DIR"):
         os.makedirs(env[name], exist_ok=True)
     return env
+
+
+def describe_command(command: list[str], env: dict[str, str]) -> str:
+    """The command as run, for the log: only PRINTABLE_VARIABLES expanded, the rest as written."""
+    withheld: set[str] = set()
+
+    def printable(name: str) -> str | None:
+        if name not in env:
+            return None
+        if name in PRINTABLE_VARIABLES:
+            return env[name]
+        withheld.add(name)
+        return None
+
+    text = shlex.join(expand_with(item, printable) for item in command)
+    if withheld:
+        text += f" (shown as written: {', '.join(sorted(withheld))}; only TF-on-K8s' own "
+        text += "variables are printed expanded)"
+    return text
 
 
 class SignalForwarder:
@@ -238,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(code_dir):
         log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
         return EXIT_USAGE
+    log(f"running {describe_command(command, env)}")
+    command = expand_argv(command, env)
     try:
         returncode = forwarder.run(command, code_dir, env)
     except OSError as exc:

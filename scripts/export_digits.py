@@ -27,7 +27,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_BUNDLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1")
+EXAMPLE_BUNDLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1", "digits-tf1-flags")
 DEFAULT_OUTPUT_DIRS = tuple(REPO_ROOT / "bundles" / name / "data" for name in EXAMPLE_BUNDLES)
 DATA_FILE_NAME = "digits.npz"
 TEST_FRACTION = 0.2

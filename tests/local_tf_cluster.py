@@ -4,9 +4,11 @@ Why this exists: the example bundles must be checked (and benchmarked) as real
 multi-process TensorFlow jobs without Airflow or Kubernetes. This launcher
 gives every replica what the pod bootstrap would give it, built by the
 platform's own ClusterSpec code (`tfjob.clusterspec`) (docs/architecture.md,
-"The pod protocol"): TF_CONFIG, the legacy PS_HOSTS/WORKER_HOSTS/JOB_NAME/
-TASK_INDEX, DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE, TFJOB_ROLE,
-TFJOB_INDEX, TFJOB_UPLOAD_MODEL, and `code/` as working directory.
+"The pod protocol"): TF_CONFIG, the legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/
+JOB_NAME/TASK_INDEX, DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE, TFJOB_ROLE,
+TFJOB_INDEX, TFJOB_UPLOAD_MODEL, `code/` as working directory, and the
+program's argv with `$(NAME)` expanded against that environment by the
+bootstrap's own expansion (`runtime.expansion`).
 
 Guarantees:
 - every replica gets its own workspace (`<workdir>/<role>-<index>/`), as every
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.expansion import expand_argv
 from tfjob.clusterspec import build_legacy_env, build_tf_config
 from tfjob.request import Role
 
@@ -200,7 +203,8 @@ class LocalTFCluster:
         """Build the cluster a `tfjob.request.TrainingRequest` describes.
 
         Replicas, entrypoint, args and env come from the request; a leading
-        `python`/`python3` in the entrypoint becomes this interpreter.
+        `python`/`python3` in the entrypoint becomes this interpreter, and
+        `$(NAME)` in the rest is expanded per replica when it starts.
         """
         argv = [*request.entrypoint, *request.args]
         if Path(argv[0]).name.startswith("python"):
@@ -262,9 +266,10 @@ class LocalTFCluster:
                 )
                 env["PYTHONPATH"] = python_path
                 env.update(self.extra_env)
+                argv = expand_argv(self.entrypoint, env)  # as the pod's bootstrap does
                 with open(replica.log_path, "wb") as log:
                     replica.process = subprocess.Popen(
-                        [sys.executable, *self.entrypoint],
+                        [sys.executable, *argv],
                         cwd=code_dir,
                         env=env,
                         stdin=subprocess.DEVNULL,

@@ -3,9 +3,14 @@ checked with tiny Python programs instead of TensorFlow (fast)."""
 
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 from local_tf_cluster import LocalTFCluster, ReplicaFailed, allocate_free_ports
+
+from tfjob.request import load_request
+
+BUNDLES = Path(__file__).resolve().parent.parent / "bundles"
 
 # A stand-in training program: reports its environment, then behaves like a
 # replica of a parameter-server job (ps/worker join forever, the chief exits).
@@ -14,8 +19,9 @@ FAKE_TRAIN = textwrap.dedent(
     import json, os, sys, time
     config = json.loads(os.environ.get("TF_CONFIG", "null") or "null")
     seen = {name: os.environ.get(name) for name in (
-        "PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX", "DATA_DIR", "MODEL_DIR",
-        "LOG_DIR", "METRICS_FILE", "TFJOB_ROLE", "TFJOB_INDEX", "TFJOB_UPLOAD_MODEL", "EXTRA")}
+        "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX", "DATA_DIR",
+        "MODEL_DIR", "LOG_DIR", "METRICS_FILE", "TFJOB_ROLE", "TFJOB_INDEX", "TFJOB_UPLOAD_MODEL",
+        "EXTRA")}
     seen["TF_CONFIG"] = config
     seen["cwd"] = os.getcwd()
     seen["argv"] = sys.argv[1:]
@@ -80,6 +86,31 @@ def test_each_replica_gets_the_pod_environment(fake_bundle, tmp_path):
     assert worker1["argv"] == ["--flag"] and worker1["EXTRA"] == "x"
     assert [name for name, env in seen.items() if env["TFJOB_UPLOAD_MODEL"] == "1"] == ["chief-0"]
     assert job.owner.name == "chief-0"
+
+
+def test_args_are_expanded_per_replica_as_the_pod_bootstrap_does(fake_bundle, tmp_path):
+    """The flags-only example's own request, run with the stand-in program."""
+    request = load_request(BUNDLES / "digits-tf1-flags" / "request-chief.yaml")
+    with LocalTFCluster.from_request(fake_bundle, request, tmp_path / "run") as job:
+        for replica in job.replicas:
+            job.wait_for_exit(replica, timeout_s=30)
+    seen = {r.name: r.read_metrics() for r in job.replicas}
+    cluster_flags = [f"--chief_hosts={job.cluster['chief'][0]}",
+                     f"--ps_hosts={job.cluster['ps'][0]}",
+                     f"--worker_hosts={','.join(job.cluster['worker'])}"]
+    for name, env in seen.items():
+        role, index = name.split("-")
+        assert env["argv"] == [*cluster_flags, f"--job_name={role}", f"--task_index={index}"]
+        assert env["CHIEF_HOSTS"] == job.cluster["chief"][0]
+
+
+def test_escaped_and_unset_references_reach_the_program_as_written(fake_bundle, tmp_path):
+    argv = ("train.py", "--literal=$$(JOB_NAME)", "--unset=$(NOT_SET)", "--x=$(EXTRA)")
+    with LocalTFCluster(fake_bundle, {"ps": 1, "worker": 1}, tmp_path / "run", argv,
+                        {"EXTRA": "x"}) as job:
+        seen = job.wait_for_owner(timeout_s=30).read_metrics()
+    assert seen["argv"] == ["--literal=$(JOB_NAME)", "--unset=$(NOT_SET)", "--x=x"]
+    assert seen["CHIEF_HOSTS"] is None  # no chief, no CHIEF_HOSTS
 
 
 def test_single_mode_replica_gets_no_cluster(fake_bundle, tmp_path):

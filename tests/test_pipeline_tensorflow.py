@@ -4,6 +4,9 @@ One Airflow (scheduler, triggerer, workers), its requests folder holding the
 four bundles' own request.yaml files (this world's tenant, bucket and
 output). Each example runs twice: its request DAG `tfjob__<name>` and the
 tenant's submit DAG `tfjob_submit__<tenant>` with the same request as conf.
+The seed-era TF1 program `digits-tf1-flags` (cluster only from `$(NAME)` in
+its args) runs through the submit DAG, from both its request files: ps + 2
+workers, and with a chief.
 At most `MAX_IN_FLIGHT` runs at a time: a TensorFlow process takes ~650 MB
 and the machine has 2 cores.
 
@@ -38,19 +41,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 BUNDLES = Path(__file__).resolve().parent.parent / "bundles"
 EXAMPLES = ("digits-ps", "digits-single", "digits-tf1", "digits-mwms")
+FLAGS_BUNDLE = "digits-tf1-flags"
+FLAGS_REQUEST_FILES = ("request.yaml", "request-chief.yaml")
 STATED_ACCURACY = 0.90
 MAX_IN_FLIGHT = 4
 ALL_RUNS_TIMEOUT_S = 1200
 SUBMIT_DAG = submit_dag_id(TENANT)
 
 
-def example_request(world: Any, name: str) -> dict[str, Any]:
+def example_request(world: Any, name: str, request_file: str = "request.yaml") -> dict[str, Any]:
     """The bundle's own request, pointed at this world's tenant, bucket and output."""
-    request = yaml.safe_load((BUNDLES / name / "request.yaml").read_text())
+    request = yaml.safe_load((BUNDLES / name / request_file).read_text())
     request.update(
         tenant=TENANT,
         bundle=f"s3://{world.bucket}/bundles/{name}.tar.gz",
-        output=f"s3://{world.bucket}/outputs/{name}",
+        output=f"s3://{world.bucket}/outputs/{request['name']}",
         startup_timeout=240,
     )
     return request
@@ -74,14 +79,18 @@ def examples(pipeline_world, tmp_path_factory):
     world = pipeline_world
     packed = tmp_path_factory.mktemp("bundles")
     requests = {}
-    for name in EXAMPLES:
+    for name in (*EXAMPLES, FLAGS_BUNDLE):
         if not (BUNDLES / name / "data" / "digits.npz").exists():
             pytest.fail(f"bundles/{name}/data/digits.npz is missing: run scripts/export_digits.py")
         archive = packed / f"{name}.tar.gz"
         write_bundle(BUNDLES / name, archive, name)
         world.s3.client().upload_file(str(archive), world.bucket, f"bundles/{name}.tar.gz")
+    for name in EXAMPLES:
         requests[name] = example_request(world, name)
         world.write_request(requests[name])
+    for request_file in FLAGS_REQUEST_FILES:  # submitted as conf only: no request DAG
+        request = example_request(world, FLAGS_BUNDLE, request_file)
+        requests[request["name"]] = request
     env = {
         k: v
         for k, v in world.env.items()
@@ -176,4 +185,32 @@ def test_every_example_trains_with_tensorflow_from_its_request_file_and_its_tena
         problems += check_run(world, requests[name], dag_id, run["run_id"])
     assert not problems, "\n".join(problems)
     for name in EXAMPLES:
+        assert world.run_objects(name) == [], name
+
+
+def test_a_flags_only_tf1_program_gets_its_cluster_from_expanded_args_through_the_submit_dag(
+    pipeline_world, examples
+):
+    """`--job_name=$(JOB_NAME)` and the other flags reach the program expanded (issue 16)."""
+    world = pipeline_world
+    airflow, requests = examples
+    names = [name for name in requests if name.startswith(FLAGS_BUNDLE)]
+    assert sorted(names) == [FLAGS_BUNDLE, f"{FLAGS_BUNDLE}-chief"]
+    done = run_all(airflow, [(name, SUBMIT_DAG, requests[name]) for name in names])
+    assert len(done) == len(names), sorted(done)
+    failed = [
+        explain_run(airflow, run["dag_id"], run["run_id"])
+        for run in done.values()
+        if run["state"] != "success"
+    ]
+    assert not failed, "\n\n".join(failed)
+    problems = []
+    for (name, dag_id), run in done.items():
+        problems += check_run(world, requests[name], dag_id, run["run_id"])
+        prefix = f"outputs/{name}/runs/{dag_id}/{run['run_id']}/"
+        log = world.s3_text(prefix + "logs/worker-1.log")
+        if "--job_name=worker --task_index=1" not in log or "invalid choice" in log:
+            problems.append(f"{name}: worker-1 did not get its flags expanded:\n{log[-3000:]}")
+    assert not problems, "\n".join(problems)
+    for name in names:
         assert world.run_objects(name) == [], name

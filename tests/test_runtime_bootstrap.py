@@ -42,8 +42,8 @@ CLUSTER = {
 
 DUMP_ENV = """
 import json, os, sys
-names = ["TF_CONFIG", "PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX", "DATA_DIR", "MODEL_DIR",
-         "LOG_DIR", "METRICS_FILE", "MY_SETTING"]
+names = ["TF_CONFIG", "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX",
+         "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE", "MY_SETTING"]
 json.dump({"cwd": os.getcwd(), "argv": sys.argv[1:], **{n: os.environ.get(n) for n in names}},
           open(os.path.join(os.environ["TFJOB_WORKSPACE"], "seen.json"), "w"))
 sys.exit(int(os.environ.get("EXIT_WITH", "0")))
@@ -125,6 +125,96 @@ def test_distributed_mode_waits_for_cluster_json_then_exports_tf_config_and_lega
     seen = json.loads((dirs["workspace"] / "seen.json").read_text())
     assert json.loads(seen["TF_CONFIG"]) == CLUSTER["tf_config"]
     assert {k: seen[k] for k in CLUSTER["legacy"]} == CLUSTER["legacy"]
+
+
+def write_cluster_json(dirs: dict[str, Path], content: dict) -> None:
+    tmp = dirs["config"] / ".cluster.json.tmp"
+    tmp.write_text(json.dumps(content))
+    tmp.rename(dirs["config"] / "cluster.json")
+
+
+def chief_job_cluster_json(role: str, index: int) -> dict:
+    """What Airflow writes for one replica of a job with a chief (the platform's own builder)."""
+    from tfjob_fixtures import distributed_request_data
+
+    from tfjob.clusterspec import Endpoint, build_cluster_files
+    from tfjob.request import Role, load_request
+
+    request = load_request(distributed_request_data(replicas={"chief": 1, "ps": 1, "worker": 2}))
+    endpoints = [Endpoint(r, i, f"10.0.0.{n + 1}", 2222)
+                 for n, (r, i) in enumerate(request.replicas_in_order())]
+    return build_cluster_files(request, endpoints)[(Role(role), index)]
+
+
+def test_a_replica_of_a_job_with_a_chief_gets_chief_hosts(tmp_path: Path) -> None:
+    dirs = make_pod_dirs(tmp_path, DUMP_ENV)
+    write_cluster_json(dirs, chief_job_cluster_json("chief", 0))
+    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1"))
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    seen = json.loads((dirs["workspace"] / "seen.json").read_text())
+    assert (seen["CHIEF_HOSTS"], seen["PS_HOSTS"]) == ("10.0.0.1:2222", "10.0.0.2:2222")
+    assert seen["WORKER_HOSTS"] == "10.0.0.3:2222,10.0.0.4:2222"
+    assert (seen["JOB_NAME"], seen["TASK_INDEX"]) == ("chief", "0")
+
+
+SEED_ERA_ARGS = ("--chief_hosts=$(CHIEF_HOSTS)", "--ps_hosts=$(PS_HOSTS)",
+                 "--worker_hosts=$(WORKER_HOSTS)", "--job_name=$(JOB_NAME)",
+                 "--task_index=$(TASK_INDEX)")
+
+
+def test_args_are_expanded_with_the_cluster_variables_as_kubernetes_would(
+    tmp_path: Path,
+) -> None:
+    dirs = make_pod_dirs(tmp_path, DUMP_ENV)
+    write_cluster_json(dirs, chief_job_cluster_json("worker", 1))
+    proc = start_bootstrap(
+        dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", MY_SETTING="kept"), *SEED_ERA_ARGS,
+        "--data=$(DATA_DIR)/digits.npz", "--kept=$(MY_SETTING)", "--literal=$$(JOB_NAME)",
+        "--unset=$(NOT_SET)", "--open=$(JOB_NAME", "$()",
+    )
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    seen = json.loads((dirs["workspace"] / "seen.json").read_text())
+    assert seen["argv"] == [
+        "--chief_hosts=10.0.0.1:2222", "--ps_hosts=10.0.0.2:2222",
+        "--worker_hosts=10.0.0.3:2222,10.0.0.4:2222", "--job_name=worker", "--task_index=1",
+        f"--data={dirs['workspace'] / 'data'}/digits.npz", "--kept=kept",
+        "--literal=$(JOB_NAME)", "--unset=$(NOT_SET)", "--open=$(JOB_NAME", "$()",
+    ]
+
+
+def test_the_command_is_printed_once_without_values_of_other_variables(tmp_path: Path) -> None:
+    """Only TF-on-K8s' own variables are printed expanded: any other value may be a token."""
+    dirs = make_pod_dirs(tmp_path, DUMP_ENV)
+    write_cluster_json(dirs, chief_job_cluster_json("worker", 0))
+    token = "tok-5e3c7a1b9f"
+    env = pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", API_TOKEN=token, TFJOB_ROLE="worker")
+    proc = start_bootstrap(dirs, env, "--job_name=$(JOB_NAME)", "--token=$(API_TOKEN)",
+                           "--role=$(TFJOB_ROLE)")
+    out, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    seen = json.loads((dirs["workspace"] / "seen.json").read_text())
+    assert seen["argv"] == ["--job_name=worker", f"--token={token}", "--role=worker"]
+    (line,) = [line for line in err.splitlines() if "running " in line]
+    assert line == (f"tfjob-bootstrap: running {sys.executable} prog.py --job_name=worker "
+                    "'--token=$(API_TOKEN)' --role=worker (shown as written: API_TOKEN; only "
+                    "TF-on-K8s' own variables are printed expanded)")
+    assert token not in out + err
+
+
+def test_single_mode_expands_the_workspace_variables_and_leaves_the_cluster_ones(
+    tmp_path: Path,
+) -> None:
+    dirs = make_pod_dirs(tmp_path, DUMP_ENV)
+    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="0"),
+                           "--model_dir=$(MODEL_DIR)", "--job_name=$(JOB_NAME)")
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    seen = json.loads((dirs["workspace"] / "seen.json").read_text())
+    assert seen["argv"] == [f"--model_dir={dirs['workspace'] / 'model'}",
+                            "--job_name=$(JOB_NAME)"]
+    assert "(shown as written" not in err
 
 
 def test_missing_cluster_spec_exits_64_with_a_message(tmp_path: Path) -> None:

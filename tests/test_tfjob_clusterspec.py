@@ -60,9 +60,50 @@ def test_legacy_env_joins_hosts_and_names_the_task():
     assert build_legacy_env(cluster, Role.WORKER, 1) == {
         "PS_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
         "WORKER_HOSTS": "10.0.0.4:2222,10.0.0.5:2222,10.0.0.6:2222",
+        "CHIEF_HOSTS": "10.0.0.1:2222",
         "JOB_NAME": "worker",
         "TASK_INDEX": "1",
     }
+
+
+def test_legacy_env_describes_the_whole_training_cluster_on_every_replica():
+    """With JOB_NAME=chief a TF1 program's ClusterSpec({chief, ps, worker}) names its own task."""
+    cluster = build_cluster_spec(FULL, endpoints_for(FULL))
+    for role, index in FULL.replicas_in_order():
+        legacy = build_legacy_env(cluster, role, index)
+        tf1_cluster = {job: legacy[f"{job.upper()}_HOSTS"].split(",")
+                       for job in ("chief", "ps", "worker")}
+        assert tf1_cluster == build_tf_config(cluster, role, index)["cluster"]
+        if role is not Role.EVALUATOR:
+            assert tf1_cluster[legacy["JOB_NAME"]][int(legacy["TASK_INDEX"])] == \
+                cluster[role.value][index]
+
+
+def test_legacy_env_of_a_job_without_chief_has_no_chief_hosts():
+    request = load_request(distributed_request_data(replicas={"ps": 1, "worker": 2}))
+    cluster = build_cluster_spec(request, endpoints_for(request))
+    legacy = build_legacy_env(cluster, Role.WORKER, 0)
+    assert "CHIEF_HOSTS" not in legacy
+    assert (legacy["PS_HOSTS"], legacy["WORKER_HOSTS"]) == ("10.0.0.1:2222",
+                                                            "10.0.0.2:2222,10.0.0.3:2222")
+
+
+def test_legacy_env_of_the_evaluator_lists_the_training_cluster_but_not_itself():
+    cluster = build_cluster_spec(FULL, endpoints_for(FULL))
+    legacy = build_legacy_env(cluster, Role.EVALUATOR, 0)
+    assert (legacy["JOB_NAME"], legacy["TASK_INDEX"]) == ("evaluator", "0")
+    assert legacy["CHIEF_HOSTS"] == "10.0.0.1:2222"
+    assert legacy["PS_HOSTS"] == "10.0.0.2:2222,10.0.0.3:2222"
+    assert cluster["evaluator"][0] not in ",".join(legacy.values())
+
+
+def test_legacy_env_of_a_mirrored_job_has_empty_ps_hosts():
+    request = load_request(distributed_request_data(strategy="multi_worker_mirrored",
+                                                    replicas={"worker": 2}))
+    cluster = build_cluster_spec(request, endpoints_for(request))
+    assert build_legacy_env(cluster, Role.WORKER, 1) == {
+        "PS_HOSTS": "", "WORKER_HOSTS": "10.0.0.1:2222,10.0.0.2:2222",
+        "JOB_NAME": "worker", "TASK_INDEX": "1"}
 
 
 def test_cluster_files_hold_tf_config_and_legacy_per_replica_as_json():

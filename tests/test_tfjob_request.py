@@ -88,11 +88,11 @@ ERROR_CASES = [
         id="args_number"),
     pytest.param(
         {'env': {'TFJOB_ROLE': 'chief'}},
-        'request.env.TFJOB_ROLE: "TFJOB_ROLE" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
+        'request.env.TFJOB_ROLE: "TFJOB_ROLE" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and CHIEF_HOSTS, DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
         id="env_reserved_prefix"),
     pytest.param(
         {'env': {'TF_CONFIG': '{}'}},
-        'request.env.TF_CONFIG: "TF_CONFIG" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
+        'request.env.TF_CONFIG: "TF_CONFIG" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and CHIEF_HOSTS, DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
         id="env_tf_config"),
     pytest.param(
         {'env': {'1BAD': 'x'}},
@@ -350,11 +350,32 @@ def test_request_round_trips_through_its_json_dump():
     assert load_request(request.model_dump(mode="json", by_alias=True)) == request
 
 
-@pytest.mark.parametrize("path", sorted(REPO.glob("bundles/*/request.yaml")),
-                         ids=lambda path: path.parent.name)
+@pytest.mark.parametrize("path", sorted(REPO.glob("bundles/*/request*.yaml")),
+                         ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_example_bundle_requests_load(path):
     request = load_request(path)
     assert request.name
+
+
+SEED_ERA_ARGS = ["--ps_hosts=$(PS_HOSTS)", "--worker_hosts=$(WORKER_HOSTS)",
+                 "--job_name=$(JOB_NAME)", "--task_index=$(TASK_INDEX)",
+                 "--chief_hosts=$(CHIEF_HOSTS)", "--literal=$$(JOB_NAME)", "--open=$(",
+                 "$(UNKNOWN)", "$()"]
+
+
+def test_args_with_references_are_kept_as_written_for_the_pod_to_expand():
+    request = load_request(distributed_request_data(entrypoint=["python3", "$(SCRIPT)"],
+                                                    args=SEED_ERA_ARGS))
+    assert request.args == SEED_ERA_ARGS
+    assert request.entrypoint == ["python3", "$(SCRIPT)"]
+    assert load_request(request.model_dump(mode="json")).args == SEED_ERA_ARGS
+
+
+def test_chief_hosts_is_reserved_because_the_pod_sets_it():
+    with pytest.raises(RequestError) as caught:
+        load_request(valid_request_data(env={"CHIEF_HOSTS": "10.0.0.1:2222"}))
+    assert caught.value.field == "env.CHIEF_HOSTS"
+    assert "the name is reserved for TF-on-K8s" in str(caught.value)
 
 
 def test_required_field_given_as_null_is_reported_missing():

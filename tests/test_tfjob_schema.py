@@ -28,7 +28,9 @@ def test_schema_is_valid_draft_2020_12_with_descriptions_and_defaults():
 
 
 @pytest.mark.parametrize("data", [valid_request_data(), distributed_request_data(
-    resources={"worker": {"gpu": 1}}, tolerations=[{"key": "a", "operator": "Exists"}])])
+    resources={"worker": {"gpu": 1}}, tolerations=[{"key": "a", "operator": "Exists"}]),
+    distributed_request_data(args=["--ps_hosts=$(PS_HOSTS)", "--job_name=$(JOB_NAME)",
+                                   "--literal=$$(JOB_NAME)"])])
 def test_valid_requests_satisfy_the_schema(data):
     jsonschema.Draft202012Validator(request_json_schema()).validate(data)
     dumped = load_request(data).model_dump(mode="json", by_alias=True)
@@ -88,3 +90,8 @@ def test_docs_field_reference_is_the_generated_one():
     begin, end = "<!-- BEGIN GENERATED FIELDS -->\n", "<!-- END GENERATED FIELDS -->"
     generated = text[text.index(begin) + len(begin):text.index(end)]
     assert generated == render_request_reference()
+
+
+def test_the_args_field_documents_the_expansion_of_references():
+    description = request_json_schema()["properties"]["args"]["description"]
+    assert "$(NAME)" in description and "$$(NAME)" in description

@@ -10,7 +10,9 @@ order, tasks in index order).
 The evaluator is left out of the `cluster` of every TF_CONFIG: TensorFlow
 treats it as independent of the training cluster (multi_worker_util allows a
 task of type "evaluator" that is absent from the cluster), and a training
-cluster that names it would wait for a task that never joins training.
+cluster that names it would wait for a task that never joins training. The
+legacy TF1 variables follow the same rule: they list the whole training
+cluster (CHIEF_HOSTS too when there is a chief), never the evaluator.
 """
 
 import ipaddress
@@ -125,14 +127,23 @@ def build_tf_config(cluster: Mapping[str, list[str]], role: Role, index: int) ->
 
 
 def build_legacy_env(cluster: Mapping[str, list[str]], role: Role, index: int) -> dict[str, str]:
-    """TF1-style variables: PS_HOSTS, WORKER_HOSTS (comma-joined), JOB_NAME, TASK_INDEX."""
+    """TF1-style variables for one replica, describing the whole training cluster.
+
+    PS_HOSTS and WORKER_HOSTS (comma-joined; empty when the job has none),
+    CHIEF_HOSTS only when the job has a chief, JOB_NAME and TASK_INDEX. With
+    JOB_NAME=chief a TF1 program builds `ClusterSpec({"chief": CHIEF_HOSTS,
+    "ps": PS_HOSTS, "worker": WORKER_HOSTS})`, which names its own task. The
+    evaluator gets the same host lists (it reaches the training cluster as a
+    client) and JOB_NAME=evaluator, a job none of them names, as in TF_CONFIG.
+    """
     role = _check_task(cluster, role, index)
-    return {
+    env = {
         "PS_HOSTS": ",".join(cluster.get(Role.PS.value, [])),
         "WORKER_HOSTS": ",".join(cluster.get(Role.WORKER.value, [])),
-        "JOB_NAME": role.value,
-        "TASK_INDEX": str(index),
     }
+    if cluster.get(Role.CHIEF.value):
+        env["CHIEF_HOSTS"] = ",".join(cluster[Role.CHIEF.value])
+    return env | {"JOB_NAME": role.value, "TASK_INDEX": str(index)}
 
 
 def build_cluster_files(request: TrainingRequest,

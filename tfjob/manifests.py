@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.expansion import escape
 from tfjob import naming
 from tfjob.request import Mode, Placement, Role, TrainingRequest
 from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
@@ -252,7 +253,10 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
         "containers": [{
             "name": CONTAINER_NAME,
             "image": request.image,
-            "command": ["python3", BOOTSTRAP_SCRIPT, "--", *request.entrypoint, *request.args],
+            # `$` doubled: Kubernetes' own $(NAME) expansion hands the argv over unchanged,
+            # and the bootstrap expands it once, with the cluster's variables (pod-protocol.md).
+            "command": ["python3", BOOTSTRAP_SCRIPT, "--",
+                        *(escape(item) for item in [*request.entrypoint, *request.args])],
             "env": build_replica_env(request, role, index, upload_patience),
             "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
             "resources": build_resources(request, role),

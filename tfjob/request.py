@@ -96,8 +96,8 @@ MAX_TENANT_LENGTH = 57
 RESERVED_ENV_PREFIX = "TFJOB_"
 # Set by the manifest or the bootstrap; a request value would be overwritten.
 RESERVED_ENV_NAMES = frozenset({
-    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "JOB_NAME", "TASK_INDEX",
-    "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
+    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME",
+    "TASK_INDEX", "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
 })
 
 class _Model(BaseModel):
@@ -212,9 +212,12 @@ class TrainingRequest(_Model):
     image: str = Field(DEFAULT_IMAGE, description="Container image with Python 3 and "
                                                   "TensorFlow.", min_length=1)
     entrypoint: list[str] = Field(description="Program argv, run in the bundle's code/ "
-                                              "directory, e.g. [python3, train.py].")
-    args: list[str] = Field(default_factory=list, description="Arguments appended to "
-                                                              "the entrypoint.")
+                                              "directory, e.g. [python3, train.py]; $(NAME) "
+                                              "is expanded as in args.")
+    args: list[str] = Field(default_factory=list, description="Arguments appended to the "
+                            "entrypoint; $(NAME) becomes the pod's variable NAME (e.g. "
+                            "$(JOB_NAME), $(PS_HOSTS)), $$(NAME) is a literal $(NAME), an "
+                            "unset NAME stays as written (Kubernetes' rules).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment "
                                 "variables; TFJOB_* and TF_CONFIG are reserved.")
     bundle: str = Field(description="Code+data bundle: s3://bucket/key.tar.gz.")

@@ -1,0 +1,183 @@
+"""digits-tf1-flags: a seed-era TF1 between-graph program whose cluster comes only from flags.
+
+Nothing about the cluster is read from the environment: --ps_hosts,
+--worker_hosts, --job_name and --task_index are required, --chief_hosts is
+optional. The request passes them as `$(PS_HOSTS)`, `$(WORKER_HOSTS)`,
+`$(JOB_NAME)`, `$(TASK_INDEX)` (and `$(CHIEF_HOSTS)`), which the pod's
+bootstrap expands as Kubernetes would (docs/pod-protocol.md). Unexpanded text
+such as `$(JOB_NAME)` is refused ("invalid choice").
+
+Every replica starts a `tf.compat.v1.train.Server` on the flags' cluster:
+- ps replicas hold the variables and `join()` forever (the platform stops them);
+- every trainer (the chief when --chief_hosts names one, and every worker)
+  builds the graph with `replica_device_setter` (variables on the ps, ops on
+  itself) and trains asynchronously in a `MonitoredTrainingSession` until the
+  shared global step reaches --train_steps;
+- the TF1 chief (job `chief` when there is one, else worker 0) initialises the
+  variables, writes checkpoints to MODEL_DIR, and at the end evaluates on the
+  test split and writes {"accuracy", "loss", "steps", "train_seconds"} to
+  METRICS_FILE.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+HIDDEN_UNITS = 64
+BATCH_SIZE = 64
+LEARNING_RATE = 0.003
+SEED = 7
+CHIEF_INIT_POLL_SECS = 0.5
+CHIEF_INIT_TIMEOUT_SECS = 600
+
+
+def host_list(text):
+    """A comma-separated list of host:port, as TF1 programs took them."""
+    hosts = [host for host in text.split(",") if host]
+    if not hosts or any(":" not in host for host in hosts):
+        raise argparse.ArgumentTypeError(f"{text!r} given; a comma-separated host:port list "
+                                         "is required")
+    return hosts
+
+
+def parse_flags():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ps_hosts", type=host_list, required=True)
+    parser.add_argument("--worker_hosts", type=host_list, required=True)
+    parser.add_argument("--chief_hosts", type=host_list, default=[])
+    parser.add_argument("--job_name", choices=("chief", "ps", "worker"), required=True)
+    parser.add_argument("--task_index", type=int, required=True)
+    # Where to read and write, as every example does (the pod protocol's paths).
+    parser.add_argument("--data_dir", default=os.environ.get("DATA_DIR", "../data"))
+    parser.add_argument("--model_dir", default=os.environ.get("MODEL_DIR", "../model"))
+    parser.add_argument("--metrics_file", default=os.environ.get("METRICS_FILE", ""))
+    parser.add_argument("--train_steps", type=int, default=600)
+    flags = parser.parse_args()
+    if flags.job_name == "chief" and not flags.chief_hosts:
+        parser.error("--job_name chief needs --chief_hosts")
+    tasks = {"chief": flags.chief_hosts, "ps": flags.ps_hosts, "worker": flags.worker_hosts}
+    if not 0 <= flags.task_index < len(tasks[flags.job_name]):
+        parser.error(f"--task_index {flags.task_index} given; the {flags.job_name} job has "
+                     f"{len(tasks[flags.job_name])} task(s)")
+    if not flags.metrics_file:
+        flags.metrics_file = os.path.join(flags.model_dir, "..", "metrics.json")
+    return flags
+
+
+def load_digits(data_dir):
+    with np.load(os.path.join(data_dir, "digits.npz")) as data:
+        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+
+
+def write_metrics(path, metrics):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as out:
+        json.dump(metrics, out)
+
+
+def build_graph(features, labels):
+    """A two-layer perceptron in plain TF1 ops; returns (logits, mean loss)."""
+    init = tf1.glorot_uniform_initializer(seed=SEED)
+    w1 = tf1.get_variable("w1", [64, HIDDEN_UNITS], initializer=init)
+    b1 = tf1.get_variable("b1", [HIDDEN_UNITS], initializer=tf1.zeros_initializer())
+    w2 = tf1.get_variable("w2", [HIDDEN_UNITS, 10], initializer=init)
+    b2 = tf1.get_variable("b2", [10], initializer=tf1.zeros_initializer())
+    hidden = tf.nn.relu(tf.matmul(features, w1) + b1)
+    logits = tf.matmul(hidden, w2) + b2
+    loss = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    )
+    return logits, loss
+
+
+def wait_for_chief_init(target, config, task_device):
+    """Non-chief trainers: wait until the chief has initialised the variables.
+
+    MonitoredTrainingSession would check too, but only every 30 seconds; a
+    short job would be over before a non-chief worker joined in.
+    """
+    with tf1.device(task_device):
+        uninitialized_variables = tf1.report_uninitialized_variables()
+    deadline = time.monotonic() + CHIEF_INIT_TIMEOUT_SECS
+    with tf1.Session(target, config=config) as session:
+        while len(session.run(uninitialized_variables)) > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the chief did not initialise the model in time")
+            time.sleep(CHIEF_INIT_POLL_SECS)
+
+
+def main():
+    flags = parse_flags()
+    tf1.disable_eager_execution()
+    jobs = {"chief": flags.chief_hosts} if flags.chief_hosts else {}
+    jobs |= {"ps": flags.ps_hosts, "worker": flags.worker_hosts}
+    cluster = tf1.train.ClusterSpec(jobs)
+    server = tf1.train.Server(cluster, job_name=flags.job_name, task_index=flags.task_index)
+    print(f"{flags.job_name} {flags.task_index} of {jobs} serving at {server.target}", flush=True)
+    if flags.job_name == "ps":
+        server.join()
+        return
+
+    # The chief job, when the cluster has one, is TF1's chief; else worker 0.
+    is_chief = flags.job_name == "chief" or (not flags.chief_hosts and flags.task_index == 0)
+    x_train, y_train, x_test, y_test = load_digits(flags.data_dir)
+    task_device = f"/job:{flags.job_name}/task:{flags.task_index}"
+    with tf1.device(tf1.train.replica_device_setter(worker_device=task_device, cluster=cluster)):
+        global_step = tf1.train.get_or_create_global_step()
+        features = tf1.placeholder(tf.float32, [None, 64], name="features")
+        labels = tf1.placeholder(tf.int64, [None], name="labels")
+        logits, loss = build_graph(features, labels)
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
+        train_op = tf1.train.AdamOptimizer(LEARNING_RATE).minimize(loss, global_step=global_step)
+
+    # Talk only to the ps and to ourselves: no waiting for the other trainers.
+    session_config = tf1.ConfigProto(device_filters=["/job:ps", task_device])
+    if not is_chief:
+        wait_for_chief_init(server.target, session_config, task_device)
+    seed_offset = 100 if flags.job_name == "chief" else flags.task_index
+    rng = np.random.default_rng(SEED + seed_offset)
+    hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
+    started = time.monotonic()
+    local_steps = 0
+    with tf1.train.MonitoredTrainingSession(
+        master=server.target,
+        is_chief=is_chief,
+        checkpoint_dir=flags.model_dir if is_chief else None,
+        hooks=hooks,
+        config=session_config,
+        log_step_count_steps=0,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+    ) as session:
+        while not session.should_stop():
+            batch = rng.choice(len(x_train), BATCH_SIZE, replace=False)
+            session.run(train_op, feed_dict={features: x_train[batch], labels: y_train[batch]})
+            local_steps += 1
+    train_seconds = time.monotonic() - started
+    print(f"{flags.job_name} {flags.task_index} ran {local_steps} steps", flush=True)
+    if not is_chief:
+        return
+
+    # The variables stay on the ps: evaluate them in a plain session.
+    with tf1.Session(server.target, config=session_config) as session:
+        test_accuracy, test_loss, steps = session.run(
+            [accuracy, loss, global_step], feed_dict={features: x_test, labels: y_test}
+        )
+    metrics = {
+        "accuracy": float(test_accuracy),
+        "loss": float(test_loss),
+        "steps": int(steps),
+        "train_seconds": round(train_seconds, 2),
+    }
+    write_metrics(flags.metrics_file, metrics)
+    print(f"test accuracy {test_accuracy:.4f}, loss {test_loss:.4f}, {steps} steps", flush=True)
+
+
+if __name__ == "__main__":
+    main()

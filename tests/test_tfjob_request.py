@@ -17,6 +17,7 @@ from tfjob.request import (
     load_request,
     parse_request,
 )
+from tfjob.restart_policy import RestartOn
 
 REPO = Path(__file__).resolve().parents[1]
 DROP = object()  # marks a field removed from the valid request
@@ -72,7 +73,7 @@ ERROR_CASES = [
         id="strategy_unknown"),
     pytest.param(
         {'replica': {'worker': 1}},
-        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, success_policy, placement, node_selector, tolerations, port',
+        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, port',
         id="unknown_field"),
     pytest.param(
         {'entrypoint': 'python3 train.py'},
@@ -158,6 +159,38 @@ ERROR_CASES = [
         {'retries': 11},
         'request.retries: 11 given; at most 10 is allowed',
         id="retries_too_many"),
+    pytest.param(
+        {'max_restarts': 11},
+        'request.max_restarts: 11 given; at most 10 is allowed',
+        id="max_restarts_too_many"),
+    pytest.param(
+        {'restart_on': 'always'},
+        'request.restart_on: "always" given; allowed: retryable, any_failure or a list of exit codes from 1 to 255, e.g. [137, 143]',
+        id="restart_on_unknown"),
+    pytest.param(
+        {'restart_on': []},
+        'request.restart_on: [] given; allowed: retryable, any_failure or a list of exit codes from 1 to 255, e.g. [137, 143]',
+        id="restart_on_empty"),
+    pytest.param(
+        {'restart_on': [137, '143']},
+        'request.restart_on[1]: "143" given; exit codes are whole numbers from 1 to 255 (unquoted in YAML)',
+        id="restart_on_quoted_code"),
+    pytest.param(
+        {'restart_on': [0]},
+        'request.restart_on[0]: 0 given; exit codes from 1 to 255 are allowed (0 is success)',
+        id="restart_on_zero"),
+    pytest.param(
+        {'restart_on': [137, 143, 137]},
+        'request.restart_on[2]: 137 given; each exit code once; 137 is already at [0]',
+        id="restart_on_duplicate"),
+    pytest.param(
+        {'checkpoint_interval': 5},
+        'request.checkpoint_interval: 5 given; at least 10 is allowed',
+        id="checkpoint_interval_too_short"),
+    pytest.param(
+        {'warm_start': 's3://tfjob-output/digits/latest'},
+        'request.warm_start: "s3://tfjob-output/digits/latest" given; allowed: none, latest or a run id of this DAG (Airflow\'s run id characters: letters, digits, \'_\', \'.\', \'~\', \':\', \'+\', \'-\'; at most 250), e.g. scheduled__2026-12-01T03:00:00+00:00',
+        id="warm_start_url"),
     pytest.param(
         {'success_policy': 'chief'},
         'request.success_policy: "chief" given; policy chief needs replicas.chief = 1; use worker0 or all_workers',
@@ -252,6 +285,8 @@ def test_minimal_request_gets_documented_defaults():
     assert request.port == 2222
     assert (request.startup_timeout, request.active_deadline, request.retries) == (300, 3600, 0)
     assert request.success_policy is SuccessPolicy.WORKER0
+    assert (request.max_restarts, request.restart_on) == (0, RestartOn.RETRYABLE)
+    assert (request.checkpoint_interval, request.warm_start) == (60, None)
     for role in Role:
         resources = request.resources[role]
         # cpu/memory left to the tenant's LimitRange (docs/tenants.md)
@@ -393,3 +428,44 @@ def test_request_error_survives_pickling():
     with pytest.raises(RequestError) as caught:
         load_request(valid_request_data(tenant=None))
     assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"max_restarts": 2}, {"max_restarts": 2, "restart_on": RestartOn.RETRYABLE}),
+    ({"max_restarts": 10, "restart_on": "any_failure"},
+     {"max_restarts": 10, "restart_on": RestartOn.ANY_FAILURE}),
+    ({"max_restarts": 1, "restart_on": [143, 1, 137]}, {"restart_on": [143, 1, 137]}),
+    ({"restart_on": [255]}, {"restart_on": [255]}),
+    ({"checkpoint_interval": 10}, {"checkpoint_interval": 10}),
+    ({"checkpoint_interval": 3600}, {"checkpoint_interval": 3600}),
+    ({"warm_start": "latest"}, {"warm_start": "latest"}),
+    ({"warm_start": "scheduled__2026-12-01T03:00:00+00:00"},
+     {"warm_start": "scheduled__2026-12-01T03:00:00+00:00"}),
+    ({"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"},
+     {"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"}),
+    ({"warm_start": "nightly-retrain_v2.1~a"}, {"warm_start": "nightly-retrain_v2.1~a"}),
+    ({"warm_start": None}, {"warm_start": None}),
+], ids=lambda value: "-".join(map(str, value.values())) if isinstance(value, dict) else "")
+def test_restart_and_warm_start_fields_load(fields, expected):
+    request = load_request(valid_request_data(**fields))
+    for name, value in expected.items():
+        assert getattr(request, name) == value
+    assert load_request(request.model_dump(mode="json")) == request
+
+
+@pytest.mark.parametrize("run_id", [".", "..", "run/1", "run 1", "a" * 251, "", "läuft"])
+def test_warm_start_refuses_what_is_not_an_airflow_run_id(run_id):
+    with pytest.raises(RequestError) as caught:
+        load_request(valid_request_data(warm_start=run_id))
+    assert caught.value.field == "warm_start"
+    assert "a run id of this DAG" in caught.value.allowed
+
+
+@pytest.mark.parametrize(("restart_on", "field"), [
+    (137, "restart_on"), ({"codes": [137]}, "restart_on"), ([256], "restart_on[0]"),
+    ([True], "restart_on[0]"), ([1.5], "restart_on[0]"), (None, "restart_on"),
+])
+def test_restart_on_names_the_bad_item(restart_on, field):
+    with pytest.raises(RequestError) as caught:
+        load_request(valid_request_data(restart_on=restart_on))
+    assert caught.value.field == field

@@ -30,7 +30,10 @@ def test_schema_is_valid_draft_2020_12_with_descriptions_and_defaults():
 @pytest.mark.parametrize("data", [valid_request_data(), distributed_request_data(
     resources={"worker": {"gpu": 1}}, tolerations=[{"key": "a", "operator": "Exists"}]),
     distributed_request_data(args=["--ps_hosts=$(PS_HOSTS)", "--job_name=$(JOB_NAME)",
-                                   "--literal=$$(JOB_NAME)"])])
+                                   "--literal=$$(JOB_NAME)"]),
+    valid_request_data(max_restarts=2, restart_on=[137, 143], checkpoint_interval=30,
+                       warm_start="scheduled__2026-12-01T03:00:00+00:00"),
+    valid_request_data(restart_on="any_failure", warm_start="latest")])
 def test_valid_requests_satisfy_the_schema(data):
     jsonschema.Draft202012Validator(request_json_schema()).validate(data)
     dumped = load_request(data).model_dump(mode="json", by_alias=True)
@@ -42,6 +45,15 @@ def test_valid_requests_satisfy_the_schema(data):
     valid_request_data(name="Not_A_Label"),
     valid_request_data(unknown=1),
     valid_request_data(port=80),
+    valid_request_data(max_restarts=11),
+    valid_request_data(restart_on="always"),
+    valid_request_data(restart_on=[]),
+    valid_request_data(restart_on=[0]),
+    valid_request_data(restart_on=[137, 137]),
+    valid_request_data(restart_on=["137"]),
+    valid_request_data(checkpoint_interval=5),
+    valid_request_data(warm_start="runs/manual__1"),
+    valid_request_data(warm_start=".."),
 ])
 def test_schema_refuses_what_the_model_refuses(data):
     with pytest.raises(jsonschema.ValidationError):
@@ -95,3 +107,42 @@ def test_docs_field_reference_is_the_generated_one():
 def test_the_args_field_documents_the_expansion_of_references():
     description = request_json_schema()["properties"]["args"]["description"]
     assert "$(NAME)" in description and "$$(NAME)" in description
+
+
+@pytest.mark.parametrize(("value", "accepted"), [
+    ("retryable", True), ("any_failure", True), ([137, 143], True), ("always", False),
+    ([], False), ([137, 137], False), ([0], False), (137, False),
+])
+def test_the_restart_on_param_takes_a_name_or_a_list_of_exit_codes(value, accepted):
+    from airflow.sdk import Param
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    spec = airflow_param_specs()["restart_on"]
+    assert spec["default"] == "retryable"
+    # Several kinds in one "type": Airflow's form offers a field that takes text or JSON.
+    assert spec["type"] == ["string", "array"]
+    param = Param(spec.pop("default"), **spec)
+    if accepted:
+        assert param.resolve(value) == value
+        load_request(valid_request_data(restart_on=value))
+    else:
+        with pytest.raises(ParamValidationError):
+            param.resolve(value)
+
+
+def test_the_warm_start_param_checks_the_run_id_shape():
+    spec = airflow_param_specs()["warm_start"]
+    assert spec["default"] is None and spec["type"] == ["string", "null"]
+    assert spec["maxLength"] == 250
+    validator = jsonschema.Draft202012Validator(
+        {k: v for k, v in spec.items() if k not in ("default", "description")})
+    for value in (None, "latest", "manual__2026-12-02T12:00:00+00:00"):
+        validator.validate(value)
+    for value in ("a/b", "..", "", "x" * 251):
+        assert not validator.is_valid(value), value
+
+
+def test_the_reference_describes_a_choice_of_kinds():
+    line = next(line for line in render_request_reference().splitlines()
+                if line.startswith("| `restart_on` |"))
+    assert "| `retryable` \\| `any_failure` or list of integer | `\"retryable\"` |" in line

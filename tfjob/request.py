@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tfjob import request_recovery as recovery
 from tfjob.grants import MAX_GRANT_SECONDS, max_active_deadline, run_window_seconds
 from tfjob.quantity import parse_quantity
 from tfjob.request_checks import (
@@ -232,6 +233,10 @@ class TrainingRequest(_Model):
                                              "than startup_timeout.")
     retries: int = Field(0, ge=0, le=MAX_RETRIES, description="Airflow retries of a "
                                                               "failed run.")
+    max_restarts: recovery.MaxRestarts = recovery.DEFAULT_MAX_RESTARTS
+    restart_on: recovery.RestartOnSetting = recovery.DEFAULT_RESTART_ON
+    checkpoint_interval: recovery.CheckpointInterval = recovery.DEFAULT_CHECKPOINT_INTERVAL
+    warm_start: recovery.WarmStart = None
     success_policy: SuccessPolicy | None = Field(
         None, description="Which replicas must succeed: chief, worker0 or all_workers; "
                           "default chief when there is a chief, else worker0.")

@@ -18,6 +18,7 @@ from tfjob.request import (
     TrainingRequest,
 )
 from tfjob.request_checks import DNS_LABEL_PATTERN
+from tfjob.request_recovery import WARM_START_SCHEMA
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -28,12 +29,13 @@ _EXTRA_KEYWORDS: dict[str, dict[str, Any]] = {
     "entrypoint": {"minItems": 1},
     "bundle": {"pattern": r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+\.tar\.gz$"},
     "output": {"pattern": r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+$"},
+    "warm_start": WARM_START_SCHEMA,
 }
 
 # Keywords a Param spec may carry (JSON Schema validation keywords Airflow understands).
 _PARAM_KEYWORDS = ("type", "enum", "title", "minimum", "maximum", "pattern", "minLength",
-                   "maxLength", "minItems", "maxItems", "items", "properties",
-                   "additionalProperties", "propertyNames", "required", "format")
+                   "maxLength", "minItems", "maxItems", "uniqueItems", "items", "properties",
+                   "additionalProperties", "propertyNames", "required", "format", "anyOf")
 
 
 def _default_of(name: str) -> tuple[bool, Any]:
@@ -134,6 +136,8 @@ def airflow_param_specs(request: TrainingRequest | None = None) -> dict[str, dic
 
 def _describe_type(prop: dict[str, Any], definitions: dict[str, Any]) -> str:
     prop = _flatten_optional(_resolve_refs(prop, definitions))
+    if "anyOf" in prop:  # a choice of kinds, e.g. restart_on: a name or a list of exit codes
+        return " or ".join(_describe_type(option, definitions) for option in prop["anyOf"])
     if "enum" in prop:
         return " \\| ".join(f"`{value}`" for value in prop["enum"] if value is not None) + \
             (" or null" if None in prop["enum"] else "")

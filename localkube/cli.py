@@ -1,4 +1,4 @@
-"""`python -m localkube up|down|status`: start and stop a local cluster in the background.
+"""`python -m localkube up|down|status|blink`: start and stop a local cluster in the background.
 
 `up` makes the cluster's bearer token DIR/token and its TLS files DIR/pki/ when the state dir
 has none (localkube/credentials.py, localkube/certificates.py), starts one API server process
@@ -10,6 +10,8 @@ are the key to the cluster, and DIR/store.db holds every Secret. The token reach
 through DIR/token, never through their argv.
 `down` stops the kubelets (they tear their pods down), then the API server, kills leftovers and
 sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
+`blink --seconds N` makes the running API server answer 503 for N seconds (a test switch:
+localkube/apiserver/outage.py); `--seconds 0` ends it.
 """
 
 from __future__ import annotations
@@ -27,8 +29,14 @@ import urllib.request
 from pathlib import Path
 
 from localkube.apiserver.app import DEFAULT_NODES_FILE, load_nodes_file
+from localkube.apiserver.outage import MAX_OUTAGE_SECONDS, OUTAGE_PATH
 from localkube.certificates import CertificateError
-from localkube.credentials import ClusterCredentials, TokenError, ensure_credentials
+from localkube.credentials import (
+    ClusterCredentials,
+    TokenError,
+    ensure_credentials,
+    read_credentials,
+)
 from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards, parse_forward_spec
 
 DEFAULT_PORT = 6443
@@ -303,6 +311,31 @@ def status(state_dir: Path) -> dict:
             "running_pids": running, "up": bool(running)}
 
 
+def blink(state_dir: Path, seconds: float) -> dict:
+    """Make the running API server answer 503 for `seconds` (0: serve again); its answer."""
+    api_url = read_cluster_info(state_dir).get("api_url")
+    if not api_url:
+        raise UpError(f"no running localkube in {state_dir} (no api_url in localkube.json)")
+    credentials = read_credentials(state_dir)
+    request = urllib.request.Request(
+        api_url + OUTAGE_PATH, data=json.dumps({"seconds": seconds}).encode(), method="POST",
+        headers={"Content-Type": "application/json", **credentials.auth_headers()})
+    with urllib.request.urlopen(request, timeout=10,
+                                context=credentials.ssl_context()) as response:
+        return json.loads(response.read())
+
+
+def seconds_argument(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_OUTAGE_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} given; a number of seconds from 0 to {MAX_OUTAGE_SECONDS:g} is required")
+    return seconds
+
+
 def forward_argument(text: str) -> Forward:
     try:
         return parse_forward_spec(text)
@@ -331,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
                        ("status", "say whether localkube runs")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    blink_cmd = commands.add_parser(
+        "blink", help="make the API server answer 503 for a while (a test switch)")
+    blink_cmd.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    blink_cmd.add_argument("--seconds", type=seconds_argument, required=True,
+                           help="how long every request but the health checks gets 503; "
+                                "0 ends an outage")
     return parser
 
 
@@ -349,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "down":
         down(state_dir)
         print(f"localkube in {state_dir} is down")
+        return 0
+    if args.command == "blink":
+        try:
+            print(json.dumps(blink(state_dir, args.seconds)))
+        except (UpError, TokenError, CertificateError, OSError) as error:
+            print(f"localkube blink failed: {error}", file=sys.stderr)
+            return 1
         return 0
     print(json.dumps(status(state_dir), indent=2))
     return 0

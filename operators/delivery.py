@@ -11,11 +11,23 @@ process in the pod), so delivering one pod after another made a 32-replica job
 wait ~32 exec round trips after its last pod was Running. Each thread uses its
 own API client because `kubernetes.stream.stream` swaps the client's
 `request` method for the duration of a call, which is not safe to share.
+
+Delivery is idempotent and retried. Writing the same `cluster.json` twice is
+harmless (temp file + rename: a reader sees the old file or the new one, never
+a mix), so an exec that failed (an exception: the API server blinked, the
+WebSocket dropped; or a non-zero exit; or no exit within the exec timeout) is
+tried again for that replica only, with back-off, up to `DELIVERY_ATTEMPTS`
+times and within `DELIVERY_BUDGET_SECONDS` for the whole job
+(tfjob/timeline.py: the replicas wait for their ClusterSpec that long past
+the latest gang start). A final API answer (403, 404: the pod is gone) is not
+retried. Replicas already delivered are never written again.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +35,10 @@ from kubernetes import client as k8s
 
 from operators.kubeobjects import exec_in_container
 from operators.replicas import MAIN_CONTAINER
+from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
+from tfjob.timeline import DELIVERY_BUDGET_SECONDS
+
+log = logging.getLogger(__name__)
 
 WRITE_SCRIPT = (
     'printf "%s" "$1" > /tfjob/config/.cluster.json.tmp'
@@ -30,6 +46,10 @@ WRITE_SCRIPT = (
 )
 EXEC_TIMEOUT_SECONDS = 30
 DELIVERY_WORKERS = 8
+# Tries per replica, and the back-off between two tries of one replica.
+DELIVERY_ATTEMPTS = 5
+DELIVERY_FIRST_DELAY_SECONDS = 1.0
+DELIVERY_LONGEST_DELAY_SECONDS = 10.0
 
 
 class DeliveryError(RuntimeError):
@@ -66,16 +86,29 @@ def deliver_cluster_files(
     namespace: str,
     contents: Mapping[str, str],
     workers: int = DELIVERY_WORKERS,
+    *,
+    attempts: int | None = None,
+    budget: float | None = None,
 ) -> None:
     """Write each pod's cluster.json (`contents`: pod name → JSON), up to `workers` at once.
 
-    Every pod is tried even when one fails; then one DeliveryError names each
-    pod that failed and why.
+    Each pod is tried up to `attempts` times (a failed exec is retried for that
+    pod only) within `budget` seconds for the whole job. Every pod is tried
+    even when one fails; then one DeliveryError names each pod that failed and
+    why.
     """
     if workers < 1:
         raise ValueError(f"workers: {workers} given; at least 1 is needed")
+    attempts = DELIVERY_ATTEMPTS if attempts is None else attempts
+    if attempts < 1:
+        raise ValueError(f"attempts: {attempts} given; at least 1 is needed")
+    deadline = time.monotonic() + (DELIVERY_BUDGET_SECONDS if budget is None else budget)
+
+    def deliver(own: k8s.CoreV1Api, pod: str, text: str) -> str | None:
+        return _deliver_with_retries(own, namespace, pod, text, attempts, deadline)
+
     if len(contents) <= 1 or workers == 1:
-        failures = [_try_deliver(api, namespace, pod, text) for pod, text in contents.items()]
+        failures = [deliver(api, pod, text) for pod, text in contents.items()]
     else:
         width = min(workers, len(contents))
         clients: queue.SimpleQueue[k8s.CoreV1Api] = queue.SimpleQueue()
@@ -86,7 +119,7 @@ def deliver_cluster_files(
         def deliver_with_spare(item: tuple[str, str]) -> str | None:
             own = clients.get()
             try:
-                return _try_deliver(own, namespace, item[0], item[1])
+                return deliver(own, item[0], item[1])
             finally:
                 clients.put(own)
 
@@ -104,15 +137,44 @@ def deliver_cluster_files(
         )
 
 
-def _try_deliver(api: k8s.CoreV1Api, namespace: str, pod: str, content: str) -> str | None:
-    """None when delivered, else a sentence naming the pod and what went wrong."""
+def _deliver_with_retries(
+    api: k8s.CoreV1Api, namespace: str, pod: str, content: str, attempts: int, deadline: float
+) -> str | None:
+    """None once delivered; else why the last try failed (and how many tries were made)."""
+    backoff = Backoff(DELIVERY_FIRST_DELAY_SECONDS, DELIVERY_LONGEST_DELAY_SECONDS)
+    tries = 0
+    while True:
+        tries += 1
+        problem, retryable = _try_deliver(api, namespace, pod, content)
+        if problem is None:
+            if tries > 1:
+                log.info("pod %s: cluster.json delivered at try %d", pod, tries)
+            return None
+        delay = backoff.next_delay()
+        # A new try must be able to finish (its exec timeout) before the deadline.
+        in_time = time.monotonic() + delay + EXEC_TIMEOUT_SECONDS <= deadline
+        if not retryable or tries >= attempts or not in_time:
+            return problem + (f" (after {tries} tries)" if tries > 1 else "")
+        log.warning("pod %s: delivery try %d of %d failed: %s; trying again in %.1fs",
+                    pod, tries, attempts, problem, delay)
+        time.sleep(delay)
+
+
+def _try_deliver(
+    api: k8s.CoreV1Api, namespace: str, pod: str, content: str
+) -> tuple[str | None, bool]:
+    """(None, _) when delivered, else (a sentence naming the pod and what went wrong,
+    whether another try may succeed)."""
     try:
         deliver_cluster_file(api, namespace, pod, content)
     except DeliveryError as exc:
-        return str(exc)
+        return str(exc), True  # a non-zero exit or no exit in time: the write may succeed next
     except Exception as exc:  # an API error (pod gone, forbidden) or a broken connection
+        status = api_status_of(exc)
+        final = status is not None and not is_transient(exc)
         reason = getattr(exc, "reason", None) or exc.__class__.__name__
-        status = getattr(exc, "status", None)
-        return f"pod {pod}: exec failed" + (
-            f" ({status} {reason})" if status else f": {reason}: {exc}"
-        )
+        if getattr(exc, "status", None):
+            return f"pod {pod}: exec failed ({exc.status} {reason})", not final
+        detail = f"HTTP {status}" if status is not None else describe_api_error(exc)
+        return f"pod {pod}: exec failed: {detail}", not final
+    return None, False

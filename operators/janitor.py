@@ -16,6 +16,12 @@ Only objects labelled `app.kubernetes.io/managed-by=tfjob` *and* carrying a
 `tfjob.io/run` label are considered: tenant objects (namespace, quota, ...)
 have no run label and are never touched. In Airflow it looks in the namespaces
 of the tenants file (per-namespace RBAC suffices). Deletes accept 404.
+
+Between the list and the delete, a run may be cleared and relaunched, its
+fresh objects taking the same names. So every delete carries the uid the list
+saw (`preconditions.uid`): the API server then deletes only that object, and
+answers 409 Conflict for a newer one of the same name, which the janitor
+skips and reports ("not ours any more").
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from operators.tenancy import Clients
@@ -94,6 +101,7 @@ class RunObject:
     kind: str
     namespace: str
     name: str
+    uid: str | None = None  # as listed: the delete applies to this object only
 
     def describe(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
@@ -171,23 +179,42 @@ def collect_run_groups(clients: Clients,
                 annotations.get(naming.ANNOTATION_RUN_ID)))
             group.dag_id = group.dag_id or annotations.get(naming.ANNOTATION_DAG_ID)
             group.run_id = group.run_id or annotations.get(naming.ANNOTATION_RUN_ID)
-            group.objects.append(RunObject(kind, meta.namespace, meta.name))
+            group.objects.append(RunObject(kind, meta.namespace, meta.name, meta.uid))
     return [groups[key] for key in sorted(groups)]
 
 
-def delete_objects(clients: Clients, objects: Iterable[RunObject]) -> list[RunObject]:
-    """Delete each object (404 is fine: someone was faster); return those we deleted."""
+def build_delete_options(obj: RunObject) -> k8s.V1DeleteOptions:
+    """Delete this object only (the uid it was listed with); pods with the janitor's grace."""
+    return k8s.V1DeleteOptions(
+        grace_period_seconds=JANITOR_GRACE_SECONDS if obj.kind == "Pod" else None,
+        preconditions=k8s.V1Preconditions(uid=obj.uid) if obj.uid else None,
+    )
+
+
+def delete_objects(clients: Clients, objects: Iterable[RunObject],
+                   skipped: list[RunObject] | None = None) -> list[RunObject]:
+    """Delete each object (404 is fine: someone was faster); return those we deleted.
+
+    An object recreated under the same name since it was listed (409 Conflict:
+    its uid differs) is not ours any more: it is left alone, logged, and added
+    to `skipped` when given.
+    """
     deleted = []
     for obj in objects:
         info = RUN_OBJECT_KINDS[obj.kind]
-        kwargs = {"grace_period_seconds": JANITOR_GRACE_SECONDS} if obj.kind == "Pod" else {}
+        delete = getattr(getattr(clients, info.api), f"delete_{info.suffix}")
         try:
-            getattr(getattr(clients, info.api), f"delete_{info.suffix}")(obj.name, obj.namespace,
-                                                                          **kwargs)
+            delete(obj.name, obj.namespace, body=build_delete_options(obj))
         except ApiException as exc:
-            if exc.status != 404:
-                raise
-            continue
+            if exc.status == 404:
+                continue
+            if exc.status == 409:
+                log.info("janitor: %s was recreated since it was listed (uid %s): not ours "
+                         "any more; skipped", obj.describe(), obj.uid)
+                if skipped is not None:
+                    skipped.append(obj)
+                continue
+            raise
         deleted.append(obj)
     return deleted
 
@@ -196,6 +223,8 @@ def delete_objects(clients: Clients, objects: Iterable[RunObject]) -> list[RunOb
 class SweepReport:
     decisions: list[Decision]
     deleted: list[RunObject]
+    # Recreated under the same name between the list and the delete: left alone.
+    skipped: list[RunObject] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = []
@@ -203,6 +232,8 @@ class SweepReport:
             names = ", ".join(o.describe() for o in decision.group.objects)
             out.append(f"{decision.verdict.value} run {decision.group.run_key} in "
                        f"{decision.group.namespace}: {decision.reason}: {names}")
+        out.extend(f"skipped {obj.describe()}: recreated since it was listed, not ours any more"
+                   for obj in self.skipped)
         return out
 
 
@@ -221,17 +252,18 @@ def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False,
             state = states[key]
         decisions.append(decide(group, state))
     deleted: list[RunObject] = []
+    skipped: list[RunObject] = []
     for decision in decisions:
         if decision.verdict is Verdict.DELETE and not dry_run:
-            gone = delete_objects(clients, decision.group.objects)
+            gone = delete_objects(clients, decision.group.objects, skipped)
             deleted.extend(gone)
             log.info("janitor: removed %s (%s)", ", ".join(o.describe() for o in gone) or
-                     "nothing (already gone)", decision.reason)
+                     "nothing (already gone, or recreated)", decision.reason)
         else:
             log.info("janitor: %s run %s in %s (%s)", "would remove" if decision.verdict is
                      Verdict.DELETE else "kept", decision.group.run_key,
                      decision.group.namespace, decision.reason)
-    return SweepReport(decisions, deleted)
+    return SweepReport(decisions, deleted, skipped)
 
 
 # --- asking Airflow -----------------------------------------------------------------------
@@ -290,6 +322,6 @@ def sweep_in_task() -> list[str]:
 
 __all__ = [
     "Decision", "RunGroup", "RunObject", "RunState", "SweepReport", "Verdict",
-    "classify_dag_run_state", "collect_run_groups", "decide", "delete_objects",
-    "lookup_from_rest", "lookup_from_task_instance", "sweep", "sweep_in_task",
+    "build_delete_options", "classify_dag_run_state", "collect_run_groups", "decide",
+    "delete_objects", "lookup_from_rest", "lookup_from_task_instance", "sweep", "sweep_in_task",
 ]

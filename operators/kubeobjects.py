@@ -5,6 +5,9 @@ label selector finds all of them: this is how a retried or cleared run removes
 an earlier try's leftovers, how teardown and `on_kill` delete a run, and how
 the launch task watches its gang. Deletes accept 404 (someone else was
 faster); waits use a Kubernetes watch with a deadline, never a fixed sleep.
+The waits ride out a blinking control plane (operators/transient.py): a 5xx,
+429 or dropped connection while listing or watching is followed by a back-off
+and a relist, until the wait's own deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from operators.transient import (
+    GONE_STATUS,
+    Backoff,
+    call_with_retries,
+    describe_api_error,
+    is_transient,
+)
+
 log = logging.getLogger(__name__)
 
 # (kind, list method, delete method): the kinds a run creates.
@@ -29,6 +40,10 @@ RUN_OBJECT_KINDS = (
 )
 
 WATCH_CHUNK_SECONDS = 30
+# After a wait's deadline: how long the last look at what is left may ride out a blink.
+LAST_LOOK_SECONDS = 30.0
+# Kubernetes' default terminationGracePeriodSeconds, for a pod whose spec has none.
+DEFAULT_GRACE_SECONDS = 30
 
 
 def to_plain(api: k8s.CoreV1Api, obj: Any) -> dict[str, Any]:
@@ -88,37 +103,78 @@ def delete_run_objects(
     return deleted
 
 
+def longest_grace_period(pods: Iterable[dict[str, Any]]) -> int:
+    """The longest grace period (seconds) the kubelet gives any of these pods to end."""
+    longest = 0
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+        longest = max(longest, int(grace or 0))
+    return longest
+
+
+def _pause_after(exc: BaseException, backoff: Backoff, deadline: float, what: str) -> bool:
+    """Sleep before the next try after a transient `exc`; False when the deadline has come."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        log.warning("%s: %s at the deadline; giving up", what, describe_api_error(exc))
+        return False
+    delay = min(backoff.next_delay(), left)
+    log.warning("%s: %s (transient); relisting in %.1fs", what, describe_api_error(exc), delay)
+    time.sleep(delay)
+    return True
+
+
 def await_run_objects_gone(
     api: k8s.CoreV1Api, namespace: str, selector: str, timeout: float
 ) -> list[str]:
     """Wait until no object of the run is left; return what is still there at the deadline.
 
-    Pods go away only after their grace period, so they are watched; ConfigMaps
+    Pods go away only after their grace period (on a real cluster, once the
+    kubelet confirmed their containers ended), so they are watched; ConfigMaps
     and Secrets vanish on delete and are checked once at the end.
     """
     deadline = time.monotonic() + timeout
+    backoff = Backoff()
+    what = f"waiting for the objects of {selector} to go"
     while True:
-        listing = api.list_namespaced_pod(namespace, label_selector=selector)
-        remaining = {p.metadata.name for p in listing.items}
-        if not remaining:
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        stream = watch.Watch()
-        for event in stream.stream(
-            api.list_namespaced_pod,
-            namespace,
-            label_selector=selector,
-            resource_version=listing.metadata.resource_version,
-            timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
-        ):
-            if event["type"] == "DELETED":
-                remaining.discard(event["object"].metadata.name)
-            if not remaining or time.monotonic() >= deadline:
-                stream.stop()
-        # Loop: relist, so a watch that ended early or missed an event cannot mislead us.
-    return list_run_objects(api, namespace, selector)
+        try:
+            listing = api.list_namespaced_pod(namespace, label_selector=selector)
+            backoff.reset()
+            remaining = {p.metadata.name for p in listing.items}
+            if not remaining:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            stream = watch.Watch()
+            for event in stream.stream(
+                api.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                resource_version=listing.metadata.resource_version,
+                timeout_seconds=max(1, int(min(left, WATCH_CHUNK_SECONDS))),
+            ):
+                if event["type"] == "DELETED":
+                    remaining.discard(event["object"].metadata.name)
+                if not remaining or time.monotonic() >= deadline:
+                    stream.stop()
+            # Loop: relist, so a watch that ended early or missed an event cannot mislead us.
+        except Exception as exc:
+            if getattr(exc, "status", None) == GONE_STATUS:
+                continue  # 410 Gone: our resourceVersion is too old; relist at once
+            if not is_transient(exc):
+                raise
+            if not _pause_after(exc, backoff, deadline, what):
+                break
+    return call_with_retries(
+        lambda: list_run_objects(api, namespace, selector),
+        deadline=max(deadline, time.monotonic()) + LAST_LOOK_SECONDS,
+        what=f"listing what is left of {selector}",
+        log=log,
+    )
 
 
 def watch_run_pods(
@@ -130,19 +186,24 @@ def watch_run_pods(
 ) -> list[dict[str, Any]]:
     """Watch the run's pods until `is_done(pods)` or the monotonic `deadline`.
 
-    Returns the last pods seen.
+    Returns the last pods seen. A transient API failure (operators/transient.py)
+    is followed by a back-off and a relist; one still failing at the deadline
+    leaves the last pods seen as the answer.
     """
+    pods: dict[str, dict[str, Any]] = {}
+    backoff = Backoff()
     while True:
-        listing = api.list_namespaced_pod(namespace, label_selector=selector)
-        pods = {p.metadata.name: to_plain(api, p) for p in listing.items}
-        if is_done(list(pods.values())):
-            return list(pods.values())
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return list(pods.values())
-        stream = watch.Watch()
-        finished = False
         try:
+            listing = api.list_namespaced_pod(namespace, label_selector=selector)
+            backoff.reset()
+            pods = {p.metadata.name: to_plain(api, p) for p in listing.items}
+            if is_done(list(pods.values())):
+                return list(pods.values())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return list(pods.values())
+            stream = watch.Watch()
+            finished = False
             for event in stream.stream(
                 api.list_namespaced_pod,
                 namespace,
@@ -161,11 +222,15 @@ def watch_run_pods(
                     stream.stop()
                 elif time.monotonic() >= deadline:
                     stream.stop()
-        except ApiException as exc:
-            if exc.status != 410:  # 410 Gone: our resourceVersion is too old; relist.
+            if finished:
+                return list(pods.values())
+        except Exception as exc:
+            if getattr(exc, "status", None) == GONE_STATUS:
+                continue  # 410 Gone: our resourceVersion is too old; relist at once
+            if not is_transient(exc):
                 raise
-        if finished:
-            return list(pods.values())
+            if not _pause_after(exc, backoff, deadline, f"watching the pods of {selector}"):
+                return list(pods.values())
 
 
 def read_container_log(

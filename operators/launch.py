@@ -6,9 +6,14 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
 `PodManager.create_pod` with its API retries, `read_pod_events`,
 `read_pod_logs`) and replaces only `execute`:
 
-1. delete whatever an earlier try of the same run left (by label) and wait
-   until it is gone, so deterministic names never clash; delete an earlier
-   try's `model/` and `metrics.json` from S3, so only this try's are archived;
+1. delete whatever an earlier try of the same run left (by label), pods with
+   their own grace period, and wait until the pods are really gone: with a
+   grace period the API keeps a pod (deletionTimestamp set) until its kubelet
+   confirmed the containers ended, whereas `gracePeriodSeconds=0` removes the
+   object at once while the old processes may still run (holding GPUs, writing
+   into the run's prefix). So two gangs of a run never live at once and
+   deterministic names never clash. Then delete an earlier try's `model/` and
+   `metrics.json` from S3, so only this try's are archived;
 2. admission: create the run's ConfigMap (the runtime files; it is the run's
    ticket), then count the tenant's runs that hold objects, own included. Over
    the tenant's `max_concurrent_jobs`, delete the ticket and reschedule
@@ -24,7 +29,10 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    grants anew every `refresh_every` seconds while it waits. A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
    the task with the scheduler's / kubelet's reason; the reason also goes to
-   XCom (`failure`) for the run manifest. The objects are left in place:
+   XCom (`failure`) for the run manifest. A blinking API server (5xx, 429,
+   dropped connections: operators/transient.py) is ridden out with back-off
+   and relists until the gang's deadline, as are the creates and the count of
+   steps 2 and 3 (`LAUNCH_API_PATIENCE_SECONDS` each). The objects are left in place:
    `archive` (a teardown task of `launch`) keeps the logs of the replicas that
    did start, `teardown` deletes everything, and a retry deletes them first;
 5. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
@@ -36,9 +44,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowException
@@ -65,6 +74,23 @@ from operators.settings import (
 )
 
 INIT_LOG_LINES = 20
+# Leftovers of an earlier try: their pods get their own grace period to end, and
+# the wait allows that much more than the longest grace of any of them.
+LEFTOVER_GRACE_MARGIN_SECONDS = 60
+# A refresh of the grants that met a blinking API server is tried again this soon.
+GRANT_RETRY_SECONDS = 15.0
+# Each create or count of the launch rides out a blinking API server this long.
+LAUNCH_API_PATIENCE_SECONDS = 120.0
+
+T = TypeVar("T")
+
+
+def leftover_wait_seconds(pods: list[dict[str, Any]]) -> int:
+    """How long a new try waits for an earlier try's objects to be gone."""
+    return max(
+        LEFTOVER_TIMEOUT_SECONDS,
+        kubeobjects.longest_grace_period(pods) + LEFTOVER_GRACE_MARGIN_SECONDS,
+    )
 
 
 def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
@@ -145,13 +171,13 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         grants = sign_grants(plan)
         context["ti"].xcom_push(key=GRANTS_KEY, value=plan.to_payload())
         made = [f"ConfigMap/{ticket['metadata']['name']}"]
-        made += kubeobjects.create_objects(
-            api,
-            run.namespace,
-            [
-                build_access_secret(identity, grants.bundle_url, request.tenant),
-                build_upload_secret(identity, grants.upload, request.tenant),
-            ],
+        secrets = [
+            build_access_secret(identity, grants.bundle_url, request.tenant),
+            build_upload_secret(identity, grants.upload, request.tenant),
+        ]
+        made += self.patiently(
+            lambda: kubeobjects.create_objects(api, run.namespace, secrets),
+            "creating the run's Secrets",
         )
         self.log.info(
             "S3 grants signed for %ds (SigV4), signed anew every %.0fs while the run lives",
@@ -166,8 +192,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
             for manifest in build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS):
-                pod = PodGenerator.deserialize_model_dict(manifest)
-                self.pod_manager.create_pod(pod)
+                self.create_replica_pod(PodGenerator.deserialize_model_dict(manifest))
                 made.append(f"Pod/{manifest['metadata']['name']}")
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
             endpoints = self.await_gang_start(run, plan)
@@ -194,8 +219,12 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         tenant = run.request.tenant
         max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
         api = self.client
-        kubeobjects.create_objects(api, run.namespace, [ticket])
-        holders = kubeobjects.list_runs_holding_objects(api, run.namespace, tenant)
+        self.patiently(lambda: kubeobjects.create_objects(api, run.namespace, [ticket]),
+                       "creating the run's ticket")
+        holders = self.patiently(
+            lambda: kubeobjects.list_runs_holding_objects(api, run.namespace, tenant),
+            "counting the tenant's runs",
+        )
         if is_admitted(holders, run.run_key, max_jobs):
             self.log.info(
                 "admitted: %d of tenant %s's %d job places taken (%s)",
@@ -226,22 +255,72 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         raise AirflowRescheduleException(now + timedelta(seconds=delay))
 
+    def patiently(self, call: Callable[[], T], what: str) -> T:
+        """`call()`, asked again while the API server blinks (operators/transient.py)."""
+        from operators.transient import call_with_retries
+
+        return call_with_retries(
+            call, deadline=time.monotonic() + LAUNCH_API_PATIENCE_SECONDS, what=what, log=self.log
+        )
+
+    def create_replica_pod(self, pod: Any) -> None:
+        """Create one replica pod (the provider's create retries a few API errors itself),
+        asked again while the API server blinks. A 409 after a try whose answer was lost means
+        that try made the pod: the leftovers of earlier tries are gone by now."""
+        from kubernetes.client.exceptions import ApiException
+
+        from operators.transient import is_transient
+
+        lost_answer = False
+
+        def create() -> None:
+            nonlocal lost_answer
+            try:
+                self.pod_manager.create_pod(pod)
+            except ApiException as exc:
+                if exc.status == 409 and lost_answer:
+                    self.log.info("pod %s exists: an earlier create got through",
+                                  pod.metadata.name)
+                    return
+                lost_answer = lost_answer or is_transient(exc)
+                raise
+            except Exception as exc:
+                lost_answer = lost_answer or is_transient(exc)
+                raise
+
+        self.patiently(create, f"creating pod {pod.metadata.name}")
+
     def remove_leftovers(self, run: RunInfo) -> None:
-        """Delete objects of an earlier try of this run and wait until they are gone."""
+        """Delete objects of an earlier try of this run (pods with their grace period) and
+        wait until they are gone: the old containers have ended, not just the objects."""
+        from operators.transient import call_with_retries
+
         api = self.client
-        deleted = kubeobjects.delete_run_objects(
-            api, run.namespace, run.selector, grace_period_seconds=0
+        pods = call_with_retries(
+            lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
+            deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
+            what=f"listing leftovers of run {run.run_key}",
+            log=self.log,
+        )
+        timeout = leftover_wait_seconds(pods)
+        deleted = call_with_retries(
+            lambda: kubeobjects.delete_run_objects(api, run.namespace, run.selector),
+            deadline=time.monotonic() + timeout,
+            what=f"deleting leftovers of run {run.run_key}",
+            log=self.log,
         )
         if not deleted:
             return
-        self.log.info("removing leftovers of an earlier try: %s", ", ".join(deleted))
-        left = kubeobjects.await_run_objects_gone(
-            api, run.namespace, run.selector, LEFTOVER_TIMEOUT_SECONDS
+        self.log.info(
+            "removing leftovers of an earlier try (pods get their grace period, up to %ds "
+            "waited): %s",
+            timeout,
+            ", ".join(deleted),
         )
+        left = kubeobjects.await_run_objects_gone(api, run.namespace, run.selector, timeout)
         if left:
             raise AirflowException(
-                f"leftovers of an earlier try still exist after {LEFTOVER_TIMEOUT_SECONDS}s: "
-                + ", ".join(left)
+                f"leftovers of an earlier try still exist after {timeout}s: " + ", ".join(left)
             )
 
     def clear_outputs(self, run: RunInfo) -> None:
@@ -268,15 +347,31 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         def settled(pods: list[dict[str, Any]]) -> bool:
             return judge_gang_start(pods, expected).state is not GangState.STARTING
 
+        next_refresh = plan.refresh_every
         while True:
-            refresh_at = time.monotonic() + plan.refresh_every
+            refresh_at = time.monotonic() + next_refresh
             pods = kubeobjects.watch_run_pods(
                 self.client, run.namespace, run.selector, min(deadline, refresh_at), settled
             )
             if settled(pods) or time.monotonic() >= deadline:
                 break
-            write_grants(self.client, plan, sign_grants(plan))
-            self.log.info("gang still starting: S3 grants signed anew")
+            try:
+                write_grants(self.client, plan, sign_grants(plan))
+                next_refresh = plan.refresh_every
+                self.log.info("gang still starting: S3 grants signed anew")
+            except Exception as exc:
+                from operators.transient import describe_api_error, is_transient
+
+                if not is_transient(exc):
+                    raise
+                # The grants still hold (a refresh comes at half their lifetime): try again soon.
+                next_refresh = min(GRANT_RETRY_SECONDS, plan.refresh_every)
+                self.log.warning(
+                    "gang still starting: could not rewrite the S3 grants (%s); trying again "
+                    "in %.0fs",
+                    describe_api_error(exc),
+                    next_refresh,
+                )
         verdict = judge_gang_start(pods, expected)
         if verdict.state is GangState.READY:
             from tfjob.clusterspec import Endpoint, endpoints_to_mapping

@@ -22,6 +22,10 @@ When the trigger fires, `finish` resumes in a worker and, whatever the outcome:
   `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
 - on failure raises with the failed replica, its exit code and last log lines.
 
+A blinking Kubernetes API (operators/transient.py) does not fail `train`:
+the first look at the pods is skipped (the trigger lists them itself), and
+reading the logs in `finish` is asked again with back-off.
+
 `on_kill` deletes every object of the run when the task is killed before the
 training is decided (Airflow calls it when the task is killed while it runs in
 a worker; while deferred, teardown does the job). Killed in `finish`, it leaves
@@ -50,6 +54,10 @@ from operators.settings import (
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
 )
+from operators.transient import call_with_retries, describe_api_error, is_transient
+
+# Reading the replicas' logs after the training is decided rides out an API blink this long.
+LOG_READ_PATIENCE_SECONDS = 120.0
 
 
 class TrainingFailed(AirflowFailException):
@@ -80,9 +88,18 @@ class TrainingWaitOperator(BaseOperator):
         )
         wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
         deadline = time.time() + wait
-        listed = kubeobjects.list_run_pods(self._client(), run.namespace, run.selector)
-        pods = {pod["metadata"]["name"]: pod for pod in listed}
-        decided = decide_training(pods, list(deciding), run.pod_names(), deadline)
+        decided = None
+        try:
+            listed = kubeobjects.list_run_pods(self._client(), run.namespace, run.selector)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # The trigger lists again (and rides out the blink): defer without this first look.
+            self.log.warning("could not look at the pods before deferring (%s)",
+                             describe_api_error(exc))
+        else:
+            pods = {pod["metadata"]["name"]: pod for pod in listed}
+            decided = decide_training(pods, list(deciding), run.pod_names(), deadline)
         if decided is not None:
             self.log.info("training of run %s was decided before train started", run.run_key)
             return self.finish(context, {**decided, "streamed": {}})
@@ -117,8 +134,13 @@ class TrainingWaitOperator(BaseOperator):
         streamed = event.get("streamed") or {}
         for replica in event["replicas"]:
             replica_id = f"{replica['role']}-{replica['index']}"
-            text = kubeobjects.read_container_log(
-                api, run.namespace, replica["pod"], MAIN_CONTAINER
+            text = call_with_retries(
+                lambda pod=replica["pod"]: kubeobjects.read_container_log(
+                    api, run.namespace, pod, MAIN_CONTAINER
+                ),
+                deadline=time.monotonic() + LOG_READ_PATIENCE_SECONDS,
+                what=f"reading the log of {replica_id}",
+                log=self.log,
             )
             logs[replica_id] = text
             # The trigger logged the first `streamed` lines live: only the rest here.
@@ -166,9 +188,11 @@ class TrainingWaitOperator(BaseOperator):
                 f"replica {replica_id} (pod {failed['pod']}) failed with {detail}; "
                 f"last {FAILURE_LOG_LINES} log lines:\n{quoted or '  (no log)'}"
             )
+        api_error = event.get("api_error")
         raise TrainingFailed(
             f"training of run {run.run_key} did not finish within active_deadline="
             f"{run.request.active_deadline}s (+{TRAIN_DEADLINE_MARGIN_SECONDS}s)"
+            + (f"; the Kubernetes API was still failing then ({api_error})" if api_error else "")
         )
 
     def on_kill(self) -> None:

@@ -16,6 +16,13 @@ endpoint show while the task is deferred. The event carries how many lines of
 each replica were logged (`streamed`), so `train`, when it resumes, writes
 only the rest: no line twice. The event carries no log text.
 
+A blinking control plane: a 5xx or 429 answer, a dropped connection or a
+timeout while listing or watching is transient (operators/transient.py): the
+trigger backs off (0.5 s doubling to 10 s, with jitter) and relists, until
+its deadline; it never fails the run on one such error. Only a final answer
+(403, 404, ...) fails it. When the deadline comes while the API still fails,
+it fires `deadline` with the last pods it saw and the error (`api_error`).
+
 Grants: while it waits, the trigger also keeps the pods' S3 grants valid
 (operators/grants.py): it signs them anew when it starts and then every
 `refresh_every` seconds, and rewrites the run's two Secrets. A refresh that
@@ -75,7 +82,8 @@ def decide_training(
 
 
 class TrainingTrigger(BaseTrigger):
-    """Fires `{"state": succeeded|failed|deadline, "replicas": [...], "failed": {...}|None}`."""
+    """Fires `{"state": succeeded|failed|deadline, "replicas": [...], "failed": {...}|None}`
+    (with `api_error` when the deadline came while the Kubernetes API failed)."""
 
     def __init__(
         self,
@@ -220,6 +228,21 @@ class TrainingTrigger(BaseTrigger):
         if ending:
             await asyncio.wait(ending, timeout=LOG_DRAIN_SECONDS)
 
+    def _event_at_deadline(
+        self, pods: dict[str, dict[str, Any]] | None, failure: BaseException
+    ) -> dict[str, Any]:
+        """The event when the deadline came while the API was failing: the last pods seen."""
+        from operators.transient import describe_api_error
+
+        if pods is None:  # never listed: nothing to judge, the deadline decides
+            decided = {"state": "deadline", "replicas": [], "failed": None,
+                       "deciding": list(self.deciding)}
+        else:
+            decided = decide_training(pods, self.deciding, self.expected_pods, self.deadline)
+            decided = decided or {"state": "deadline", "replicas": [], "failed": None,
+                                  "deciding": list(self.deciding)}
+        return {**decided, "api_error": describe_api_error(failure)}
+
     async def _await_decision(
         self,
         api_client: Any,
@@ -227,22 +250,35 @@ class TrainingTrigger(BaseTrigger):
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-        import aiohttp
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
+        """List, then watch from the list's resourceVersion, until the training is decided.
 
+        A transient failure of the list or the watch (5xx, 429, a dropped
+        connection, a timeout: operators/transient.py) is followed by a back-off
+        and a relist, until the trigger's deadline; 410 Gone relists at once;
+        any other API error (403, 404, ...) is final and fails the trigger.
+        """
+        from kubernetes_asyncio import watch
+
+        from operators.transient import GONE_STATUS, Backoff, describe_api_error, is_transient
+
+        pods: dict[str, dict[str, Any]] | None = None  # the last pods seen
+        backoff = Backoff()
         while True:
-            listing = await core.list_namespaced_pod(self.namespace, label_selector=self.selector)
-            pods = {
-                p.metadata.name: api_client.sanitize_for_serialization(p) for p in listing.items
-            }
-            self._follow_started_replicas(core, pods, followers, streamed)
-            event = self._event_if_decided(pods)
-            if event is not None:
-                return pods, event
-            left = self.deadline - time.time()
-            stream = watch.Watch()
             try:
+                listing = await core.list_namespaced_pod(
+                    self.namespace, label_selector=self.selector
+                )
+                backoff.reset()
+                pods = {
+                    p.metadata.name: api_client.sanitize_for_serialization(p)
+                    for p in listing.items
+                }
+                self._follow_started_replicas(core, pods, followers, streamed)
+                event = self._event_if_decided(pods)
+                if event is not None:
+                    return pods, event
+                left = self.deadline - time.time()
+                stream = watch.Watch()
                 async with stream.stream(
                     core.list_namespaced_pod,
                     self.namespace,
@@ -261,12 +297,29 @@ class TrainingTrigger(BaseTrigger):
                         event = self._event_if_decided(pods)
                         if event is not None:
                             return pods, event
-            except ApiException as exc:
-                if exc.status != 410:  # 410 Gone: resourceVersion too old; relist.
+                continue  # the watch ended (its timeout): relist
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if getattr(exc, "status", None) == GONE_STATUS:
+                    continue  # resourceVersion too old: relist at once
+                if not is_transient(exc):
                     raise
-            except TimeoutError:
-                pass  # the client gave up on a quiet watch; relist
-            except aiohttp.ClientError as exc:
-                # A watch the server cut off mid-stream (aiohttp: "Response payload is not
-                # completed", a dropped connection) says nothing about the pods: relist.
-                self.log.warning("pod watch of run %s broke (%s); relisting", self.selector, exc)
+                failure = exc
+            left = self.deadline - time.time()
+            if left <= 0:
+                self.log.warning(
+                    "deadline of run %s reached while the Kubernetes API failed (%s)",
+                    self.selector,
+                    describe_api_error(failure),
+                )
+                return pods or {}, self._event_at_deadline(pods, failure)
+            delay = min(backoff.next_delay(), left)
+            # A blink of the control plane says nothing about the pods: ask again.
+            self.log.warning(
+                "pods of run %s: %s (transient); relisting in %.1fs",
+                self.selector,
+                describe_api_error(failure),
+                delay,
+            )
+            await asyncio.sleep(delay)

@@ -3,7 +3,12 @@
 Implements the pod protocol of docs/architecture.md: in distributed mode
 (TFJOB_WAIT_CLUSTERSPEC=1) it waits for `$TFJOB_CONFIG_DIR/cluster.json`
 (written by Airflow once every replica has an IP), exits 64 when it does not
-come within TFJOB_CLUSTERSPEC_TIMEOUT seconds, exports TF_CONFIG and the
+come within TFJOB_CLUSTERSPEC_TIMEOUT seconds of its start (the manifest sets
+it to cover the latest possible delivery: startup_timeout for the last replica
+to start, plus the time clusterspec may take to be scheduled and to deliver
+with retries, at most the pod's active deadline; tfjob/timeline.py). Airflow
+may write the same file more than once (a retried delivery): the first one
+read is used. It then exports TF_CONFIG and the
 legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables, sets
 DATA_DIR, MODEL_DIR, LOG_DIR and METRICS_FILE, expands `$(NAME)` in the
 entrypoint and args against that environment (Kubernetes' rules,
@@ -258,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             if spec is None:
                 log(
                     f"no ClusterSpec at {path} after {timeout_s:g}s (TFJOB_CLUSTERSPEC_TIMEOUT); "
-                    "the other replicas did not all start in time"
+                    "the other replicas did not all start in time, or Airflow could not "
+                    "deliver it (see the run's clusterspec task)"
                 )
                 return EXIT_NO_CLUSTERSPEC
             env.update(cluster_environment(spec))

@@ -1,12 +1,23 @@
-"""The janitor's sweep against a real localkube API server; Airflow's answers given per run."""
+"""The janitor's sweep against a real localkube API server (Airflow's answers given per run),
+and, with fakes, the uid precondition on every delete."""
 
 import enum
+import logging
+from types import SimpleNamespace
 
 import kubernetes
 import pytest
 from localkube_fixtures import localkube_api  # noqa: F401  (pytest fixture)
 
-from operators.janitor import RunState, Verdict, classify_dag_run_state, sweep
+from operators.janitor import (
+    JANITOR_GRACE_SECONDS,
+    RunObject,
+    RunState,
+    Verdict,
+    build_delete_options,
+    classify_dag_run_state,
+    sweep,
+)
 from operators.tenancy import Clients
 from tfjob import naming
 
@@ -122,3 +133,77 @@ def test_the_sweep_looks_only_in_the_namespaces_it_is_given(clients):
 
 def objects_of_names(key: str) -> list[str]:
     return sorted([f"Pod/{key}-worker-0", f"ConfigMap/{key}-runtime"])
+
+
+# --- deletes name the uid the list saw (fakes: no server) -----------------------------------
+
+class FakeKindApi:
+    """list_/delete_namespaced_<kind> over listed objects; a delete whose uid precondition does
+    not match the object's current uid gets the API server's 409 Conflict."""
+
+    def __init__(self, listed: dict[str, list], current_uids: dict[tuple[str, str], str]) -> None:
+        self.listed, self.current_uids = listed, current_uids
+        self.deletes: list[tuple[str, str, object]] = []
+
+    def __getattr__(self, method: str):
+        kind = method.split("namespaced_", 1)[-1]
+        if method.startswith("list_namespaced_"):
+            return lambda namespace, label_selector=None: SimpleNamespace(
+                items=[o for o in self.listed.get(kind, []) if o.metadata.namespace == namespace])
+        if method.startswith("delete_namespaced_"):
+            def delete(name, namespace, body=None):
+                self.deletes.append((kind, name, body))
+                current = self.current_uids.get((kind, name))
+                wanted = body.preconditions.uid if body and body.preconditions else None
+                if current is None:
+                    raise kubernetes.client.exceptions.ApiException(status=404)
+                if wanted and wanted != current:
+                    raise kubernetes.client.exceptions.ApiException(status=409, reason="Conflict")
+            return delete
+        raise AttributeError(method)
+
+
+def listed_object(name: str, uid: str, key: str = "job-0000aaaa") -> SimpleNamespace:
+    return SimpleNamespace(metadata=SimpleNamespace(
+        namespace="tfjob-a", name=name, uid=uid,
+        labels={naming.LABEL_RUN: key, naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
+        annotations={naming.ANNOTATION_DAG_ID: "tfjob__job", naming.ANNOTATION_RUN_ID: "r1"}))
+
+
+def test_each_delete_carries_the_listed_uid_and_a_recreated_object_is_skipped(caplog):
+    pod = listed_object("job-0000aaaa-worker-0", "uid-pod-old")
+    config_map = listed_object("job-0000aaaa-runtime", "uid-cm")
+    # Between the list and the delete the run was cleared and relaunched: a new pod, same name.
+    core = FakeKindApi({"pod": [pod], "config_map": [config_map]},
+                       {("pod", pod.metadata.name): "uid-pod-new",
+                        ("config_map", config_map.metadata.name): "uid-cm"})
+    networking = FakeKindApi({}, {})
+    clients = Clients(core, networking)
+
+    with caplog.at_level(logging.INFO, logger="operators.janitor"):
+        report = sweep(clients, lambda dag_id, run_id: RunState.ENDED, namespaces=["tfjob-a"])
+
+    sent = {(kind, name): body for kind, name, body in core.deletes}
+    assert sent[("pod", pod.metadata.name)].preconditions.uid == "uid-pod-old"
+    assert sent[("pod", pod.metadata.name)].grace_period_seconds == JANITOR_GRACE_SECONDS
+    assert sent[("config_map", config_map.metadata.name)].preconditions.uid == "uid-cm"
+    assert [o.name for o in report.deleted] == [config_map.metadata.name]
+    assert [o.name for o in report.skipped] == [pod.metadata.name]
+    assert any("recreated since it was listed" in line and pod.metadata.name in line
+               for line in report.lines())
+    assert "not ours any more" in caplog.text
+
+
+def test_an_object_already_gone_is_neither_deleted_nor_skipped():
+    gone = listed_object("job-0000aaaa-runtime", "uid-cm")
+    clients = Clients(FakeKindApi({"config_map": [gone]}, {}), FakeKindApi({}, {}))
+    report = sweep(clients, lambda dag_id, run_id: RunState.MISSING, namespaces=["tfjob-a"])
+    assert report.deleted == [] and report.skipped == []
+
+
+def test_delete_options_pin_the_uid_and_give_pods_the_janitors_grace():
+    options = build_delete_options(RunObject("Pod", "ns", "p", "uid-1"))
+    assert options.preconditions.uid == "uid-1"
+    assert options.grace_period_seconds == JANITOR_GRACE_SECONDS
+    options = build_delete_options(RunObject("Secret", "ns", "s", "uid-2"))
+    assert options.preconditions.uid == "uid-2" and options.grace_period_seconds is None

@@ -128,3 +128,56 @@ def test_killed_after_training_is_decided_train_leaves_the_pods(run, monkeypatch
              "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}]}
     operator.finish(run.context, event)
     assert deleted == []
+
+
+def test_a_blinking_api_before_deferring_leaves_the_first_look_to_the_trigger(run, monkeypatch):
+    from kubernetes.client.exceptions import ApiException
+
+    def unavailable(*args):
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(kubeobjects, "list_run_pods", unavailable)
+    operator = make_operator(monkeypatch, {})
+    with pytest.raises(TaskDeferred):
+        operator.execute(run.context)
+
+
+def test_a_forbidden_list_before_deferring_still_fails_train(run, monkeypatch):
+    from kubernetes.client.exceptions import ApiException
+
+    def forbidden(*args):
+        raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(kubeobjects, "list_run_pods", forbidden)
+    with pytest.raises(ApiException):
+        make_operator(monkeypatch, {}).execute(run.context)
+
+
+def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
+    from kubernetes.client.exceptions import ApiException
+
+    from operators import transient
+
+    monkeypatch.setattr(transient, "API_FIRST_DELAY_SECONDS", 0.001)
+    answers = [ApiException(status=503, reason="Service Unavailable"), ConnectionResetError(),
+               'TFJOB_METRICS {"accuracy": 0.9}\n']
+
+    def read_log(*args, **kwargs):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(train_module.kubeobjects, "read_container_log", read_log)
+    event = {"state": "succeeded", "deciding": ["chief-0"], "streamed": {},
+             "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}]}
+    assert make_operator(monkeypatch, {}).finish(run.context, event) == {"accuracy": 0.9}
+
+
+def test_a_deadline_reached_while_the_api_failed_says_so(run, monkeypatch):
+    monkeypatch.setattr(train_module.kubeobjects, "read_container_log", lambda *a, **k: "")
+    event = {"state": "deadline", "deciding": ["chief-0"], "streamed": {}, "replicas": [],
+             "failed": None, "api_error": "503 Service Unavailable"}
+    with pytest.raises(TrainingFailed, match=r"did not finish within active_deadline=.*"
+                       r"the Kubernetes API was still failing then \(503 Service Unavailable\)"):
+        make_operator(monkeypatch, {}).finish(run.context, event)

@@ -128,7 +128,7 @@ def test_main_container_environment_names_the_replica():
     env = env_of(build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 1)["spec"]["containers"][0])
     assert env == {
         "TFJOB_ROLE": "worker", "TFJOB_INDEX": "1", "TFJOB_WAIT_CLUSTERSPEC": "1",
-        "TFJOB_CLUSTERSPEC_TIMEOUT": "120", "TFJOB_UPLOAD_MODEL": "0",
+        "TFJOB_CLUSTERSPEC_TIMEOUT": "540", "TFJOB_UPLOAD_MODEL": "0",
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
         "HOME": "/tmp",

@@ -20,6 +20,7 @@ from runtime.expansion import escape
 from tfjob import naming
 from tfjob.request import Mode, Placement, Role, TrainingRequest
 from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
+from tfjob.timeline import clusterspec_wait_seconds
 
 TERMINATION_GRACE_SECONDS = 10
 CONTAINER_NAME = "tensorflow"
@@ -113,7 +114,9 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int,
         {"name": "TFJOB_ROLE", "value": role.value},
         {"name": "TFJOB_INDEX", "value": str(index)},
         {"name": "TFJOB_WAIT_CLUSTERSPEC", "value": "1" if distributed else "0"},
-        {"name": "TFJOB_CLUSTERSPEC_TIMEOUT", "value": str(request.startup_timeout)},
+        # From the replica's own start until the latest possible delivery (tfjob/timeline.py).
+        {"name": "TFJOB_CLUSTERSPEC_TIMEOUT",
+         "value": str(clusterspec_wait_seconds(request.startup_timeout, request.active_deadline))},
         {"name": "TFJOB_UPLOAD_MODEL", "value": "1" if owner else "0"},
         *([{"name": "TFJOB_UPLOAD_PATIENCE", "value": str(upload_patience)}]
           if owner else []),

@@ -3,7 +3,8 @@
 `python -m localkube.apiserver --state-dir DIR --port P --nodes FILE` runs it in the foreground.
 It serves HTTPS on 127.0.0.1:P (P=0 picks a free port) with the certificate of DIR/pki, writes
 DIR/apiserver.json {"port", "pid"} once it serves, and flushes the store on SIGTERM/SIGINT.
-Every request but the health checks must carry the bearer token of DIR/token. Token and
+Every request but the health checks must carry the bearer token of DIR/token; a test can make
+it answer 503 for a while (localkube/apiserver/outage.py). Token and
 certificate are made here when `up` has not made them yet (localkube/credentials.py,
 localkube/certificates.py; the check: localkube/apiserver/authentication.py).
 """
@@ -29,6 +30,7 @@ from localkube.apiserver.defaults import now_rfc3339
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.gc import GarbageCollector
 from localkube.apiserver.operations import ObjectApi
+from localkube.apiserver.outage import Outage, build_outage_middleware, outage_routes
 from localkube.apiserver.resources import GROUP_RESOURCES
 from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
 from localkube.apiserver.store import Store
@@ -140,10 +142,14 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     api = ObjectApi(store)
     bootstrap_objects(api, load_nodes_file(nodes_file))
     store.flush()
-    # Authentication first: nothing, not even an error handler, runs for a stranger.
-    app = web.Application(middlewares=[build_authentication_middleware(token), status_errors],
+    outage = Outage()
+    # Authentication first: nothing, not even an error handler, runs for a stranger. Then the
+    # test switch (outage.py): during an outage only the health checks and the switch answer.
+    app = web.Application(middlewares=[build_authentication_middleware(token),
+                                       build_outage_middleware(outage), status_errors],
                           client_max_size=64 * 1024 * 1024)
-    handlers = CoreHandlers(api, state_dir)
+    handlers = CoreHandlers(api, state_dir, outage)
+    outage_routes(app, outage)
     # Group routes first: the catch-all /apis/{tail} of discovery_routes answers the rest (404).
     for group_version in GROUP_RESOURCES:
         group, version = (re.escape(part) for part in group_version.split("/"))

@@ -16,6 +16,7 @@ from aiohttp import web
 from localkube.apiserver import discovery, errors, podexec, podlogs, tables
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import ObjectApi, parse_propagation
+from localkube.apiserver.outage import Outage
 from localkube.apiserver.resources import (
     CORE_GROUP_VERSION,
     GROUP_RESOURCES,
@@ -89,10 +90,11 @@ async def read_json(request: web.Request):
 
 
 class CoreHandlers:
-    def __init__(self, api: ObjectApi, state_dir: str) -> None:
+    def __init__(self, api: ObjectApi, state_dir: str, outage: Outage | None = None) -> None:
         self.api = api
         self.store = api.store
         self.state_dir = state_dir
+        self.outage = outage  # the test switch (outage.py): open watches end when it begins
 
     async def handle_core(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -334,7 +336,7 @@ class CoreHandlers:
         kind = watcher.resource and RESOURCES[watcher.resource].kind
         while True:
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if remaining <= 0 or (self.outage is not None and self.outage.active):
                 break
             try:
                 kind_of_event, obj = await asyncio.wait_for(

@@ -25,6 +25,9 @@ MERGE_PATCH = "application/merge-patch+json"
 RETRIES = 5
 RETRY_DELAY_S = 0.2
 WATCH_TIMEOUT_S = 300
+# The final DELETE of a pod whose containers ended rides out an unavailable API server this long.
+DELETE_PATIENCE_S = 600.0
+DELETE_RETRY_MAX_DELAY_S = 5.0
 
 
 class ApiError(RuntimeError):
@@ -148,19 +151,40 @@ class ApiClient:
         )
 
     async def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
+        """Remove the pod object once its containers ended (the kubelet's last word on it).
+
+        Asked again while the API server is unavailable (5xx, no connection), for up to
+        DELETE_PATIENCE_S: a pod left behind would stay Terminating for ever."""
         body = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",
             "gracePeriodSeconds": 0,
             "preconditions": {"uid": uid},
         }
-        try:
-            await self.request(
-                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, ok404=True
-            )
-        except ApiError as exc:
-            if exc.status != 409:  # a newer pod of the same name: ours is already gone
-                raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DELETE_PATIENCE_S
+        delay = RETRY_DELAY_S
+        while True:
+            try:
+                await self.request(
+                    "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                    ok404=True,
+                )
+                return
+            except ApiError as exc:
+                if exc.status == 409:  # a newer pod of the same name: ours is already gone
+                    return
+                if exc.status < 500 or loop.time() >= deadline:
+                    raise
+                failure: Exception = exc
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                if loop.time() >= deadline:
+                    raise
+                failure = exc
+            log.warning("pod %s/%s not removed yet (%s); asking again in %.1fs", namespace,
+                        name, failure, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, DELETE_RETRY_MAX_DELAY_S)
 
     async def patch_node_status(self, node: str, status: dict) -> dict | None:
         return await self.request(

@@ -63,6 +63,8 @@ class PodStatusReporter:
             return False
 
     async def flush(self) -> None:
-        """Send now (whatever is pending goes with it)."""
+        """Send now (whatever is pending goes with it); on failure the loop tries again, so a
+        container's last status is not lost to an API server that was down for a moment."""
         self.dirty.clear()
-        await self.send()
+        if not await self.send():
+            self.mark_dirty()

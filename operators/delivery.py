@@ -25,11 +25,13 @@ retried. Replicas already delivered are never written again.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from kubernetes import client as k8s
 
@@ -178,3 +180,26 @@ def _try_deliver(
         detail = f"HTTP {status}" if status is not None else describe_api_error(exc)
         return f"pod {pod}: exec failed: {detail}", not final
     return None, False
+
+
+def deliver_run_cluster_spec(
+    api: k8s.CoreV1Api, run: Any, endpoints: Mapping[str, list[str]]
+) -> dict[str, Any]:
+    """Build every replica's cluster.json from a gang's endpoints (`{role: ["ip:port"]}`,
+    as the gang start returns them) and deliver it; return the ClusterSpec.
+
+    `clusterspec` calls it for a run's first gang, `train` for a restarted one.
+    """
+    from tfjob import naming
+    from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
+
+    found = endpoints_from_mapping(endpoints)
+    cluster = build_cluster_spec(run.request, found)
+    files = build_cluster_files(run.request, found)
+    contents = {
+        naming.pod_name(run.run_key, role, index): json.dumps(content, sort_keys=True)
+        for (role, index), content in files.items()
+    }
+    deliver_cluster_files(api, run.namespace, contents)  # in parallel
+    log.info("delivered cluster.json to %d pods: %s", len(contents), ", ".join(contents))
+    return cluster

@@ -58,10 +58,14 @@ def list_run_pods(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[dic
     return [to_plain(api, p) for p in pods]
 
 
-def list_run_objects(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[str]:
-    """`Kind/name` of every object of the run that still exists."""
+def list_run_objects(
+    api: k8s.CoreV1Api, namespace: str, selector: str, *, kinds: Iterable[str] | None = None
+) -> list[str]:
+    """`Kind/name` of every object of the run that still exists (of `kinds` when given)."""
     found = []
     for kind, list_name, _ in RUN_OBJECT_KINDS:
+        if kinds is not None and kind not in kinds:
+            continue
         for item in getattr(api, list_name)(namespace, label_selector=selector).items:
             found.append(f"{kind}/{item.metadata.name}")
     return sorted(found)
@@ -83,11 +87,20 @@ def list_runs_holding_objects(api: k8s.CoreV1Api, namespace: str, tenant: str) -
 
 
 def delete_run_objects(
-    api: k8s.CoreV1Api, namespace: str, selector: str, grace_period_seconds: int | None = None
+    api: k8s.CoreV1Api,
+    namespace: str,
+    selector: str,
+    grace_period_seconds: int | None = None,
+    *,
+    kinds: Iterable[str] | None = None,
 ) -> list[str]:
-    """Delete every pod, ConfigMap and Secret matching `selector`; return `Kind/name` of each."""
+    """Delete every pod, ConfigMap and Secret matching `selector` (only `kinds`, e.g.
+    ("Pod",), when given); return `Kind/name` of each."""
+    wanted = None if kinds is None else frozenset(kinds)
     deleted = []
     for kind, list_name, delete_name in RUN_OBJECT_KINDS:
+        if wanted is not None and kind not in wanted:
+            continue
         for item in getattr(api, list_name)(namespace, label_selector=selector).items:
             name = item.metadata.name
             kwargs = {}
@@ -128,14 +141,21 @@ def _pause_after(exc: BaseException, backoff: Backoff, deadline: float, what: st
 
 
 def await_run_objects_gone(
-    api: k8s.CoreV1Api, namespace: str, selector: str, timeout: float
+    api: k8s.CoreV1Api,
+    namespace: str,
+    selector: str,
+    timeout: float,
+    *,
+    kinds: Iterable[str] | None = None,
 ) -> list[str]:
-    """Wait until no object of the run is left; return what is still there at the deadline.
+    """Wait until no object of the run (of `kinds` when given) is left; return what is
+    still there at the deadline.
 
     Pods go away only after their grace period (on a real cluster, once the
     kubelet confirmed their containers ended), so they are watched; ConfigMaps
     and Secrets vanish on delete and are checked once at the end.
     """
+    kinds = None if kinds is None else tuple(kinds)
     deadline = time.monotonic() + timeout
     backoff = Backoff()
     what = f"waiting for the objects of {selector} to go"
@@ -170,7 +190,7 @@ def await_run_objects_gone(
             if not _pause_after(exc, backoff, deadline, what):
                 break
     return call_with_retries(
-        lambda: list_run_objects(api, namespace, selector),
+        lambda: list_run_objects(api, namespace, selector, kinds=kinds),
         deadline=max(deadline, time.monotonic()) + LAST_LOOK_SECONDS,
         what=f"listing what is left of {selector}",
         log=log,

@@ -37,6 +37,10 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    did start, `teardown` deletes everything, and a retry deletes them first;
 5. return the endpoints `{role: ["ip:port", ...]}` (XCom) for `clusterspec`.
 
+Creating the pods, the gang watch and stopping a gang live in
+operators/gang.py, shared with `train`, which starts a new gang when the
+restart policy restarts the run (operators/restart.py).
+
 `on_kill` deletes the run's objects instead of the provider's single pod.
 """
 
@@ -52,12 +56,12 @@ from typing import Any, TypeVar
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowException
 
-from operators import kubeobjects
-from operators.replicas import (
-    INIT_CONTAINER,
-    GangState,
-    describe_startup_failure,
-    judge_gang_start,
+from operators import gang, kubeobjects
+from operators.gang import (
+    GANG_API_PATIENCE_SECONDS,
+    LEFTOVER_GRACE_MARGIN_SECONDS,
+    GangStartError,
+    leftover_wait_seconds,
 )
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
@@ -73,24 +77,13 @@ from operators.settings import (
     UPLOAD_PATIENCE_SECONDS,
 )
 
-INIT_LOG_LINES = 20
-# Leftovers of an earlier try: their pods get their own grace period to end, and
-# the wait allows that much more than the longest grace of any of them.
-LEFTOVER_GRACE_MARGIN_SECONDS = 60
-# A refresh of the grants that met a blinking API server is tried again this soon.
-GRANT_RETRY_SECONDS = 15.0
 # Each create or count of the launch rides out a blinking API server this long.
-LAUNCH_API_PATIENCE_SECONDS = 120.0
+LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
 
 T = TypeVar("T")
-
-
-def leftover_wait_seconds(pods: list[dict[str, Any]]) -> int:
-    """How long a new try waits for an earlier try's objects to be gone."""
-    return max(
-        LEFTOVER_TIMEOUT_SECONDS,
-        kubeobjects.longest_grace_period(pods) + LEFTOVER_GRACE_MARGIN_SECONDS,
-    )
+# Kept importable from here: tests and callers named them before operators/gang.py.
+__all__ = ["GangStartError", "LEFTOVER_GRACE_MARGIN_SECONDS", "TrainingLaunchOperator",
+           "leftover_wait_seconds"]
 
 
 def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
@@ -101,10 +94,6 @@ def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
 def describe_launch_failure(exc: BaseException) -> dict[str, str]:
     """What run.json says about a launch that failed: the error's kind and message."""
     return {"error": type(exc).__name__, "message": str(exc)}
-
-
-class GangStartError(AirflowException):
-    """Not every replica of a run started in time; the message says why for each pod."""
 
 
 def read_runtime_files() -> dict[str, str]:
@@ -264,31 +253,10 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
 
     def create_replica_pod(self, pod: Any) -> None:
-        """Create one replica pod (the provider's create retries a few API errors itself),
-        asked again while the API server blinks. A 409 after a try whose answer was lost means
-        that try made the pod: the leftovers of earlier tries are gone by now."""
-        from kubernetes.client.exceptions import ApiException
-
-        from operators.transient import is_transient
-
-        lost_answer = False
-
-        def create() -> None:
-            nonlocal lost_answer
-            try:
-                self.pod_manager.create_pod(pod)
-            except ApiException as exc:
-                if exc.status == 409 and lost_answer:
-                    self.log.info("pod %s exists: an earlier create got through",
-                                  pod.metadata.name)
-                    return
-                lost_answer = lost_answer or is_transient(exc)
-                raise
-            except Exception as exc:
-                lost_answer = lost_answer or is_transient(exc)
-                raise
-
-        self.patiently(create, f"creating pod {pod.metadata.name}")
+        """Create one replica pod with the provider's pod manager (it retries a few API
+        errors itself), asked again while the API server blinks (operators/gang.py)."""
+        gang.create_replica_pod(lambda: self.pod_manager.create_pod(pod), pod.metadata.name,
+                                self.log)
 
     def remove_leftovers(self, run: RunInfo) -> None:
         """Delete objects of an earlier try of this run (pods with their grace period) and
@@ -334,77 +302,8 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 
     def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:
-        """Watch until every pod runs with an IP; fail with the reasons when not in time.
-
-        Pods waiting long (for GPUs, for a node) still find valid grants: they
-        are signed anew every `plan.refresh_every` seconds of the wait.
-        """
-        from operators.grants import sign_grants, write_grants
-
-        expected = run.pod_names()
-        deadline = time.monotonic() + run.request.startup_timeout
-
-        def settled(pods: list[dict[str, Any]]) -> bool:
-            return judge_gang_start(pods, expected).state is not GangState.STARTING
-
-        next_refresh = plan.refresh_every
-        while True:
-            refresh_at = time.monotonic() + next_refresh
-            pods = kubeobjects.watch_run_pods(
-                self.client, run.namespace, run.selector, min(deadline, refresh_at), settled
-            )
-            if settled(pods) or time.monotonic() >= deadline:
-                break
-            try:
-                write_grants(self.client, plan, sign_grants(plan))
-                next_refresh = plan.refresh_every
-                self.log.info("gang still starting: S3 grants signed anew")
-            except Exception as exc:
-                from operators.transient import describe_api_error, is_transient
-
-                if not is_transient(exc):
-                    raise
-                # The grants still hold (a refresh comes at half their lifetime): try again soon.
-                next_refresh = min(GRANT_RETRY_SECONDS, plan.refresh_every)
-                self.log.warning(
-                    "gang still starting: could not rewrite the S3 grants (%s); trying again "
-                    "in %.0fs",
-                    describe_api_error(exc),
-                    next_refresh,
-                )
-        verdict = judge_gang_start(pods, expected)
-        if verdict.state is GangState.READY:
-            from tfjob.clusterspec import Endpoint, endpoints_to_mapping
-
-            return endpoints_to_mapping(
-                [Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready]
-            )
-        problems = verdict.failed + verdict.waiting
-        what = (
-            "replicas failed to start"
-            if verdict.state is GangState.FAILED
-            else "not every replica was running after "
-            f"startup_timeout={run.request.startup_timeout}s"
-        )
-        reasons = [self.explain_pod(run, replica) for replica in problems]
-        raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
-
-    def explain_pod(self, run: RunInfo, replica: Any) -> str:
-        events: list[dict[str, Any]] = []
-        init_log = None
-        try:
-            events = kubeobjects.list_pod_events(self.client, run.namespace, replica.pod)
-            if replica.init_exit_code not in (None, 0):
-                init_log = kubeobjects.read_container_log(
-                    self.client,
-                    run.namespace,
-                    replica.pod,
-                    INIT_CONTAINER,
-                    tail_lines=INIT_LOG_LINES,
-                )
-        except Exception as exc:  # the explanation must not hide the failure itself
-            self.log.warning("could not read events or logs of pod %s: %s", replica.pod, exc)
-        return describe_startup_failure(replica, events, init_log)
+        """Watch until every pod runs with an IP; fail with the reasons when not in time."""
+        return gang.await_gang_start(self.client, run, plan, self.log)
 
     def delete_run(self, run: RunInfo, reason: str) -> None:
         try:

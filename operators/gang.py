@@ -1,0 +1,212 @@
+"""A run's gang of replica pods: create it, wait until it runs, stop it.
+
+Two tasks start gangs: `launch` starts a run's first one, and `train` starts
+another when the restart policy restarts the run (operators/restart.py). Both
+must create the pods the same way (a create answered 409 after a try whose
+answer was lost counts as made), judge the start by the same verdict
+(`operators.replicas.judge_gang_start`, with the scheduler's and the
+kubelet's reasons when it fails) and stop a gang the same way, so this module
+is the one place for it. The functions take the client and the logger: the
+launch passes the provider's, the train step its own.
+
+Stopping a gang keeps one promise: **no run ever has two gangs' pods alive at
+once.** The pods are deleted with their own grace period (never
+`gracePeriodSeconds=0`, which removes the object while its containers may
+still run) and `stop_gang` returns only once the API server has removed them,
+i.e. once the kubelet confirmed that their containers ended. A pod still
+there after the longest grace period plus a margin fails the stop, naming
+it; the caller then never creates the next gang. The run's ConfigMap (its
+admission ticket) and Secrets (its S3 grants) are not touched: a restarted
+gang mounts the same ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from airflow.sdk.exceptions import AirflowException
+
+from operators import kubeobjects
+from operators.replicas import (
+    INIT_CONTAINER,
+    GangState,
+    describe_startup_failure,
+    judge_gang_start,
+)
+from operators.settings import LEFTOVER_TIMEOUT_SECONDS
+
+T = TypeVar("T")
+
+INIT_LOG_LINES = 20
+# Pods being stopped get their own grace period to end, and the wait allows that
+# much more than the longest grace of any of them.
+LEFTOVER_GRACE_MARGIN_SECONDS = 60
+# A refresh of the grants that met a blinking API server is tried again this soon.
+GRANT_RETRY_SECONDS = 15.0
+# Each create of a gang rides out a blinking API server this long.
+GANG_API_PATIENCE_SECONDS = 120.0
+POD_KINDS = ("Pod",)
+
+
+class GangStartError(AirflowException):
+    """Not every replica of a run started in time; the message says why for each pod."""
+
+
+class GangStopError(AirflowException):
+    """A gang's pods were still there after their grace period: the next gang must not start."""
+
+
+def leftover_wait_seconds(pods: list[dict[str, Any]]) -> int:
+    """How long to wait for deleted pods (and their containers) to be gone."""
+    return max(
+        LEFTOVER_TIMEOUT_SECONDS,
+        kubeobjects.longest_grace_period(pods) + LEFTOVER_GRACE_MARGIN_SECONDS,
+    )
+
+
+def patiently(call: Callable[[], T], what: str, log: Any,
+              patience: float = GANG_API_PATIENCE_SECONDS) -> T:
+    """`call()`, asked again while the API server blinks (operators/transient.py)."""
+    from operators.transient import call_with_retries
+
+    return call_with_retries(call, deadline=time.monotonic() + patience, what=what, log=log)
+
+
+def create_replica_pod(create: Callable[[], Any], name: str, log: Any) -> None:
+    """`create()` one replica pod, asked again while the API server blinks.
+
+    A 409 after a try whose answer was lost means that try made the pod: the
+    pods of an earlier try or gang are gone by then (the caller waited for it).
+    A 409 on the first try is an error: someone else's pod has the name.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    from operators.transient import is_transient
+
+    lost_answer = False
+
+    def attempt() -> None:
+        nonlocal lost_answer
+        try:
+            create()
+        except ApiException as exc:
+            if exc.status == 409 and lost_answer:
+                log.info("pod %s exists: an earlier create got through", name)
+                return
+            lost_answer = lost_answer or is_transient(exc)
+            raise
+        except Exception as exc:
+            lost_answer = lost_answer or is_transient(exc)
+            raise
+
+    patiently(attempt, f"creating pod {name}", log)
+
+
+def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[str]]:
+    """Watch until every pod of `run` runs with an IP; fail with the reasons when not in time.
+
+    Returns the endpoints `{role: ["ip:port", ...]}`. Pods waiting long (for
+    GPUs, for a node) still find valid grants: they are signed anew every
+    `plan.refresh_every` seconds of the wait.
+    """
+    from operators.grants import sign_grants, write_grants
+    from operators.transient import describe_api_error, is_transient
+
+    expected = run.pod_names()
+    deadline = time.monotonic() + run.request.startup_timeout
+
+    def settled(pods: list[dict[str, Any]]) -> bool:
+        return judge_gang_start(pods, expected).state is not GangState.STARTING
+
+    # No plan (a caller that holds none): the grants are not refreshed during this wait.
+    next_refresh = plan.refresh_every if plan is not None else float("inf")
+    while True:
+        refresh_at = time.monotonic() + next_refresh
+        pods = kubeobjects.watch_run_pods(
+            api, run.namespace, run.selector, min(deadline, refresh_at), settled
+        )
+        if settled(pods) or time.monotonic() >= deadline or plan is None:
+            break
+        try:
+            write_grants(api, plan, sign_grants(plan))
+            next_refresh = plan.refresh_every
+            log.info("gang still starting: S3 grants signed anew")
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # The grants still hold (a refresh comes at half their lifetime): try again soon.
+            next_refresh = min(GRANT_RETRY_SECONDS, plan.refresh_every)
+            log.warning(
+                "gang still starting: could not rewrite the S3 grants (%s); trying again in %.0fs",
+                describe_api_error(exc),
+                next_refresh,
+            )
+    verdict = judge_gang_start(pods, expected)
+    if verdict.state is GangState.READY:
+        from tfjob.clusterspec import Endpoint, endpoints_to_mapping
+
+        return endpoints_to_mapping(
+            [Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready]
+        )
+    problems = verdict.failed + verdict.waiting
+    what = (
+        "replicas failed to start"
+        if verdict.state is GangState.FAILED
+        else "not every replica was running after "
+        f"startup_timeout={run.request.startup_timeout}s"
+    )
+    reasons = [explain_pod(api, run, replica, log) for replica in problems]
+    raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
+
+
+def explain_pod(api: Any, run: Any, replica: Any, log: Any) -> str:
+    """Why this pod did not start: its reason, Warning events, the init container's last lines."""
+    events: list[dict[str, Any]] = []
+    init_log = None
+    try:
+        events = kubeobjects.list_pod_events(api, run.namespace, replica.pod)
+        if replica.init_exit_code not in (None, 0):
+            init_log = kubeobjects.read_container_log(
+                api, run.namespace, replica.pod, INIT_CONTAINER, tail_lines=INIT_LOG_LINES
+            )
+    except Exception as exc:  # the explanation must not hide the failure itself
+        log.warning("could not read events or logs of pod %s: %s", replica.pod, exc)
+    return describe_startup_failure(replica, events, init_log)
+
+
+def stop_gang(api: Any, run: Any, log: Any) -> list[str]:
+    """Delete the run's pods with their own grace period and return once they are gone.
+
+    Returns `Pod/name` of each pod deleted. Raises GangStopError naming the
+    pods still there after `leftover_wait_seconds`: the caller must not start
+    another gang then (see the module docstring). ConfigMaps and Secrets stay.
+    """
+    from operators.transient import call_with_retries
+
+    pods = call_with_retries(
+        lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
+        deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
+        what=f"listing the pods of run {run.run_key}",
+        log=log,
+    )
+    timeout = leftover_wait_seconds(pods)
+    deleted = call_with_retries(
+        lambda: kubeobjects.delete_run_objects(api, run.namespace, run.selector, kinds=POD_KINDS),
+        deadline=time.monotonic() + timeout,
+        what=f"deleting the pods of run {run.run_key}",
+        log=log,
+    )
+    log.info("stopping the gang of run %s (each pod gets its grace period, up to %ds waited): %s",
+             run.run_key, timeout, ", ".join(deleted) or "no pod left")
+    left = kubeobjects.await_run_objects_gone(
+        api, run.namespace, run.selector, timeout, kinds=POD_KINDS
+    )
+    if left:
+        raise GangStopError(
+            f"the gang of run {run.run_key} was still there {timeout}s after it was deleted: "
+            + ", ".join(left)
+            + "; no new gang is started while its containers may still run"
+        )
+    return deleted

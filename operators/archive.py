@@ -13,8 +13,9 @@ run, even a gang that never started, is archived too:
   the model is copied out of the owner pod's keeper container and uploaded
   here (`operators.modelrecovery`; run.json says `recovered_from_pod`);
 - `<run prefix>/run.json`: the run manifest (request, ClusterSpec, bundle
-  identity, image, per-replica exit codes, timings, model, metrics, and
-  whether launch got the gang running or why it failed).
+  identity, image, per-replica exit codes, timings, model, metrics, whether
+  launch got the gang running or why it failed, and `attempts`: each gang of
+  the run, as the restart policy ended it; operators/restart.py).
 
 Every S3 call is retried through a short outage (`operators.s3retry`): the
 pods, and the model in the owner's emptyDir, are gone once teardown ran.
@@ -153,12 +154,22 @@ def archive_run(
     metrics: dict[str, Any] | None,
     timings: dict[str, Any],
     launch: dict[str, Any] | None = None,
+    attempts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Write logs and run.json under the run's prefix; return the run manifest."""
+    """Write logs and run.json under the run's prefix; return the run manifest.
+
+    `attempts` are train's (XCom); without them (train killed, or never
+    reached) those a restarted gang's pods carry, else null.
+    """
     pods = {
         p["metadata"]["name"]: p
         for p in kubeobjects.list_run_pods(api, run.namespace, run.selector)
     }
+    if attempts is None:
+        from operators.restart import attempts_to_payload, recall_attempts
+
+        recalled = recall_attempts(pods.values())
+        attempts = attempts_to_payload(recalled) if recalled else None
     replicas = []
     logs_written = []
     for name in run.pod_names():
@@ -194,6 +205,7 @@ def archive_run(
         "request": request_as_dict(run.request),
         "image": run.request.image,
         "launch": launch,
+        "attempts": attempts,
         "bundle": bundle,
         "cluster_spec": cluster_spec,
         "replicas": replicas,

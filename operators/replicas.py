@@ -79,6 +79,10 @@ class ReplicaStatus:
     started_at: str | None = None
     finished_at: str | None = None
     owns_model: bool = False  # the pod has the keeper: the model owner
+    # The pod's own status.reason (Evicted, NodeLost, DeadlineExceeded), kept even when
+    # the container's reason (Error, OOMKilled) is `reason`: the restart verdict needs both.
+    pod_reason: str | None = None
+    deleted: bool = False  # metadata.deletionTimestamp is set: someone deleted the pod
 
     @property
     def replica_id(self) -> str:
@@ -110,6 +114,8 @@ class ReplicaStatus:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "owns_model": self.owns_model,
+            "pod_reason": self.pod_reason,
+            "deleted": self.deleted,
         }
 
 
@@ -189,6 +195,8 @@ def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
         started_at=running.get("startedAt") or terminated.get("startedAt"),
         finished_at=terminated.get("finishedAt"),
         owns_model=any(c.get("name") == KEEPER_CONTAINER for c in spec.get("containers") or ()),
+        pod_reason=status.get("reason") or None,
+        deleted=meta.get("deletionTimestamp") is not None,
     )
 
 

@@ -16,11 +16,13 @@ from typing import Any
 
 from operators.settings import (
     ARCHIVE_TASK,
+    ATTEMPTS_KEY,
     CLUSTERSPEC_TASK,
     FETCH_BUNDLE_TASK,
     LAUNCH_FAILURE_KEY,
     LAUNCH_TASK,
     PUBLISH_TASK,
+    RESTARTED_CLUSTER_KEY,
     TEARDOWN_TASK,
     TRAIN_TASK,
     VALIDATE_TASK,
@@ -59,7 +61,10 @@ def summarize_run(dag_id: str, run_id: str, run_state: str | None, xcoms: XComVa
         "bundle": xcoms.get((FETCH_BUNDLE_TASK, RETURN_VALUE)),
         "endpoints": xcoms.get((LAUNCH_TASK, RETURN_VALUE)),
         "launch_failure": xcoms.get((LAUNCH_TASK, LAUNCH_FAILURE_KEY)),
-        "cluster_spec": (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"),
+        # A restarted gang's ClusterSpec (train's) replaces the first gang's.
+        "cluster_spec": xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))
+        or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"),
+        "attempts": xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or [],
         "replicas": xcoms.get((TRAIN_TASK, "replicas")) or [],
         "metrics": xcoms.get((TRAIN_TASK, "metrics")),
         "model": archived.get("model"),
@@ -90,12 +95,17 @@ def render_run_page(summary: Mapping[str, Any]) -> str:
     replicas = [[f"{r.get('role')}-{r.get('index')}", r.get("pod"), r.get("phase"),
                  r.get("exit_code"), r.get("reason")] for r in summary["replicas"]]
     model = summary.get("model") or {}
+    attempts = [[a.get("number"), a.get("outcome"), a.get("started"), a.get("ended"),
+                 a.get("failed_replica"), a.get("exit_code"), a.get("reason")]
+                for a in summary.get("attempts") or []]
     sections = [
         ("Job", _table(["field", "value"], [[key, value] for key, value in job.items()])),
         ("Tasks", _table(["task", "state"],
                          [[t["task_id"], t["state"]] for t in summary["tasks"]])),
         ("ClusterSpec", _cell(summary.get("cluster_spec"))),
         ("Replicas", _table(["replica", "pod", "phase", "exit code", "reason"], replicas)),
+        ("Attempts", _table(["attempt", "outcome", "started", "ended", "failed replica",
+                             "exit code", "reason"], attempts)),
         ("Metrics", _cell(summary.get("metrics"))),
         ("Outputs", _table(["what", "where"], [
             ["model", model.get("uri")], ["run manifest", summary.get("run_json")],

@@ -72,6 +72,10 @@ PUBLISH_TASK = "publish"
 LAUNCH_FAILURE_KEY = "failure"
 # XCom key of the run's GrantPlan (operators/grants.py; no credential in it), pushed by launch.
 GRANTS_KEY = "grants"
+# XCom keys of train: every attempt (gang) of the run so far (operators/restart.py), and
+# the ClusterSpec of a gang it restarted (the `clusterspec` task's is the first gang's).
+ATTEMPTS_KEY = "attempts"
+RESTARTED_CLUSTER_KEY = "cluster"
 
 # archive (and publish) retry S3 with exponential back-off, from the first delay
 # doubling up to the largest, for at most S3_RETRY_BUDGET_SECONDS in all: a short

@@ -13,7 +13,6 @@ and every S3 call of the run then uses that tenant's AWS connection.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -181,9 +180,7 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     Single mode: the replica does not wait for a ClusterSpec, so this is a
     no-op that succeeds (it is not skipped, which would skip train too).
     """
-    from operators.delivery import deliver_cluster_files
-    from tfjob import naming
-    from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
+    from operators.delivery import deliver_run_cluster_spec
 
     context = get_current_context()
     run = pull_run(context)
@@ -191,15 +188,7 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
         _log().info("single mode: no ClusterSpec to deliver")
         return None
     mapping = context["ti"].xcom_pull(task_ids=LAUNCH_TASK)
-    endpoints = endpoints_from_mapping(mapping)
-    cluster = build_cluster_spec(run.request, endpoints)
-    files = build_cluster_files(run.request, endpoints)
-    contents = {
-        naming.pod_name(run.run_key, role, index): json.dumps(content, sort_keys=True)
-        for (role, index), content in files.items()
-    }
-    deliver_cluster_files(_kube(), run.namespace, contents)  # in parallel
-    _log().info("delivered cluster.json to %d pods: %s", len(contents), ", ".join(contents))
+    cluster = deliver_run_cluster_spec(_kube(), run, mapping)
     return {"cluster": cluster}
 
 
@@ -222,12 +211,14 @@ def archive() -> dict[str, Any]:
     too, so the logs of the replicas that did start are kept.
     """
     from operators.archive import archive_run
-    from operators.settings import LAUNCH_FAILURE_KEY
+    from operators.settings import ATTEMPTS_KEY, LAUNCH_FAILURE_KEY, RESTARTED_CLUSTER_KEY
 
     context = get_current_context()
     run = pull_run(context)
     ti = context["ti"]
     dag_run = context["dag_run"]
+    # A restarted gang's ClusterSpec (train's) replaces the first gang's (clusterspec's).
+    restarted_cluster = ti.xcom_pull(task_ids=TRAIN_TASK, key=RESTARTED_CLUSTER_KEY)
     clusterspec = ti.xcom_pull(task_ids=CLUSTERSPEC_TASK)
     ready_at = ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at")
     timings = {
@@ -241,11 +232,12 @@ def archive() -> dict[str, Any]:
         _s3(run),
         run,
         bundle=ti.xcom_pull(task_ids=FETCH_BUNDLE_TASK),
-        cluster_spec=(clusterspec or {}).get("cluster"),
+        cluster_spec=restarted_cluster or (clusterspec or {}).get("cluster"),
         train_replicas=ti.xcom_pull(task_ids=TRAIN_TASK, key="replicas"),
         metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
         timings=timings,
         launch=launch,
+        attempts=ti.xcom_pull(task_ids=TRAIN_TASK, key=ATTEMPTS_KEY),
     )
     _log().info(
         "archived run %s: %d log(s), model %s objects, run.json at %s/run.json",

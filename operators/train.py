@@ -22,6 +22,15 @@ When the trigger fires, `finish` resumes in a worker and, whatever the outcome:
   `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
 - on failure raises with the failed replica, its exit code and last log lines.
 
+A failed chief or worker is first judged by the run's restart policy
+(`max_restarts`, `restart_on`; tfjob/restart_policy.py). On RESTART, `finish`
+stops the failed gang (its pods deleted with their grace period, and gone),
+starts a new gang under the same names, delivers it a new ClusterSpec, and
+defers again with a fresh trigger (operators/restart.py); on FAIL, or when
+the new gang cannot start, it raises naming every attempt's cause. The
+attempts travel in the deferral's kwargs and on the restarted gang's pods,
+and are pushed to XCom `attempts` (run.json, `tshell status`).
+
 A blinking Kubernetes API (operators/transient.py) does not fail `train`:
 the first look at the pods is skipped (the trigger lists them itself), and
 reading the logs in `finish` is asked again with back-off.
@@ -41,20 +50,23 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from operators import kubeobjects
+from operators import kubeobjects, restart
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
 from operators.replicas import MAIN_CONTAINER, UPLOAD_FAILED_EXIT_CODE, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
+    ATTEMPTS_KEY,
     DEFER_SETTLE_SECONDS,
     FAILURE_LOG_LINES,
     GRANTS_KEY,
     KUBERNETES_CONN_ID,
     LAUNCH_TASK,
+    RESTARTED_CLUSTER_KEY,
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
+from tfjob.restart_policy import AttemptOutcome, Decision, RestartPolicy, describe_run_failure
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
 LOG_READ_PATIENCE_SECONDS = 120.0
@@ -79,16 +91,16 @@ class TrainingWaitOperator(BaseOperator):
         return KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
 
     def execute(self, context: Any) -> dict[str, Any] | None:
-        from operators.triggers import TrainingTrigger, decide_training
+        from operators.triggers import decide_training
 
         run = self._run = pull_run(context)
         request = run.request
         deciding = deciding_replicas(
             request.success_policy, run.replica_ids(), single=not request.is_distributed
         )
-        wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
-        deadline = time.time() + wait
+        deadline = time.time() + request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
         decided = None
+        attempts = None  # unknown until the pods are seen: finish looks then
         try:
             listed = kubeobjects.list_run_pods(self._client(), run.namespace, run.selector)
         except Exception as exc:
@@ -100,12 +112,29 @@ class TrainingWaitOperator(BaseOperator):
         else:
             pods = {pod["metadata"]["name"]: pod for pod in listed}
             decided = decide_training(pods, list(deciding), run.pod_names(), deadline)
+            attempts = self._recall_attempts(context, listed)
+            context["ti"].xcom_push(key=ATTEMPTS_KEY, value=attempts)
         if decided is not None:
             self.log.info("training of run %s was decided before train started", run.run_key)
-            return self.finish(context, {**decided, "streamed": {}})
+            return self.finish(context, {**decided, "streamed": {}}, attempts=attempts)
+        self._defer(context, run, attempts)
+
+    def _defer(self, context: Any, run: RunInfo, attempts: list[dict[str, Any]] | None) -> None:
+        """Hand the wait for the current gang to a fresh trigger; `finish` gets `attempts`."""
+        from operators.triggers import TrainingTrigger
+
+        request = run.request
+        deciding = deciding_replicas(
+            request.success_policy, run.replica_ids(), single=not request.is_distributed
+        )
+        wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
+        number = attempts[-1]["number"] if attempts else 1
         self.log.info(
-            "waiting for training of run %s: success when %s exit 0 (ps never count); deadline %ss",
+            "waiting for training of run %s (attempt %d of %d): success when %s exit 0 "
+            "(ps never count); deadline %ss",
             run.run_key,
+            number,
+            request.max_restarts + 1,
             ", ".join(deciding),
             wait,
         )
@@ -116,21 +145,28 @@ class TrainingWaitOperator(BaseOperator):
                 selector=run.selector,
                 expected_pods=run.pod_names(),
                 deciding=list(deciding),
-                deadline=deadline,
+                deadline=time.time() + wait,
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 not_before=time.time() + DEFER_SETTLE_SECONDS,
                 grants=grants,
             ),
             method_name="finish",
+            # In next_kwargs, kept with the task instance: survives the triggerer and workers.
+            kwargs={"attempts": attempts},
             timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),
         )
 
-    def finish(self, context: Any, event: dict[str, Any]) -> dict[str, Any] | None:
-        self._decided = True
-        run = self._run = pull_run(context)
-        api = self._client()
+    def _recall_attempts(self, context: Any, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The run's attempts: those a restarted gang's pods carry, else the first gang's."""
+        found = restart.recall_attempts(pods)
+        if found is None:
+            found = restart.first_attempt(
+                context["ti"].xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"))
+        return restart.attempts_to_payload(found)
+
+    def _read_logs(self, run: RunInfo, api: Any, event: dict[str, Any]) -> dict[str, str]:
+        """Every replica's log; the lines the trigger did not stream go into this task's log."""
         logs: dict[str, str] = {}
-        metrics = None
         streamed = event.get("streamed") or {}
         for replica in event["replicas"]:
             replica_id = f"{replica['role']}-{replica['index']}"
@@ -146,19 +182,53 @@ class TrainingWaitOperator(BaseOperator):
             # The trigger logged the first `streamed` lines live: only the rest here.
             for line in prefix_lines(replica_id, text, skip=streamed.get(replica_id, 0)):
                 self.log.info("%s", line)
-            found = extract_metrics(text)
-            if found is not None and metrics is None:
-                metrics = found
+        return logs
+
+    def finish(
+        self,
+        context: Any,
+        event: dict[str, Any],
+        attempts: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:
+        self._decided = True
+        run = self._run = pull_run(context)
+        api = self._client()
         ti = context["ti"]
+        if attempts is None:  # deferred without a first look at the pods: look now
+            listed = call_with_retries(
+                lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
+                deadline=time.monotonic() + LOG_READ_PATIENCE_SECONDS,
+                what=f"listing the pods of run {run.run_key}",
+                log=self.log,
+            )
+            attempts = self._recall_attempts(context, listed)
+        history = restart.attempts_from_payload(attempts)
+        logs = self._read_logs(run, api, event)
+        state = event["state"]
+        failed = event.get("failed")
+        verdict = None
+        if state == "failed" and failed:
+            verdict, history = restart.judge_failed_attempt(RestartPolicy.of(run.request),
+                                                            history, failed)
+            if verdict.decision is Decision.RESTART:
+                return self._restart(context, run, api, history, verdict)
+        elif state == "succeeded":
+            history = restart.close_attempt(history, AttemptOutcome.SUCCEEDED)
+        else:
+            history = restart.close_attempt(
+                history, AttemptOutcome.FAILED,
+                reason=f"did not finish within active_deadline={run.request.active_deadline}s")
+        metrics = next((m for m in map(extract_metrics, logs.values()) if m is not None), None)
         ti.xcom_push(key="replicas", value=event["replicas"])
         ti.xcom_push(key="finished_at", value=time.time())
+        ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if metrics is not None:
             ti.xcom_push(key="metrics", value=metrics)
             self.log.info("metrics: %s", metrics)
 
-        state = event["state"]
         if state == "succeeded":
-            self.log.info("training succeeded (%s)", ", ".join(event.get("deciding", [])))
+            self.log.info("training succeeded (%s)%s", ", ".join(event.get("deciding", [])),
+                          f" at attempt {history[-1].number}" if len(history) > 1 else "")
             for replica in event["replicas"]:
                 upload_failed = replica.get("exit_code") == UPLOAD_FAILED_EXIT_CODE
                 if replica.get("owns_model") and upload_failed:
@@ -170,7 +240,6 @@ class TrainingWaitOperator(BaseOperator):
                         replica["pod"],
                     )
             return metrics
-        failed = event.get("failed")
         if state == "failed" and failed:
             replica_id = f"{failed['role']}-{failed['index']}"
             detail = (
@@ -185,6 +254,7 @@ class TrainingWaitOperator(BaseOperator):
             tail = tail_lines(logs.get(replica_id, ""), FAILURE_LOG_LINES)
             quoted = "\n".join(f"  [{replica_id}] {line}" for line in tail.splitlines())
             raise TrainingFailed(
+                f"{describe_run_failure(history, verdict)}\n"
                 f"replica {replica_id} (pod {failed['pod']}) failed with {detail}; "
                 f"last {FAILURE_LOG_LINES} log lines:\n{quoted or '  (no log)'}"
             )
@@ -193,7 +263,40 @@ class TrainingWaitOperator(BaseOperator):
             f"training of run {run.run_key} did not finish within active_deadline="
             f"{run.request.active_deadline}s (+{TRAIN_DEADLINE_MARGIN_SECONDS}s)"
             + (f"; the Kubernetes API was still failing then ({api_error})" if api_error else "")
+            + (f"; {describe_run_failure(history)}" if len(history) > 1 else "")
         )
+
+    def _restart(self, context: Any, run: RunInfo, api: Any, history: list[Any],
+                 verdict: Any) -> None:
+        """Stop the failed gang, start the next with its ClusterSpec, defer again.
+
+        The next gang is created only once the failed one's pods are gone
+        (operators/restart.py). When it cannot start, the run fails naming
+        every attempt: a gang that did not start is not restarted again.
+        """
+        from operators.grants import GrantPlan
+
+        ti = context["ti"]
+        self._decided = False  # a new gang is coming: killed now, on_kill deletes the run
+        self.log.warning("%s", verdict.reason)
+        ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
+        payload = ti.xcom_pull(task_ids=LAUNCH_TASK, key=GRANTS_KEY)
+        plan = GrantPlan.from_payload(payload) if payload else None
+        try:
+            cluster = restart.start_new_gang(api, run, history, plan, self.log)
+        except Exception as exc:
+            self._decided = True
+            first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+            history = restart.close_attempt(
+                history, AttemptOutcome.FAILED,
+                reason=f"its gang did not start ({type(exc).__name__}: {first_line})")
+            ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
+            raise TrainingFailed(f"{describe_run_failure(history)}\n{exc}") from exc
+        if cluster is not None:
+            ti.xcom_push(key=RESTARTED_CLUSTER_KEY, value=cluster)
+        self.log.info("attempt %d of run %s runs with its ClusterSpec", history[-1].number,
+                      run.run_key)
+        self._defer(context, run, restart.attempts_to_payload(history))
 
     def on_kill(self) -> None:
         if self._run is None:

@@ -38,10 +38,13 @@ class FakeTaskInstance:
 
 
 class FakeCoreV1:
-    """Only what train reads: each pod's log."""
+    """Only what train reads: each pod's log, and the pods (none: a first gang)."""
 
     def __init__(self, logs: dict[str, str]) -> None:
         self.logs = logs
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> Any:
+        return SimpleNamespace(items=[])
 
     def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Any:
         return SimpleNamespace(data=self.logs.get(pod, "").encode())

@@ -242,3 +242,19 @@ def test_an_api_still_down_at_the_deadline_fires_deadline_naming_the_error(blink
     assert event["state"] == "deadline"
     assert event["api_error"] == "503 Service Unavailable"
     assert [r["pod"] for r in event["replicas"]] == ["job-1234abcd-worker-0"]  # the last seen
+
+
+def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs():
+    from operators.triggers import decide_training
+    from tfjob.restart_policy import FailureKind, ReplicaFailure
+
+    evicted = replica_pod("worker", 0, {"terminated": {"exitCode": 143, "reason": "Error"}},
+                          phase="Failed")
+    evicted["status"]["reason"] = "Evicted"
+    evicted["metadata"]["deletionTimestamp"] = "2026-12-03T06:10:00Z"
+    event = decide_training({"job-1234abcd-worker-0": evicted}, ["worker-0"],
+                            ["job-1234abcd-worker-0"], deadline=time.time() + 60)
+    assert event["state"] == "failed"
+    assert event["failed"]["pod_reason"] == "Evicted" and event["failed"]["deleted"] is True
+    event = json.loads(json.dumps(event))  # as the triggerer stores it
+    assert ReplicaFailure.from_replica(event["failed"]).kind is FailureKind.EVICTED

@@ -65,3 +65,17 @@ def test_a_launch_failure_is_shown_first():
     page = render_run_page(summary)
     assert summary["launch_failure"]["reason"] == "Unschedulable"
     assert page.index("Launch failure") < page.index("Tasks")
+
+
+def test_a_restarted_run_shows_each_attempt_and_the_last_gangs_cluster_spec():
+    restarted = {"chief": ["10.77.3.2:2222"], "ps": ["10.77.3.3:2222"],
+                 "worker": ["10.77.3.4:2222"]}
+    attempts = [{"number": 1, "outcome": "restarted", "failed_replica": "worker-0",
+                 "exit_code": 143, "reason": "worker-0 was deleted (exit code 143)"},
+                {"number": 2, "outcome": "succeeded", "failed_replica": None}]
+    xcoms = xcoms_of_a_finished_run() | {("train", "attempts"): attempts,
+                                         ("train", "cluster"): restarted}
+    summary = summarize_run("tfjob__digits", "manual__1", "success", xcoms, {"train": "success"})
+    assert summary["attempts"] == attempts and summary["cluster_spec"] == restarted
+    page = render_run_page(summary)
+    assert "worker-0 was deleted (exit code 143)" in page and "10.77.3.4:2222" in page

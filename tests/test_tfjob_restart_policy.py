@@ -191,16 +191,27 @@ def test_a_vanished_pod_counts_as_deleted():
     assert describe_failure(failure) == "worker-1 was deleted"
 
 
-def test_a_pod_reason_the_container_hides_can_be_given():
+def test_a_pod_reason_the_container_hides_still_reaches_the_verdict():
     pod = running_pod("r-worker-1", "worker", 1, phase="Failed", reason="Evicted",
                       containerStatuses=[{"name": "tensorflow", "state": {"terminated": {
                           "exitCode": 1, "reason": "Error"}}}])
     replica = read_replica_status(pod)
     assert replica.reason == "Error"  # replicas.py keeps the container's reason
-    assert ReplicaFailure.from_replica(replica).kind is FailureKind.EXITED
-    given = ReplicaFailure.from_replica(replica, pod_reason=pod["status"]["reason"])
-    assert given.kind is FailureKind.EVICTED
-    assert judge_restart(RestartPolicy(1, (2,)), 1, given).decision is Decision.RESTART
+    assert replica.pod_reason == "Evicted"  # and the pod's, for the verdict
+    for shape in (replica, replica.as_dict()):  # the trigger's event carries the dict
+        failure = ReplicaFailure.from_replica(shape)
+        assert failure.kind is FailureKind.EVICTED
+        assert judge_restart(RestartPolicy(1, (2,)), 1, failure).decision is Decision.RESTART
+
+
+def test_a_pod_with_a_deletion_timestamp_counts_as_deleted():
+    pod = running_pod("r-worker-1", "worker", 1, phase="Failed",
+                      containerStatuses=[{"name": "tensorflow", "state": {"terminated": {
+                          "exitCode": 143, "reason": "Error"}}}])
+    pod["metadata"]["deletionTimestamp"] = "2026-12-02T12:00:00Z"
+    failure = ReplicaFailure.from_replica(read_replica_status(pod).as_dict())
+    assert failure.deleted and failure.kind is FailureKind.DELETED
+    assert describe_failure(failure) == "worker-1 was deleted (exit code 143)"
 
 
 START = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -334,3 +334,24 @@ def test_a_trigger_whose_answer_was_lost_is_found_not_triggered_twice(
     assert code == ExitCode.OK
     assert LostAnswerAirflow.posts == [printed["run_id"]]
     assert printed["run_id"].startswith("manual__") and printed["state"] == "queued"
+
+
+def test_status_lists_each_attempt_of_a_restarted_run():
+    from tshell.run_views import ATTEMPT_HEADERS, attempt_rows
+
+    class FakeSession:
+        def get_json(self, path, params=None):
+            assert path.endswith("/taskInstances/train/xcomEntries/attempts")
+            return {"value": [
+                {"number": 1, "outcome": "restarted", "started": "2026-12-03T06:00:00+00:00",
+                 "ended": "2026-12-03T06:05:00+00:00", "failed_replica": "worker-1",
+                 "exit_code": 143, "reason": "worker-1 was deleted (exit code 143)"},
+                {"number": 2, "outcome": "running", "started": "2026-12-03T06:05:30+00:00"}]}
+
+    ref = run_commands.RunRef("tfjob__digits-ps", "manual__1")
+    attempts = run_commands.fetch_attempts(FakeSession(), ref)
+    table = format_table(ATTEMPT_HEADERS, attempt_rows(attempts))
+    assert table.splitlines()[1].split()[:6] == ["1", "restarted", "2026-12-03", "06:00:00",
+                                                 "2026-12-03", "06:05:00"]
+    assert "worker-1 was deleted (exit code 143)" in table
+    assert table.splitlines()[2].split()[:2] == ["2", "running"]

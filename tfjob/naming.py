@@ -30,6 +30,10 @@ LABEL_ROLE = "tfjob.io/role"
 LABEL_INDEX = "tfjob.io/index"
 ANNOTATION_RUN_ID = "tfjob.io/run-id"
 ANNOTATION_DAG_ID = "tfjob.io/dag-id"
+# On the pods of a gang that the restart policy started (operators/restart.py): the
+# run's attempts so far as JSON, the last one this gang's. A new try of `train` and
+# `archive` find the history where the gang is; a run's first gang has none.
+ANNOTATION_ATTEMPTS = "tfjob.io/attempts"
 
 NAMESPACE_PREFIX = "tfjob-"
 # DAG ids: one submit DAG per tenant (`tfjob_submit__<tenant>`), one DAG per request

@@ -6,10 +6,11 @@ field's bounds, description, JSON Schema and checks live in one place and the
 request model stays small. Checks raise the request's `RequestError` shape
 through `invalid`, naming the field, the value given and what is allowed.
 
-The fields are validated; the restart verdict is `tfjob/restart_policy.py`.
-Acting on them (restarting the gang within a run, checkpoints in S3, warm
-starts) is the train step's job and is not built yet (docs/pipeline.md,
-"Restart policy").
+The fields are validated; the restart verdict is `tfjob/restart_policy.py`,
+and the train step acts on `max_restarts` and `restart_on` by restarting the
+gang within the run (operators/restart.py). Checkpoints in S3
+(`checkpoint_interval`) and warm starts (`warm_start`) are not built yet
+(docs/pipeline.md, "Restart policy").
 """
 
 import re
@@ -78,12 +79,13 @@ def check_warm_start(value: Any) -> Any:
     return value
 
 
+# Only for the fields whose part is not built yet (checkpoints in S3, warm starts).
 _NOT_YET = " Validated; not yet acted on (docs/pipeline.md, Restart policy)."
 
 MaxRestarts = Annotated[int, Field(
     ge=0, le=MAX_RESTARTS,
     description=f"Gang restarts within one run after a replica fails, 0-{MAX_RESTARTS}; "
-                "restart_on says which failures. Not Airflow's retries." + _NOT_YET)]
+                "restart_on says which failures. Not Airflow's retries.")]
 
 RestartOnSetting = Annotated[
     RestartOn | list[int],
@@ -99,7 +101,7 @@ RestartOnSetting = Annotated[
     }),
     Field(description="Failures that restart: retryable (pod deleted, evicted or its node "
                       "lost; OOMKilled; exit codes 128-255), any_failure, or a list of exit "
-                      "codes (deletion, eviction and node loss always restart)." + _NOT_YET),
+                      "codes (deletion, eviction and node loss always restart)."),
 ]
 
 CheckpointInterval = Annotated[int, Field(

@@ -6,8 +6,9 @@ module holds the pure part of that: the request's policy (`max_restarts`,
 `restart_on`), what kind of failure a failed replica's pod reports, the verdict
 RESTART or FAIL with a sentence a person can read, the typed record of an
 attempt for run.json, and the final message naming every attempt's cause. No
-Airflow, no client, no I/O: the train step (not yet built) feeds it the failed
-replica that `operators/replicas.judge_training` already names.
+Airflow, no client, no I/O: the train step (operators/train.py, through
+operators/restart.py) feeds it the failed replica that
+`operators/replicas.judge_training` names.
 
 The rules (docs/pipeline.md, "Restart policy"):
 
@@ -190,7 +191,9 @@ class ReplicaFailure:
                      pod_reason: str | None = None) -> ReplicaFailure:
         """From `operators.replicas.ReplicaStatus`, or its `as_dict()` (the trigger's event).
 
-        A replica whose phase is Gone (its pod vanished) counts as deleted.
+        `pod_reason` and `deleted` are read from the replica when it has them
+        (the status record carries both) and the arguments do not say more. A
+        replica whose phase is Gone (its pod vanished) counts as deleted.
         """
         def read(name: str) -> Any:
             if isinstance(replica, Mapping):
@@ -204,9 +207,10 @@ class ReplicaFailure:
             exit_code=read("exit_code"),
             reason=read("reason"),
             message=read("message"),
-            pod_reason=pod_reason,
+            pod_reason=pod_reason or read("pod_reason"),
             node=read("node"),
-            deleted=deleted or str(getattr(phase, "value", phase)) == GONE_PHASE,
+            deleted=deleted or bool(read("deleted"))
+            or str(getattr(phase, "value", phase)) == GONE_PHASE,
         )
 
     @property

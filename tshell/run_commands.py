@@ -40,7 +40,9 @@ from tshell.run_lookup import (
     run_ui_url,
 )
 from tshell.run_views import (
+    ATTEMPT_HEADERS,
     TASK_HEADERS,
+    attempt_rows,
     emit_json,
     format_duration,
     format_table,
@@ -56,6 +58,7 @@ T = TypeVar("T")
 TRAIN_TASK_ID = "train"
 VALIDATE_TASK_ID = "validate"
 LAUNCH_TASK_ID = "launch"
+ATTEMPTS_XCOM_KEY = "attempts"  # operators.settings.ATTEMPTS_KEY
 POLL_INTERVAL_S = 2.0
 # How long a following command (--wait, --follow, cancel) rides out an unreachable Airflow.
 UNREACHABLE_PATIENCE_S = 120.0
@@ -92,11 +95,14 @@ def list_task_instances(session: AirflowSession, ref: RunRef) -> list[dict[str, 
     )
 
 
-def fetch_task_xcom(session: AirflowSession, ref: RunRef, task_id: str) -> dict[str, Any] | None:
-    """A task's return-value XCom as a dict, or None while it has none (or is not a dict)."""
+def fetch_task_xcom(
+    session: AirflowSession, ref: RunRef, task_id: str, key: str = "return_value",
+    kind: type = dict,
+) -> Any:
+    """A task's XCom `key` as a `kind` (dict, list), or None while it has none (or another)."""
     try:
         entry = session.get_json(
-            f"{ref.path}/taskInstances/{task_id}/xcomEntries/return_value",
+            f"{ref.path}/taskInstances/{task_id}/xcomEntries/{key}",
             {"deserialize": "true"},
         )
     except AirflowClientError:
@@ -107,7 +113,12 @@ def fetch_task_xcom(session: AirflowSession, ref: RunRef, task_id: str) -> dict[
             value = json.loads(value)
         except ValueError:
             return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, kind) else None
+
+
+def fetch_attempts(session: AirflowSession, ref: RunRef) -> list[dict[str, Any]] | None:
+    """`train`'s XCom `attempts`: each gang of the run (restart policy), once train ran."""
+    return fetch_task_xcom(session, ref, TRAIN_TASK_ID, ATTEMPTS_XCOM_KEY, list)
 
 
 def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
@@ -228,7 +239,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
         tasks = list_task_instances(session, ref)
         summary = summarize_run(run)
         pods = ReplicaWatcher(config, session, ref).list_pods()
+        attempts = fetch_attempts(session, ref)
         if args.json:
+            summary["attempts"] = attempts
             summary["tasks"] = [{k: t.get(k) for k in TASK_SUMMARY_FIELDS} for t in tasks]
             summary["replicas"] = fetch_replica_endpoints(session, ref)
             summary["pods"] = (
@@ -249,6 +262,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
             )
         out.write(f"UI       {run_ui_url(session, ref)}\n\n")
         out.write(format_table(TASK_HEADERS, task_rows(tasks)) + "\n")
+        if attempts and len(attempts) > 1:  # a restarted run: each gang, and why it ended
+            out.write("\n" + format_table(ATTEMPT_HEADERS, attempt_rows(attempts)) + "\n")
         endpoints = fetch_replica_endpoints(session, ref)
         if endpoints:
             out.write("\nreplicas\n")

@@ -58,6 +58,23 @@ def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
 
 
 TASK_HEADERS = ("task", "state", "try", "started", "duration")
+ATTEMPT_HEADERS = ("attempt", "outcome", "started", "ended", "replica", "exit", "reason")
+
+
+def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """One row per gang of the run (train's XCom `attempts`, as run.json lists them)."""
+    return [
+        [
+            a.get("number"),
+            a.get("outcome"),
+            short_time(a.get("started")),
+            short_time(a.get("ended")),
+            a.get("failed_replica"),
+            a.get("exit_code"),
+            a.get("reason"),
+        ]
+        for a in attempts
+    ]
 
 
 def emit_json(value: Any, out: TextIO) -> None:

@@ -1,0 +1,211 @@
+"""Restarting a run's gang within the same Airflow run, as its restart policy decides.
+
+Why this module: `train` (operators/train.py) waits in the triggerer and
+resumes in `finish` when the trigger reports a decision. When a replica
+failed, the pure verdict (tfjob/restart_policy.py) says RESTART or FAIL; this
+module holds the rest of a restart, so that `train` stays about waiting and
+reporting:
+
+- the bookkeeping of attempts (one per gang, `tfjob.restart_policy.Attempt`):
+  closing the current one with its verdict, opening the next;
+- `start_new_gang`, the imperative part, in this order:
+  1. stop the failed gang: every pod deleted with its own grace period, and
+     wait until the API server removed them (`operators.gang.stop_gang`).
+     The new gang is created only after the old pods are confirmed gone: no
+     run ever has two gangs' pods alive at once;
+  2. clear the failed attempt's `model/` and `metrics.json` from S3: they are
+     a try's outputs (an owner that exited 0 just before a worker failed may
+     have uploaded them), as for a new try of `launch`;
+  3. create the new gang under the same pod names (below), each pod carrying
+     the attempts so far;
+  4. wait until every pod runs with an IP (`operators.gang.await_gang_start`,
+     the launch's own verdict and reasons, refreshing the S3 grants);
+  5. deliver the new ClusterSpec (`operators.delivery`, retried per replica).
+
+Pod names: a new gang reuses `<runkey>-<role>-<index>`. Every reader of a
+run derives its pod names from the run key alone (`RunInfo.pod_names`: the
+trigger, the delivery, archive and its model recovery, tshell, the janitor),
+so the same names keep all of them right without knowing about attempts, and
+the names are free because step 1 waited for the old pods to be gone (a
+create that still finds one is an error, never a silent reuse). The price:
+the failed gang's pod logs go with its pods, so `train` writes them into its
+task log before it restarts.
+
+Where the attempts live, so that each place that needs them survives what
+may happen to Airflow:
+
+- the deferral's kwargs (`next_kwargs`, kept with the task instance in
+  Airflow's database): `finish` gets them after a triggerer restart and in
+  whatever worker it resumes;
+- the annotation `tfjob.io/attempts` on every pod of a restarted gang: a new
+  try of `train` (Airflow can lose a try; its XComs are cleared and it has no
+  `next_kwargs`) re-attaches to the gang and reads the history there; so does
+  `archive` when `train` was killed;
+- `train`'s XCom `attempts`, pushed at each restart and at the end: run.json
+  (archive), `tshell status` and the TFJob view read it.
+
+Checkpoints are not restored yet (issue 15, item 2): a restarted gang starts
+its programs from scratch, and `restored_checkpoint_step` stays null.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from operators import gang
+from tfjob.naming import ANNOTATION_ATTEMPTS
+from tfjob.restart_policy import (
+    Attempt,
+    AttemptOutcome,
+    Decision,
+    ReplicaFailure,
+    RestartPolicy,
+    RestartVerdict,
+    judge_restart,
+)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- the attempts: pure -------------------------------------------------------------------
+
+
+def first_attempt(started_at: float | None) -> list[Attempt]:
+    """The history of a run whose first gang still runs (`started_at`: launch's `ready_at`)."""
+    started = datetime.fromtimestamp(started_at, UTC) if started_at is not None else None
+    return [Attempt(1, started=started)]
+
+
+def attempts_to_payload(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
+    """JSON-ready, for XCom, next_kwargs, the pods' annotation and run.json."""
+    return [attempt.to_dict() for attempt in attempts]
+
+
+def attempts_from_payload(payload: Iterable[Mapping[str, Any]]) -> list[Attempt]:
+    return [Attempt.from_dict(item) for item in payload]
+
+
+def recall_attempts(pods: Iterable[Mapping[str, Any]]) -> list[Attempt] | None:
+    """The history a restarted gang's pods carry; None for a first gang (no annotation).
+
+    Every pod of a gang carries the same history; the longest is taken, so a
+    pod of an older gang still terminating cannot shorten it.
+    """
+    best: list[Attempt] | None = None
+    for pod in pods:
+        text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPTS)
+        if not text:
+            continue
+        try:
+            found = attempts_from_payload(json.loads(text))
+        except (TypeError, ValueError):
+            continue  # not ours to judge: the history is then the default one
+        if found and (best is None or len(found) > len(best)):
+            best = found
+    return best
+
+
+def annotate_attempts(manifest: dict[str, Any], attempts: Sequence[Attempt]) -> dict[str, Any]:
+    """`manifest` (a pod) with the run's attempts so far in its annotations."""
+    metadata = manifest.setdefault("metadata", {})
+    annotations = metadata.setdefault("annotations", {})
+    annotations[ANNOTATION_ATTEMPTS] = json.dumps(attempts_to_payload(attempts), sort_keys=True)
+    return manifest
+
+
+def close_attempt(attempts: Sequence[Attempt], outcome: AttemptOutcome, *,
+                  reason: str | None = None, when: datetime | None = None) -> list[Attempt]:
+    """The history with the current (last) attempt ended by `outcome`."""
+    *earlier, current = attempts
+    ended = replace(current, outcome=outcome, ended=when or now(),
+                    reason=reason if reason is not None else current.reason)
+    return [*earlier, ended]
+
+
+def judge_failed_attempt(
+    policy: RestartPolicy,
+    attempts: Sequence[Attempt],
+    failed: Mapping[str, Any],
+    *,
+    when: datetime | None = None,
+) -> tuple[RestartVerdict, list[Attempt]]:
+    """The verdict on the current attempt, whose replica `failed` (the trigger's event),
+    and the history after it: the current attempt ended (restarted or failed) and, on
+    RESTART, the next one opened (running, started `when`)."""
+    when = when or now()
+    failure = ReplicaFailure.from_replica(failed)
+    current = attempts[-1]
+    verdict = judge_restart(policy, current.number, failure)
+    ended = Attempt.ended_by(current.number, verdict, failure, started=current.started,
+                             ended=when,
+                             restored_checkpoint_step=current.restored_checkpoint_step)
+    history = [*attempts[:-1], ended]
+    if verdict.decision is Decision.RESTART:
+        history.append(Attempt(verdict.next_attempt or current.number + 1, started=when))
+    return verdict, history
+
+
+# --- the new gang: I/O ----------------------------------------------------------------------
+
+
+def clear_attempt_outputs(run: Any) -> list[str]:
+    """Delete the run prefix's `model/` and `metrics.json` (the run's tenant's S3 connection)."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from operators.runoutputs import clear_run_outputs  # retries S3 itself
+
+    return clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix)
+
+
+def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> list[str]:
+    """Create every replica pod of `run`, annotated with `attempts`; return the pod names."""
+    from operators.settings import UPLOAD_PATIENCE_SECONDS
+    from tfjob.manifests import build_pod_manifests
+
+    made = []
+    for manifest in build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS):
+        body = annotate_attempts(manifest, attempts)
+        name = body["metadata"]["name"]
+        gang.create_replica_pod(
+            lambda body=body: api.create_namespaced_pod(run.namespace, body), name, log
+        )
+        made.append(name)
+    return made
+
+
+def start_new_gang(
+    api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, log: Any
+) -> dict[str, Any] | None:
+    """Stop the failed gang, start the next (the last of `attempts`), give it its
+    ClusterSpec (see the module docstring); return the ClusterSpec (None in single mode).
+
+    Raises what failed: `gang.GangStopError` (the old pods would not go: nothing new
+    was created), `gang.GangStartError`, `delivery.DeliveryError`, or an API error.
+    """
+    from operators.delivery import deliver_run_cluster_spec
+
+    number = attempts[-1].number
+    gang.stop_gang(api, run, log)
+    cleared = clear_attempt_outputs(run)
+    if cleared:
+        log.info("cleared the failed attempt's outputs: %s", ", ".join(cleared))
+    made = create_gang(api, run, attempts, log)
+    log.info("attempt %d: created %s", number, ", ".join(made))
+    endpoints = gang.await_gang_start(api, run, plan, log)
+    log.info("attempt %d: every replica runs: %s", number, endpoints)
+    if not run.request.is_distributed:
+        return None
+    return deliver_run_cluster_spec(api, run, endpoints)
+
+
+__all__ = [
+    "annotate_attempts", "attempts_from_payload", "attempts_to_payload", "clear_attempt_outputs",
+    "close_attempt", "create_gang", "first_attempt", "judge_failed_attempt", "recall_attempts",
+    "start_new_gang",
+]

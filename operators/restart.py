@@ -59,6 +59,7 @@ from typing import Any
 from operators import gang
 from tfjob.naming import ANNOTATION_ATTEMPTS
 from tfjob.restart_policy import (
+    INFRASTRUCTURE_KINDS,
     Attempt,
     AttemptOutcome,
     Decision,
@@ -128,18 +129,36 @@ def close_attempt(attempts: Sequence[Attempt], outcome: AttemptOutcome, *,
     return [*earlier, ended]
 
 
+def choose_failure(event: Mapping[str, Any]) -> ReplicaFailure:
+    """The failure the verdict judges: a replica the infrastructure took (deleted, evicted,
+    its node lost; ps included) when the event shows one, else the replica that ended
+    the wait (`event["failed"]`).
+
+    A chief that exits 1 because its worker vanished is a consequence, not the
+    cause: a pod being deleted keeps running through its grace period (its
+    deletionTimestamp set, no exit yet) while the others may already fail on
+    the lost connection, and `judge_training` names the first failed replica
+    in role order.
+    """
+    for replica in event.get("replicas") or ():
+        failure = ReplicaFailure.from_replica(replica)
+        if failure.kind in INFRASTRUCTURE_KINDS:
+            return failure
+    return ReplicaFailure.from_replica(event["failed"])
+
+
 def judge_failed_attempt(
     policy: RestartPolicy,
     attempts: Sequence[Attempt],
-    failed: Mapping[str, Any],
+    event: Mapping[str, Any],
     *,
     when: datetime | None = None,
 ) -> tuple[RestartVerdict, list[Attempt]]:
-    """The verdict on the current attempt, whose replica `failed` (the trigger's event),
-    and the history after it: the current attempt ended (restarted or failed) and, on
+    """The verdict on the current attempt, which the trigger's `event` says failed, and
+    the history after it: the current attempt ended (restarted or failed) and, on
     RESTART, the next one opened (running, started `when`)."""
     when = when or now()
-    failure = ReplicaFailure.from_replica(failed)
+    failure = choose_failure(event)
     current = attempts[-1]
     verdict = judge_restart(policy, current.number, failure)
     ended = Attempt.ended_by(current.number, verdict, failure, started=current.started,
@@ -205,7 +224,7 @@ def start_new_gang(
 
 
 __all__ = [
-    "annotate_attempts", "attempts_from_payload", "attempts_to_payload", "clear_attempt_outputs",
-    "close_attempt", "create_gang", "first_attempt", "judge_failed_attempt", "recall_attempts",
-    "start_new_gang",
+    "annotate_attempts", "attempts_from_payload", "attempts_to_payload", "choose_failure",
+    "clear_attempt_outputs", "close_attempt", "create_gang", "first_attempt",
+    "judge_failed_attempt", "recall_attempts", "start_new_gang",
 ]

@@ -209,7 +209,7 @@ class TrainingWaitOperator(BaseOperator):
         verdict = None
         if state == "failed" and failed:
             verdict, history = restart.judge_failed_attempt(RestartPolicy.of(run.request),
-                                                            history, failed)
+                                                            history, event)
             if verdict.decision is Decision.RESTART:
                 return self._restart(context, run, api, history, verdict)
         elif state == "succeeded":

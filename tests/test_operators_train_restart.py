@@ -236,6 +236,20 @@ def test_a_gang_whose_pods_do_not_go_is_never_followed_by_another(monkeypatch, c
     assert "training failed after 2 attempts: attempt 1: worker-1 was deleted" in str(failed.value)
 
 
+def test_a_chief_that_fails_because_its_worker_is_being_deleted_restarts_the_gang(
+        monkeypatch, cluster):
+    run = make_run(max_restarts=1)
+    launch_first_gang(run, cluster)
+    chief = replica(run, "chief", 0, phase="Failed", exit_code=1, reason="Error")
+    going = replica(run, "worker", 1, deleted=True)  # still in its grace period, no exit yet
+    event = {"state": "failed", "failed": chief, "deciding": ["chief-0"], "streamed": {},
+             "replicas": [chief, replica(run, "ps", 0), replica(run, "worker", 0), going]}
+    with pytest.raises(TaskDeferred) as deferred:
+        make_operator(monkeypatch, cluster).finish(run.context, event, attempts=FIRST)
+    first = deferred.value.kwargs["attempts"][0]
+    assert (first["failed_replica"], first["kind"]) == ("worker-1", "deleted")
+
+
 def test_with_max_restarts_0_a_deleted_worker_fails_the_run_naming_it(monkeypatch, cluster):
     run = make_run(max_restarts=0)
     launch_first_gang(run, cluster)

@@ -18,6 +18,7 @@ LONG_FILES = (
     "test_pipeline_tensorflow.py",
     "test_tenants_pipeline.py",
     "test_pipeline_e2e.py",
+    "test_pipeline_restarts.py",
     "test_pipeline_rest.py",
     "test_tshell_run_commands.py",
     "test_janitor_dag.py",

@@ -1,0 +1,551 @@
+"""End to end: restarts of a run's gang, and a control plane that blinks (issue 15, items 1, 5).
+
+Real `dag.test()` runs through localkube and the local S3 server, with the
+stand-in training program of pipeline_fixtures (no TensorFlow: each replica
+is a small Python process that prints its TF_CONFIG, sleeps or exits as the
+request's env `STANDIN_BEHAVIOUR` says, and writes a model). The test acts on
+the cluster while the DAG runs, from the test process:
+
+- a replica pod is deleted with its grace period (what a node drain does)
+  once every replica's program runs, i.e. once the gang has its ClusterSpec
+  and trains;
+- localkube's outage switch (`POST /localkube/v1/outage`) makes its API
+  server answer 503 for 20 s while `train` waits.
+
+`PodLifeRecorder` watches the job's pods from before the run starts, in one
+watch stream resumed from its last resourceVersion, so it sees every
+creation, graceful deletion and removal in the API server's own order; the
+tests judge "no two gangs alive at once" from that order (see its docstring).
+
+Stand-in behaviour is the same for every gang of a run (the program cannot
+tell attempts apart), so a restarted gang trains as long as the first did.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported by name, then requested as parameters)
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
+    NAMESPACE,
+    pipeline_world,
+    run_keys,
+    wait_for,
+)
+
+from operators.replicas import MAIN_CONTAINER
+from tfjob.naming import ANNOTATION_ATTEMPTS, LABEL_INDEX, LABEL_ROLE, job_selector
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+
+PS_REPLICAS = {"chief": 1, "ps": 1, "worker": 2}
+PS_IDS = ("chief-0", "ps-0", "worker-0", "worker-1")
+# How long the restarted run's chief trains, in each gang. The first gang must
+# not finish before its worker-1 is deleted and the failure is noticed (about
+# 10-25 s after the programs start on two busy cores), so not much shorter.
+RESTART_TRAIN_SECONDS = 45
+# Long enough that only the deleted or failing replica can end a run.
+LONG_SECONDS = 300
+OUTAGE_SECONDS = 20
+# The single replica of the outage test trains this long: the outage starts once
+# `train` has started (some seconds after the program did) and must end well before.
+OUTAGE_TRAIN_SECONDS = 75
+# Waiting for every program of a gang to print its first line (bundle fetch, gang start,
+# ClusterSpec delivery, on two busy cores).
+PROGRAMS_TIMEOUT_S = 300
+
+
+# --- watching the job's pods -----------------------------------------------------------------
+
+
+@dataclass
+class PodLife:
+    """One pod object (one uid), from its first event to its removal."""
+
+    uid: str
+    name: str
+    replica: str  # "worker-1", from the role and index labels
+    gang: int  # 1 for the first gang; n for a gang of attempt n (its tfjob.io/attempts)
+    created: str  # metadata.creationTimestamp
+    born_rv: int  # resourceVersion of the first event seen
+    died_rv: int | None = None  # resourceVersion of its DELETED event
+    terminating: bool = False  # seen with a deletionTimestamp before it was gone
+    grace: int | None = None  # metadata.deletionGracePeriodSeconds when seen terminating
+    ip: str | None = None  # the last status.podIP seen
+
+
+def gang_of(pod: dict[str, Any]) -> int:
+    """A pod's gang: the number of the last attempt in its `tfjob.io/attempts` annotation
+    (set on every pod of a restarted gang, operators/restart.py), else 1."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPTS)
+    if not text:
+        return 1
+    return int(json.loads(text)[-1]["number"])
+
+
+class PodLifeRecorder(threading.Thread):
+    """Watches the pods of one job (every run of it) while a DAG runs.
+
+    How "no two gangs alive at once" is checked: localkube gives every write a
+    resourceVersion from one counter and a watch delivers the events in that
+    order. The recorder lists once (before the DAG starts), then keeps ONE
+    watch going, each time resumed from the last resourceVersion it saw (never
+    a relist, which could hide the order of a removal and a creation). A pod
+    is alive from its first event (ADDED) to its DELETED event, which the API
+    server emits only once the kubelet confirmed its containers ended (a pod
+    deleted with a grace period stays, with a deletionTimestamp, until then).
+    At each new uid, the recorder notes every alive pod of another gang in
+    `overlaps`; the tests also compare resourceVersions: the last DELETED of
+    gang 1 must come before the first ADDED of gang 2. A 410 (history too
+    old) forces a relist: counted in `gaps`, and the tests require none.
+    """
+
+    def __init__(self, world, job: str) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(daemon=True, name=f"pods-of-{job}")
+        self.api = world.kube.core_v1()
+        self.job = job
+        self.selector = job_selector(job)
+        self.lives: dict[str, PodLife] = {}  # by uid
+        self.overlaps: list[str] = []
+        self.errors: list[str] = []
+        self.gaps = 0
+        self.listed = threading.Event()
+        self.stopping = threading.Event()
+
+    def alive(self) -> list[PodLife]:
+        return [life for life in self.lives.values() if life.died_rv is None]
+
+    def _see(self, kind: str, pod: dict[str, Any], rv: int) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        life = self.lives.get(uid)
+        if life is None:
+            labels = meta.get("labels") or {}
+            life = PodLife(
+                uid=uid,
+                name=meta["name"],
+                replica=f"{labels.get(LABEL_ROLE)}-{labels.get(LABEL_INDEX)}",
+                gang=gang_of(pod),
+                created=meta.get("creationTimestamp", ""),
+                born_rv=rv,
+            )
+            others = [o for o in self.alive() if o.gang != life.gang]
+            if others:
+                self.overlaps.append(
+                    f"{life.name} (gang {life.gang}, uid {life.uid}, rv {rv}) created while "
+                    + ", ".join(f"{o.name} (gang {o.gang}, uid {o.uid})" for o in others)
+                    + " still existed"
+                )
+            self.lives[uid] = life
+        if meta.get("deletionTimestamp"):
+            life.terminating = True
+            life.grace = meta.get("deletionGracePeriodSeconds")
+        life.ip = (pod.get("status") or {}).get("podIP") or life.ip
+        if kind == "DELETED":
+            life.died_rv = rv
+
+    def _relist(self) -> str:
+        listing = self.api.list_namespaced_pod(NAMESPACE, label_selector=self.selector)
+        rv = int(listing.metadata.resource_version)
+        present = set()
+        for item in listing.items:
+            pod = self.api.api_client.sanitize_for_serialization(item)
+            present.add(pod["metadata"]["uid"])
+            self._see("LISTED", pod, rv)
+        for life in self.alive():
+            if life.uid not in present:
+                life.died_rv = rv  # order against the new pods of this list unknown: a gap
+        return listing.metadata.resource_version
+
+    def run(self) -> None:
+        rv: str | None = None
+        while not self.stopping.is_set():
+            try:
+                if rv is None:
+                    if self.listed.is_set():
+                        self.gaps += 1
+                    rv = self._relist()
+                    self.listed.set()
+                stream = watch.Watch()
+                for event in stream.stream(
+                    self.api.list_namespaced_pod,
+                    NAMESPACE,
+                    label_selector=self.selector,
+                    resource_version=rv,
+                    timeout_seconds=5,
+                    _request_timeout=30,  # a stream the server never ends: resume from rv
+                ):
+                    if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                        continue
+                    pod = event["raw_object"]
+                    rv = pod["metadata"]["resourceVersion"]
+                    self._see(event["type"], pod, int(rv))
+                    if self.stopping.is_set():
+                        stream.stop()
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = None
+                    continue
+                self.errors.append(f"{exc.status} {exc.reason}")
+                self.stopping.wait(0.5)
+            except Exception as exc:  # noqa: BLE001 - a busy API: resume from rv
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.stopping.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=30)
+
+    def gangs(self) -> dict[int, list[PodLife]]:
+        found: dict[int, list[PodLife]] = {}
+        for life in sorted(self.lives.values(), key=lambda life: life.born_rv):
+            found.setdefault(life.gang, []).append(life)
+        return found
+
+    def timeline(self) -> str:
+        """What a failed assertion shows: every pod object, in the order it appeared."""
+        return "\n".join(
+            f"  gang {life.gang} {life.replica} uid={life.uid} created={life.created} "
+            f"rv {life.born_rv}..{life.died_rv} terminating={life.terminating} "
+            f"grace={life.grace} ip={life.ip}"
+            for life in sorted(self.lives.values(), key=lambda life: life.born_rv)
+        ) + (f"\n  watch errors: {self.errors[-5:]}" if self.errors else "")
+
+
+def start_recorder(world, job: str) -> PodLifeRecorder:  # type: ignore[no-untyped-def]
+    recorder = PodLifeRecorder(world, job)
+    recorder.start()
+    assert recorder.listed.wait(60), f"could not list the pods of {job}: {recorder.errors}"
+    return recorder
+
+
+# --- acting on the run while it trains -------------------------------------------------------
+
+
+def start_request_dag(world, body):  # type: ignore[no-untyped-def]
+    """Write the request file and start its DAG's `dag.test()` without waiting for it."""
+    world.write_request(body)
+    return world.start_dag(f"tfjob__{body['name']}")
+
+
+def first_gang_pods(world, job: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """{replica: pod} of the job's first gang (pods without the attempts annotation)."""
+    api = world.kube.core_v1()
+    pods = {}
+    for pod in api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items:
+        if ANNOTATION_ATTEMPTS in (pod.metadata.annotations or {}):
+            continue
+        labels = pod.metadata.labels or {}
+        pods[f"{labels.get(LABEL_ROLE)}-{labels.get(LABEL_INDEX)}"] = pod
+    return pods
+
+
+def program_started(world, pod_name: str, replica: str) -> bool:  # type: ignore[no-untyped-def]
+    """The stand-in printed its first line: its bootstrap had the ClusterSpec, training runs."""
+    try:
+        text = world.kube.core_v1().read_namespaced_pod_log(
+            pod_name, NAMESPACE, container=MAIN_CONTAINER
+        )
+    except Exception:  # noqa: BLE001 - not started yet (or the API is busy): ask again
+        return False
+    return f"standin {replica} TF_CONFIG=" in text
+
+
+def await_programs(world, job: str, replicas, timeout: float = PROGRAMS_TIMEOUT_S):  # type: ignore[no-untyped-def]
+    """Wait until every program of the job's first gang runs; return {replica: pod}."""
+
+    def running() -> dict[str, Any] | None:
+        pods = first_gang_pods(world, job)
+        if set(replicas) <= set(pods) and all(
+            program_started(world, pods[r].metadata.name, r) for r in replicas
+        ):
+            return pods
+        return None
+
+    return wait_for(running, timeout, f"every program of {job} ({', '.join(replicas)}) to run",
+                    interval=0.5)
+
+
+def delete_like_a_drain(world, pod: Any) -> None:  # type: ignore[no-untyped-def]
+    """Delete one pod with its own grace period (terminationGracePeriodSeconds, as `kubectl
+    drain` does), and only that object: the uid precondition cannot hit a newer pod."""
+    world.kube.core_v1().delete_namespaced_pod(
+        pod.metadata.name,
+        NAMESPACE,
+        body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.metadata.uid)),
+    )
+
+
+def abandon(world, running, job: str) -> None:  # type: ignore[no-untyped-def]
+    """The test failed before the run ended: stop `dag.test()` and remove the job's pods,
+    so the next tests of the module do not share two cores with them."""
+    running.kill()
+    running.communicate()
+    api = world.kube.core_v1()
+    for pod in api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items:
+        try:
+            api.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        except ApiException:
+            pass
+
+
+def task_states(world, dag_id: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """{task_id: state} of the DAG's (only) run in this world's Airflow DB."""
+    rows = world.query_airflow_db(
+        "SELECT task_id, state FROM task_instance WHERE dag_id = :dag_id", dag_id=dag_id
+    )
+    return {task_id: state for task_id, state in rows}
+
+
+def ps_request(world, name: str, behaviour: dict[str, Any], **changes: Any):  # type: ignore[no-untyped-def]
+    return world.request(
+        name,
+        mode="distributed",
+        strategy="parameter_server",
+        replicas=PS_REPLICAS,
+        success_policy="chief",
+        env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)},
+        **changes,
+    )
+
+
+def run_manifest(world, result) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return json.loads(world.s3_text(run_keys(result) + "run.json"))
+
+
+# --- the tests -------------------------------------------------------------------------------
+
+
+def test_a_deleted_worker_restarts_the_whole_gang_which_succeeds_and_two_gangs_never_overlap(
+    pipeline_world,
+):
+    world = pipeline_world
+    job = "e2e-restart"
+    # ps (not named) waits forever; the workers never decide (success_policy chief).
+    body = ps_request(
+        world,
+        job,
+        {"chief-0": {"sleep": RESTART_TRAIN_SECONDS}, "worker-0": {"sleep": LONG_SECONDS},
+         "worker-1": {"sleep": LONG_SECONDS}},
+        max_restarts=2,
+    )
+    recorder = start_recorder(world, job)
+    running = start_request_dag(world, body)
+    try:
+        try:
+            first = await_programs(world, job, PS_IDS)
+            delete_like_a_drain(world, first["worker-1"])
+        except BaseException:
+            abandon(world, running, job)
+            raise
+        result = world.finish_dag(running)
+    finally:
+        recorder.stop()
+    timeline = recorder.timeline()
+    assert result.state == "success", f"{result}\n{timeline}"
+    assert set(result.tasks.values()) == {"success"}, result
+
+    # The task log: the verdict, the stop, the new gang with its ClusterSpec, the success.
+    assert "worker-1 was deleted" in result.log, result
+    assert "restarting as attempt 2 of 3" in result.log, result
+    assert "stopping the gang of run" in result.log, result
+    assert "attempt 2: every replica runs" in result.log, result
+    assert "runs with its ClusterSpec" in result.log, result
+    assert "at attempt 2" in result.log, result  # "training succeeded (chief-0) at attempt 2"
+    # Each gang's chief printed its TF_CONFIG: the first gang's through train's log of
+    # the failed gang (or the live stream), the second's as it trained.
+    assert result.log.count("[chief-0] standin chief-0 TF_CONFIG=") >= 2, result
+
+    manifest = run_manifest(world, result)
+    attempts = manifest["attempts"]
+    assert [a["number"] for a in attempts] == [1, 2], attempts
+    failed, last = attempts
+    assert failed["outcome"] == "restarted" and failed["failed_replica"] == "worker-1", attempts
+    assert failed["kind"] == "deleted", attempts
+    assert failed["reason"].startswith("worker-1 was deleted"), attempts
+    assert failed["exit_code"] in (143, None), attempts  # SIGTERM'd, or seen gone
+    assert last["outcome"] == "succeeded" and last["failed_replica"] is None, attempts
+    assert failed["ended"] and last["started"] and failed["ended"] <= last["started"], attempts
+    assert all(a["restored_checkpoint_step"] is None for a in attempts), attempts  # item 2 to do
+    prefix = run_keys(result)
+    assert json.loads(world.s3_text(prefix + "model/model.json"))["trained_by"] == "chief-0"
+
+    # Two gangs of the same four replicas under the same names, one after the other.
+    gangs = recorder.gangs()
+    assert sorted(gangs) == [1, 2], timeline
+    old, new = gangs[1], gangs[2]
+    assert sorted(life.replica for life in old) == list(PS_IDS), timeline
+    assert sorted(life.replica for life in new) == list(PS_IDS), timeline
+    assert {life.name for life in old} == {life.name for life in new}, timeline
+    assert recorder.gaps == 0, f"the watch had to relist: the order is not known\n{timeline}"
+    # No moment with both: every old pod was removed before the first new one was created.
+    assert all(life.died_rv is not None for life in old), timeline
+    assert max(life.died_rv for life in old) < min(life.born_rv for life in new), timeline
+    assert recorder.overlaps == [], "\n".join(recorder.overlaps) + "\n" + timeline
+    # Graceful deletions: worker-1 by the "drain", the rest by train's stop of the gang
+    # (a deletionTimestamp seen before removal; with grace 0 the object would vanish at once).
+    assert all(life.terminating for life in old), timeline
+
+    # run.json's ClusterSpec is the new gang's, and the new chief trained with it.
+    cluster = manifest["cluster_spec"]
+    new_chief = next(life for life in new if life.replica == "chief-0")
+    assert cluster["chief"][0].split(":")[0] == new_chief.ip, (cluster, timeline)
+    chief_log = world.s3_text(prefix + "logs/chief-0.log")
+    assert '"task":{"index":0,"type":"chief"}' in chief_log
+    assert "standin chief-0 done" in chief_log
+    assert world.run_objects(job) == []
+
+
+def test_a_deleted_worker_fails_the_run_naming_it_when_max_restarts_is_0(pipeline_world):
+    world = pipeline_world
+    job = "e2e-norestart"
+    body = ps_request(
+        world,
+        job,
+        {"chief-0": {"sleep": LONG_SECONDS}, "worker-0": {"sleep": LONG_SECONDS},
+         "worker-1": {"sleep": LONG_SECONDS}},
+        max_restarts=0,
+    )
+    recorder = start_recorder(world, job)
+    running = start_request_dag(world, body)
+    try:
+        try:
+            first = await_programs(world, job, PS_IDS)
+            delete_like_a_drain(world, first["worker-1"])
+        except BaseException:
+            abandon(world, running, job)
+            raise
+        result = world.finish_dag(running)
+    finally:
+        recorder.stop()
+    timeline = recorder.timeline()
+    assert result.state == "failed", f"{result}\n{timeline}"
+    assert result.tasks["train"] == "failed" and result.tasks["archive"] == "success", result
+    assert result.tasks["teardown"] == "success", result
+    assert result.tasks["publish"] == "upstream_failed", result
+    # describe_run_failure: "training failed: attempt 1: worker-1 was deleted (exit code
+    # 143) (not restarted: max_restarts is 0)", then the failed replica and its log tail.
+    assert "training failed: attempt 1: worker-1 was deleted" in result.log, result
+    assert "(not restarted: max_restarts is 0)" in result.log, result
+    assert "restarting as attempt" not in result.log, result
+
+    attempts = run_manifest(world, result)["attempts"]
+    assert len(attempts) == 1, attempts
+    (only,) = attempts
+    assert only["number"] == 1 and only["outcome"] == "failed", attempts
+    assert only["failed_replica"] == "worker-1" and only["kind"] == "deleted", attempts
+    assert only["reason"].startswith("worker-1 was deleted"), attempts
+
+    # One gang only, and the deleted worker went with its grace period.
+    gangs = recorder.gangs()
+    assert sorted(gangs) == [1] and len(gangs[1]) == len(PS_IDS), timeline
+    worker = next(life for life in gangs[1] if life.replica == "worker-1")
+    assert worker.terminating and worker.grace, timeline
+    assert world.run_objects(job) == []
+
+
+def test_a_worker_exiting_1_is_a_permanent_failure_and_is_not_restarted(pipeline_world):
+    world = pipeline_world
+    job = "e2e-permanent"
+    body = world.request(
+        job,
+        mode="distributed",
+        strategy="multi_worker_mirrored",
+        replicas={"worker": 2},
+        success_policy="all_workers",
+        max_restarts=2,  # restart_on: the default, retryable
+        env={"STANDIN_BEHAVIOUR": json.dumps(
+            {"worker-0": {"sleep": LONG_SECONDS}, "worker-1": {"sleep": 5, "exit": 1}}
+        )},
+    )
+    recorder = start_recorder(world, job)
+    try:
+        result = world.run_request(body)
+    finally:
+        recorder.stop()
+    timeline = recorder.timeline()
+    assert result.state == "failed", f"{result}\n{timeline}"
+    assert result.tasks["train"] == "failed" and result.tasks["archive"] == "success", result
+    assert result.tasks["teardown"] == "success", result
+    assert (
+        "training failed: attempt 1: worker-1 exited 1 "
+        "(not restarted: a permanent failure under restart_on=retryable)"
+    ) in result.log, result
+    assert "failed with exit code 1" in result.log, result
+    assert "[worker-1] standin worker-1 failing on purpose with 1" in result.log, result
+    assert "restarting as attempt" not in result.log, result
+
+    attempts = run_manifest(world, result)["attempts"]
+    assert len(attempts) == 1, attempts
+    (only,) = attempts
+    assert only["outcome"] == "failed" and only["failed_replica"] == "worker-1", attempts
+    assert only["kind"] == "exited" and only["exit_code"] == 1, attempts
+    gangs = recorder.gangs()
+    assert sorted(gangs) == [1] and len(gangs[1]) == 2, timeline
+    assert world.run_objects(job) == []
+
+
+def test_a_20s_api_server_outage_while_training_does_not_fail_the_run(pipeline_world):
+    world = pipeline_world
+    job = "e2e-blink"
+    dag_id = f"tfjob__{job}"
+    body = world.request(
+        job,
+        max_restarts=0,
+        env={"STANDIN_BEHAVIOUR": json.dumps({"worker-0": {"sleep": OUTAGE_TRAIN_SECONDS}})},
+    )
+    running = start_request_dag(world, body)
+    try:
+        try:
+            await_programs(world, job, ("worker-0",))
+            program_seen = time.monotonic()
+            # `train` has started (dag.test() queues a task right before it runs it, and
+            # keeps it queued while its trigger runs in line): the outage hits the wait.
+            wait_for(
+                lambda: task_states(world, dag_id).get("train") in ("queued", "running",
+                                                                      "deferred"),
+                120,
+                f"train of {dag_id} to start",
+                interval=0.5,
+            )
+            outage_started = time.monotonic()
+            answer = world.kube.request("POST", "/localkube/v1/outage",
+                                        {"seconds": OUTAGE_SECONDS})
+            assert answer.get("active") is True, answer
+            # The switch works: the API answers 503 (the client's own calls included).
+            with pytest.raises(ApiException) as refused:
+                world.kube.core_v1().list_namespaced_pod(NAMESPACE)
+            assert refused.value.status == 503
+            # The outage must end while the program still trains, else it tested nothing.
+            margin = OUTAGE_TRAIN_SECONDS - (outage_started + OUTAGE_SECONDS - program_seen)
+            assert margin > 10, (
+                f"the outage began {outage_started - program_seen:.0f}s after the program: "
+                f"too late to fall within its {OUTAGE_TRAIN_SECONDS}s; raise "
+                "OUTAGE_TRAIN_SECONDS"
+            )
+        except BaseException:
+            world.kube.request("POST", "/localkube/v1/outage", {"seconds": 0})
+            abandon(world, running, job)
+            raise
+        result = world.finish_dag(running)
+    finally:
+        world.kube.request("POST", "/localkube/v1/outage", {"seconds": 0})  # others need it
+    assert result.state == "success", result
+    assert set(result.tasks.values()) == {"success"}, result
+    # Ridden out, and said so: "pods of run ...: 503 Service Unavailable (transient);
+    # relisting in 1.2s" from the trigger (or the same from another waiting call).
+    assert "(transient)" in result.log and "503" in result.log, result
+    assert "[worker-0] standin worker-0 done" in result.log, result
+    attempts = run_manifest(world, result)["attempts"]
+    assert [(a["number"], a["outcome"]) for a in attempts] == [(1, "succeeded")], attempts
+    prefix = run_keys(result)
+    assert prefix + "model/model.json" in world.s3_keys(prefix)
+    assert world.run_objects(job) == []

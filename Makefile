@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
-.PHONY: setup test test-fast lint demo up down bench s3-up s3-down
+.PHONY: setup test test-fast lint demo up down bench bench-quick s3-up s3-down
 
 setup: $(STAMP)
 
@@ -20,12 +20,23 @@ setup: $(STAMP)
 # --compile-bytecode: uv writes no .pyc of its own, and where PYTHONDONTWRITEBYTECODE
 # is set no import ever caches one, so every Airflow task process and every pod
 # would compile Airflow, the Kubernetes clients and TensorFlow from source again.
+# PostgreSQL holds Airflow's metadata: scripts/postgres_server.py runs a cluster of its own
+# with Debian's binaries, which live in /usr/lib/postgresql/<major>/bin (not on PATH). The
+# createcluster.d line keeps the package from creating, and where systemd runs starting,
+# a system cluster of its own on port 5432 that nothing here uses.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv==0.13.9
 	@test -x $(PY) || $(PYTHON) -m uv venv -q --python $(PYTHON) $(VENV)
 	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt -c constraints.txt
 	$(PYTHON) -m uv pip install -q --python $(PY) --no-deps -e .
 	@command -v kubectl >/dev/null 2>&1 || (apt-get install -y -qq kubernetes-client >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kubernetes-client) >/dev/null 2>&1) || echo "note: kubectl not installed; its tests will fail"
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  mkdir -p /etc/postgresql-common/createcluster.d 2>/dev/null && \
+	  echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/tfjob.conf; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq --no-install-recommends postgresql >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql) >/dev/null 2>&1 || \
+	  echo "note: PostgreSQL not installed (apt-get install postgresql); make up, make demo and the end-to-end tests need it"; }
 	@touch $(STAMP)
 
 # Files run whole on 3 workers, in the order tests/conftest.py gives (longest first;
@@ -70,3 +81,8 @@ clean-state:
 # Figures, not tests: every measurement of issue 8 (< 20 min on 2 cores) → bench/RESULTS.md.
 bench: setup
 	$(PY) bench/run_all.py
+
+# A check that every measurement still runs (1 repetition, small sizes, a few minutes; run
+# by .ci/run): fails when one breaks; writes only bench/out/quick/, never bench/RESULTS.md.
+bench-quick: setup
+	$(PY) bench/run_all.py --quick

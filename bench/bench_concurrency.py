@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
-"""Measurement 5: 10 distributed stand-in jobs submitted at once, Airflow parallelism 4 (issue 8).
+"""Measurement 5: 20 distributed stand-in jobs submitted at once, Airflow's parallelism (issue 8).
 
-    python bench/bench_concurrency.py --world DIR [--jobs 10] [--train-seconds 15]
+    python bench/bench_concurrency.py --world DIR [--jobs 20] [--train-seconds 15]
 
 Every job (chief + ps + 2 workers, the stand-in program: its chief "trains"
 for `--train-seconds`, the ps runs until torn down) is triggered through the
 REST API of the world tenant's submit DAG (`tfjob_submit__test`) within a
 second of the others, against the world's Airflow (this repo's airflow.cfg:
-parallelism 4, LocalExecutor).
+its `parallelism`, 16 on PostgreSQL; LocalExecutor).
 While they run, the task instances of all runs are sampled every second:
-which are `running` (each holds one of the executor's 4 slots) and which are
-`deferred` (waiting in the triggerer, holding none). Reported: all succeed;
-slots held by train tasks while training (deferred) jobs exist; the most
-jobs training at once; jobs per minute (jobs / (last success − first
-trigger)). Writes bench/out/concurrency.json.
+which are `running` (each holds one of the executor's slots), which wait for
+one (`scheduled`, `queued`) and which are `deferred` (waiting in the
+triggerer, holding none); the machine's CPU time is read from /proc/stat
+around the burst. Reported: all succeed; every 5xx answer the bench's client
+got from Airflow (goal 0: PostgreSQL takes concurrent writers; any 5xx fails
+the measurement); slots held by train tasks while training (deferred) jobs
+exist; the most jobs training at once; how long tasks waited from queued to
+started; jobs per minute (jobs / (last success − first trigger)). Writes
+bench/out/concurrency.json; exits 1 when a job failed or a 5xx was seen.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,11 +45,11 @@ from airflow_runs import (  # noqa: E402
     trigger_run,
 )
 from stats import summarise  # noqa: E402
-from world import load_airflow, load_world  # noqa: E402
+from world import airflow_parallelism, load_airflow, load_world  # noqa: E402
 
 SAMPLE_INTERVAL_S = 1.0
-RUN_TIMEOUT_S = 540
-PARALLELISM = 4
+RUN_TIMEOUT_S = 660
+WAITING = ("scheduled", "queued")  # ready to run, waiting for an executor slot or its start
 
 
 def build_conf(world: Any, name: str, train_seconds: int) -> dict[str, Any]:
@@ -61,7 +67,8 @@ def build_conf(world: Any, name: str, train_seconds: int) -> dict[str, Any]:
 
 
 def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """From samples of {t, running: [task ids], deferred: [task ids]}: slot use while training.
+    """From samples of {t, running: [task ids], deferred: [task ids], waiting: [task ids]}:
+    slot use while training, and how many slots were in use on average (time-weighted).
 
     A train task in `deferred` waits in the triggerer and holds no executor slot; it is
     `running` (holding one) only while it starts and defers, and when it resumes to finish.
@@ -69,18 +76,62 @@ def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     train_running = sum(s["running"].count("train") for s in samples)
     train_deferred = sum(s["deferred"].count("train") for s in samples)
     observed = train_running + train_deferred
+    span = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
+    pairs = list(zip(samples, samples[1:], strict=False))
+
+    def area(count: Any) -> float:  # seconds-weighted: samples come slower when Airflow is busy
+        return sum(count(before) * (after["t"] - before["t"]) for before, after in pairs)
+
+    running_area = area(lambda s: len(s["running"]))
     return {
         "samples": len(samples),
         "samples_with_training": sum(1 for s in samples if "train" in s["deferred"]),
         "max_running": max((len(s["running"]) for s in samples), default=0),
+        "mean_running": running_area / span if span > 0 else 0.0,
+        "max_waiting": max((len(s.get("waiting", [])) for s in samples), default=0),
         "max_training_at_once": max((s["deferred"].count("train") for s in samples), default=0),
         "max_slots_held_by_training_jobs": max(
             (s.get("held_by_training_jobs", 0) for s in samples), default=0
         ),
         "train_running_samples": train_running,
         "train_deferred_samples": train_deferred,
+        "train_running_s": area(lambda s: s["running"].count("train")),
+        "train_deferred_s": area(lambda s: s["deferred"].count("train")),
         "train_share_in_slot": train_running / observed if observed else 0.0,
     }
+
+
+def read_cpu_times() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return (total - idle) / ticks, total / ticks
+
+
+def summarise_task_waits(instances: list[dict[str, Any]]) -> dict[str, Any]:
+    """Queued → started per task instance (the executor starting its process), and how long the
+    tasks other than `train` (which defers) held their slot."""
+    waits, held = [], []
+    for ti in instances:
+        queued, start, end = (
+            parse_time(ti.get(k)) for k in ("queued_when", "start_date", "end_date")
+        )
+        if queued is not None and start is not None and start >= queued:
+            waits.append(start - queued)
+        if ti["task_id"] != "train" and start is not None and end is not None:
+            held.append(end - start)
+    return {
+        "queued_to_start_s": summarise(waits).as_dict() if waits else None,
+        "queued_to_start_p90_s": percentile_90(waits),
+        "task_in_slot_s": summarise(held).as_dict() if held else None,
+        "slot_seconds_besides_train": sum(held),
+    }
+
+
+def percentile_90(values: list[float]) -> float | None:
+    return statistics.quantiles(values, n=10)[-1] if len(values) >= 2 else None
 
 
 def read_log_lines(body: Any) -> list[str]:
@@ -136,7 +187,7 @@ def explain_failures(airflow: Any, states: dict[str, dict[str, Any]]) -> list[di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
-    parser.add_argument("--jobs", type=int, default=15)
+    parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--train-seconds", type=int, default=15)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrency.json")
     args = parser.parse_args()
@@ -144,6 +195,7 @@ def main() -> int:
     airflow = load_airflow(args.world)
     stamp = time.strftime("%H%M%S")
     runs: dict[str, float] = {}
+    cpu_before = read_cpu_times()
     for index in range(args.jobs):
         run_id, sent = trigger_run(
             airflow, build_conf(world, f"conc-{stamp}-{index}", args.train_seconds)
@@ -165,6 +217,7 @@ def main() -> int:
                 "t": time.time() - first,
                 "running": [ti["task_id"] for ti in instances if ti["state"] == "running"],
                 "deferred": [ti["task_id"] for ti in instances if ti["state"] == "deferred"],
+                "waiting": [ti["task_id"] for ti in instances if ti["state"] in WAITING],
                 # slots held by jobs whose pods are training right now (train deferred)
                 "held_by_training_jobs": sum(
                     1
@@ -184,18 +237,31 @@ def main() -> int:
                 f"{len(runs) - len(states)} of {len(runs)} runs unfinished after {RUN_TIMEOUT_S}s"
             )
         time.sleep(SAMPLE_INTERVAL_S)
+    cpu_after = read_cpu_times()
+    load_after = os.getloadavg()
     ends = {r: parse_time(s["end_date"]) for r, s in states.items()}
     durations = [ends[r] - runs[r] for r in runs]
     span = max(ends.values()) - first
+    instances = [ti for ti in read_task_instances(airflow, "~") if ti["dag_run_id"] in runs]
     report = {
         "jobs": args.jobs,
         "succeeded": sum(1 for s in states.values() if s["state"] == "success"),
-        "parallelism": PARALLELISM,
+        "parallelism": airflow_parallelism(),
+        "database": "postgresql",
         "train_seconds": args.train_seconds,
         "span_s": span,
         "jobs_per_minute": args.jobs / span * 60,
         "trigger_to_end_s": summarise(durations).as_dict(),
+        "trigger_to_end_p90_s": percentile_90(durations),
+        "server_errors": {str(code): n for code, n in sorted(airflow.server_errors.items())},
+        "server_error_count": sum(airflow.server_errors.values()),
         "slots": summarise_samples(samples),
+        "tasks": summarise_task_waits(instances),
+        "cpu": {
+            "cores": os.cpu_count(),
+            "busy_share": (cpu_after[0] - cpu_before[0]) / max(1e-9, cpu_after[1] - cpu_before[1]),
+            "load_after": load_after,
+        },
         "failures": explain_failures(airflow, states),
         "timeline": samples,
     }
@@ -203,10 +269,16 @@ def main() -> int:
     args.out.write_text(json.dumps(report, indent=1))
     print(
         f"concurrency: {report['succeeded']}/{args.jobs} succeeded in {span:.1f}s "
-        f"({report['jobs_per_minute']:.1f} jobs/min); slots {report['slots']}",
+        f"({report['jobs_per_minute']:.2f} jobs/min), parallelism {report['parallelism']}, "
+        f"5xx answers {report['server_error_count']} {report['server_errors']}; "
+        f"cores {report['cpu']['busy_share']:.0%} busy; slots {report['slots']}; "
+        f"tasks {report['tasks']}",
         flush=True,
     )
-    return 0 if report["succeeded"] == args.jobs else 1
+    if report["server_error_count"]:
+        print(f"concurrency: FAILED: Airflow answered 5xx {report['server_errors']}", flush=True)
+    ok = report["succeeded"] == args.jobs and not report["server_error_count"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

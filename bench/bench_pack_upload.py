@@ -107,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "pack_upload.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pack-") as tmp:
         work = Path(tmp)
@@ -138,9 +139,8 @@ def main() -> int:
         "runs": runs,
         "median_ratio": median,
     }
-    out = REPO / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pack_upload.json").write_text(json.dumps(report, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
     for run in runs:
         t, b = run["tshell"], run["baseline"]
         print(

@@ -14,7 +14,8 @@ timestamps (CRI, read while the pods exist): TensorFlow import = from
 (`serving at`, printed right after `import tensorflow` and the gRPC server
 start). Airflow scheduling is what is left: trigger → first task, and every
 gap between one task's end and the next one's start. Writes
-bench/out/wholerun.json.
+bench/out/wholerun.json; exits 1 when Airflow answered a 5xx (counted by the
+REST client, bench/airflow_runs.py).
 """
 
 from __future__ import annotations
@@ -235,6 +236,11 @@ def main() -> int:
         help="start no further run when the last run's time would pass this (at least 1 run)",
     )
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "wholerun.json")
+    parser.add_argument(
+        "--no-import-profile",
+        action="store_true",
+        help="skip timing `import tensorflow` alone and 4 at once after the runs",
+    )
     args = parser.parse_args()
     began = time.monotonic()
     world, _record = load_world(args.world)
@@ -255,9 +261,13 @@ def main() -> int:
         if args.budget_s is not None and time.monotonic() - began + last > args.budget_s:
             print(f"digits-ps: budget of {args.budget_s:.0f}s reached after {attempt + 1} runs")
             break
-    alone = time_tensorflow_imports(1)
-    together = time_tensorflow_imports(4)
-    print(f"digits-ps import tensorflow: alone {alone[0]:.1f}s, 4 at once {together}", flush=True)
+    alone, together = [], []
+    if not args.no_import_profile:
+        alone = time_tensorflow_imports(1)
+        together = time_tensorflow_imports(4)
+        print(
+            f"digits-ps import tensorflow: alone {alone[0]:.1f}s, 4 at once {together}", flush=True
+        )
     summary = {
         "total_s": summarise(r["total_s"] for r in runs).as_dict(),
         "all_but_training_s": summarise(r["all_but_training_s"] for r in runs).as_dict(),
@@ -272,10 +282,14 @@ def main() -> int:
                 "target_s": 15,
                 "tf_import_alone_s": alone,
                 "tf_import_four_at_once_s": together,
+                "server_errors": {str(c): n for c, n in sorted(airflow.server_errors.items())},
             },
             indent=1,
         )
     )
+    if airflow.server_errors:  # PostgreSQL takes concurrent writers: a 5xx is a bug to see
+        print(f"digits-ps: FAILED: Airflow answered 5xx {dict(airflow.server_errors)}", flush=True)
+        return 1
     return 0
 
 

@@ -7,11 +7,16 @@ line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),
 report_pack_upload.py; this one puts them in order.
+
+`merge_report` serves `run_all.py --only NAME`: the sections measured again
+replace theirs in the existing RESULTS.md (and their rows of its step table),
+the others stay as they were, and a line in the header says what was measured
+when.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from report_concurrency import section_concurrency
@@ -21,6 +26,17 @@ from report_parse import section_parse
 from report_startup import section_startup
 from report_wholerun import section_wholerun
 from stats import markdown_table, verdict
+
+# Each measurement's section starts with a line beginning with its heading.
+SECTION_HEADINGS = {
+    "startup": "## 1.",
+    "naive": "## 2.",
+    "wholerun": "## 3.",
+    "parse": "## 4.",
+    "concurrency": "## 5.",
+    "pack_upload": "## Bundle pack + upload",
+}
+REMEASURED = "- re-measured"
 
 
 def build_report(
@@ -75,7 +91,11 @@ def build_report(
         else missing("1. Start-up overhead", "startup")
     )
     out += (
-        section_naive(results["naive"], results.get("startup") if has("startup") else None)
+        section_naive(
+            results["naive"],
+            results.get("startup") if has("startup") else None,
+            run.get("airflow_parallelism", 4),  # runs before it was recorded had 4
+        )
         if has("naive")
         else missing("2. Against the naive way", "naive")
     )
@@ -99,3 +119,70 @@ def build_report(
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))
     return "\n".join(out).rstrip() + "\n"
+
+
+def split_sections(text: str) -> tuple[list[str], list[list[str]]]:
+    """(header lines, sections): each section is its lines, from its `## ` heading on."""
+    header: list[str] = []
+    sections: list[list[str]] = []
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith("## "):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+        else:
+            header.append(line)
+    return header, sections
+
+
+def find_section(sections: list[list[str]], name: str) -> int | None:
+    heading = SECTION_HEADINGS[name]
+    return next((i for i, lines in enumerate(sections) if lines[0].startswith(heading)), None)
+
+
+def merge_report(old: str, new: str, measured: Iterable[str], run: Mapping[str, Any]) -> str:
+    """`old` RESULTS.md with the sections and step-table rows of `measured` taken from `new`
+    (both made by build_report); one header line names what was measured again, when and how."""
+    measured = [name for name in SECTION_HEADINGS if name in set(measured)]
+    old_header, old_sections = split_sections(old)
+    new_header, new_sections = split_sections(new)
+    for name in measured:
+        fresh = find_section(new_sections, name)
+        if fresh is None:
+            continue
+        at = find_section(old_sections, name)
+        if at is None:
+            old_sections.append(new_sections[fresh])
+        else:
+            old_sections[at] = new_sections[fresh]
+    header = [
+        line
+        for line in old_header
+        # an earlier re-measurement of the same sections is replaced by this one
+        if not (line.startswith(REMEASURED) and set(remeasured_names(line)) <= set(measured))
+    ]
+    for name in measured:
+        row = next((line for line in new_header if line.startswith(f"| {name} |")), None)
+        if row is None:
+            continue
+        at = next((i for i, line in enumerate(header) if line.startswith(f"| {name} |")), None)
+        if at is not None:
+            header[at] = row
+        else:
+            last_row = max((i for i, line in enumerate(header) if line.startswith("|")), default=-1)
+            header.insert(last_row + 1 if last_row >= 0 else len(header), row)
+    note = (
+        f"{REMEASURED} {run.get('date', '?')}: "
+        + ", ".join(f"section {SECTION_HEADINGS[n][3:].rstrip('.')} ({n})" for n in measured)
+        + f" with `{run.get('command', '?')}`, wall time {run.get('wall_s', 0) / 60:.1f} min, "
+        f"load average at start {run.get('load_start', '?')}, at end {run.get('load_end', '?')}; "
+        "the other sections and step rows are from the run above."
+    )
+    at = next((i for i, line in enumerate(header) if line.startswith("- figures:")), None)
+    header.insert(at + 1 if at is not None else len(header), note)
+    body = ["\n".join(lines).rstrip("\n") + "\n" for lines in old_sections]
+    return "\n".join(header).rstrip("\n") + "\n\n" + "\n".join(body)
+
+
+def remeasured_names(line: str) -> list[str]:
+    return [name for name in SECTION_HEADINGS if f"({name})" in line]

@@ -12,7 +12,9 @@ from typing import Any
 from stats import format_ratio, format_summary, markdown_table, ratio
 
 
-def section_naive(naive: Mapping[str, Any], startup: Mapping[str, Any] | None) -> list[str]:
+def section_naive(
+    naive: Mapping[str, Any], startup: Mapping[str, Any] | None, parallelism: int = 16
+) -> list[str]:
     rows, phases = [], []
     for count, row in naive["summary"].items():
         ours = (startup or {}).get("summary", {}).get("by_replicas", {}).get(count)
@@ -86,9 +88,9 @@ def section_naive(naive: Mapping[str, Any], startup: Mapping[str, Any] | None) -
         ),
         "",
         "A ratio above 1 means ours has every pod Running sooner. Not run here, but it follows "
-        "from the slots: with this repo's Airflow parallelism of 4, the naive way cannot even "
-        "start a gang of more "
-        "than 4 replicas: the fifth task waits for a slot that a running replica never frees, so a "
+        f"from the slots: with this repo's Airflow parallelism of {parallelism}, the naive way "
+        f"cannot even start a gang of more than {parallelism} replicas: task {parallelism + 1} "
+        "waits for a slot that a running replica never frees, so a "
         "TensorFlow job that needs all of them deadlocks; ours holds at most 1 slot per job at "
         "any time.",
         "",

@@ -5,15 +5,29 @@
 
 Order (each measurement is its own process, see bench/world.py for why):
 pack+upload and DAG parse first (no services), then the shared world (S3,
-localkube, Airflow DB) for start-up (1) and naive (2), then `airflow
-standalone` for whole-run (3) and concurrency (5); Airflow starts only after
-1 and 2 so its idle work does not disturb them. A measurement that fails is
-reported as failed in RESULTS.md and the others still run. The whole run is
-sized to stay under 20 minutes on 2 cores: 5 repetitions everywhere except
-the TensorFlow whole run (5 runs, fewer only if the budget left when it
-starts runs out: it says so) and concurrency (one burst of 10 jobs); the
-naive way runs 8 and 32 replicas (2 fit in Airflow's 4 slots anyway).
-`--quick` does 1 repetition of everything (development).
+localkube, PostgreSQL, Airflow DB) for start-up (1) and naive (2), then
+`airflow standalone` for whole-run (3) and concurrency (5); Airflow starts
+only after 1 and 2 so its idle work does not disturb them. A measurement that
+fails is reported as failed in RESULTS.md, the others still run, and the exit
+status is 1. The whole run is sized to stay under 20 minutes on 2 cores: 5
+repetitions everywhere except the TensorFlow whole run (5 runs, fewer only if
+the budget left when it starts runs out: it says so) and concurrency (one
+burst of 20 jobs); the naive way runs 8 and 32 replicas.
+
+`--only NAME ...` measures those alone and replaces only their sections (and
+their rows of the step table) in the existing RESULTS.md; the other sections
+stay as they were (report.merge_report).
+
+`--quick` (`make bench-quick`, run by .ci/run) is a check that every
+measurement still runs, not a measurement: 1 repetition, small sizes (an 8
+MiB pack, 100 request files, 2 and 8 replicas, one TensorFlow run without the
+import profile, 2 concurrent jobs), about 3 minutes on 2 cores. It writes its
+logs, JSON and report to bench/out/quick/ and refuses to write
+bench/RESULTS.md or bench/out/*.json, so it never replaces the figures of a
+full run; it exits 1 when any measurement failed (a 5xx from Airflow fails
+whole-run and concurrency) or when something of the world was left running.
+A measurement that runs past its step timeout is stopped with its whole
+process group (SIGINT, then SIGKILL), so nothing it started outlives it.
 
 First step: byte-compile the venv and the repo (`compileall`, a no-op when
 done). Without it every process (each Airflow task, each pod's `import
@@ -30,36 +44,68 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 OUT = BENCH / "out"
+QUICK_OUT = OUT / "quick"
+RESULTS = BENCH / "RESULTS.md"
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
-from report import build_report  # noqa: E402
-from world import load_world, start_world, start_world_airflow, stop_world  # noqa: E402
+from report import build_report, merge_report  # noqa: E402
+from world import (  # noqa: E402
+    airflow_parallelism,
+    find_leftovers,
+    load_world,
+    start_world,
+    start_world_airflow,
+    stop_world,
+)
 
 PY = sys.executable
-PACK_SIZE_MB = 40
 STEP_TIMEOUT_S = {
     "pack_upload": 300,
     "parse": 420,
     "startup": 420,
     "naive": 420,
     "wholerun": 600,
-    "concurrency": 600,
+    "concurrency": 720,  # bench_concurrency.RUN_TIMEOUT_S (660) and the triggers
 }
 BUDGET_S = 20 * 60
-CONCURRENCY_ESTIMATE_S = 150  # measured 98 s at 16:45 UTC with bytecode cached
+STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
+# 20 jobs at parallelism 16 on PostgreSQL: 385 s on 2026-12-03 17:30 UTC (load average ~18,
+# other work on the machine included); 10 jobs at parallelism 4 on SQLite took 98 s.
+CONCURRENCY_ESTIMATE_S = 390
 WHOLERUN_MAX_RUNS = 5
 MEASUREMENTS = ("pack_upload", "parse", "startup", "naive", "wholerun", "concurrency")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measurement does: the full bench's, or the quick check's."""
+
+    repeat: int
+    pack_mb: int
+    request_files: int
+    startup_replicas: tuple[int, ...]
+    naive_replicas: tuple[int, ...]
+    wholerun_runs: int
+    tensorflow_import_profile: bool
+    concurrency_jobs: int
+    train_seconds: int
+
+
+FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15)
+QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5)
 
 
 def describe_machine() -> dict[str, Any]:
@@ -87,54 +133,81 @@ def describe_machine() -> dict[str, Any]:
     }
 
 
+def shown(path: Path) -> str:
+    """`path` relative to the repository when inside it (--out may lie elsewhere)."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def load_text() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run_measurement(name: str, argv: list[str], env: dict[str, str] | None) -> dict[str, Any]:
-    """Run one measurement process; its output goes to bench/out/<name>.log."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    log = OUT / f"{name}.log"
+def run_measurement(
+    name: str, argv: list[str], env: dict[str, str] | None, out: Path
+) -> dict[str, Any]:
+    """Run one measurement process; its output goes to <out>/<name>.log."""
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / f"{name}.log"
     started = time.monotonic()
     print(f"==> {name}: {' '.join(argv[1:])}", flush=True)
     with log.open("w") as handle:
+        # A session of its own, so a timeout stops what it started too (its S3 server).
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                argv,
-                env=env,
-                cwd=REPO,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                timeout=STEP_TIMEOUT_S[name],
-            )
-            status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode})"
+            code = process.wait(timeout=STEP_TIMEOUT_S[name])
+            status = "ok" if code == 0 else f"failed (exit {code})"
         except subprocess.TimeoutExpired:
             status = f"failed (over {STEP_TIMEOUT_S[name]} s)"
+            stop_process_group(process)
+        except BaseException:  # Ctrl-C, or SIGTERM (SystemExit): stop it before unwinding
+            stop_process_group(process)
+            raise
     seconds = time.monotonic() - started
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith(
             ("startup ", "naive ", "parse ", "digits-ps ", "concurrency:", "median ratio", "tree ")
         ):
             print(f"    {line}", flush=True)
-    print(f"    {name}: {status} in {seconds:.0f}s (log {log.relative_to(REPO)})", flush=True)
+    if status != "ok":
+        print("    last lines of the log:", flush=True)
+        for line in log.read_text(errors="replace").splitlines()[-15:]:
+            print(f"    | {line[:300]}", flush=True)
+    print(f"    {name}: {status} in {seconds:.0f}s (log {shown(log)})", flush=True)
     return {"status": status, "seconds": seconds, "load_after": load_text()}
 
 
-def read_result(name: str, step: dict[str, Any] | None) -> dict[str, Any]:
-    path = OUT / f"{name}.json"
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the measurement's process group (Python unwinds: its `finally` blocks stop
+    what it started), then SIGKILL to whatever of the group is left after STOP_GRACE_S."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # nothing of the group is left
+            return
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def read_result(name: str, step: dict[str, Any] | None, out: Path) -> dict[str, Any]:
+    path = out / f"{name}.json"
     if step is None:
         return {"error": "skipped (--only)"}
     # A measurement that wrote its figures but exits non-zero (concurrency: not every job
     # succeeded) is still reported; the step table shows its status.
     if not path.exists():
-        tail = (
-            (OUT / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
-            if (OUT / f"{name}.log").exists()
-            else []
-        )
+        log = out / f"{name}.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
         return {
-            "error": f"{step['status']}; last lines of bench/out/{name}.log: "
-            + " / ".join(tail)[-600:]
+            "error": f"{step['status']}; last lines of {shown(log)}: " + " / ".join(tail)[-600:]
         }
     return json.loads(path.read_text())
 
@@ -165,11 +238,11 @@ def compile_bytecode() -> dict[str, Any]:
 
 
 def run_world_measurements(
-    folder: Path, wanted: set[str], quick: bool, steps: dict[str, Any], began: float
+    folder: Path, wanted: set[str], sizes: Sizes, out: Path, steps: dict[str, Any], began: float
 ) -> None:
     """1 and 2 against the world; then Airflow, 3 and 5."""
-    reps = "1" if quick else "5"
-    print("==> world: S3 server, localkube, Airflow DB", flush=True)
+    reps = str(sizes.repeat)
+    print("==> world: S3 server, localkube, PostgreSQL, Airflow DB", flush=True)
     started = time.monotonic()
     start_world(folder)
     steps["world up"] = {"status": "ok", "seconds": time.monotonic() - started}
@@ -177,7 +250,20 @@ def run_world_measurements(
     common = ["--world", str(folder)]
     if "startup" in wanted:
         steps["startup"] = run_measurement(
-            "startup", [PY, str(BENCH / "bench_startup.py"), *common, "--repeat", reps], env
+            "startup",
+            [
+                PY,
+                str(BENCH / "bench_startup.py"),
+                *common,
+                "--replicas",
+                *map(str, sizes.startup_replicas),
+                "--repeat",
+                reps,
+                "--out",
+                str(out / "startup.json"),
+            ],
+            env,
+            out,
         )
     if "naive" in wanted:
         steps["naive"] = run_measurement(
@@ -187,12 +273,14 @@ def run_world_measurements(
                 str(BENCH / "bench_naive.py"),
                 *common,
                 "--replicas",
-                "8",
-                "32",
+                *map(str, sizes.naive_replicas),
                 "--repeat",
                 reps,
+                "--out",
+                str(out / "naive.json"),
             ],
             env,
+            out,
         )
     if not wanted & {"wholerun", "concurrency"}:
         return
@@ -208,51 +296,125 @@ def run_world_measurements(
                 str(BENCH / "bench_wholerun.py"),
                 *common,
                 "--repeat",
-                "1" if quick else str(WHOLERUN_MAX_RUNS),
+                str(sizes.wholerun_runs),
                 "--budget-s",
                 f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
+                "--out",
+                str(out / "wholerun.json"),
+                *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]),
             ],
             env,
+            out,
         )
     if "concurrency" in wanted:
         steps["concurrency"] = run_measurement(
             "concurrency",
-            [PY, str(BENCH / "bench_concurrency.py"), *common, "--jobs", "2" if quick else "10"],
+            [
+                PY,
+                str(BENCH / "bench_concurrency.py"),
+                *common,
+                "--jobs",
+                str(sizes.concurrency_jobs),
+                "--train-seconds",
+                str(sizes.train_seconds),
+                "--out",
+                str(out / "concurrency.json"),
+            ],
             env,
+            out,
         )
 
 
-def main() -> int:
+def stop_and_check_world(folder: Path, steps: dict[str, Any]) -> None:
+    """Stop the world; a process or PostgreSQL directory of it still there fails the run."""
+    started = time.monotonic()
+    status = "ok"
+    try:
+        roots = stop_world(folder)
+        left = find_leftovers([folder, *map(Path, roots)])
+    except Exception as error:  # reported as the step's status; the run fails
+        status = f"failed ({error!r})"[:300]
+    else:
+        if left:
+            status = "failed (left behind: " + "; ".join(left)[:300] + ")"
+    shutil.rmtree(folder, ignore_errors=True)
+    steps["world down"] = {"status": status, "seconds": time.monotonic() - started}
+    print(f"==> world down: {status}", flush=True)
+
+
+def describe_command(argv: list[str]) -> str:
+    """How this run was started, as the report names it."""
+    if argv == ["--quick"]:
+        return "make bench-quick"
+    return f".venv/bin/python bench/run_all.py {' '.join(argv)}" if argv else "make bench"
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 repetition of everything")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="check that every measurement runs: 1 repetition, small sizes, into bench/out/quick/",
+    )
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
     parser.add_argument(
         "--keep-world", action="store_true", help="leave the services up (debugging)"
     )
-    parser.add_argument("--results", type=Path, default=BENCH / "RESULTS.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="logs and JSON (bench/out/, --quick: bench/out/quick/)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="the report (bench/RESULTS.md; --quick: RESULTS.md in --out)",
+    )
     parser.add_argument(
         "--report-only",
         action="store_true",
         help="measure nothing; write RESULTS.md again from bench/out/ (after changing report.py)",
     )
     args = parser.parse_args()
+    args.out = (args.out or (QUICK_OUT if args.quick else OUT)).resolve()
+    args.results = (args.results or (args.out / "RESULTS.md" if args.quick else RESULTS)).resolve()
+    if args.quick and (args.results == RESULTS.resolve() or args.out == OUT.resolve()):
+        parser.error(
+            "--quick writes neither bench/RESULTS.md nor bench/out/ itself (its figures are a "
+            "check, not a measurement); give another --out/--results or leave them out"
+        )
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     if args.report_only:
-        return write_results(args.results, json.loads((OUT / "run.json").read_text()))
-    reps = "1" if args.quick else "5"
+        return write_results(
+            args.results, json.loads((args.out / "run.json").read_text()), args.out
+        )
+    # `make` or CI stopping the bench with SIGTERM: unwind, so the world is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    sizes = QUICK if args.quick else FULL
     wanted = set(args.only)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     run: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_start": load_text(),
-        "command": "make bench"
-        + (f" (run_all.py {' '.join(sys.argv[1:])})" if sys.argv[1:] else ""),
+        "command": describe_command(sys.argv[1:]),
+        "quick": args.quick,
+        "measured": [name for name in MEASUREMENTS if name in wanted],
+        "airflow_parallelism": airflow_parallelism(),
         "steps": {},
-        "pack_note": f"Run from run_all.py with --size-mb {PACK_SIZE_MB} --repeat {reps} "
+        "pack_note": f"Run from run_all.py with --size-mb {sizes.pack_mb} --repeat {sizes.repeat} "
         "(its default of 500 MiB x 3 would take ~10 min of the 20-minute budget).",
     }
     steps = run["steps"]
     steps["bytecode"] = compile_bytecode()
-    for old in OUT.glob("*.json"):
+    for old in out.glob("*.json"):
         if old.stem in wanted:
             old.unlink()
     if "pack_upload" in wanted:
@@ -262,20 +424,36 @@ def main() -> int:
                 PY,
                 str(BENCH / "bench_pack_upload.py"),
                 "--size-mb",
-                str(PACK_SIZE_MB),
+                str(sizes.pack_mb),
                 "--repeat",
-                reps,
+                str(sizes.repeat),
+                "--out",
+                str(out / "pack_upload.json"),
             ],
             None,
+            out,
         )
     if "parse" in wanted:
         steps["parse"] = run_measurement(
-            "parse", [PY, str(BENCH / "bench_parse.py"), "--repeat", reps, "--profile"], None
+            "parse",
+            [
+                PY,
+                str(BENCH / "bench_parse.py"),
+                "--files",
+                str(sizes.request_files),
+                "--repeat",
+                str(sizes.repeat),
+                "--profile",
+                "--out",
+                str(out / "parse.json"),
+            ],
+            None,
+            out,
         )
     if wanted & {"startup", "naive", "wholerun", "concurrency"}:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
-            run_world_measurements(folder, wanted, args.quick, steps, began)
+            run_world_measurements(folder, wanted, sizes, out, steps, began)
         finally:
             if args.keep_world:
                 print(
@@ -283,19 +461,28 @@ def main() -> int:
                     flush=True,
                 )
             else:
-                stop_world(folder)
-                shutil.rmtree(folder, ignore_errors=True)
+                stop_and_check_world(folder, steps)
     run["wall_s"] = time.monotonic() - began
     run["load_end"] = load_text()
-    (OUT / "run.json").write_text(json.dumps(run, indent=1))
-    write_results(args.results, run)
-    return 0 if all(s["status"] == "ok" for s in steps.values()) else 1
+    (out / "run.json").write_text(json.dumps(run, indent=1))
+    write_results(args.results, run, out)
+    failed = [name for name, step in steps.items() if step["status"] != "ok"]
+    if failed:
+        print(f"==> FAILED: {', '.join(failed)} (see their logs in {out})", flush=True)
+    return 1 if failed else 0
 
 
-def write_results(path: Path, run: dict[str, Any]) -> int:
+def write_results(path: Path, run: dict[str, Any], out: Path) -> int:
+    """The report of `run`; after `--only` (not --quick), merged into the existing one."""
     steps = run["steps"]
-    results = {name: read_result(name, steps.get(name)) for name in MEASUREMENTS}
-    path.write_text(build_report(results, describe_machine(), run))
+    results = {name: read_result(name, steps.get(name), out) for name in MEASUREMENTS}
+    text = build_report(results, describe_machine(), run)
+    measured = run.get("measured", list(MEASUREMENTS))
+    partial = set(measured) != set(MEASUREMENTS) and not run.get("quick")
+    if partial and path.exists():
+        text = merge_report(path.read_text(), text, measured, run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
     print(
         f"==> wrote {path}; total time of the run {run['wall_s'] / 60:.1f} min "
         f"({run['wall_s']:.0f} s)",

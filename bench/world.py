@@ -6,23 +6,34 @@ configuration at import time, so each process gets the world's environment
 before it imports anything), but starting S3 + localkube + a migrated Airflow
 home costs ~30 s, so it is done once. The world is the test suite's own
 (`tests/pipeline_fixtures.start_pipeline_world`: S3 server, localkube with its
-kubelets, namespace `tfjob-test`, the stand-in bundle, a migrated Airflow DB);
-this module only records it in a JSON file the measurement processes read back,
-and stops it by that record.
+kubelets, namespace `tfjob-test`, the stand-in bundle, a migrated Airflow DB in
+the PostgreSQL of tests/postgres_fixtures.py, started by the process that
+starts the world); this module only records it in a JSON file the
+measurement processes read back, and stops it by that record.
 
     python bench/world.py up DIR          # prints DIR/world.json
     python bench/world.py airflow-up DIR  # airflow standalone for it: DIR/airflow.json
-    python bench/world.py down DIR        # stops Airflow (if up), localkube and S3
+    python bench/world.py down DIR        # stops Airflow (if up), localkube, S3, PostgreSQL
 
 Airflow is the tests' launcher too (`tests/airflow_fixtures.start_airflow`:
-this repo's airflow.cfg, parallelism 4, LocalExecutor, a free port), given the
-world's connections, as tests/test_pipeline_rest.py does.
+this repo's airflow.cfg, its parallelism, LocalExecutor, a free port, a
+database in the same PostgreSQL), given the world's connections, as
+tests/test_pipeline_rest.py does.
+
+What `stop_world` guarantees: no process of the world and no PostgreSQL
+cluster directory (/tmp/tfjob-pg-*) is left, also after a failed start: the
+clusters are stopped by the roots recorded in world.json and airflow.json
+(`world.py down` runs in another process than `up`) and by this process's own
+record (`postgres_fixtures.stop_test_postgres`, for a start that failed before
+world.json was written).
 """
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -33,19 +44,30 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+import postgres_fixtures  # noqa: E402
 from localkube_fixtures import LocalkubeHandle, stop_localkube  # noqa: E402
 from pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world  # noqa: E402
+from postgres_fixtures import postgres_server  # noqa: E402
 from s3_fixtures import S3Server  # noqa: E402
 
 WORLD_FILE = "world.json"
 AIRFLOW_FILE = "airflow.json"
 S3_STOP_TIMEOUT_S = 10.0
+POSTGRES_DIR_PREFIX = "tfjob-pg-"  # tests/postgres_fixtures.py's clusters under /tmp
+
+
+def airflow_parallelism() -> int:
+    """`[core] parallelism` of this repo's airflow.cfg: the executor's slots in the world."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(REPO / "airflow.cfg")
+    return config.getint("core", "parallelism")
 
 
 def start_world(folder: Path) -> dict[str, Any]:
     """Start the pipeline world in `folder` and record it in `folder/world.json`."""
     world, _stop = start_pipeline_world(folder)
     record = {
+        "postgres_root": str(postgres_fixtures.start_test_postgres().root),
         "s3": {
             "endpoint": world.s3.endpoint,
             "access_key": world.s3.access_key,
@@ -93,7 +115,7 @@ def load_world(folder: Path) -> tuple[PipelineWorld, dict[str, Any]]:
     return world, record
 
 
-TENANT_POOL_SLOTS = 16
+TENANT_POOL_SLOTS = 64
 
 
 def start_world_airflow(folder: Path) -> dict[str, Any]:
@@ -113,11 +135,15 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
         "password": handle.password,
         "home": str(handle.home),
         "pid": handle.pid,
+        # the same cluster as the world's when started in one process (run_all.py); a
+        # cluster of its own after `world.py airflow-up` in a process of its own
+        "postgres_root": str(postgres_fixtures.start_test_postgres().root),
     }
     (Path(folder) / AIRFLOW_FILE).write_text(json.dumps(airflow, indent=1))
     # A tenant DAG's job steps run in its tenant's pool; without the pool the
     # scheduler never queues them (what `tshell tenants apply` makes in a deployment). Enough
-    # slots for every concurrency job, so Airflow's parallelism is the limit measured.
+    # slots for every concurrency job (more than parallelism), so Airflow's parallelism
+    # is the limit measured.
     from pipeline_fixtures import TENANT
 
     from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
@@ -141,24 +167,87 @@ def load_airflow(folder: Path) -> Any:
     return AirflowClient(record["url"], record["username"], record["password"])
 
 
-def stop_world_airflow(folder: Path) -> None:
+def stop_world_airflow(folder: Path) -> list[str]:
+    """Stop the world's Airflow (when started); the PostgreSQL root it recorded, if any."""
     path = Path(folder) / AIRFLOW_FILE
+    home = Path(folder) / "airflow-standalone"
+    roots = []
     if path.exists():
+        record = json.loads(path.read_text())
+        home = Path(record["home"])
+        roots.append(record.get("postgres_root"))
+    if home.exists():  # also when start_world_airflow failed before airflow.json was written
         from airflow_fixtures import airflow_server
 
-        airflow_server.stop_airflow(Path(json.loads(path.read_text())["home"]))
-        path.unlink()
+        airflow_server.stop_airflow(home)
+    path.unlink(missing_ok=True)
+    return [root for root in roots if root]
 
 
-def stop_world(folder: Path) -> None:
-    """Stop Airflow (when started), localkube and S3 of the world recorded in `folder`."""
-    stop_world_airflow(folder)
+def stop_world(folder: Path) -> list[str]:
+    """Stop Airflow (when started), localkube, S3 and PostgreSQL of the world in `folder`;
+    the PostgreSQL roots it stopped (for `find_leftovers`).
+
+    Each part is stopped even when stopping an earlier one failed; the first error is
+    raised at the end.
+    """
+    errors: list[BaseException] = []
+    roots: list[str] = []
+    try:
+        roots += stop_world_airflow(folder)
+    except Exception as error:
+        errors.append(error)
     path = Path(folder) / WORLD_FILE
-    if not path.exists():
-        return
-    record = json.loads(path.read_text())
-    stop_localkube(record["kube"]["state_dir"])
-    pid = record["s3"]["pid"]
+    if path.exists():
+        record = json.loads(path.read_text())
+        if record.get("postgres_root"):
+            roots.append(record["postgres_root"])
+        for stop in (
+            lambda: stop_localkube(record["kube"]["state_dir"]),
+            lambda: stop_s3(record["s3"]["pid"]),
+        ):
+            try:
+                stop()
+            except Exception as error:
+                errors.append(error)
+    try:
+        stop_postgres_clusters(roots)
+    except Exception as error:
+        errors.append(error)
+    if errors:
+        raise errors[0]
+    return roots
+
+
+def find_leftovers(places: list[Path]) -> list[str]:
+    """What is left of a stopped world: directories of `places` that still exist other than
+    the world folder itself (the first), and processes whose command line or working
+    directory lies in one of them."""
+    roots = [str(Path(place).resolve()) for place in places]
+    left = [f"directory {root}" for root in roots[1:] if Path(root).exists()]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if any(root in command or cwd.startswith(root) for root in roots):
+            left.append(f"process {proc.name} ({command.strip()[:120]})")
+    return left
+
+
+def stop_postgres_clusters(roots: list[str]) -> None:
+    """Stop the recorded clusters and this process's own, and remove their directories."""
+    for root in dict.fromkeys(roots):  # once each, in order
+        postgres_server.stop_postgres(Path(root))
+        if Path(root).name.startswith(POSTGRES_DIR_PREFIX):
+            shutil.rmtree(root, ignore_errors=True)
+    postgres_fixtures.stop_test_postgres()
+
+
+def stop_s3(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,6 +45,21 @@ def pick_free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def pick_port_below_ephemeral_range(host: str = LOOPBACK) -> int:
+    """A free port the kernel never hands out as a connection's source port.
+
+    A server that must come back on its port after a crash needs one: while it is
+    down, a port of the ephemeral range (what `pick_free_port` returns) may become
+    the source port of any outgoing connection on the machine, and then no server
+    can bind it until that connection ends.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        if is_port_free(port, host):
+            return port
+    raise OSError(f"no free port below the ephemeral range (from {low}) on {host}")
 
 
 def is_port_free(port: int, host: str = LOOPBACK) -> bool:

@@ -79,7 +79,11 @@ def kill_supervisor_and_components(supervisor: int) -> None:
 def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     state = tmp_path / "state"
     ports = ["--s3-port", "0", "--kube-port", "0"]
-    ports += ["--airflow-port", str(airflow_server.pick_free_port())]
+    # Airflow comes back on its port after the crash below: a port of the ephemeral range
+    # could meanwhile be any connection's source port (scripts/background_server.py).
+    from background_server import pick_port_below_ephemeral_range  # scripts/ (airflow_fixtures)
+
+    ports += ["--airflow-port", str(pick_port_below_ephemeral_range())]
     try:
         first = services("up", "--state-dir", str(state), *ports)
         assert first.returncode == 0, first.stdout + first.stderr

@@ -57,9 +57,9 @@ import postgres_server  # noqa: E402
 from background_server import (  # noqa: E402
     PRIVATE_FILE_MODE,
     StartOutcome,
+    await_port_free,
     await_ready,
     is_alive,
-    is_port_free,
     make_private_dir,
     open_private,
     pick_free_port,
@@ -89,6 +89,7 @@ START_TIMEOUT_S = 300.0
 PARSE_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
 KILL_PERIOD_S = 10.0
+PORT_RELEASE_S = 30.0  # for an earlier instance's killed API server to let go of its port
 POLL_INTERVAL_S = 0.5
 
 
@@ -353,7 +354,8 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
         if ended:
             print(f"ended {len(ended)} processes of an earlier Airflow in {home} "
                   f"(pids {', '.join(map(str, sorted(ended)))})", file=sys.stderr)
-    if not is_port_free(settings.port):
+    earlier_port_wait = PORT_RELEASE_S if pid is not None else 0.0
+    if not await_port_free(settings.port, earlier_port_wait):
         raise AirflowStartError(
             f"port {settings.port} on 127.0.0.1 is taken by another process; stop it "
             f"(see `ss -ltnp 'sport = :{settings.port}'`) or choose another with --port"

@@ -73,6 +73,18 @@ def is_port_free(port: int, host: str = LOOPBACK) -> bool:
         return True
 
 
+def await_port_free(port: int, timeout: float, host: str = LOOPBACK) -> bool:
+    """Whether host:port came free within timeout (a killed server releases its
+    listening socket only once the kernel has finished its exit, seconds on a busy
+    machine)."""
+    deadline = time.monotonic() + timeout
+    while not is_port_free(port, host):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL_S)
+    return True
+
+
 def is_alive(pid: int) -> bool:
     """The process exists and is not a zombie (an exited child nobody has reaped yet)."""
     try:

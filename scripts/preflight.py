@@ -97,7 +97,8 @@ def check_port(wanted: ServicePort, host: str = LOOPBACK) -> list[str]:
 
 
 def find_running_services(state_dir: Path) -> set[str]:
-    """Services of this state dir whose recorded process is alive."""
+    """Services of this state dir whose port is theirs to check: recorded and alive, or
+    for Airflow, recorded at all."""
     running = set()
     s3_ready = read_json(state_dir / "s3" / "ready.json")
     if s3_ready.get("pid") and is_alive(s3_ready["pid"]):
@@ -110,7 +111,10 @@ def find_running_services(state_dir: Path) -> set[str]:
         airflow_pid = int((state_dir / "airflow" / "airflow.pid").read_text().strip())
     except (OSError, ValueError):
         airflow_pid = 0
-    if airflow_pid and is_alive(airflow_pid):
+    if airflow_pid:
+        # Alive, or crashed: start_airflow ends an earlier instance's processes and
+        # checks the port itself once they are gone (a killed server holds its port
+        # until it has finished exiting).
         running.add("Airflow")
     return running
 

@@ -89,3 +89,35 @@ def test_services_up_exits_1_on_a_taken_port_without_starting_anything(
     assert "--s3-port PORT" in result.stderr
     assert "Services that did start" not in result.stderr
     assert not (state / "s3").exists()
+
+
+def test_the_port_of_this_state_dirs_crashed_airflow_is_left_to_its_restart(
+    tmp_path: Path, held_port: int
+) -> None:
+    # After a kill -9 of Airflow, its API server may still hold the port while the kernel
+    # finishes its exit: the pid file remains and start_airflow ends the leftovers and
+    # waits for the port itself (scripts/airflow_server.py).
+    (tmp_path / "airflow").mkdir()
+    (tmp_path / "airflow" / "airflow.pid").write_text(str(find_dead_pid()))
+    services.check_preflight(services.StatePaths(tmp_path), 0, 0, held_port, uid=0)
+
+
+def test_await_port_free_returns_once_the_holder_lets_go_and_not_before(held_port: int) -> None:
+    import threading
+
+    import background_server
+
+    assert background_server.await_port_free(held_port, timeout=0.3) is False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        threading.Timer(0.5, sock.close).start()
+        assert background_server.await_port_free(port, timeout=30) is True
+        assert background_server.is_port_free(port)
+
+
+def find_dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid

@@ -29,13 +29,27 @@ def read_state(path: str) -> dict:
         return {}
 
 
+def is_recorded_process(entry: dict, pid_key: str, start_key: str,
+                        marker: str | None = None) -> bool:
+    """Whether the process a state.json entry records still runs: same pid, same start.
+
+    A pid recorded by a kubelet that died (or a container that ended before its
+    record was rewritten) may since name anything, e.g. another cluster's shim or
+    container, which a kill must never reach.
+    """
+    start = entry.get(start_key)
+    if start is None:
+        return False
+    return is_process_alive(entry.get(pid_key), marker, start)
+
+
 def kill_recorded_processes(state: dict) -> None:
     for entry in (state.get("containers") or {}).values():
         shim = entry.get("shimPid")
-        if is_process_alive(shim, SHIM_MARKER):
+        if is_recorded_process(entry, "shimPid", "shimStart", SHIM_MARKER):
             os.kill(shim, signal.SIGKILL)
         pid = entry.get("pid")
-        if pid and is_process_alive(pid) and os.path.exists(f"/proc/{pid}/ns/pid"):
+        if is_recorded_process(entry, "pid", "pidStart") and os.path.exists(f"/proc/{pid}/ns/pid"):
             try:
                 if os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid"):
                     os.kill(pid, signal.SIGKILL)  # pid 1 of its own pid namespace: ours

@@ -32,6 +32,8 @@ def build_pod_state(
         containers[name] = {
             "pid": run.pid if run else None,
             "shimPid": run.shim_pid if run else None,
+            "pidStart": run.pid_start if run else None,
+            "shimStart": run.shim_start if run else None,
             "restartCount": record.restart_count,
             "env": env.get("env", {}),
             "workingDir": env.get("workingDir", "/"),

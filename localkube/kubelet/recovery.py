@@ -18,8 +18,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from localkube.kubelet import cleanup, network
+from localkube.kubelet.cleanup import SHIM_MARKER, is_recorded_process
 from localkube.kubelet.images import resolve_pod_images
-from localkube.kubelet.runtime import ContainerRun, is_process_alive
+from localkube.kubelet.runtime import ContainerRun
 from localkube.kubelet.status import ContainerState, now_rfc3339
 from localkube.kubelet.volumes import materialize_volumes, write_etc_files
 
@@ -77,14 +78,15 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
         if before.get("lastState", {}).get("terminated"):
             record.last_terminated = before["lastState"]["terminated"]
         terminated = (before.get("state") or {}).get("terminated")
-        if is_process_alive(entry.get("shimPid"), "localkube/kubelet/shim.py") and is_process_alive(
-            entry.get("pid")
-        ):
+        if is_recorded_process(entry, "shimPid", "shimStart", SHIM_MARKER) and \
+                is_recorded_process(entry, "pid", "pidStart"):
             runs[name] = ContainerRun(
                 os.path.join(base_dir, name, "exit.bin"),
                 entry["shimPid"],
                 entry["pid"],
                 (before.get("state") or {}).get("running", {}).get("startedAt"),
+                shim_start=entry["shimStart"],
+                pid_start=entry["pidStart"],
             )
             record.state, record.started_at, record.ready = (
                 ContainerState.RUNNING,

@@ -94,6 +94,10 @@ class ContainerRun:
     started_at: str | None = None
     start_error: str | None = None
     process: asyncio.subprocess.Process | None = None
+    # When each process started (clock ticks since boot, /proc/<pid>/stat): a pid alone
+    # may name another cluster's process once ours is gone and the number was reused.
+    shim_start: int | None = None
+    pid_start: int | None = None
 
 
 async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
@@ -115,7 +119,8 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
         stderr=None,
         start_new_session=True,
     )
-    run = ContainerRun(exit_path=spec["exit_path"], shim_pid=process.pid, process=process)
+    run = ContainerRun(exit_path=spec["exit_path"], shim_pid=process.pid, process=process,
+                       shim_start=read_start_ticks(process.pid))
     try:
         line = await asyncio.wait_for(process.stdout.readline(), SHIM_START_TIMEOUT_S)
     except TimeoutError:
@@ -124,6 +129,7 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
     if text.startswith("STARTED "):
         _, pid, started_at = text.split(" ", 2)
         run.pid, run.started_at = int(pid), started_at
+        run.pid_start = read_start_ticks(run.pid)
     else:
         run.start_error = (
             text.removeprefix("FAILED ").strip() or "the shim exited before starting the container"
@@ -178,13 +184,27 @@ def signal_process(pid: int | None, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def is_process_alive(pid: int | None, marker: str | None = None) -> bool:
-    """Whether `pid` lives (and, given a marker, runs something whose cmdline holds it)."""
+def read_start_ticks(pid: int | None) -> int | None:
+    """When `pid` started (field 22 of /proc/<pid>/stat); None when it is gone."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_process_alive(pid: int | None, marker: str | None = None,
+                     start: int | None = None) -> bool:
+    """Whether `pid` lives (and, given a marker, runs something whose cmdline holds it;
+    given `start`, is the process that started then, not a later one with its number)."""
     if not pid:
         return False
     try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+            fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z" or (start is not None and int(fields[19]) != start):
                 return False
         if marker:
             with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -239,6 +239,7 @@ def join_cgroups(paths: list[str]) -> None:
 def run_child(spec: dict, out_w: int, err_w: int, errpipe_w: int) -> None:
     """In the new pid namespace as pid 1: finish the container and exec it."""
     try:
+        os.setsid()  # as runc does: no signal to the shim's group or session reaches it
         join_cgroups(spec["cgroups"])
         build_root(spec)
         os.chroot(spec["root"])

@@ -1,4 +1,5 @@
-"""`python -m localkube up|down|status|blink`: start and stop a local cluster in the background.
+"""`python -m localkube up|down|status|blink|node-stop|node-start`: start and stop a local cluster
+in the background.
 
 `up` makes the cluster's bearer token DIR/token and its TLS files DIR/pki/ when the state dir
 has none (localkube/credentials.py, localkube/certificates.py), starts one API server process
@@ -12,6 +13,12 @@ through DIR/token, never through their argv.
 sweeps whatever the kubelets recorded under DIR/kubelet/ but did not remove.
 `blink --seconds N` makes the running API server answer 503 for N seconds (a test switch:
 localkube/apiserver/outage.py); `--seconds 0` ends it.
+`node-stop NODE` powers a node off: SIGKILL to its kubelet, then to every process of the pods it
+ran (shims and the processes in the pods' cgroups), nothing to the other nodes; the API server's
+node lifecycle controller then finds the node silent (`up --node-monitor-grace-period`) and
+fails its pods with reason NodeLost. `node-start NODE` starts its kubelet again; that kubelet's
+recovery releases what the dead one left (network namespaces, mounts, cgroups), and `down`
+sweeps it in any case.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import urllib.request
 from pathlib import Path
 
 from localkube.apiserver.app import DEFAULT_NODES_FILE, load_nodes_file
+from localkube.apiserver.nodelifecycle import DEFAULT_GRACE_PERIOD_S
 from localkube.apiserver.outage import MAX_OUTAGE_SECONDS, OUTAGE_PATH
 from localkube.certificates import CertificateError
 from localkube.credentials import (
@@ -194,8 +202,14 @@ def wait_for_nodes(state_dir: Path, api_url: str, credentials: ClusterCredential
 
 
 def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int],
-       start_kubelets: bool = True) -> dict:
-    """Start localkube in the background; returns the contents of DIR/localkube.json."""
+       start_kubelets: bool = True, node_monitor_grace_period_s: float | None = None) -> dict:
+    """Start localkube in the background; returns the contents of DIR/localkube.json.
+
+    `node_monitor_grace_period_s`: how long a node may go without a kubelet heartbeat before it
+    and its pods are lost; None: 40 s, or never (0) without kubelets, where tests set the
+    nodes' Ready condition by hand."""
+    if node_monitor_grace_period_s is None:
+        node_monitor_grace_period_s = DEFAULT_GRACE_PERIOD_S if start_kubelets else 0.0
     forwards = merge_forwards([f if isinstance(f, Forward) else Forward(f) for f in forward])
     state_dir.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
     state_dir.chmod(PRIVATE_DIR_MODE)
@@ -217,7 +231,7 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
         # Part of an earlier cluster died (a crash): stop the rest and sweep, then start afresh.
         down(state_dir)
     node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
-    apiserver = start_api_server(state_dir, nodes_file, port)
+    apiserver = start_api_server(state_dir, nodes_file, port, node_monitor_grace_period_s)
     try:
         actual_port = wait_for_api(state_dir, apiserver, credentials)
     except UpError:
@@ -228,16 +242,15 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     info = {"api_url": api_url, "pids": {"apiserver": apiserver.pid, "kubelets": {}},
             "nodes": node_names, "forward_ports": [f.pod_port for f in forwards],
             "forwards": [f.to_json() for f in forwards],
-            "kubeconfig": str(state_dir / "kubeconfig")}
+            "kubeconfig": str(state_dir / "kubeconfig"),
+            "node_monitor_grace_period": node_monitor_grace_period_s}
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url, credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     if not start_kubelets:
         return info
     kubelets = {}
     for name in node_names:
-        kubelets[name] = spawn([sys.executable, "-m", "localkube.kubelet", "--api", api_url,
-                                "--node", name, "--state-dir", str(state_dir)],
-                               state_dir / f"kubelet-{name}.log")
+        kubelets[name] = start_kubelet(state_dir, api_url, name)
         info["pids"]["kubelets"][name] = kubelets[name].pid
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     try:
@@ -248,16 +261,26 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     return info
 
 
-def start_api_server(state_dir: Path, nodes_file: str, port: int) -> subprocess.Popen:
+def start_api_server(state_dir: Path, nodes_file: str, port: int,
+                     node_monitor_grace_period_s: float) -> subprocess.Popen:
     (state_dir / "apiserver.json").unlink(missing_ok=True)
     return spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir", str(state_dir),
-                  "--port", str(port), "--nodes", nodes_file], state_dir / "apiserver.log")
+                  "--port", str(port), "--nodes", nodes_file,
+                  "--node-monitor-grace-period", f"{node_monitor_grace_period_s:g}"],
+                 state_dir / "apiserver.log")
+
+
+def start_kubelet(state_dir: Path, api_url: str, node: str) -> subprocess.Popen:
+    return spawn([sys.executable, "-m", "localkube.kubelet", "--api", api_url, "--node", node,
+                  "--state-dir", str(state_dir)], state_dir / f"kubelet-{node}.log")
 
 
 def restart_api_server(state_dir: Path, nodes_file: str, info: dict,
                        credentials: ClusterCredentials) -> dict:
     port = int(info["api_url"].rsplit(":", 1)[1])
-    apiserver = start_api_server(state_dir, nodes_file, port)
+    # A cluster from before the node lifecycle controller: the default it would have had.
+    apiserver = start_api_server(state_dir, nodes_file, port,
+                                 info.get("node_monitor_grace_period", DEFAULT_GRACE_PERIOD_S))
     try:
         wait_for_api(state_dir, apiserver, credentials)
     except UpError:
@@ -336,6 +359,19 @@ def seconds_argument(text: str) -> float:
     return seconds
 
 
+def grace_period_argument(text: str) -> float:
+    from localkube.kubelet.agent import HEARTBEAT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if seconds != 0 and not seconds > HEARTBEAT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} given; more seconds than the kubelets' heartbeat interval "
+            f"({HEARTBEAT_S} s) are required, or 0 to never mark a node lost")
+    return seconds
+
+
 def forward_argument(text: str) -> Forward:
     try:
         return parse_forward_spec(text)
@@ -360,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "9000=127.0.0.2:9000)")
     up_cmd.add_argument("--no-kubelets", action="store_true",
                         help="start only the API server (for API tests)")
+    up_cmd.add_argument("--node-monitor-grace-period", type=grace_period_argument,
+                        default=None, metavar="SECONDS",
+                        help="a node whose kubelet posts no status for this long is lost and "
+                             "its pods fail with reason NodeLost (default "
+                             f"{DEFAULT_GRACE_PERIOD_S:g}; 0: never, the default with "
+                             "--no-kubelets)")
     for name, text in (("down", "stop localkube and everything it started"),
                        ("status", "say whether localkube runs")):
         sub = commands.add_parser(name, help=text)
@@ -370,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     blink_cmd.add_argument("--seconds", type=seconds_argument, required=True,
                            help="how long every request but the health checks gets 503; "
                                 "0 ends an outage")
+    for name, text in (("node-stop", "power a node off: SIGKILL its kubelet and its pods' "
+                                      "processes"),
+                       ("node-start", "start a stopped node's kubelet again")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("node", help="the node's name, e.g. node-1")
+        sub.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     return parser
 
 
@@ -379,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         try:
             info = up(state_dir, os.path.abspath(args.nodes), args.port, args.forward,
-                      not args.no_kubelets)
+                      not args.no_kubelets, args.node_monitor_grace_period)
         except (UpError, TokenError, CertificateError, ValueError, OSError) as error:
             print(f"localkube up failed: {error}", file=sys.stderr)
             return 1
@@ -394,6 +442,20 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(blink(state_dir, args.seconds)))
         except (UpError, TokenError, CertificateError, OSError) as error:
             print(f"localkube blink failed: {error}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command in ("node-stop", "node-start"):
+        try:
+            from localkube.nodepower import node_start, node_stop
+
+            if args.command == "node-stop":
+                killed = node_stop(state_dir, args.node)
+                print(f"node {args.node} is off ({len(killed)} processes killed)")
+            else:
+                node_start(state_dir, args.node)
+                print(f"node {args.node} is up and Ready")
+        except (UpError, TokenError, CertificateError, OSError) as error:
+            print(f"localkube {args.command} failed: {error}", file=sys.stderr)
             return 1
         return 0
     print(json.dumps(status(state_dir), indent=2))

@@ -23,6 +23,7 @@ from fractions import Fraction
 from localkube.apiserver.admission import TERMINAL_PHASES, pod_usage
 from localkube.apiserver.defaults import new_uid, now_rfc3339
 from localkube.apiserver.errors import ApiError
+from localkube.apiserver.nodelifecycle import UNREACHABLE_TAINT_KEY
 from localkube.apiserver.quantity import parse_quantity
 from localkube.apiserver.selectors import label_selector_from_object
 
@@ -231,16 +232,28 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict],
 
 
 NOT_READY_REASON = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+# A node the node lifecycle controller found silent (apiserver/nodelifecycle.py) carries it.
+UNREACHABLE_REASON = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
+
+
+def not_ready_reason(node: dict) -> str:
+    """How kube-scheduler words a node that is not Ready: by the taint it has."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    if any(t.get("key") == UNREACHABLE_TAINT_KEY for t in taints):
+        return UNREACHABLE_REASON
+    return NOT_READY_REASON
 
 
 def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]],
-                not_ready: int = 0) -> Decision:
+                not_ready: int | Counter = 0) -> Decision:
     """The best node for `pod`, or why none fits; `not_ready` counts nodes left out because
-    their kubelet is not Ready (reported like the not-ready taint kube-scheduler sees)."""
+    their kubelet is not Ready (reported like the not-ready taint kube-scheduler sees), or
+    is a Counter of such reasons (not_ready_reason)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
     feasible, reasons = [], Counter()
-    if not_ready:
-        reasons[NOT_READY_REASON] = not_ready
+    left_out = not_ready if isinstance(not_ready, Counter) else \
+        Counter({NOT_READY_REASON: not_ready} if not_ready else {})
+    reasons.update(left_out)
     for node in nodes:
         node_reasons = filter_node(pod, node, by_name, pods_by_node)
         if node_reasons:
@@ -248,7 +261,8 @@ def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]
         else:
             feasible.append(node)
     if not feasible:
-        return Decision(None, unschedulable_message(len(nodes) + not_ready, reasons))
+        return Decision(None, unschedulable_message(len(nodes) + sum(left_out.values()),
+                                                    reasons))
     best = max(feasible, key=lambda n: (score_node(pod, n, by_name, pods_by_node),
                                         -nodes.index(n)))
     return Decision(best["metadata"]["name"], "")
@@ -307,7 +321,7 @@ class Scheduler:
             return
         every_node = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
         nodes = [n for n in every_node if self.api.node_ready(n["metadata"]["name"])]
-        not_ready = len(every_node) - len(nodes)
+        not_ready = Counter(not_ready_reason(n) for n in every_node if n not in nodes)
         pods_by_node: dict[str, list[dict]] = {n["metadata"]["name"]: [] for n in nodes}
         for pod in self.store.list("pods"):
             node = (pod.get("spec") or {}).get("nodeName")

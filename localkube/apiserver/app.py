@@ -1,4 +1,5 @@
-"""Wiring of the API server process: store, verbs, routes, scheduler and garbage collector.
+"""Wiring of the API server process: store, verbs, routes, scheduler, garbage collector and node
+lifecycle controller (`--node-monitor-grace-period SECONDS`, 0 turns it off).
 
 `python -m localkube.apiserver --state-dir DIR --port P --nodes FILE` runs it in the foreground.
 It serves HTTPS on 127.0.0.1:P (P=0 picks a free port) with the certificate of DIR/pki, writes
@@ -29,6 +30,7 @@ from localkube.apiserver.authentication import build_authentication_middleware
 from localkube.apiserver.defaults import now_rfc3339
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.gc import GarbageCollector
+from localkube.apiserver.nodelifecycle import DEFAULT_GRACE_PERIOD_S, NodeLifecycleController
 from localkube.apiserver.operations import ObjectApi
 from localkube.apiserver.outage import Outage, build_outage_middleware, outage_routes
 from localkube.apiserver.resources import GROUP_RESOURCES
@@ -135,7 +137,11 @@ async def status_errors(request: web.Request, handler):
 
 
 def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
-              address: str = "127.0.0.1:6443") -> tuple[web.Application, ObjectApi]:
+              address: str = "127.0.0.1:6443",
+              node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
+              ) -> tuple[web.Application, ObjectApi]:
+    """The app; `node_monitor_grace_period_s` 0 turns the node lifecycle controller off (nodes
+    whose Ready condition a test sets by hand, with no kubelet heartbeats)."""
     Path(state_dir).mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
     token = ensure_token(state_dir)
     store = Store(str(Path(state_dir) / "store.db"))
@@ -159,10 +165,13 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     app.router.add_route("*", "/api/v1/{tail:.*}", handlers.handle_core)
     scheduler = Scheduler(api)
     collector = GarbageCollector(api)
+    controllers = [scheduler, collector]
+    if node_monitor_grace_period_s > 0:
+        controllers.append(NodeLifecycleController(api, node_monitor_grace_period_s,
+                                                   paused=lambda: outage.active))
 
     async def start_controllers(app: web.Application) -> None:
-        app["tasks"] = [asyncio.ensure_future(scheduler.run()),
-                        asyncio.ensure_future(collector.run())]
+        app["tasks"] = [asyncio.ensure_future(controller.run()) for controller in controllers]
 
     async def stop_controllers(app: web.Application) -> None:
         for task in app["tasks"]:
@@ -174,13 +183,15 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     return app, api
 
 
-async def serve(state_dir: str, port: int, nodes_file: str) -> None:
+async def serve(state_dir: str, port: int, nodes_file: str,
+                node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S) -> None:
     import socket
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     actual = sock.getsockname()[1]
-    app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}")
+    app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}",
+                          node_monitor_grace_period_s)
     ssl_context = build_server_ssl_context(ensure_serving_files(state_dir))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
@@ -204,8 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--port", type=int, default=6443)
     parser.add_argument("--nodes", default=DEFAULT_NODES_FILE)
+    parser.add_argument("--node-monitor-grace-period", type=float,
+                        default=DEFAULT_GRACE_PERIOD_S, metavar="SECONDS",
+                        help="a node without a kubelet heartbeat for this long is lost, and so "
+                             "are its pods (0: never; localkube/apiserver/nodelifecycle.py)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
                         "%(message)s")
-    asyncio.run(serve(os.path.abspath(args.state_dir), args.port, args.nodes))
+    asyncio.run(serve(os.path.abspath(args.state_dir), args.port, args.nodes,
+                      args.node_monitor_grace_period))
     return 0

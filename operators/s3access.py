@@ -29,6 +29,7 @@ DEFAULT_MAX_UPLOAD_FILE_BYTES = 5 * 1024**3  # S3's limit for a single POST
 RUNS_DIR = "runs"
 # What the model owner may write under its run's prefix: a key prefix or one exact key.
 MODEL_GRANT = "model/"
+CHECKPOINTS_GRANT = "checkpoints/"
 METRICS_GRANT = "metrics.json"
 SIGNATURE_VERSION = "s3v4"
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned request
@@ -88,9 +89,10 @@ def presign_upload(
     """The content of upload.json: the model owner's presigned POST policies.
 
     {"version": 2, "method": "POST", "url", "bucket", "prefix", "expires_at",
-     "grants": {"model/": {"fields"}, "metrics.json": {"fields"}}}: the pod
-    sets the form field `key` to `prefix + model/<relative name>` with the
-    `model/` grant's fields, and `prefix + metrics.json` with the other's.
+     "grants": {"model/": {"fields"}, "checkpoints/": {"fields"},
+                "metrics.json": {"fields"}}}: the pod sets the form field `key` to
+    `prefix + model/<relative name>` with the `model/` grant's fields (the same
+    for `checkpoints/`), and `prefix + metrics.json` with the last one's.
     """
     _check_expires(expires)
     bucket, prefix = run_output_prefix(output_uri, dag_id, run_id)
@@ -103,10 +105,16 @@ def presign_upload(
         Conditions=[size],
         ExpiresIn=expires,
     )
+    checkpoints = s3_client.generate_presigned_post(
+        Bucket=bucket,
+        Key=prefix + CHECKPOINTS_GRANT + "${filename}",
+        Conditions=[size],
+        ExpiresIn=expires,
+    )
     metrics = s3_client.generate_presigned_post(
         Bucket=bucket, Key=prefix + METRICS_GRANT, Conditions=[size], ExpiresIn=expires
     )
-    if not all("x-amz-signature" in post["fields"] for post in (model, metrics)):
+    if not all("x-amz-signature" in post["fields"] for post in (model, checkpoints, metrics)):
         raise _not_sigv4()
     expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
     return {
@@ -117,6 +125,7 @@ def presign_upload(
         "prefix": prefix,
         "grants": {
             MODEL_GRANT: {"fields": dict(model["fields"])},
+            CHECKPOINTS_GRANT: {"fields": dict(checkpoints["fields"])},
             METRICS_GRANT: {"fields": dict(metrics["fields"])},
         },
         "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -10,27 +10,30 @@ with retries, at most the pod's active deadline; tfjob/timeline.py). Airflow
 may write the same file more than once (a retried delivery): the first one
 read is used. It then exports TF_CONFIG and the
 legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables, sets
-DATA_DIR, MODEL_DIR, LOG_DIR and METRICS_FILE, expands `$(NAME)` in the
-entrypoint and args against that environment (Kubernetes' rules,
-`expansion.py`: Kubernetes itself cannot, the cluster variables come after
-the pod started), prints the command once, and runs it in `code/`. The
+DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE and CHECKPOINT_DIR, expands
+`$(NAME)` in the entrypoint and args against that environment (Kubernetes'
+rules, `expansion.py`: Kubernetes itself cannot, the cluster variables come
+after the pod started), prints the command once, and runs it in `code/`. The
 printed command shows only TF-on-K8s' own variables expanded (addresses,
 names, paths); a reference to any other variable is printed as written, as
 its value may be a token.
 
 SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
-reaches TensorFlow. When the program exits 0 and TFJOB_UPLOAD_MODEL=1, the
-files of MODEL_DIR go to `<prefix>model/<relative path>` and metrics.json to
-`<prefix>metrics.json` through the presigned POST policies in
-`$TFJOB_ACCESS_DIR/upload.json`. That file is read when each file is
-uploaded, not at start: Airflow rewrites the Secret before the grants expire
-and the kubelet updates the mounted file. Each upload is retried with
-back-off for TFJOB_UPLOAD_PATIENCE seconds (S3 down, a grant that expired
-before its refresh arrived). A line `TFJOB_METRICS <json>` is printed when
-the metrics file holds JSON. The exit code is the program's (128+N when it
-died of signal N); 64 for a missing ClusterSpec, 65 for a bad one, 2 for
-usage errors, 74 when the program succeeded but its model could not be
-uploaded.
+reaches TensorFlow. With TFJOB_SYNC_CHECKPOINTS=1, CHECKPOINT_DIR goes to
+`<prefix>checkpoints/` every TFJOB_CHECKPOINT_INTERVAL seconds while the
+program runs and once more after it exited, whatever its exit, before the
+model (`checkpoints.py`); a failed copy is logged, never fatal. When the
+program exits 0 and TFJOB_UPLOAD_MODEL=1, the files of MODEL_DIR go to
+`<prefix>model/<relative path>` and metrics.json to `<prefix>metrics.json`
+through the presigned POST policies in `$TFJOB_ACCESS_DIR/upload.json`.
+That file is read when each file is uploaded, not at start: Airflow rewrites
+the Secret before the grants expire and the kubelet updates the mounted file.
+Each upload is retried with back-off for TFJOB_UPLOAD_PATIENCE seconds (S3
+down, a grant that expired before its refresh arrived). A line
+`TFJOB_METRICS <json>` is printed when the metrics file holds JSON. The exit
+code is the program's (128+N when it died of signal N); 64 for a missing
+ClusterSpec, 65 for a bad one, 2 for usage errors, 74 when the program
+succeeded but its model could not be uploaded.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import checkpoints  # noqa: E402
 import transfer  # noqa: E402
 from exitcodes import (  # noqa: E402
     EXIT_BAD_CLUSTERSPEC,
@@ -57,11 +61,13 @@ from expansion import expand_argv, expand_with  # noqa: E402
 POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
 DEFAULT_UPLOAD_PATIENCE_S = 600.0
+DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 # What tfjob.clusterspec.build_legacy_env may write into cluster.json's "legacy".
 LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX")
 # Set by TF-on-K8s and never secret: shown expanded in the printed command.
 PRINTABLE_VARIABLES = frozenset({
     "TF_CONFIG", *LEGACY_VARIABLES, "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
+    "CHECKPOINT_DIR",
     "TFJOB_ROLE", "TFJOB_INDEX", "POD_IP", "POD_NAME",
 })
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -118,8 +124,9 @@ def workspace_environment(workspace: str) -> dict[str, str]:
         "MODEL_DIR": os.path.join(workspace, "model"),
         "LOG_DIR": os.path.join(workspace, "logs"),
         "METRICS_FILE": os.path.join(workspace, "metrics.json"),
+        "CHECKPOINT_DIR": checkpoints.locate_checkpoint_dir(workspace),
     }
-    for name in ("MODEL_DIR", "LOG_DIR"):
+    for name in ("MODEL_DIR", "LOG_DIR", "CHECKPOINT_DIR"):
         os.makedirs(env[name], exist_ok=True)
     return env
 
@@ -238,6 +245,17 @@ def parse_seconds(name: str, default: float) -> float:
     return value
 
 
+def prepare_checkpoint_sync(checkpoint_dir: str, access_dir: str) -> checkpoints.CheckpointSync:
+    """The sync of TFJOB_SYNC_CHECKPOINTS=1; ValueError for a bad interval or patience."""
+    return checkpoints.CheckpointSync(
+        checkpoint_dir,
+        os.path.join(access_dir, "upload.json"),
+        parse_seconds("TFJOB_CHECKPOINT_INTERVAL", DEFAULT_CHECKPOINT_INTERVAL_S),
+        parse_seconds("TFJOB_UPLOAD_PATIENCE", DEFAULT_UPLOAD_PATIENCE_S),
+        log,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     command = split_command(sys.argv[1:] if argv is None else argv)
     if not command:
@@ -277,14 +295,27 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(code_dir):
         log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
         return EXIT_USAGE
+    sync = None
+    if os.environ.get("TFJOB_SYNC_CHECKPOINTS") == "1":
+        try:
+            sync = prepare_checkpoint_sync(env["CHECKPOINT_DIR"], access_dir)
+        except ValueError as exc:
+            log(str(exc))
+            return EXIT_USAGE
     log(f"running {describe_command(command, env)}")
     command = expand_argv(command, env)
+    if sync is not None:
+        sync.start()
     try:
         returncode = forwarder.run(command, code_dir, env)
     except OSError as exc:
         log(f"cannot start {command[0]!r}: {exc.strerror}")
         return 127 if isinstance(exc, FileNotFoundError) else 126
-    log(f"program exited with {returncode}")
+    else:
+        log(f"program exited with {returncode}")
+    finally:
+        if sync is not None:
+            sync.finish()  # before the model: the grace period may not cover both
 
     if returncode == 0 and os.environ.get("TFJOB_UPLOAD_MODEL") == "1":
         try:

@@ -6,9 +6,14 @@ Reads the presigned GET URL from `$TFJOB_ACCESS_DIR/bundle_url` (default
 the one bundle safety check (`bundle.extract_bundle`). The URL is a
 credential and is never printed.
 
-Exit codes: 0 done, 2 configuration missing, 65 bundle refused (including an
-archive over `$TFJOB_MAX_BUNDLE_COMPRESSED_BYTES`, refused before it is
-downloaded), 74 download failed.
+Then it restores the checkpoints `$TFJOB_ACCESS_DIR/restore.json` lists into
+`$TFJOB_WORKSPACE/checkpoints` (`checkpoints.py`); that list is judged before
+the bundle is downloaded, so a refused one downloads nothing.
+
+Exit codes: 0 done, 2 configuration missing, 65 bundle or restore refused
+(including an archive over `$TFJOB_MAX_BUNDLE_COMPRESSED_BYTES`, refused
+before it is downloaded, and a checkpoint longer or shorter than listed),
+74 download failed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bundle  # noqa: E402
+import checkpoints  # noqa: E402
 import transfer  # noqa: E402
 
 EXIT_OK = 0
@@ -51,7 +57,14 @@ def main() -> int:
     max_compressed = read_limit(
         "TFJOB_MAX_BUNDLE_COMPRESSED_BYTES", bundle.DEFAULT_MAX_COMPRESSED_SIZE
     )
-    if max_total is None or max_compressed is None:
+    max_restore_files = read_limit("TFJOB_MAX_RESTORE_FILES", checkpoints.DEFAULT_MAX_RESTORE_FILES)
+    max_restore_bytes = read_limit("TFJOB_MAX_RESTORE_BYTES", checkpoints.DEFAULT_MAX_RESTORE_BYTES)
+    if (
+        max_total is None
+        or max_compressed is None
+        or max_restore_files is None
+        or max_restore_bytes is None
+    ):
         return EXIT_CONFIG
     url_file = os.path.join(access_dir, "bundle_url")
     try:
@@ -65,6 +78,16 @@ def main() -> int:
         return EXIT_CONFIG
     if not url:
         log(f"{url_file} is empty")
+        return EXIT_CONFIG
+    try:
+        restore = checkpoints.read_restore_plan(
+            os.path.join(access_dir, checkpoints.RESTORE_FILE), max_restore_files, max_restore_bytes
+        )
+    except checkpoints.RestoreRefused as exc:
+        log(f"checkpoint restore refused: {exc}")
+        return EXIT_REFUSED
+    except OSError as exc:
+        log(f"cannot read {checkpoints.RESTORE_FILE} in {access_dir}: {exc.strerror}")
         return EXIT_CONFIG
 
     os.makedirs(workspace, exist_ok=True)
@@ -97,6 +120,22 @@ def main() -> int:
         f"{manifest.total_size} bytes, archive {size} bytes, "
         f"verified and extracted into {workspace} in {seconds:.1f}s"
     )
+    if restore is not None and restore.files:
+        return restore_listed_checkpoints(restore, checkpoints.locate_checkpoint_dir(workspace))
+    return EXIT_OK
+
+
+def restore_listed_checkpoints(plan: checkpoints.RestorePlan, checkpoint_dir: str) -> int:
+    """Download the plan's files into CHECKPOINT_DIR; returns fetch's exit code."""
+    try:
+        total = checkpoints.restore_checkpoints(plan, checkpoint_dir)
+    except checkpoints.RestoreRefused as exc:
+        log(f"checkpoint restore refused: {exc}")
+        return EXIT_REFUSED
+    except (transfer.TransferError, OSError) as exc:
+        log(f"checkpoint restore failed: {exc}")
+        return EXIT_DOWNLOAD
+    log(checkpoints.describe_restore(plan, total))
     return EXIT_OK
 
 

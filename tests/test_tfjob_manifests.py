@@ -210,6 +210,15 @@ def test_only_the_model_owner_uploads():
     assert flags == ["0", "1", "0"]  # ps-0, worker-0, worker-1
 
 
+def test_only_the_model_owner_syncs_checkpoints_every_checkpoint_interval():
+    request = load_request(distributed_request_data(replicas={"ps": 1, "worker": 2},
+                                                    checkpoint_interval=15))
+    envs = [env_of(pod["spec"]["containers"][0]) for pod in build_pod_manifests(request, RUN)]
+    assert [env.get("TFJOB_SYNC_CHECKPOINTS") for env in envs] == [None, "1", None]
+    assert envs[1]["TFJOB_CHECKPOINT_INTERVAL"] == "15"
+    assert "TFJOB_CHECKPOINT_INTERVAL" not in envs[0]
+
+
 def test_single_replica_does_not_wait_for_a_clusterspec_and_uploads():
     (pod,) = build_pod_manifests(load_request(valid_request_data()), RUN)
     env = env_of(pod["spec"]["containers"][0])
@@ -277,7 +286,13 @@ def test_runtime_configmap_refuses_nested_file_names():
 def test_access_secret_holds_the_bundle_url_and_upload_secret_the_upload_grants():
     secret = build_access_secret(RUN, "http://s3/bundle?sig", "team-a")
     assert secret["metadata"]["name"] == f"{RUN.run_key}-access"
-    assert secret["stringData"] == {"bundle_url": "http://s3/bundle?sig"}
+    assert secret["stringData"]["bundle_url"] == "http://s3/bundle?sig"
+    assert json.loads(secret["stringData"]["restore.json"]) == {
+        "version": 1, "source": None, "step": None, "files": []}  # a first gang restores nothing
+    restoring = build_access_secret(RUN, "http://s3/bundle?sig", "team-a",
+                                    {"version": 1, "files": [{"path": "ckpt-1.index"}]})
+    assert json.loads(restoring["stringData"]["restore.json"])["files"] == [
+        {"path": "ckpt-1.index"}]
     upload = build_upload_secret(RUN, {"prefix": "runs/1/"}, "team-a")
     assert upload["metadata"]["name"] == f"{RUN.run_key}-upload"
     assert json.loads(upload["stringData"]["upload.json"]) == {"prefix": "runs/1/"}

@@ -18,6 +18,7 @@ from typing import Any
 
 from runtime.expansion import escape
 from tfjob import naming
+from tfjob.checkpoints import build_empty_restore
 from tfjob.request import Mode, Placement, Role, TrainingRequest
 from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
 from tfjob.timeline import clusterspec_wait_seconds
@@ -46,6 +47,7 @@ VOLUME_CONFIG = "tfjob-config"
 
 ACCESS_KEY_BUNDLE_URL = "bundle_url"
 ACCESS_KEY_UPLOAD = "upload.json"
+ACCESS_KEY_RESTORE = "restore.json"
 # How long the model owner's bootstrap keeps trying to upload (S3 down, a grant
 # that expired before its refresh reached the pod); runtime/bootstrap.py.
 UPLOAD_PATIENCE_SECONDS = 600
@@ -118,7 +120,9 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int,
         {"name": "TFJOB_CLUSTERSPEC_TIMEOUT",
          "value": str(clusterspec_wait_seconds(request.startup_timeout, request.active_deadline))},
         {"name": "TFJOB_UPLOAD_MODEL", "value": "1" if owner else "0"},
-        *([{"name": "TFJOB_UPLOAD_PATIENCE", "value": str(upload_patience)}]
+        *([{"name": "TFJOB_UPLOAD_PATIENCE", "value": str(upload_patience)},
+           {"name": "TFJOB_SYNC_CHECKPOINTS", "value": "1"},
+           {"name": "TFJOB_CHECKPOINT_INTERVAL", "value": str(request.checkpoint_interval)}]
           if owner else []),
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -315,10 +319,14 @@ def build_runtime_configmap(run: RunIdentity, files: Mapping[str, str],
     }
 
 
-def build_access_secret(run: RunIdentity, bundle_url: str, tenant: str) -> dict[str, Any]:
-    """The Secret every init container mounts: the presigned GET URL of the bundle."""
+def build_access_secret(run: RunIdentity, bundle_url: str, tenant: str,
+                        restore: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Secret every init container mounts: the presigned GET URL of the bundle, and
+    the checkpoint files to restore (tfjob/checkpoints.py; none by default)."""
+    document = dict(restore) if restore is not None else build_empty_restore()
     return _build_secret(run, naming.secret_name(run.run_key),
-                         {ACCESS_KEY_BUNDLE_URL: bundle_url}, tenant)
+                         {ACCESS_KEY_BUNDLE_URL: bundle_url,
+                          ACCESS_KEY_RESTORE: json.dumps(document, sort_keys=True)}, tenant)
 
 
 def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any],

@@ -6,11 +6,11 @@ field's bounds, description, JSON Schema and checks live in one place and the
 request model stays small. Checks raise the request's `RequestError` shape
 through `invalid`, naming the field, the value given and what is allowed.
 
-The fields are validated; the restart verdict is `tfjob/restart_policy.py`,
+The fields are validated here; the restart verdict is `tfjob/restart_policy.py`,
 and the train step acts on `max_restarts` and `restart_on` by restarting the
-gang within the run (operators/restart.py). Checkpoints in S3
-(`checkpoint_interval`) and warm starts (`warm_start`) are not built yet
-(docs/pipeline.md, "Restart policy").
+gang within the run (operators/restart.py). `checkpoint_interval` paces the
+model owner's checkpoint sync (runtime/checkpoints.py), and `warm_start`
+names what the first gang restores (operators/restore.py).
 """
 
 import re
@@ -79,9 +79,6 @@ def check_warm_start(value: Any) -> Any:
     return value
 
 
-# Only for the fields whose part is not built yet (checkpoints in S3, warm starts).
-_NOT_YET = " Validated; not yet acted on (docs/pipeline.md, Restart policy)."
-
 MaxRestarts = Annotated[int, Field(
     ge=0, le=MAX_RESTARTS,
     description=f"Gang restarts within one run after a replica fails, 0-{MAX_RESTARTS}; "
@@ -107,13 +104,15 @@ RestartOnSetting = Annotated[
 CheckpointInterval = Annotated[int, Field(
     ge=MIN_CHECKPOINT_INTERVAL, le=MAX_CHECKPOINT_INTERVAL,
     description="Seconds between copies of the model owner's CHECKPOINT_DIR to S3, "
-                f"{MIN_CHECKPOINT_INTERVAL}-{MAX_CHECKPOINT_INTERVAL}." + _NOT_YET)]
+                f"{MIN_CHECKPOINT_INTERVAL}-{MAX_CHECKPOINT_INTERVAL}; a restarted gang "
+                "resumes from the last copy.")]
 
 WarmStart = Annotated[
     str | None,
     BeforeValidator(check_warm_start),
     Field(description=f"Start from a checkpoint: none, {WARM_START_LATEST} (this output's "
-                      "last published run) or a run id of this DAG." + _NOT_YET),
+                      "last published run) or a run id of this DAG, whose checkpoints every "
+                      "replica finds in CHECKPOINT_DIR before the first attempt."),
 ]
 
 # The schema keywords of the checks above, for forms (tfjob/schema.py adds them).

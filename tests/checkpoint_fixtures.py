@@ -1,0 +1,43 @@
+"""What the tests of runtime/checkpoints.py share: waiting, reading S3, the credential check."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from s3_fixtures import S3Server
+
+REPO = Path(__file__).resolve().parent.parent
+BOOTSTRAP = REPO / "runtime" / "bootstrap.py"
+DAG = "tfjob__job"
+DEADLINE_S = 30.0
+POINTER_TEXT = 'model_checkpoint_path: "ckpt-{n}"\nall_model_checkpoint_paths: "ckpt-{n}"\n'
+
+
+def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def list_keys(server: S3Server, prefix: str) -> list[str]:
+    answer = server.client().list_objects_v2(Bucket=server.bucket, Prefix=prefix)
+    return sorted(o["Key"] for o in answer.get("Contents", []))
+
+
+def read_object(server: S3Server, key: str) -> bytes | None:
+    try:
+        return server.client().get_object(Bucket=server.bucket, Key=key)["Body"].read()
+    except server.client().exceptions.NoSuchKey:
+        return None
+
+
+def assert_no_credentials(text: str, *grants: dict) -> None:
+    assert "X-Amz-Signature" not in text and "X-Amz-Credential" not in text
+    for grant in grants:
+        for fields in (g["fields"] for g in grant["grants"].values()):
+            for value in (fields["policy"], fields["x-amz-signature"], fields["x-amz-credential"]):
+                assert value not in text
+
+

@@ -21,6 +21,7 @@ LONG_FILES = (
     "test_pipeline_restarts.py",
     "test_pipeline_rest.py",
     "test_tshell_run_commands.py",
+    "test_examples_resume.py",
     "test_janitor_dag.py",
     "test_localkube_e2e.py",
     "test_airflow_config_services.py",

@@ -9,10 +9,21 @@ strategy, hence the custom loop.
 All workers exit by themselves when training is done. Worker 0 owns the
 result: it saves the model to MODEL_DIR and writes {"accuracy", "loss",
 "steps"} to METRICS_FILE; the others only train.
+
+Checkpoints: when the platform sets CHECKPOINT_DIR, every worker restores the
+newest checkpoint there at start (model, optimizer, step count; on a restart
+the platform has put worker 0's checkpoints into every worker's CHECKPOINT_DIR)
+and trains only the steps still missing to STEPS. Every CHECKPOINT_EVERY_STEPS
+steps all workers save, as MultiWorkerMirroredStrategy requires: worker 0 into
+CHECKPOINT_DIR (`tf.train.CheckpointManager`), the others into a temporary
+directory removed at the end. Worker 0 prints `resumed from step N` or
+`starting from step 0`. Without CHECKPOINT_DIR nothing is saved.
 """
 
 import json
 import os
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +34,8 @@ GLOBAL_BATCH_SIZE = 64
 LEARNING_RATE = 0.003
 HIDDEN_UNITS = 64
 SEED = 7
+CHECKPOINT_EVERY_STEPS = 100  # a restart repeats at most this many steps
+CHECKPOINTS_KEPT = 2
 
 
 def load_digits(data_dir):
@@ -48,16 +61,28 @@ def build_model():
 
 def is_result_owner(resolver):
     """Worker 0 (or a chief, if the cluster has one) saves the model and metrics."""
+    if resolver.task_type is None:  # no TF_CONFIG: one process, run by hand
+        return True
     cluster = resolver.cluster_spec().as_dict()
     if "chief" in cluster:
         return resolver.task_type == "chief"
     return resolver.task_type == "worker" and resolver.task_id == 0
 
 
+def restore_latest_checkpoint(checkpoint, step, checkpoint_dir):
+    """Restore the newest checkpoint in `checkpoint_dir`; return its step (0: none)."""
+    latest = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if latest is None:
+        return 0
+    checkpoint.restore(latest).assert_existing_objects_matched()
+    return int(step.numpy())
+
+
 def main():
     data_dir = os.environ.get("DATA_DIR", "../data")
     model_dir = os.environ.get("MODEL_DIR", "../model")
     metrics_file = os.environ.get("METRICS_FILE", os.path.join(model_dir, "..", "metrics.json"))
+    checkpoint_dir = os.environ.get("CHECKPOINT_DIR")
     x_train, y_train, x_test, y_test = load_digits(data_dir)
 
     # The strategy must exist before any other TensorFlow op runs.
@@ -68,14 +93,27 @@ def main():
         f"{strategy.num_replicas_in_sync} replicas in sync",
         flush=True,
     )
+    is_owner = is_result_owner(resolver)
 
     with strategy.scope():
         tf.keras.utils.set_random_seed(SEED)  # same initial weights on every worker
         model = build_model()
         optimizer = tf.keras.optimizers.Adam(LEARNING_RATE)
+        # Built here rather than at the first step, so that a restore has its slots to fill.
+        optimizer.build(model.trainable_variables)
         loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="none"
         )
+    step = tf.Variable(0, dtype=tf.int64, trainable=False)  # steps done, this worker's own
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+    done = restore_latest_checkpoint(checkpoint, step, checkpoint_dir)
+    if is_owner:
+        print(f"resumed from step {done}" if done else "starting from step 0", flush=True)
+    manager = None
+    if checkpoint_dir:
+        # Only worker 0's files are kept; the others must save too, but somewhere private.
+        write_dir = checkpoint_dir if is_owner else tempfile.mkdtemp(prefix="checkpoints-")
+        manager = tf.train.CheckpointManager(checkpoint, write_dir, CHECKPOINTS_KEPT)
 
     def dataset_fn(input_context):
         batch_size = input_context.get_per_replica_batch_size(GLOBAL_BATCH_SIZE)
@@ -106,11 +144,18 @@ def main():
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
 
     started = time.monotonic()
-    for _ in range(STEPS):
+    while done < STEPS:
         train_step(iterator)
+        done += 1
+        if manager and (done % CHECKPOINT_EVERY_STEPS == 0 or done == STEPS):
+            step.assign(done)
+            # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.
+            manager.save(checkpoint_number=done)
     train_seconds = time.monotonic() - started
+    if manager and not is_owner:
+        shutil.rmtree(manager.directory, ignore_errors=True)
 
-    if not is_result_owner(resolver):
+    if not is_owner:
         print("training done; worker 0 writes the model", flush=True)
         return
 

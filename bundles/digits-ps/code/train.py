@@ -10,6 +10,14 @@ ps and worker replicas only start their gRPC server and `join()`: they never
 exit, and the platform stops them once the chief is done. The chief evaluates
 on the digits test split, saves the model to MODEL_DIR and writes
 {"accuracy", "loss", "steps"} to METRICS_FILE.
+
+Checkpoints: when the platform sets CHECKPOINT_DIR, the chief saves model,
+optimizer and step count there (`tf.train.CheckpointManager`) every
+CHECKPOINT_EVERY_STEPS steps, and at start restores the newest one and trains
+only the steps still missing to STEPS. It prints `resumed from step N` or
+`starting from step 0`. Files are written and read by the chief itself (the
+variables live on the ps, whose disk is not the chief's). Without
+CHECKPOINT_DIR nothing is saved.
 """
 
 import json
@@ -24,6 +32,13 @@ GLOBAL_BATCH_SIZE = 64
 LEARNING_RATE = 0.003
 HIDDEN_UNITS = 64
 SEED = 7
+CHECKPOINT_EVERY_STEPS = 100  # a restart repeats at most this many steps
+CHECKPOINTS_KEPT = 2
+# Checkpoint files go through the chief's filesystem, not through the ps hosting
+# the variables: only the model owner's CHECKPOINT_DIR is copied and restored.
+CHECKPOINT_OPTIONS = tf.train.CheckpointOptions(
+    experimental_io_device="/job:chief/replica:0/task:0/device:CPU:0"
+)
 
 
 def load_digits(data_dir):
@@ -60,10 +75,21 @@ def build_model():
     )
 
 
+def restore_latest_checkpoint(manager, step):
+    """Restore the newest checkpoint in the manager's directory; return its step (0: none)."""
+    if manager is None or manager.latest_checkpoint is None:
+        return 0
+    manager.checkpoint.restore(
+        manager.latest_checkpoint, options=CHECKPOINT_OPTIONS
+    ).assert_existing_objects_matched()
+    return int(step.numpy())
+
+
 def run_chief(resolver):
     data_dir = os.environ.get("DATA_DIR", "../data")
     model_dir = os.environ.get("MODEL_DIR", "../model")
     metrics_file = os.environ.get("METRICS_FILE", os.path.join(model_dir, "..", "metrics.json"))
+    checkpoint_dir = os.environ.get("CHECKPOINT_DIR")
     x_train, y_train, x_test, y_test = load_digits(data_dir)
 
     strategy = tf.distribute.ParameterServerStrategy(resolver)
@@ -72,9 +98,18 @@ def run_chief(resolver):
         tf.keras.utils.set_random_seed(SEED)
         model = build_model()
         optimizer = tf.keras.optimizers.Adam(LEARNING_RATE)
+        # Built here rather than at the first step, so that a restore has its slots to fill.
+        optimizer.build(model.trainable_variables)
         loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="none"
         )
+    step = tf.Variable(0, dtype=tf.int64, trainable=False)  # steps done, on the chief
+    manager = None
+    if checkpoint_dir:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+        manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, CHECKPOINTS_KEPT)
+    done = restore_latest_checkpoint(manager, step)
+    print(f"resumed from step {done}" if done else "starting from step 0", flush=True)
 
     def dataset_fn(_input_context=None):
         return (
@@ -103,9 +138,17 @@ def run_chief(resolver):
         return strategy.run(step_fn, args=(features, labels))
 
     started = time.monotonic()
-    for _ in range(STEPS):
-        coordinator.schedule(train_step, args=(per_worker_iterator,))
-    coordinator.join()
+    while done < STEPS:
+        # Without checkpoints, all steps in one go, as the coordinator likes best.
+        chunk = min(STEPS - done, CHECKPOINT_EVERY_STEPS if manager else STEPS)
+        for _ in range(chunk):
+            coordinator.schedule(train_step, args=(per_worker_iterator,))
+        coordinator.join()
+        done += chunk
+        if manager:
+            step.assign(done)
+            # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.
+            manager.save(checkpoint_number=done, options=CHECKPOINT_OPTIONS)
     train_seconds = time.monotonic() - started
 
     logits = model(x_test, training=False)

@@ -7,9 +7,19 @@ the platform sets. Every replica starts a `tf.compat.v1.train.Server`:
 - every worker builds the graph with `replica_device_setter` (variables on the
   ps, ops on itself) and trains asynchronously in a `MonitoredTrainingSession`
   until the shared global step reaches --train_steps;
-- worker 0 is the chief: it initialises the variables, writes checkpoints to
-  MODEL_DIR, and at the end evaluates on the test split and writes
-  {"accuracy", "loss", "steps"} to METRICS_FILE.
+- worker 0 is the chief: it initialises the variables, writes checkpoints (to
+  MODEL_DIR, or to the checkpoint directory below), and at the end evaluates
+  on the test split and writes {"accuracy", "loss", "steps"} to METRICS_FILE.
+
+Checkpoints: with --checkpoint_dir (default: the CHECKPOINT_DIR the platform
+sets) the chief's `MonitoredTrainingSession` checkpoints there every
+CHECKPOINT_EVERY_STEPS global steps and restores the newest one when it starts,
+so a restarted job trains only the steps still missing to --train_steps; the
+final model is then saved to MODEL_DIR as well. The chief prints `resumed from
+step N` or `starting from step 0`. The chief's own CPU writes and reads the
+files, not the ps holding the variables: only the chief's directories leave its
+pod. Without a checkpoint directory, MODEL_DIR is the checkpoint directory, as
+it always was.
 """
 
 import argparse
@@ -28,6 +38,8 @@ LEARNING_RATE = 0.003
 SEED = 7
 CHIEF_INIT_POLL_SECS = 0.5
 CHIEF_INIT_TIMEOUT_SECS = 600
+CHECKPOINT_EVERY_STEPS = 100  # with a checkpoint directory: a restart repeats at most these
+CHECKPOINTS_KEPT = 2
 
 
 def parse_flags():
@@ -39,6 +51,7 @@ def parse_flags():
     parser.add_argument("--data_dir", default=os.environ.get("DATA_DIR", "../data"))
     parser.add_argument("--model_dir", default=os.environ.get("MODEL_DIR", "../model"))
     parser.add_argument("--metrics_file", default=os.environ.get("METRICS_FILE", ""))
+    parser.add_argument("--checkpoint_dir", default=os.environ.get("CHECKPOINT_DIR", ""))
     parser.add_argument("--train_steps", type=int, default=int(os.environ.get("STEPS", "600")))
     flags = parser.parse_args()
     if flags.job_name not in ("ps", "worker"):
@@ -74,6 +87,20 @@ def build_graph(features, labels):
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     )
     return logits, loss
+
+
+def read_checkpoint_step(checkpoint_dir):
+    """The global step of the newest checkpoint in `checkpoint_dir` (0: none)."""
+    latest = tf1.train.latest_checkpoint(checkpoint_dir)
+    return int(tf1.train.load_variable(latest, "global_step")) if latest else 0
+
+
+def save_final_model(session, saver, model_dir, step):
+    """MODEL_DIR as MonitoredTrainingSession leaves it: graph.pbtxt and model.ckpt-<step>."""
+    os.makedirs(model_dir, exist_ok=True)
+    saver.save(session, os.path.join(model_dir, "model.ckpt"), global_step=step)
+    graph_def = tf1.get_default_graph().as_graph_def(add_shapes=True)
+    tf1.train.write_graph(graph_def, model_dir, "graph.pbtxt")
 
 
 def wait_for_chief_init(target, config, worker_device):
@@ -119,6 +146,20 @@ def main():
     session_config = tf1.ConfigProto(device_filters=["/job:ps", worker_device])
     if not is_chief:
         wait_for_chief_init(server.target, session_config, worker_device)
+    checkpoint_dir = flags.checkpoint_dir or flags.model_dir  # by hand: MODEL_DIR, as always
+    # With a checkpoint directory, save often enough that a restart loses little.
+    cadence = {"save_checkpoint_steps": CHECKPOINT_EVERY_STEPS} if flags.checkpoint_dir else {}
+    scaffold = model_saver = None
+    if is_chief:
+        # Savers on the chief's CPU: files are written and read there, not on the ps.
+        with tf1.device(f"{worker_device}/device:CPU:0"):
+            saver = tf1.train.Saver(max_to_keep=CHECKPOINTS_KEPT, save_relative_paths=True)
+            scaffold = tf1.train.Scaffold(saver=saver)
+            if checkpoint_dir != flags.model_dir:
+                model_saver = tf1.train.Saver(max_to_keep=1, save_relative_paths=True)
+        restored_step = read_checkpoint_step(checkpoint_dir)
+        print(f"resumed from step {restored_step}" if restored_step else "starting from step 0",
+              flush=True)
     rng = np.random.default_rng(SEED + flags.task_index)
     hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
     started = time.monotonic()
@@ -126,12 +167,14 @@ def main():
     with tf1.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
-        checkpoint_dir=flags.model_dir if is_chief else None,
+        checkpoint_dir=checkpoint_dir if is_chief else None,
+        scaffold=scaffold,
         hooks=hooks,
         config=session_config,
         log_step_count_steps=0,
         save_summaries_steps=None,
         save_summaries_secs=None,
+        **cadence,
     ) as session:
         while not session.should_stop():
             batch = rng.choice(len(x_train), BATCH_SIZE, replace=False)
@@ -147,6 +190,8 @@ def main():
         test_accuracy, test_loss, steps = session.run(
             [accuracy, loss, global_step], feed_dict={features: x_test, labels: y_test}
         )
+        if model_saver:
+            save_final_model(session, model_saver, flags.model_dir, steps)
     metrics = {
         "accuracy": float(test_accuracy),
         "loss": float(test_loss),

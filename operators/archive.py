@@ -155,11 +155,13 @@ def archive_run(
     timings: dict[str, Any],
     launch: dict[str, Any] | None = None,
     attempts: list[dict[str, Any]] | None = None,
+    warm_start: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write logs and run.json under the run's prefix; return the run manifest.
 
     `attempts` are train's (XCom); without them (train killed, or never
-    reached) those a restarted gang's pods carry, else null.
+    reached) those a restarted gang's pods carry, else null. `warm_start` is
+    launch's (what the first gang restored), null without one.
     """
     pods = {
         p["metadata"]["name"]: p
@@ -206,6 +208,8 @@ def archive_run(
         "image": run.request.image,
         "launch": launch,
         "attempts": attempts,
+        "warm_start": warm_start,
+        "checkpoints": summarise_prefix(s3, f"{run.run_prefix}/checkpoints"),
         "bundle": bundle,
         "cluster_spec": cluster_spec,
         "replicas": replicas,

@@ -24,7 +24,9 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
 3. sign the pods' S3 grants (operators/grants.py) into the run's two Secrets
    (their values never reach a pod spec, a log or XCom; the plan, which holds
    no credential, goes to XCom `grants` for train's refreshes), then create
-   every replica pod;
+   every replica pod. With `warm_start`, the access Secret also lists the
+   checkpoints the replicas restore (operators/restore.py), looked up before
+   step 2 so that a warm start that cannot be had starts nothing;
 4. watch the pods until every one runs with an IP (gang start), signing the
    grants anew every `refresh_every` seconds while it waits. A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
@@ -75,6 +77,7 @@ from operators.settings import (
     LEFTOVER_TIMEOUT_SECONDS,
     TEARDOWN_GRACE_SECONDS,
     UPLOAD_PATIENCE_SECONDS,
+    WARM_START_KEY,
 )
 
 # Each create or count of the launch rides out a blinking API server this long.
@@ -149,19 +152,22 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             build_upload_secret,
         )
 
-        identity = run.identity()
-        ticket = build_runtime_configmap(identity, read_runtime_files(), request.tenant)
-        self.admit(run, ticket, context)
-
         bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
         if not bundle.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
         plan = GrantPlan.for_run(run, bundle["snapshot"])  # signed as the tenant's connection
+        warm = self.stage_warm_start(run, plan.lifetime, context)
+
+        identity = run.identity()
+        ticket = build_runtime_configmap(identity, read_runtime_files(), request.tenant)
+        self.admit(run, ticket, context)
+
         grants = sign_grants(plan)
         context["ti"].xcom_push(key=GRANTS_KEY, value=plan.to_payload())
         made = [f"ConfigMap/{ticket['metadata']['name']}"]
         secrets = [
-            build_access_secret(identity, grants.bundle_url, request.tenant),
+            build_access_secret(identity, grants.bundle_url, request.tenant,
+                                warm.document if warm else None),
             build_upload_secret(identity, grants.upload, request.tenant),
         ]
         made += self.patiently(
@@ -297,9 +303,36 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from operators.runoutputs import clear_run_outputs
 
-        cleared = clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix)
+        cleared = clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix,
+                                    checkpoints=True)
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
+
+    def stage_warm_start(self, run: RunInfo, expires: int, context: Any) -> Any:
+        """The checkpoints the first gang restores for `warm_start` (operators/restore.py),
+        pushed to XCom `warm_start` (no credential); before anything is created, so a
+        warm start that cannot be had fails the run with nothing launched."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from operators.restore import WarmStartError, stage_warm_start
+        from tfjob.checkpoints import RestoreTooLarge
+
+        if run.request.warm_start is None:
+            return None
+        try:
+            staged = stage_warm_start(run, expires)
+        except (WarmStartError, RestoreTooLarge) as exc:
+            raise AirflowFailException(str(exc)) from None
+        if staged is None:
+            self.log.warning("warm_start: %r given, but %s has no published run yet: the "
+                             "first gang starts from scratch", run.request.warm_start,
+                             run.request.output)
+            return None
+        self.log.info("warm_start %r: %s", run.request.warm_start, staged.describe())
+        context["ti"].xcom_push(key=WARM_START_KEY, value={
+            "requested": run.request.warm_start, "source": staged.source, "step": staged.step,
+            "files": staged.files, "bytes": staged.size})
+        return staged
 
     def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:
         """Watch until every pod runs with an IP; fail with the reasons when not in time."""

@@ -44,15 +44,19 @@ may happen to Airflow:
 - `train`'s XCom `attempts`, pushed at each restart and at the end: run.json
   (archive), `tshell status` and the TFJob view read it.
 
-Checkpoints are not restored yet (issue 15, item 2): a restarted gang starts
-its programs from scratch, and `restored_checkpoint_step` stays null.
+Checkpoints: between steps 2 and 3 the run's `checkpoints/` (which the
+model owner's bootstrap fills, one last time within its grace period in
+step 1) are handed to the new gang in `restore.json` (operators/restore.py);
+its replicas' init containers restore them into `CHECKPOINT_DIR`, and the
+attempt records `restored_checkpoint_step`. A run without checkpoints
+restarts its programs from scratch.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,10 +81,11 @@ def now() -> datetime:
 # --- the attempts: pure -------------------------------------------------------------------
 
 
-def first_attempt(started_at: float | None) -> list[Attempt]:
-    """The history of a run whose first gang still runs (`started_at`: launch's `ready_at`)."""
+def first_attempt(started_at: float | None, restored_step: int | None = None) -> list[Attempt]:
+    """The history of a run whose first gang still runs (`started_at`: launch's `ready_at`;
+    `restored_step`: the step of its warm start)."""
     started = datetime.fromtimestamp(started_at, UTC) if started_at is not None else None
-    return [Attempt(1, started=started)]
+    return [Attempt(1, started=started, restored_checkpoint_step=restored_step)]
 
 
 def attempts_to_payload(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
@@ -198,33 +203,59 @@ def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> li
     return made
 
 
+@dataclass(frozen=True)
+class NewGang:
+    """A started gang: the run's attempts (the last one saying what it restored) and
+    its ClusterSpec (None in single mode)."""
+
+    attempts: list[Attempt]
+    cluster: dict[str, Any] | None
+
+
+def stage_restore(api: Any, run: Any, attempts: Sequence[Attempt], expires: int,
+                  log: Any) -> list[Attempt]:
+    """Hand the next gang the run's checkpoints (operators/restore.py); the attempts with
+    the step restored on the last one."""
+    from operators.restore import run_checkpoints_uri, stage_run_checkpoints, write_restore
+
+    staged = stage_run_checkpoints(run, run_checkpoints_uri(run.run_prefix), expires)
+    write_restore(api, run, staged)
+    log.info("attempt %d: %s", attempts[-1].number, staged.describe())
+    *earlier, current = attempts
+    return [*earlier, replace(current, restored_checkpoint_step=staged.step)]
+
+
 def start_new_gang(
     api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, log: Any
-) -> dict[str, Any] | None:
-    """Stop the failed gang, start the next (the last of `attempts`), give it its
-    ClusterSpec (see the module docstring); return the ClusterSpec (None in single mode).
+) -> NewGang:
+    """Stop the failed gang, start the next (the last of `attempts`) from the run's
+    checkpoints, give it its ClusterSpec (see the module docstring).
 
     Raises what failed: `gang.GangStopError` (the old pods would not go: nothing new
-    was created), `gang.GangStartError`, `delivery.DeliveryError`, or an API error.
+    was created), `gang.GangStartError`, `delivery.DeliveryError`, `RestoreTooLarge`,
+    or an API error.
     """
     from operators.delivery import deliver_run_cluster_spec
+    from operators.grants import GrantPlan
 
     number = attempts[-1].number
-    gang.stop_gang(api, run, log)
+    gang.stop_gang(api, run, log)  # the owner's last checkpoint sync runs in its grace period
     cleared = clear_attempt_outputs(run)
     if cleared:
         log.info("cleared the failed attempt's outputs: %s", ", ".join(cleared))
+    expires = plan.lifetime if plan is not None else GrantPlan.for_run(run, "").lifetime
+    attempts = stage_restore(api, run, attempts, expires, log)
     made = create_gang(api, run, attempts, log)
     log.info("attempt %d: created %s", number, ", ".join(made))
     endpoints = gang.await_gang_start(api, run, plan, log)
     log.info("attempt %d: every replica runs: %s", number, endpoints)
     if not run.request.is_distributed:
-        return None
-    return deliver_run_cluster_spec(api, run, endpoints)
+        return NewGang(attempts, None)
+    return NewGang(attempts, deliver_run_cluster_spec(api, run, endpoints))
 
 
 __all__ = [
     "annotate_attempts", "attempts_from_payload", "attempts_to_payload", "choose_failure",
-    "clear_attempt_outputs", "close_attempt", "create_gang", "first_attempt",
-    "judge_failed_attempt", "recall_attempts", "start_new_gang",
+    "NewGang", "clear_attempt_outputs", "close_attempt", "create_gang", "first_attempt",
+    "judge_failed_attempt", "recall_attempts", "stage_restore", "start_new_gang",
 ]

@@ -96,7 +96,8 @@ def render_run_page(summary: Mapping[str, Any]) -> str:
                  r.get("exit_code"), r.get("reason")] for r in summary["replicas"]]
     model = summary.get("model") or {}
     attempts = [[a.get("number"), a.get("outcome"), a.get("started"), a.get("ended"),
-                 a.get("failed_replica"), a.get("exit_code"), a.get("reason")]
+                 a.get("restored_checkpoint_step"), a.get("failed_replica"), a.get("exit_code"),
+                 a.get("reason")]
                 for a in summary.get("attempts") or []]
     sections = [
         ("Job", _table(["field", "value"], [[key, value] for key, value in job.items()])),
@@ -104,8 +105,8 @@ def render_run_page(summary: Mapping[str, Any]) -> str:
                          [[t["task_id"], t["state"]] for t in summary["tasks"]])),
         ("ClusterSpec", _cell(summary.get("cluster_spec"))),
         ("Replicas", _table(["replica", "pod", "phase", "exit code", "reason"], replicas)),
-        ("Attempts", _table(["attempt", "outcome", "started", "ended", "failed replica",
-                             "exit code", "reason"], attempts)),
+        ("Attempts", _table(["attempt", "outcome", "started", "ended", "resumed from step",
+                             "failed replica", "exit code", "reason"], attempts)),
         ("Metrics", _cell(summary.get("metrics"))),
         ("Outputs", _table(["what", "where"], [
             ["model", model.get("uri")], ["run manifest", summary.get("run_json")],

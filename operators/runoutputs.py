@@ -5,7 +5,9 @@ DAG run keeps its run_id, so a try that trains nothing would otherwise find the
 model and metrics of an earlier try, and `publish` would publish them. Every
 try therefore starts by removing the outputs a try writes: `model/` and
 `metrics.json` (by the model owner's bootstrap, or by archive when it
-recovers them from the pod). Nothing else is touched: the bundle snapshot,
+recovers them from the pod), and `checkpoints/` (the owner's bootstrap):
+a new try trains from scratch (or from its warm start), while a gang
+restart within a try keeps them to resume from. Nothing else is touched: the bundle snapshot,
 the logs and run.json are Airflow's and are rewritten by each try anyway.
 
 `fetch_bundle` clears them (a cleared run re-runs it), and `launch` does
@@ -19,6 +21,7 @@ from typing import Any
 
 from operators.s3access import parse_s3_uri
 from operators.s3retry import call_with_s3_retries
+from tfjob.checkpoints import CHECKPOINTS_DIR
 
 log = logging.getLogger("airflow.task")
 
@@ -38,20 +41,26 @@ def run_output_keys(run_prefix: str) -> tuple[str, str, str]:
     return bucket, key + MODEL_DIR, key + METRICS_FILE
 
 
-def clear_run_outputs(s3: Any, run_prefix: str) -> list[str]:
-    """Delete `<run_prefix>/model/` and `<run_prefix>/metrics.json`; return the deleted keys.
+def clear_run_outputs(s3: Any, run_prefix: str, *, checkpoints: bool = False) -> list[str]:
+    """Delete `<run_prefix>/model/` and `<run_prefix>/metrics.json`, and with `checkpoints`
+    also `<run_prefix>/checkpoints/` (a new try's, not a gang restart's); return the
+    deleted keys.
 
     Deleting what is not there is no error (a first try deletes nothing).
     S3 errors are retried (operators.s3retry).
     """
     bucket, model_prefix, metrics_key = run_output_keys(run_prefix)
+    prefixes = [model_prefix]
+    if checkpoints:
+        prefixes.append(model_prefix[: -len(MODEL_DIR)] + CHECKPOINTS_DIR)
 
     def list_keys() -> list[str]:
         keys = []
-        for page in s3.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=model_prefix
-        ):
-            keys.extend(item["Key"] for item in page.get("Contents", []))
+        for prefix in prefixes:
+            for page in s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix
+            ):
+                keys.extend(item["Key"] for item in page.get("Contents", []))
         return keys
 
     def metrics_exists() -> bool:
@@ -82,8 +91,9 @@ def clear_run_outputs(s3: Any, run_prefix: str) -> list[str]:
             )
     if keys:
         log.info(
-            "cleared %d object(s) an earlier try left under %s (model/, metrics.json)",
+            "cleared %d object(s) an earlier try left under %s (model/, metrics.json%s)",
             len(keys),
             run_prefix,
+            ", checkpoints/" if checkpoints else "",
         )
     return keys

@@ -75,6 +75,7 @@ GRANTS_KEY = "grants"
 # XCom keys of train: every attempt (gang) of the run so far (operators/restart.py), and
 # the ClusterSpec of a gang it restarted (the `clusterspec` task's is the first gang's).
 ATTEMPTS_KEY = "attempts"
+WARM_START_KEY = "warm_start"  # launch's: what the first gang restored (no credential)
 RESTARTED_CLUSTER_KEY = "cluster"
 
 # archive (and publish) retry S3 with exponential back-off, from the first delay

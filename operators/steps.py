@@ -159,7 +159,7 @@ def fetch_bundle() -> dict[str, Any]:
 
     run = pull_run(get_current_context())
     s3 = _s3(run)
-    clear_run_outputs(s3, run.run_prefix)
+    clear_run_outputs(s3, run.run_prefix, checkpoints=True)
     try:
         identity = snapshot_bundle(s3, run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
     except (BundleMissing, BundleError) as exc:
@@ -211,7 +211,12 @@ def archive() -> dict[str, Any]:
     too, so the logs of the replicas that did start are kept.
     """
     from operators.archive import archive_run
-    from operators.settings import ATTEMPTS_KEY, LAUNCH_FAILURE_KEY, RESTARTED_CLUSTER_KEY
+    from operators.settings import (
+        ATTEMPTS_KEY,
+        LAUNCH_FAILURE_KEY,
+        RESTARTED_CLUSTER_KEY,
+        WARM_START_KEY,
+    )
 
     context = get_current_context()
     run = pull_run(context)
@@ -238,6 +243,7 @@ def archive() -> dict[str, Any]:
         timings=timings,
         launch=launch,
         attempts=ti.xcom_pull(task_ids=TRAIN_TASK, key=ATTEMPTS_KEY),
+        warm_start=ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY),
     )
     _log().info(
         "archived run %s: %d log(s), model %s objects, run.json at %s/run.json",

@@ -64,6 +64,7 @@ from operators.settings import (
     RESTARTED_CLUSTER_KEY,
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
+    WARM_START_KEY,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from tfjob.restart_policy import AttemptOutcome, Decision, RestartPolicy, describe_run_failure
@@ -160,8 +161,10 @@ class TrainingWaitOperator(BaseOperator):
         """The run's attempts: those a restarted gang's pods carry, else the first gang's."""
         found = restart.recall_attempts(pods)
         if found is None:
-            found = restart.first_attempt(
-                context["ti"].xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"))
+            ti = context["ti"]
+            warm = ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY) or {}
+            found = restart.first_attempt(ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"),
+                                          restored_step=warm.get("step"))
         return restart.attempts_to_payload(found)
 
     def _read_logs(self, run: RunInfo, api: Any, event: dict[str, Any]) -> dict[str, str]:
@@ -283,7 +286,7 @@ class TrainingWaitOperator(BaseOperator):
         payload = ti.xcom_pull(task_ids=LAUNCH_TASK, key=GRANTS_KEY)
         plan = GrantPlan.from_payload(payload) if payload else None
         try:
-            cluster = restart.start_new_gang(api, run, history, plan, self.log)
+            started = restart.start_new_gang(api, run, history, plan, self.log)
         except Exception as exc:
             self._decided = True
             first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -292,8 +295,10 @@ class TrainingWaitOperator(BaseOperator):
                 reason=f"its gang did not start ({type(exc).__name__}: {first_line})")
             ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
             raise TrainingFailed(f"{describe_run_failure(history)}\n{exc}") from exc
-        if cluster is not None:
-            ti.xcom_push(key=RESTARTED_CLUSTER_KEY, value=cluster)
+        history = started.attempts
+        ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
+        if started.cluster is not None:
+            ti.xcom_push(key=RESTARTED_CLUSTER_KEY, value=started.cluster)
         self.log.info("attempt %d of run %s runs with its ClusterSpec", history[-1].number,
                       run.run_key)
         self._defer(context, run, restart.attempts_to_payload(history))

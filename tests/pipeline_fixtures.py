@@ -12,12 +12,9 @@
 server's pod-facing listener: presigned requests only), creates the tenant
 namespace, migrates an Airflow database in a temporary home, creates the
 tenants' Airflow roles there (with the FAB auth manager, parsing a tenant DAG
-whose `access_control` names a missing role fails), and uploads a stand-in
-training bundle: a small Python program (no TensorFlow) that prints
-its TF_CONFIG, writes a model and metrics, and behaves as the request's env
-`STANDIN_BEHAVIOUR` says (`{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`,
-`{"*": {"no_model": true}}`).
-ps replicas wait forever, like TensorFlow's.
+whose `access_control` names a missing role fails), and uploads the stand-in
+training bundle of tests/standin.py: a small Python program (no TensorFlow)
+that behaves as the request's env `STANDIN_BEHAVIOUR` says.
 
 Each DAG run happens in a subprocess (`dag.test()`), so Airflow's
 configuration comes from that process's environment and nothing leaks into
@@ -44,6 +41,7 @@ import yaml
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from postgres_fixtures import airflow_database_url
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
+from standin import write_standin_bundle
 
 from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
 from tfjob.tenants import build_namespace, load_tenants
@@ -53,53 +51,6 @@ TENANT = "test"
 NAMESPACE = f"tfjob-{TENANT}"
 STANDIN_BUNDLE_KEY = "bundles/standin.tar.gz"
 DAG_TEST_TIMEOUT_S = 420
-
-STANDIN_PROGRAM = textwrap.dedent(
-    '''
-    """Stand-in for a TensorFlow program: what the pod protocol gives it, without TensorFlow."""
-    import json, os, sys, time
-
-    role, index = os.environ["TFJOB_ROLE"], os.environ["TFJOB_INDEX"]
-    me = f"{role}-{index}"
-    print(f"standin {me} TF_CONFIG={os.environ.get('TF_CONFIG', '')}", flush=True)
-    print(f"standin {me} legacy JOB_NAME={os.environ.get('JOB_NAME', '')} "
-          f"WORKER_HOSTS={os.environ.get('WORKER_HOSTS', '')}", flush=True)
-    behaviour = json.loads(os.environ.get("STANDIN_BEHAVIOUR") or "{}")
-    mine = behaviour.get(me, behaviour.get("*", {}))
-    if role == "ps" and not mine:
-        while True:  # like TensorFlow's ps: join() forever
-            time.sleep(1)
-    time.sleep(mine.get("sleep", 0))
-    if mine.get("exit"):
-        print(f"standin {me} failing on purpose with {mine['exit']}", file=sys.stderr, flush=True)
-        sys.exit(mine["exit"])
-    if mine.get("no_model"):
-        print(f"standin {me} done without a model", flush=True)
-        sys.exit(0)
-    with open(os.path.join(os.environ["DATA_DIR"], "numbers.txt")) as handle:
-        total = sum(int(line) for line in handle if line.strip())
-    os.makedirs(os.environ["MODEL_DIR"], exist_ok=True)
-    with open(os.path.join(os.environ["MODEL_DIR"], "model.json"), "w") as handle:
-        json.dump({"trained_by": me, "total": total}, handle)
-    with open(os.environ["METRICS_FILE"], "w") as handle:
-        json.dump({"accuracy": 0.99, "total": total, "replica": me}, handle)
-    print(f"standin {me} done", flush=True)
-    '''
-)
-
-
-def write_standin_bundle(folder: Path) -> Path:
-    from runtime.bundle import write_bundle
-
-    src = folder / "standin-src"
-    (src / "code").mkdir(parents=True, exist_ok=True)
-    (src / "data").mkdir(parents=True, exist_ok=True)
-    (src / "code" / "train.py").write_text(STANDIN_PROGRAM)
-    (src / "data" / "numbers.txt").write_text("1\n2\n3\n")
-    out = folder / "standin.tar.gz"
-    write_bundle(src, out, "standin")
-    return out
-
 
 @dataclass
 class DagResult:

@@ -37,6 +37,7 @@ class PodLife:
     terminating: bool = False  # seen with a deletionTimestamp before it was gone
     grace: int | None = None  # metadata.deletionGracePeriodSeconds when seen terminating
     ip: str | None = None  # the last status.podIP seen
+    node: str | None = None  # spec.nodeName once bound
 
 
 def gang_of(pod: dict[str, Any]) -> int:
@@ -106,6 +107,7 @@ class PodLifeRecorder(threading.Thread):
             life.terminating = True
             life.grace = meta.get("deletionGracePeriodSeconds")
         life.ip = (pod.get("status") or {}).get("podIP") or life.ip
+        life.node = (pod.get("spec") or {}).get("nodeName") or life.node
         if kind == "DELETED":
             life.died_rv = rv
 

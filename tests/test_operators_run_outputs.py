@@ -57,6 +57,18 @@ def test_clearing_removes_the_model_and_metrics_and_nothing_else(s3_server):
     assert clear_run_outputs(s3, f"s3://{bucket}/{run}") == []  # nothing left: no error
 
 
+def test_a_new_try_clears_the_checkpoints_too_and_a_gang_restart_keeps_them(s3_server):
+    s3, bucket = s3_server.client(), s3_server.bucket
+    run = f"outputs/ckpt/runs/tfjob__ckpt/{RUN_ID}/"
+    for name in ("model/saved_model.pb", "checkpoints/checkpoint", "checkpoints/ckpt-3.index"):
+        put(s3, bucket, run + name)
+    assert clear_run_outputs(s3, f"s3://{bucket}/{run}") == [run + "model/saved_model.pb"]
+    assert keys_under(s3, bucket, run) == {"checkpoints/checkpoint", "checkpoints/ckpt-3.index"}
+    deleted = clear_run_outputs(s3, f"s3://{bucket}/{run}", checkpoints=True)
+    assert sorted(deleted) == [run + "checkpoints/checkpoint", run + "checkpoints/ckpt-3.index"]
+    assert keys_under(s3, bucket, run) == set()
+
+
 def test_clearing_a_model_of_more_than_one_delete_batch(s3_server, monkeypatch):
     monkeypatch.setattr("operators.runoutputs.DELETE_BATCH", 7)
     s3, bucket = s3_server.client(), s3_server.bucket

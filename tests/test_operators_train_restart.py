@@ -10,6 +10,7 @@ attempts, the manifests, the order of stop and start) is the real code.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -120,7 +121,15 @@ def cluster(monkeypatch) -> FakeCluster:
     monkeypatch.setattr(kubeobjects, "await_run_objects_gone", await_gone)
     monkeypatch.setattr(gang, "await_gang_start", await_start)
     monkeypatch.setattr(delivery, "deliver_cluster_files", deliver)
+    def stage_restore(api, run, attempts, expires, log):
+        # The run's checkpoints (operators/restore.py, tested against S3 on its own) hold
+        # step 7: what the owner's last sync wrote within its grace period.
+        cluster.journal.append(("restore", expires))
+        *earlier, current = attempts
+        return [*earlier, replace(current, restored_checkpoint_step=7)]
+
     monkeypatch.setattr(restart, "clear_attempt_outputs", lambda run: [])
+    monkeypatch.setattr(restart, "stage_restore", stage_restore)
     return cluster
 
 
@@ -190,6 +199,8 @@ def test_a_deleted_worker_restarts_the_gang_once_and_the_run_then_succeeds(monke
     assert attempts[0]["failed_replica"] == "worker-1"
     assert attempts[0]["kind"] == "deleted"
     assert attempts[0]["reason"] == "worker-1 was deleted"
+    assert (attempts[0]["restored_checkpoint_step"], attempts[1]["restored_checkpoint_step"]) \
+        == (None, 7)
     assert run.context["ti"].pushed["attempts"] == attempts  # visible while attempt 2 runs
     assert deferred.value.method_name == "finish"
     assert sorted(deferred.value.trigger.expected_pods) == sorted(cluster.pods)
@@ -219,6 +230,8 @@ def test_the_new_gang_is_created_only_after_the_old_pods_are_gone(monkeypatch, c
     last_gone = max(i for i, step in enumerate(steps) if step == "gone")
     first_create = steps.index("create")
     assert last_gone < first_create  # no two gangs' pods alive at once
+    # The checkpoints are staged once the old gang (its owner's last sync) is gone.
+    assert last_gone < steps.index("restore") < first_create
     assert steps.count("delete") == 3 and steps.count("create") == 4
     assert steps[-4:] == ["deliver"] * 4  # the ClusterSpec reaches the running new gang
 

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from node_power import start_node, stop_node
 from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
     NAMESPACE,
     pipeline_world,
@@ -94,10 +95,16 @@ def program_started(world, pod_name: str, replica: str) -> bool:  # type: ignore
     return f"standin {replica} TF_CONFIG=" in text
 
 
-def await_programs(world, job: str, replicas, timeout: float = PROGRAMS_TIMEOUT_S):  # type: ignore[no-untyped-def]
-    """Wait until every program of the job's first gang runs; return {replica: pod}."""
+def await_programs(world, job: str, replicas, running_dag=None,  # type: ignore[no-untyped-def]
+                   timeout: float = PROGRAMS_TIMEOUT_S):
+    """Wait until every program of the job's first gang runs; return {replica: pod}. A
+    `dag.test()` (running_dag) that ended meanwhile fails the wait with its output."""
 
     def running() -> dict[str, Any] | None:
+        if running_dag is not None and running_dag.poll() is not None:
+            out, err = running_dag.communicate()
+            raise AssertionError(f"dag.test() of {job} ended before its programs ran:\n"
+                                 f"{(out + err)[-20000:]}")
         pods = first_gang_pods(world, job)
         if set(replicas) <= set(pods) and all(
             program_started(world, pods[r].metadata.name, r) for r in replicas
@@ -168,15 +175,16 @@ def test_a_deleted_worker_restarts_the_whole_gang_which_succeeds_and_two_gangs_n
     body = ps_request(
         world,
         job,
-        {"chief-0": {"sleep": RESTART_TRAIN_SECONDS}, "worker-0": {"sleep": LONG_SECONDS},
-         "worker-1": {"sleep": LONG_SECONDS}},
+        {"chief-0": {"sleep": RESTART_TRAIN_SECONDS, "checkpoint_every": 1},
+         "worker-0": {"sleep": LONG_SECONDS}, "worker-1": {"sleep": LONG_SECONDS}},
         max_restarts=2,
+        checkpoint_interval=10,
     )
     recorder = start_recorder(world, job)
     running = start_request_dag(world, body)
     try:
         try:
-            first = await_programs(world, job, PS_IDS)
+            first = await_programs(world, job, PS_IDS, running)
             delete_like_a_drain(world, first["worker-1"])
         except BaseException:
             abandon(world, running, job)
@@ -209,7 +217,14 @@ def test_a_deleted_worker_restarts_the_whole_gang_which_succeeds_and_two_gangs_n
     assert failed["exit_code"] in (143, None), attempts  # SIGTERM'd, or seen gone
     assert last["outcome"] == "succeeded" and last["failed_replica"] is None, attempts
     assert failed["ended"] and last["started"] and failed["ended"] <= last["started"], attempts
-    assert all(a["restored_checkpoint_step"] is None for a in attempts), attempts  # item 2 to do
+    # The chief's checkpoints: synced to S3 (at the latest when its gang was stopped),
+    # restored into every replica of the new gang, and the chief counted on from there.
+    restored = last["restored_checkpoint_step"]
+    assert failed["restored_checkpoint_step"] is None, attempts
+    assert isinstance(restored, int) and restored > 0, attempts
+    assert f"[chief-0] standin chief-0 resumed from step {restored}" in result.log, result
+    assert f"step {restored}) from s3://" in result.log, result  # "restoring N checkpoint files"
+    assert manifest["checkpoints"]["objects"] > restored, manifest["checkpoints"]
     prefix = run_keys(result)
     assert json.loads(world.s3_text(prefix + "model/model.json"))["trained_by"] == "chief-0"
 
@@ -253,7 +268,7 @@ def test_a_deleted_worker_fails_the_run_naming_it_when_max_restarts_is_0(pipelin
     running = start_request_dag(world, body)
     try:
         try:
-            first = await_programs(world, job, PS_IDS)
+            first = await_programs(world, job, PS_IDS, running)
             delete_like_a_drain(world, first["worker-1"])
         except BaseException:
             abandon(world, running, job)
@@ -384,3 +399,92 @@ def test_a_20s_api_server_outage_while_training_does_not_fail_the_run(pipeline_w
     prefix = run_keys(result)
     assert prefix + "model/model.json" in world.s3_keys(prefix)
     assert world.run_objects(job) == []
+
+
+def test_a_warm_start_from_latest_resumes_from_the_published_runs_checkpoint(pipeline_world):
+    world = pipeline_world
+    output = f"s3://{world.bucket}/outputs/e2e-warm"
+    # Yesterday's run: its single replica checkpoints every second for 4 s, its bootstrap
+    # copies them to S3 (the last copy after the program ended), and publish moves latest.
+    first = world.run_request(world.request(
+        "e2e-warm-first", output=output,
+        env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4, "checkpoint_every": 1}})}))
+    assert first.state == "success", first
+    assert "standin worker-0 resumed" not in first.log, first
+    first_keys = run_keys(first, "e2e-warm")
+    pointer = world.s3_text(first_keys + "checkpoints/checkpoint")
+    saved = int(pointer.split('"')[1].rsplit("-", 1)[1])
+    assert saved >= 1, pointer
+
+    # Today's run of another DAG on the same output starts from there.
+    second = world.run_request(world.request(
+        "e2e-warm-next", output=output, warm_start="latest",
+        env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 1, "checkpoint_every": 1}})}))
+    assert second.state == "success", second
+    assert f"standin worker-0 resumed from step {saved}" in second.log, second
+    assert "warm_start 'latest': restoring" in second.log, second
+    manifest = json.loads(world.s3_text(run_keys(second, "e2e-warm") + "run.json"))
+    assert manifest["warm_start"]["step"] == saved, manifest["warm_start"]
+    assert manifest["warm_start"]["source"] == f"s3://{world.bucket}/{first_keys}checkpoints/"
+    assert manifest["attempts"][0]["restored_checkpoint_step"] == saved, manifest["attempts"]
+    assert world.run_objects("e2e-warm-next") == []
+
+
+def test_a_warm_start_from_a_run_without_checkpoints_starts_nothing(pipeline_world):
+    world = pipeline_world
+    result = world.run_request(world.request("e2e-warm-none", warm_start="manual__nothing"))
+    assert result.state == "failed", result
+    assert result.tasks["launch"] == "failed", result
+    assert "warm_start: run 'manual__nothing' given, but s3://" in result.log, result
+    assert "holds no checkpoint" in result.log, result
+    assert world.run_objects("e2e-warm-none") == []
+
+
+def test_a_node_that_stops_mid_run_restarts_the_gang_on_the_other_node(pipeline_world):
+    world = pipeline_world
+    job = "e2e-nodelost"
+    # The chief trains to step 100 (a step a second, counting restored ones): the first
+    # gang cannot finish before its lost node is noticed (40 s of silence, localkube's
+    # default node-monitor grace period, as Kubernetes').
+    body = ps_request(
+        world, job,
+        {"chief-0": {"steps": 100, "checkpoint_every": 1}, "worker-0": {"sleep": LONG_SECONDS},
+         "worker-1": {"sleep": LONG_SECONDS}},
+        max_restarts=2, checkpoint_interval=10, active_deadline=400,
+    )
+    recorder = start_recorder(world, job)
+    running = start_request_dag(world, body)
+    lost = None
+    try:
+        try:
+            first = await_programs(world, job, PS_IDS, running)
+            # Once the chief's first periodic sync is in S3 (10 s): the lost node may be
+            # the chief's, and a powered-off pod syncs nothing more.
+            wait_for(lambda: [k for k in world.s3_keys(f"outputs/{job}/runs/")
+                              if k.endswith("/checkpoints/checkpoint")],
+                     60, "the chief's first checkpoint sync", interval=0.5)
+            lost = first["worker-1"].spec.node_name
+            stop_node(world, lost)
+        except BaseException:
+            abandon(world, running, job)
+            raise
+        result = world.finish_dag(running)
+    finally:
+        recorder.stop()
+        if lost:
+            start_node(world, lost)
+    timeline = recorder.timeline()
+    assert result.state == "success", f"{result}\n{timeline}"
+    attempts = run_manifest(world, result)["attempts"]
+    assert [a["number"] for a in attempts] == [1, 2], attempts
+    assert attempts[0]["kind"] == "node_lost" and attempts[0]["outcome"] == "restarted", attempts
+    restored = attempts[1]["restored_checkpoint_step"]
+    assert isinstance(restored, int) and restored > 0, attempts  # a periodic sync's copy
+    assert f"[chief-0] standin chief-0 resumed from step {restored}" in result.log, result
+    # The new gang went to the node that still answers.
+    gangs = recorder.gangs()
+    assert sorted(gangs) == [1, 2], timeline
+    assert lost in {life.node for life in gangs[1]}, timeline
+    assert {life.node for life in gangs[2]} - {None} == {"node-1", "node-2"} - {lost}, timeline
+    assert world.run_objects(job) == []
+

@@ -72,10 +72,12 @@ def test_a_restarted_run_shows_each_attempt_and_the_last_gangs_cluster_spec():
                  "worker": ["10.77.3.4:2222"]}
     attempts = [{"number": 1, "outcome": "restarted", "failed_replica": "worker-0",
                  "exit_code": 143, "reason": "worker-0 was deleted (exit code 143)"},
-                {"number": 2, "outcome": "succeeded", "failed_replica": None}]
+                {"number": 2, "outcome": "succeeded", "failed_replica": None,
+                 "restored_checkpoint_step": 4321}]
     xcoms = xcoms_of_a_finished_run() | {("train", "attempts"): attempts,
                                          ("train", "cluster"): restarted}
     summary = summarize_run("tfjob__digits", "manual__1", "success", xcoms, {"train": "success"})
     assert summary["attempts"] == attempts and summary["cluster_spec"] == restarted
     page = render_run_page(summary)
     assert "worker-0 was deleted (exit code 143)" in page and "10.77.3.4:2222" in page
+    assert "resumed from step" in page and "<td>4321</td>" in page

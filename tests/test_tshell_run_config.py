@@ -346,7 +346,8 @@ def test_status_lists_each_attempt_of_a_restarted_run():
                 {"number": 1, "outcome": "restarted", "started": "2026-12-03T06:00:00+00:00",
                  "ended": "2026-12-03T06:05:00+00:00", "failed_replica": "worker-1",
                  "exit_code": 143, "reason": "worker-1 was deleted (exit code 143)"},
-                {"number": 2, "outcome": "running", "started": "2026-12-03T06:05:30+00:00"}]}
+                {"number": 2, "outcome": "running", "started": "2026-12-03T06:05:30+00:00",
+                 "restored_checkpoint_step": 1200}]}
 
     ref = run_commands.RunRef("tfjob__digits-ps", "manual__1")
     attempts = run_commands.fetch_attempts(FakeSession(), ref)
@@ -354,4 +355,6 @@ def test_status_lists_each_attempt_of_a_restarted_run():
     assert table.splitlines()[1].split()[:6] == ["1", "restarted", "2026-12-03", "06:00:00",
                                                  "2026-12-03", "06:05:00"]
     assert "worker-1 was deleted (exit code 143)" in table
+    assert table.splitlines()[0].split()[4:6] == ["FROM", "STEP"]
     assert table.splitlines()[2].split()[:2] == ["2", "running"]
+    assert "1200" in table.splitlines()[2]  # the checkpoint attempt 2 resumed from

@@ -58,7 +58,8 @@ def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
 
 
 TASK_HEADERS = ("task", "state", "try", "started", "duration")
-ATTEMPT_HEADERS = ("attempt", "outcome", "started", "ended", "replica", "exit", "reason")
+ATTEMPT_HEADERS = ("attempt", "outcome", "started", "ended", "from step", "replica", "exit",
+                   "reason")
 
 
 def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:
@@ -69,6 +70,7 @@ def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:
             a.get("outcome"),
             short_time(a.get("started")),
             short_time(a.get("ended")),
+            a.get("restored_checkpoint_step"),  # the checkpoint the gang resumed from
             a.get("failed_replica"),
             a.get("exit_code"),
             a.get("reason"),

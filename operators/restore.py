@@ -1,0 +1,186 @@
+"""Staging a gang's restore: list checkpoints in S3, sign a GET for each, hand them over.
+
+Why this exists: before a gang's programs start, each replica's init
+container fills `CHECKPOINT_DIR` from `restore.json` in the run's access
+Secret (docs/architecture.md, "The pod protocol"). Airflow writes that file,
+because pods hold no credentials of their own: it lists the checkpoints with
+the run's tenant's S3 connection and signs one GET per object, nothing wider.
+
+Two callers: a gang restart restores the run's own `checkpoints/`
+(operators/restart.py), after the failed gang is gone (its owner's last sync
+runs within its grace period); `launch` restores a warm start's before the
+first gang. The choice of files and the limits are tfjob/checkpoints.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from operators.s3access import parse_s3_uri
+from operators.s3retry import call_with_s3_retries
+from tfjob import naming
+from tfjob.checkpoints import (
+    MAX_POINTER_BYTES,
+    MAX_RESTORE_FILES,
+    build_empty_restore,
+    build_restore_document,
+    checkpoints_prefix,
+    find_pointer,
+    parse_checkpoint_step,
+    select_checkpoint_files,
+)
+from tfjob.manifests import ACCESS_KEY_RESTORE
+
+log = logging.getLogger("airflow.task")
+
+
+@dataclass(frozen=True)
+class StagedRestore:
+    """What a gang will restore: restore.json's content, and what to say about it."""
+
+    document: dict[str, Any]
+    source: str | None  # s3:// URI of the checkpoints prefix; None when nothing to restore
+    step: int | None
+    files: int
+    size: int
+
+    def describe(self) -> str:
+        if not self.files:
+            return "no checkpoint to restore: the programs start from scratch"
+        step = f"step {self.step}" if self.step is not None else "step unknown"
+        return (f"restoring {self.files} checkpoint files ({self.size} bytes, {step}) "
+                f"from {self.source}")
+
+
+def list_objects(s3: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
+    """(key, size) under prefix; stops one past MAX_RESTORE_FILES (enough to refuse)."""
+
+    def page_through() -> list[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            found.extend((item["Key"], int(item["Size"])) for item in page.get("Contents", []))
+            if len(found) > MAX_RESTORE_FILES:
+                break
+        return found
+
+    return call_with_s3_retries(page_through, f"list s3://{bucket}/{prefix}")
+
+
+def read_pointer_step(s3: Any, bucket: str, key: str, size: int) -> int | None:
+    """The step the `checkpoint` pointer names; None when it is too large or names none."""
+    if size > MAX_POINTER_BYTES:
+        return None
+    body = call_with_s3_retries(
+        lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_POINTER_BYTES + 1),
+        f"get s3://{bucket}/{key}",
+    )
+    return parse_checkpoint_step(body[:MAX_POINTER_BYTES].decode("utf-8", "replace"))
+
+
+def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int) -> StagedRestore:
+    """restore.json for the checkpoints under `source_prefix_uri` (s3://bucket/key/).
+
+    RestoreTooLarge (tfjob.checkpoints) when they are over the limits.
+    """
+    bucket, prefix = parse_s3_uri(source_prefix_uri)
+    files = select_checkpoint_files(list_objects(s3, bucket, prefix), prefix)
+    if not files:
+        return StagedRestore(build_empty_restore(), None, None, 0, 0)
+    pointer = find_pointer(files)
+    step = read_pointer_step(s3, bucket, pointer.key, pointer.size) if pointer else None
+    urls = {
+        item.key: signer.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": item.key}, ExpiresIn=expires)
+        for item in files
+    }
+    source = f"s3://{bucket}/{prefix}"
+    return StagedRestore(build_restore_document(source, step, files, urls), source, step,
+                         len(files), sum(item.size for item in files))
+
+
+def run_checkpoints_uri(run_prefix_uri: str) -> str:
+    """s3://bucket/<run prefix>checkpoints/ of a run prefix URI."""
+    bucket, key = parse_s3_uri(run_prefix_uri.rstrip("/") + "/")
+    return f"s3://{bucket}/{checkpoints_prefix(key)}"
+
+
+def stage_run_checkpoints(run: Any, source_prefix_uri: str, expires: int) -> StagedRestore:
+    """`stage_checkpoints` with the run's tenant's S3 connection (listing and signing)."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from operators.grants import make_presigning_client
+
+    s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
+    return stage_checkpoints(s3, make_presigning_client(run.aws_conn_id), source_prefix_uri,
+                             expires)
+
+
+class WarmStartError(ValueError):
+    """The warm start the request names cannot be had; the run starts nothing."""
+
+
+def find_warm_start_source(s3: Any, run: Any) -> str | None:
+    """s3:// URI of the checkpoints the request's `warm_start` names; None when none is asked
+    for, or for `latest` when the output has no published run yet.
+
+    `latest` is the run `<output>/latest` points to (operators/latest.py); it must lie
+    under this output's `runs/`. A run id names a run of this DAG.
+    """
+    from operators.latest import latest_uri, read_latest
+    from operators.s3access import run_output_prefix
+    from tfjob.request_recovery import WARM_START_LATEST
+
+    wanted = run.request.warm_start
+    if wanted is None:
+        return None
+    output = run.request.output.rstrip("/")
+    if wanted != WARM_START_LATEST:
+        bucket, key = run_output_prefix(output, run.dag_id, wanted)
+        return f"s3://{bucket}/{checkpoints_prefix(key)}"
+    pointer, _ = read_latest(s3, latest_uri(output))
+    if pointer is None:
+        return None
+    published = pointer.get("run") if isinstance(pointer, dict) else None
+    if not isinstance(published, str) or not published.startswith(f"{output}/runs/"):
+        raise WarmStartError(
+            f"warm_start: {WARM_START_LATEST!r} given, but {latest_uri(output)} names no run "
+            f"under {output}/runs/ ({str(published)[:200]!r}); publish a run first or name one"
+        )
+    return run_checkpoints_uri(published)
+
+
+def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
+    """What the first gang restores for `warm_start` (the tenant's S3 connection); None
+    when nothing is asked for or `latest` has nothing yet. WarmStartError when a run named
+    by id has no checkpoints, RestoreTooLarge when they are over the limits."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from operators.grants import make_presigning_client
+    from tfjob.request_recovery import WARM_START_LATEST
+
+    s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
+    source = find_warm_start_source(s3, run)
+    if source is None:
+        return None
+    staged = stage_checkpoints(s3, make_presigning_client(run.aws_conn_id), source, expires)
+    if not staged.files and run.request.warm_start != WARM_START_LATEST:
+        raise WarmStartError(
+            f"warm_start: run {run.request.warm_start!r} given, but {source} holds no "
+            "checkpoint; name a run whose model owner wrote to CHECKPOINT_DIR, or 'latest'"
+        )
+    return staged
+
+
+def write_restore(api: Any, run: Any, staged: StagedRestore) -> None:
+    """Put restore.json into the run's access Secret (the next gang's init containers read it)."""
+    text = json.dumps(staged.document, sort_keys=True)
+    patch = {"data": {ACCESS_KEY_RESTORE: base64.b64encode(text.encode()).decode("ascii")}}
+    api.patch_namespaced_secret(naming.secret_name(run.run_key), run.namespace, patch)
+
+
+__all__ = ["StagedRestore", "WarmStartError", "find_warm_start_source", "run_checkpoints_uri",
+           "stage_checkpoints", "stage_run_checkpoints", "stage_warm_start", "write_restore"]

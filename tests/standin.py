@@ -4,11 +4,11 @@ A small Python program (no TensorFlow) that does what the pod protocol asks of
 a training program: prints its TF_CONFIG, writes a model and metrics, and
 behaves as the request's env `STANDIN_BEHAVIOUR` says, per replica or "*":
 `{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`, `{"*": {"no_model": true}}`,
-`{"chief-0": {"sleep": 45, "checkpoint_every": 1}}` (a checkpoint `ckpt-<step>`
-and TensorFlow's `checkpoint` pointer in CHECKPOINT_DIR every second; with
-`"steps": N` instead of `sleep`, until step N, restored steps included). A replica
-whose CHECKPOINT_DIR holds a pointer prints `standin <replica> resumed from step N`
-and counts on from there. ps replicas wait forever, like TensorFlow's.
+`{"chief-0": {"sleep": 45, "checkpoint_every": 1}}` (a checkpoint `ckpt-<step>`:
+its `.data-00000-of-00001` shard, its `.index`, then TensorFlow's `checkpoint`
+pointer in CHECKPOINT_DIR every second; with `"steps": N` instead of `sleep`,
+until step N, restored steps included). A replica whose CHECKPOINT_DIR holds a
+pointer prints `standin <replica> resumed from step N` and counts on from there. ps replicas wait forever, like TensorFlow's.
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ STANDIN_PROGRAM = textwrap.dedent(
         while step < target if target else time.monotonic() < deadline:
             time.sleep(every)
             step += 1
+            # A data shard, then the index, as tf.train.Checkpoint writes them: the pod's
+            # sync sends a pointer only once the checkpoint it names is whole.
+            with open(os.path.join(checkpoints, f"ckpt-{step}.data-00000-of-00001"),
+                      "w") as handle:
+                handle.write(f"weights at step {step}")
             with open(os.path.join(checkpoints, f"ckpt-{step}.index"), "w") as handle:
                 handle.write(f"step {step}")
             with open(os.path.join(checkpoints, ".checkpoint.tmp"), "w") as handle:

@@ -33,7 +33,10 @@ class Recorder(threading.Thread):
         self.api = world.kube.core_v1()
         self.job = job
         self.stop = threading.Event()
-        self.secret_values: dict[str, set[str]] = {"bundle_url": set(), "upload.json": set()}
+        # Every key of the run's Secrets (bundle_url, upload.json, restore.json, and any
+        # added later): a key this recorder did not foresee must not stop it recording.
+        self.secret_values: dict[str, set[str]] = {"bundle_url": set(), "upload.json": set(),
+                                                   "restore.json": set()}
         self.pods: dict[str, str] = {}
         self.events: list[str] = []
 
@@ -44,7 +47,8 @@ class Recorder(threading.Thread):
                 secrets = self.api.list_namespaced_secret(NAMESPACE, label_selector=selector)
                 for secret in secrets.items:
                     for key, value in (secret.data or {}).items():
-                        self.secret_values[key].add(base64.b64decode(value).decode())
+                        self.secret_values.setdefault(key, set()).add(
+                            base64.b64decode(value).decode())
                 for pod in self.api.list_namespaced_pod(NAMESPACE, label_selector=selector).items:
                     self.pods[pod.metadata.name] = json.dumps(
                         self.api.api_client.sanitize_for_serialization(pod)
@@ -59,8 +63,11 @@ class Recorder(threading.Thread):
 
     def credentials(self) -> set[str]:
         """Every secret string: URLs, and each policy's signature, policy and credential."""
-        found = set(self.secret_values["bundle_url"])
-        for url in self.secret_values["bundle_url"]:
+        urls = set(self.secret_values["bundle_url"])
+        for raw in self.secret_values["restore.json"]:
+            urls.update(entry["url"] for entry in json.loads(raw)["files"])
+        found = set(urls)
+        for url in urls:
             found.add(url.split("X-Amz-Signature=")[1])
         for raw in self.secret_values["upload.json"]:
             for grant in json.loads(raw)["grants"].values():
@@ -97,6 +104,7 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
     assert "uploaded 2 files of the model and metrics" in replica_log
     assert "retrying in" not in replica_log  # the grant it read was fresh: no failed attempt
     # 60 s grants, signed anew every 30 s over >3 minutes.
+    assert set(recorder.secret_values) == {"bundle_url", "upload.json", "restore.json"}
     signed = recorder.secret_values["upload.json"]
     assert len(signed) >= 5, f"{len(signed)} distinct upload grants seen"
     assert "S3 grants of run" in result.log and "signed anew" in result.log

@@ -33,6 +33,9 @@ def test_the_standin_checkpoints_each_step_and_resumes_from_the_pointer(tmp_path
     assert "resumed" not in first.stdout
     pointer = (tmp_path / "ckpt" / "checkpoint").read_text()
     assert pointer == 'model_checkpoint_path: "ckpt-3"\n'
+    # Whole as TensorFlow writes it: the pod's sync sends the pointer only then.
+    assert (tmp_path / "ckpt" / "ckpt-3.data-00000-of-00001").exists()
+    assert (tmp_path / "ckpt" / "ckpt-3.index").exists()
     second = run_standin(tmp_path, {"steps": 5, "checkpoint_every": 0.01})
     assert "standin chief-0 resumed from step 3" in second.stdout, second.stderr
     assert (tmp_path / "ckpt" / "checkpoint").read_text() == 'model_checkpoint_path: "ckpt-5"\n'

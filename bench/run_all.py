@@ -5,14 +5,16 @@
 
 Order (each measurement is its own process, see bench/world.py for why):
 pack+upload and DAG parse first (no services), then the shared world (S3,
-localkube, PostgreSQL, Airflow DB) for start-up (1) and naive (2), then
-`airflow standalone` for whole-run (3) and concurrency (5); Airflow starts
-only after 1 and 2 so its idle work does not disturb them. A measurement that
-fails is reported as failed in RESULTS.md, the others still run, and the exit
-status is 1. The whole run is sized to stay under 20 minutes on 2 cores: 5
-repetitions everywhere except the TensorFlow whole run (5 runs, fewer only if
-the budget left when it starts runs out: it says so) and concurrency (one
-burst of 20 jobs); the naive way runs 8 and 32 replicas.
+localkube, PostgreSQL, Airflow DB) for start-up (1), naive (2) and gang
+restarts (6), then `airflow standalone` for whole-run (3) and concurrency
+(5); Airflow starts only after 1, 2 and 6 so its idle work does not disturb
+them. A measurement that fails is reported as failed in RESULTS.md, the
+others still run, and the exit status is 1. The whole run is sized to stay
+under 30 minutes on 2 cores: 5 repetitions everywhere except the TensorFlow
+whole run (5 runs, fewer only if the budget left when it starts runs out: it
+says so), concurrency (one burst of 20 jobs) and restarts (3 of each case,
+~9 min: a 60 s checkpoint interval needs over a minute of training per job);
+the naive way runs 8 and 32 replicas.
 
 `--only NAME ...` measures those alone and replaces only their sections (and
 their rows of the step table) in the existing RESULTS.md; the other sections
@@ -79,14 +81,15 @@ STEP_TIMEOUT_S = {
     "naive": 420,
     "wholerun": 600,
     "concurrency": 720,  # bench_concurrency.RUN_TIMEOUT_S (660) and the triggers
+    "restart": 1200,
 }
-BUDGET_S = 20 * 60
+BUDGET_S = 30 * 60
 STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
 # 20 jobs at parallelism 16 on PostgreSQL: 385 s on 2026-12-03 17:30 UTC (load average ~18,
 # other work on the machine included); 10 jobs at parallelism 4 on SQLite took 98 s.
 CONCURRENCY_ESTIMATE_S = 390
 WHOLERUN_MAX_RUNS = 5
-MEASUREMENTS = ("pack_upload", "parse", "startup", "naive", "wholerun", "concurrency")
+MEASUREMENTS = ("pack_upload", "parse", "startup", "naive", "restart", "wholerun", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,13 @@ class Sizes:
     tensorflow_import_profile: bool
     concurrency_jobs: int
     train_seconds: int
+    restart_cases: tuple[str, ...]  # bench_restart.py's how:replicas:checkpoint_interval
+    restart_repeat: int
 
 
-FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15)
-QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5)
+FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
+             ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3)
+QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1)
 
 
 def describe_machine() -> dict[str, Any]:
@@ -172,7 +178,8 @@ def run_measurement(
     seconds = time.monotonic() - started
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith(
-            ("startup ", "naive ", "parse ", "digits-ps ", "concurrency:", "median ratio", "tree ")
+            ("startup ", "naive ", "restart ", "parse ", "digits-ps ", "concurrency:",
+             "median ratio", "tree ")
         ):
             print(f"    {line}", flush=True)
     if status != "ok":
@@ -240,7 +247,7 @@ def compile_bytecode() -> dict[str, Any]:
 def run_world_measurements(
     folder: Path, wanted: set[str], sizes: Sizes, out: Path, steps: dict[str, Any], began: float
 ) -> None:
-    """1 and 2 against the world; then Airflow, 3 and 5."""
+    """1, 2 and 6 against the world; then Airflow, 3 and 5."""
     reps = str(sizes.repeat)
     print("==> world: S3 server, localkube, PostgreSQL, Airflow DB", flush=True)
     started = time.monotonic()
@@ -278,6 +285,23 @@ def run_world_measurements(
                 reps,
                 "--out",
                 str(out / "naive.json"),
+            ],
+            env,
+            out,
+        )
+    if "restart" in wanted:
+        steps["restart"] = run_measurement(
+            "restart",
+            [
+                PY,
+                str(BENCH / "bench_restart.py"),
+                *common,
+                "--cases",
+                *sizes.restart_cases,
+                "--repeat",
+                str(sizes.restart_repeat),
+                "--out",
+                str(out / "restart.json"),
             ],
             env,
             out,
@@ -408,6 +432,7 @@ def main() -> int:
         "quick": args.quick,
         "measured": [name for name in MEASUREMENTS if name in wanted],
         "airflow_parallelism": airflow_parallelism(),
+        "budget_s": BUDGET_S,
         "steps": {},
         "pack_note": f"Run from run_all.py with --size-mb {sizes.pack_mb} --repeat {sizes.repeat} "
         "(its default of 500 MiB x 3 would take ~10 min of the 20-minute budget).",
@@ -450,7 +475,7 @@ def main() -> int:
             None,
             out,
         )
-    if wanted & {"startup", "naive", "wholerun", "concurrency"}:
+    if wanted & {"startup", "naive", "restart", "wholerun", "concurrency"}:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
             run_world_measurements(folder, wanted, sizes, out, steps, began)

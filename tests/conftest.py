@@ -16,10 +16,12 @@ import pytest
 # Slowest first, as `make test --durations` shows them on 2 cores.
 LONG_FILES = (
     "test_pipeline_tensorflow.py",
+    "test_pipeline_restarts.py",
+    "test_pipeline_tensorflow_restart.py",
     "test_tenants_pipeline.py",
     "test_pipeline_e2e.py",
-    "test_pipeline_restarts.py",
     "test_pipeline_rest.py",
+    "test_pipeline_s3_access.py",
     "test_tshell_run_commands.py",
     "test_examples_resume.py",
     "test_janitor_dag.py",

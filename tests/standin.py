@@ -8,7 +8,8 @@ behaves as the request's env `STANDIN_BEHAVIOUR` says, per replica or "*":
 its `.data-00000-of-00001` shard, its `.index`, then TensorFlow's `checkpoint`
 pointer in CHECKPOINT_DIR every second; with `"steps": N` instead of `sleep`,
 until step N, restored steps included). A replica whose CHECKPOINT_DIR holds a
-pointer prints `standin <replica> resumed from step N` and counts on from there. ps replicas wait forever, like TensorFlow's.
+pointer prints `standin <replica> resumed from step N` and counts on from there.
+ps replicas wait forever, like TensorFlow's.
 """
 
 from __future__ import annotations

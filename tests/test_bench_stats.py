@@ -264,14 +264,15 @@ def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
     assert list(found) == ["operators.dag_factory", "kubernetes"]  # in the order asked for
 
 
-def test_whole_runs_get_what_is_left_of_the_twenty_minutes_after_concurrency():
+def test_whole_runs_get_what_is_left_of_the_budget_after_concurrency():
     import run_all
 
     assert run_all.plan_wholerun_budget(300) == pytest.approx(480)  # capped by the step timeout
-    assert run_all.plan_wholerun_budget(700) == pytest.approx(
-        1200 - 700 - run_all.CONCURRENCY_ESTIMATE_S - 30
+    assert run_all.plan_wholerun_budget(1300) == pytest.approx(
+        run_all.BUDGET_S - 1300 - run_all.CONCURRENCY_ESTIMATE_S - 30
     )
-    assert run_all.plan_wholerun_budget(1100) == pytest.approx(60)  # late: still one run
+    late = run_all.BUDGET_S - run_all.CONCURRENCY_ESTIMATE_S
+    assert run_all.plan_wholerun_budget(late) == pytest.approx(60)  # late: still one run
 
 
 def test_concurrency_reads_structured_and_plain_task_logs():
@@ -285,3 +286,42 @@ def test_concurrency_reads_structured_and_plain_task_logs():
     assert lines[0] == "t1 INFO starting"
     assert lines[1].startswith("t2 ERROR Task failed {") and "error_detail" in lines[1]
     assert bench_concurrency.read_log_lines({"content": "a\nb"}) == ["a", "b"]
+
+
+def test_the_restart_section_tables_each_case_and_says_how_latency_and_loss_behave():
+    import bench_restart
+
+    def restart_job(case: str, latency: float, at: int, restored: int | None) -> dict:
+        how, replicas, interval = case.split(":")
+        return {"case": case, "how": how, "replicas": int(replicas), "interval_s": int(interval),
+                "loss_to_noticed_s": 0.1, "restart_latency_s": latency,
+                "stop_and_stage_s": latency / 4, "stage_to_created_s": 0.05,
+                "created_to_running_s": latency / 2, "delivery_s": latency / 4,
+                "step_at_failure": at, "restored_step": restored,
+                "steps_lost": max(0, at - (restored or 0))}
+
+    jobs = [restart_job("drain:4:10", 2.0, 15, 15), restart_job("drain:4:10", 2.2, 17, 17),
+            restart_job("drain:16:10", 6.0, 20, 20),
+            restart_job("kill:4:60", 2.1, 90, 60), restart_job("kill:4:60", 2.3, 100, None)]
+    summary = bench_restart.summarise_restart(jobs)
+    assert summary["kill:4:60"]["steps_lost"] == {"median": 65.0, "min": 30.0, "max": 100.0,
+                                                  "n": 2}
+    text = report.build_report({"restart": {"summary": summary}}, {},
+                               {"wall_s": 60, "budget_s": 1800})
+    assert "## 6. Gang restarts" in text and "target under 30 min: met" in text
+    assert "| drain:4:10 |" in text and "2.10 s (2.00–2.20, n=2)" in text
+    assert "15→15, 17→17" in text and "90→60, 100→None" in text
+    # 16 replicas in 2.86x the time of 4 (6.0 against 2.1): 4x the replicas
+    assert "grows less than linearly" in text and "2.9× the time of 4" in text
+    assert "force-deleted: 65 steps lost (median; 30–100)" in text
+    assert "expected half-interval of 30" in text
+    assert "a worker drained: 0 steps lost" in text
+
+
+def test_a_restart_case_names_what_is_wrong_with_it():
+    import bench_restart
+
+    assert bench_restart.Case.parse("kill:16:60") == bench_restart.Case("kill", 16, 60)
+    for bad in ("kill:16", "evict:4:10", "drain:2:10", "drain:4:x"):
+        with pytest.raises(SystemExit, match="--cases"):
+            bench_restart.Case.parse(bad)

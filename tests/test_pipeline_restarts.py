@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
+from gang_actions import abandon, delete_like_a_drain, first_gang_pods
 from kubernetes.client.exceptions import ApiException
 from node_power import start_node, stop_node
 from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture)
@@ -42,7 +42,6 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
 from pod_life import start_recorder
 
 from operators.replicas import MAIN_CONTAINER
-from tfjob.naming import ANNOTATION_ATTEMPTS, LABEL_INDEX, LABEL_ROLE, job_selector
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -70,18 +69,6 @@ def start_request_dag(world, body):  # type: ignore[no-untyped-def]
     """Write the request file and start its DAG's `dag.test()` without waiting for it."""
     world.write_request(body)
     return world.start_dag(f"tfjob__{body['name']}")
-
-
-def first_gang_pods(world, job: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """{replica: pod} of the job's first gang (pods without the attempts annotation)."""
-    api = world.kube.core_v1()
-    pods = {}
-    for pod in api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items:
-        if ANNOTATION_ATTEMPTS in (pod.metadata.annotations or {}):
-            continue
-        labels = pod.metadata.labels or {}
-        pods[f"{labels.get(LABEL_ROLE)}-{labels.get(LABEL_INDEX)}"] = pod
-    return pods
 
 
 def program_started(world, pod_name: str, replica: str) -> bool:  # type: ignore[no-untyped-def]
@@ -114,29 +101,6 @@ def await_programs(world, job: str, replicas, running_dag=None,  # type: ignore[
 
     return wait_for(running, timeout, f"every program of {job} ({', '.join(replicas)}) to run",
                     interval=0.5)
-
-
-def delete_like_a_drain(world, pod: Any) -> None:  # type: ignore[no-untyped-def]
-    """Delete one pod with its own grace period (terminationGracePeriodSeconds, as `kubectl
-    drain` does), and only that object: the uid precondition cannot hit a newer pod."""
-    world.kube.core_v1().delete_namespaced_pod(
-        pod.metadata.name,
-        NAMESPACE,
-        body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.metadata.uid)),
-    )
-
-
-def abandon(world, running, job: str) -> None:  # type: ignore[no-untyped-def]
-    """The test failed before the run ended: stop `dag.test()` and remove the job's pods,
-    so the next tests of the module do not share two cores with them."""
-    running.kill()
-    running.communicate()
-    api = world.kube.core_v1()
-    for pod in api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items:
-        try:
-            api.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-        except ApiException:
-            pass
 
 
 def task_states(world, dag_id: str) -> dict[str, str]:  # type: ignore[no-untyped-def]

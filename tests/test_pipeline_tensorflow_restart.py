@@ -3,8 +3,9 @@
 The example's own request (ParameterServerStrategy: chief, ps, 2 workers)
 with `max_restarts: 2`, a 10 s checkpoint interval (the least allowed) and
 more steps than the example's 400 (`STEPS` in its env, the knob the request
-already has), so that training lasts long enough to be cut: the chief saves a checkpoint every 100 steps
-(tf.train.CheckpointManager), its bootstrap copies CHECKPOINT_DIR to S3. Once
+already has), so that training lasts long enough to be cut: the chief saves
+a checkpoint every 100 steps (tf.train.CheckpointManager), its bootstrap
+copies CHECKPOINT_DIR to S3. Once
 a checkpoint is in S3, worker-1's pod is deleted with its grace period (a
 drain). The run restarts the gang within the same Airflow run, every replica
 of the new gang gets the checkpoints, the new chief prints `resumed from step

@@ -60,7 +60,7 @@ from operators.settings import (
     VALIDATE_TASK,
 )
 from operators.train import TrainingWaitOperator
-from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
+from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id, tenant_tag
 from tfjob.tenants import Tenant, TenantsConfig
 
 # Pause before Airflow retries a failed gang start (the request's `retries`).
@@ -70,7 +70,6 @@ LAUNCH_RETRY_DELAY = timedelta(seconds=10)
 TRAIN_RETRIES = 2
 TRAIN_RETRY_DELAY = timedelta(seconds=5)
 TAGS = ["tfjob"]
-TENANT_TAG_PREFIX = "tenant:"
 # What a tenant's roles may do with its DAGs (FAB auth manager resource names). FAB has
 # no per-DAG "can_edit" on DAG runs: cancelling a run uses the tenant role's global
 # "DAG Runs" edit right, which the auth manager grants only with can_edit on the DAG
@@ -128,7 +127,7 @@ def build_training_dag(
             "max_active_runs": tenant.active_runs_limit,
             "access_control": build_access_control(tenant),
         }
-        tenant_tags = [f"{TENANT_TAG_PREFIX}{tenant.name}"]
+        tenant_tags = [tenant_tag(tenant.name)]
     # The output is known only at run time (conf) or may be shared: publish names the asset
     # `<output>/latest` through this alias, and only when `latest` moved (operators/latest.py).
     outlets = [AssetAlias(name=f"{dag_id}__model")]

@@ -148,3 +148,16 @@ def test_selectors_match_the_labels_they_select():
 
 def test_tenant_namespace_is_prefixed():
     assert naming.tenant_namespace("team-a") == "tfjob-team-a"
+
+
+def test_a_request_dag_names_its_request_and_other_dags_none():
+    assert naming.request_name_of_dag("tfjob__digits-ps") == "digits-ps"
+    assert naming.request_name_of_dag("tfjob_submit__team-a") is None
+    assert naming.request_name_of_dag("tfjob__") is None
+    assert naming.request_name_of_dag("other") is None
+
+
+def test_the_tenant_tag_is_read_back_and_several_tenants_name_none():
+    assert naming.tenant_of_tags(["tfjob", naming.tenant_tag("team-a")]) == "team-a"
+    assert naming.tenant_of_tags(["tfjob"]) is None
+    assert naming.tenant_of_tags(["tenant:a", "tenant:b"]) is None

@@ -11,6 +11,7 @@ run id, identify a run.
 
 import hashlib
 import re
+from collections.abc import Iterable
 
 from tfjob.request import Role
 
@@ -40,6 +41,9 @@ NAMESPACE_PREFIX = "tfjob-"
 # file (`tfjob__<name>`).
 SUBMIT_DAG_PREFIX = "tfjob_submit__"
 REQUEST_DAG_PREFIX = "tfjob__"
+# Every tenant DAG carries the Airflow tag `tenant:<name>`: who it belongs to, for readers
+# that see only the DAG (a scheduled run of a request file has no conf).
+TENANT_TAG_PREFIX = "tenant:"
 RUNTIME_SUFFIX = "runtime"
 ACCESS_SUFFIX = "access"
 UPLOAD_SUFFIX = "upload"
@@ -101,6 +105,23 @@ def tenant_of_submit_dag(dag_id: str) -> str | None:
         return None
     tenant = dag_id[len(SUBMIT_DAG_PREFIX):]
     return tenant if _DNS_LABEL.match(tenant) else None
+
+
+def request_name_of_dag(dag_id: str) -> str | None:
+    """The request a request-file DAG (`tfjob__<name>`) runs; None for any other DAG."""
+    if not dag_id.startswith(REQUEST_DAG_PREFIX):
+        return None
+    return dag_id[len(REQUEST_DAG_PREFIX):] or None
+
+
+def tenant_tag(tenant: str) -> str:
+    return f"{TENANT_TAG_PREFIX}{tenant}"
+
+
+def tenant_of_tags(tags: Iterable[str]) -> str | None:
+    """The tenant a DAG's tags name (`tenant:<name>`); None when none or several do."""
+    named = {tag[len(TENANT_TAG_PREFIX):] for tag in tags if tag.startswith(TENANT_TAG_PREFIX)}
+    return named.pop() if len(named) == 1 else None
 
 
 def _fit_name(run_key: str, suffix: str) -> str:

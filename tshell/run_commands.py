@@ -237,7 +237,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
     ref = RunRef(run["dag_id"], run["dag_run_id"])
     with explain_forbidden_on_run(session, "read", ref):
         tasks = list_task_instances(session, ref)
-        summary = summarize_run(run)
+        request = (fetch_run_description(session, ref) or {}).get("request") or {}
+        summary = summarize_run(run, request.get("tenant"))
         pods = ReplicaWatcher(config, session, ref).list_pods()
         attempts = fetch_attempts(session, ref)
         if args.json:
@@ -282,8 +283,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
     _, session = open_session()
-    found = list_training_runs(session, args.dag, args.state, args.limit)
-    runs = [summarize_run(r) for r in found]
+    found, dag_tenants = list_training_runs(session, args.dag, args.state, args.limit)
+    runs = [summarize_run(r, dag_tenants.get(r["dag_id"])) for r in found]
     if args.tenant:
         runs = [r for r in runs if r["tenant"] == args.tenant]
     if args.json:

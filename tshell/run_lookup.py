@@ -23,7 +23,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tshell.airflow_client import AirflowForbiddenError, AirflowNotFoundError, AirflowSession
+from tshell.airflow_client import (
+    AirflowClientError,
+    AirflowForbiddenError,
+    AirflowNotFoundError,
+    AirflowSession,
+)
 from tshell.run_errors import CommandError, ExitCode
 
 # Airflow's largest page (api.maximum_page_limit defaults to 100).
@@ -124,9 +129,12 @@ def find_run(
     return matches[0]
 
 
-def list_training_dag_ids(session: AirflowSession) -> list[str]:
-    """Every TF-on-K8s DAG the user may read, stale ones included (their runs remain)."""
-    dag_ids: list[str] = []
+def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
+    """Every TF-on-K8s DAG the user may read, stale ones included (their runs remain), with
+    the tenant its `tenant:<name>` tag names (None when it names none)."""
+    from tfjob.naming import tenant_of_tags
+
+    dags: dict[str, str | None] = {}
     params: dict[str, Any] = {
         "dag_id_prefix_pattern": "|".join(list_training_dag_prefixes()),
         "exclude_stale": "false",
@@ -135,28 +143,45 @@ def list_training_dag_ids(session: AirflowSession) -> list[str]:
     }
     while True:
         page = session.get_json("/api/v2/dags", params)
-        dag_ids += [d["dag_id"] for d in page["dags"] if is_training_dag_id(d["dag_id"])]
+        for dag in page["dags"]:
+            if is_training_dag_id(dag["dag_id"]):
+                tags = (tag.get("name", "") for tag in dag.get("tags") or [])
+                dags[dag["dag_id"]] = tenant_of_tags(tags)
         params["offset"] += len(page["dags"])
         if not page["dags"] or params["offset"] >= page["total_entries"]:
-            return dag_ids
+            return dags
+
+
+def read_dag_tenant(session: AirflowSession, dag_id: str) -> str | None:
+    """The tenant one DAG's tags name; None when they name none or the DAG cannot be read."""
+    from tfjob.naming import tenant_of_tags
+
+    try:
+        dag = session.get_json(f"/api/v2/dags/{quote(dag_id)}")
+    except AirflowClientError:  # the runs were readable: a missing tenant is no reason to fail
+        return None
+    return tenant_of_tags(tag.get("name", "") for tag in dag.get("tags") or [])
 
 
 def list_training_runs(
     session: AirflowSession, dag_id: str | None, state: str | None, limit: int
-) -> list[dict[str, Any]]:
-    """The newest `limit` runs of `dag_id`, or of every TF-on-K8s DAG the user may read."""
+) -> tuple[list[dict[str, Any]], dict[str, str | None]]:
+    """The newest `limit` runs of `dag_id`, or of every TF-on-K8s DAG the user may read, and
+    the tenant of each DAG they belong to (from the DAGs' tags)."""
     if dag_id:
         params: dict[str, Any] = {"limit": limit, "order_by": "-run_after"}
         if state:
             params["state"] = state
         with explain_forbidden(session, f"list the runs of DAG {dag_id}", f"DAG {dag_id}"):
-            return session.get_json(f"/api/v2/dags/{quote(dag_id)}/dagRuns", params)["dag_runs"]
+            runs = session.get_json(f"/api/v2/dags/{quote(dag_id)}/dagRuns", params)["dag_runs"]
+        return runs, {dag_id: read_dag_tenant(session, dag_id)}
     with explain_forbidden(session, f"list DAGs on {session.url}", "the list of DAGs"):
-        dag_ids = list_training_dag_ids(session)
-        if not dag_ids:
-            return []
+        dags = list_training_dags(session)
+        if not dags:
+            return [], {}
         # One call for all of them: the batch read takes a list of dag_ids, the GET does not.
-        body: dict[str, Any] = {"dag_ids": dag_ids, "order_by": "-run_after", "page_limit": limit}
+        body: dict[str, Any] = {"dag_ids": list(dags), "order_by": "-run_after",
+                                "page_limit": limit}
         if state:
             body["states"] = [state]
-        return session.post_json("/api/v2/dags/~/dagRuns/list", body)["dag_runs"]
+        return session.post_json("/api/v2/dags/~/dagRuns/list", body)["dag_runs"], dags

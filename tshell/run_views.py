@@ -30,14 +30,20 @@ def format_duration(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
-def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
+def summarize_run(run: dict[str, Any], dag_tenant: str | None = None) -> dict[str, Any]:
+    """The run's line of `tshell list`. A run of a request-file DAG has no conf (a scheduled
+    one never has): its name comes from the DAG id, its tenant from the DAG's tag
+    (`dag_tenant`); a submit DAG's tenant is in its id."""
+    from tfjob.naming import request_name_of_dag, tenant_of_submit_dag
+
     conf = run.get("conf") or {}
+    dag_id = run["dag_id"]
     return {
         "run_id": run["dag_run_id"],
-        "dag_id": run["dag_id"],
+        "dag_id": dag_id,
         "state": run["state"],
-        "name": conf.get("name"),
-        "tenant": conf.get("tenant"),
+        "name": conf.get("name") or request_name_of_dag(dag_id),
+        "tenant": conf.get("tenant") or dag_tenant or tenant_of_submit_dag(dag_id),
         "start_date": run.get("start_date"),
         "end_date": run.get("end_date"),
         "duration": run.get("duration"),

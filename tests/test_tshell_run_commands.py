@@ -190,6 +190,27 @@ def test_status_table_lists_every_task(tshell_env, capsys, finished_run):
     assert header.split() == ["TASK", "STATE", "TRY", "STARTED", "DURATION"]
 
 
+def test_status_of_a_failed_run_ends_with_the_error_of_its_failed_task(
+    tshell_env, capsys, request_file
+):
+    submitted = tshell(capsys, "submit", str(request_file), "--set",
+                       "env.TRAIN_FAIL=worker-1 exited 3", "--wait")
+    assert submitted.out.startswith("submitted run "), submitted.out + submitted.err
+    run_id = submitted.out.splitlines()[0].removeprefix("submitted run ")
+    result = tshell(capsys, "status", run_id)
+    assert result.code == 0, result.err
+    assert any(line.split()[:2] == ["train", "failed"] for line in result.out.splitlines())
+    assert result.out.rstrip().splitlines()[-4:] == [
+        "failed   train (try 1): RuntimeError",
+        "  training failed: worker-1 exited 3",
+        "  last log lines:",
+        "    [worker-0] step 2",
+    ], result.out
+    status = json.loads(tshell(capsys, "status", run_id, "--json").out)
+    assert status["failure"]["task"] == "train" and status["failure"]["error"] == "RuntimeError"
+    assert status["failure"]["message"].startswith("training failed: worker-1 exited 3")
+
+
 def test_list_filters_by_tenant_and_state(tshell_env, capsys, finished_run):
     run_id = finished_run["run_id"]
     assert run_id in tshell(capsys, "list", "--tenant", "team-a").out

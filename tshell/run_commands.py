@@ -31,6 +31,7 @@ from tshell.airflow_client import (
 )
 from tshell.config import ConfigError, TshellConfig, load_config
 from tshell.run_errors import CommandError, ExitCode
+from tshell.run_failure import read_run_failure
 from tshell.run_files import describe_download, download_run_files
 from tshell.run_lookup import (
     RunRef,
@@ -241,6 +242,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
         summary = summarize_run(run, request.get("tenant"))
         pods = ReplicaWatcher(config, session, ref).list_pods()
         attempts = fetch_attempts(session, ref)
+        # A failed task's error is the reason, even while archive and teardown still run.
+        failed = any(t.get("state") == "failed" for t in tasks)
         if args.json:
             summary["attempts"] = attempts
             summary["tasks"] = [{k: t.get(k) for k in TASK_SUMMARY_FIELDS} for t in tasks]
@@ -251,6 +254,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 else [{"replica": p.replica_id, "pod": p.name, "phase": p.phase} for p in pods]
             )
             summary["url"] = run_ui_url(session, ref)
+            failure = read_run_failure(session, ref, tasks) if failed else None
+            summary["failure"] = failure.to_payload() if failure else None
             emit_json(summary, out)
             return ExitCode.OK
         out.write(f"run      {ref.run_id}\nDAG      {ref.dag_id}\nstate    {run['state']}\n")
@@ -278,6 +283,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 )
                 + "\n"
             )
+        failure = read_run_failure(session, ref, tasks) if failed else None
+        if failure is not None:  # last: the reason is what the user reads first
+            out.write("\n" + "\n".join(failure.describe()) + "\n")
         return ExitCode.OK
 
 

@@ -6,7 +6,8 @@ its Kubernetes work: `validate` returns the run description as
 operators/runinfo.py's `describe_run` shapes it (namespace, run key, run
 prefix, the tenant's AWS connection), `launch` returns replica endpoints,
 `train` prints lines prefixed with `[<role>-<index>]` for `env.TRAIN_SECONDS`
-seconds, `archive` uploads a log per replica, run.json and a model to
+seconds (then fails with `env.TRAIN_FAIL` in its message, when set),
+`archive` uploads a log per replica, run.json and a model to
 `<output>/runs/<dag_id>/<run_id>/` in S3, and the Airflow teardown task
 `remove_pods` writes `<output>/runs/<dag_id>/<run_id>/teardown.done`. Every
 S3 call goes through the tenant's connection (`aws_conn_id` in the tenants
@@ -96,6 +97,10 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
             while time.monotonic() < deadline:
                 print("[worker-0] still training", flush=True)
                 time.sleep(0.5)
+            failing = context["dag_run"].conf.get("env", {}).get("TRAIN_FAIL")
+            if failing:  # as the pipeline's train fails: one message naming the replica
+                raise RuntimeError(f"training failed: {failing}\nlast log lines:\n"
+                                   "  [worker-0] step 2")
             print("[worker-0] training done", flush=True)
 
         @task(trigger_rule="all_done")

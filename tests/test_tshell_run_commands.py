@@ -211,6 +211,27 @@ def test_status_of_a_failed_run_ends_with_the_error_of_its_failed_task(
     assert status["failure"]["message"].startswith("training failed: worker-1 exited 3")
 
 
+def test_status_watch_draws_frames_while_the_run_trains_and_the_last_when_it_ended(
+    tshell_env, capsys, request_file
+):
+    submitted = tshell(capsys, "submit", str(request_file), "--set", "env.TRAIN_SECONDS=6")
+    assert submitted.code == 0, submitted.err
+    run_id = submitted.out.splitlines()[0].removeprefix("submitted run ")
+    result = tshell(capsys, "status", run_id, "--watch", "--poll-interval", "0.5")
+    assert result.code == 0, result.err
+    frames = result.out.split("\nrun ")
+    assert len(frames) >= 3, result.out  # the output is no terminal: a frame per change
+    assert any(": running" in frame.splitlines()[0] for frame in frames), result.out
+    assert ": success" in frames[-1].splitlines()[0], result.out
+    header = next(line for line in frames[-1].splitlines() if line.startswith("REPLICA"))
+    assert header.split()[-2:] == ["STEP", "LOSS"], frames[-1]
+    worker = next(line for line in frames[-1].splitlines() if line.startswith("worker-0"))
+    assert int(worker.split()[-2]) >= 8, frames[-1]  # 6 s of a point every 0.5 s
+    steps = [int(line.split()[-2]) for frame in frames for line in frame.splitlines()
+             if line.startswith("worker-0")]
+    assert steps == sorted(steps) and len(set(steps)) >= 2, result.out  # live, and onward
+
+
 def test_list_filters_by_tenant_and_state(tshell_env, capsys, finished_run):
     run_id = finished_run["run_id"]
     assert run_id in tshell(capsys, "list", "--tenant", "team-a").out

@@ -1,10 +1,11 @@
-"""tshell status, list and download, and what every run command shares.
+"""tshell list and download, and what every run command shares.
 
 Why this exists: a person follows a run without opening the Airflow UI. This
 module holds the run's view through Airflow's REST API (tasks, XComs, run
 state, replica pods), the patient calls that ride out a busy Airflow, and the
 wrapper that turns every failure into a message and an exit code; `submit`
-(run_submit.py), `logs` (run_logs.py) and `cancel` (run_cancel.py) build on it.
+(run_submit.py), `status` (run_status.py), `logs` (run_logs.py) and `cancel`
+(run_cancel.py) build on it.
 
 A run is an Airflow DAG run. `RUN` is its run id; the DAG is found among the
 TF-on-K8s DAGs the user may read (run_lookup.py) unless `--dag` names it, and
@@ -31,25 +32,19 @@ from tshell.airflow_client import (
 )
 from tshell.config import ConfigError, TshellConfig, load_config
 from tshell.run_errors import CommandError, ExitCode
-from tshell.run_failure import read_run_failure
 from tshell.run_files import describe_download, download_run_files
 from tshell.run_lookup import (
     RunRef,
     explain_forbidden_on_run,
     find_run,
     list_training_runs,
-    run_ui_url,
 )
 from tshell.run_views import (
-    ATTEMPT_HEADERS,
-    TASK_HEADERS,
-    attempt_rows,
     emit_json,
     format_duration,
     format_table,
     short_time,
     summarize_run,
-    task_rows,
 )
 
 # apache-airflow-client (seconds to import) and the request model are imported
@@ -232,63 +227,6 @@ def follow_run(
         time.sleep(poll_interval)
 
 
-def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    config, session = open_session()
-    run = find_run(session, args.run, args.dag)
-    ref = RunRef(run["dag_id"], run["dag_run_id"])
-    with explain_forbidden_on_run(session, "read", ref):
-        tasks = list_task_instances(session, ref)
-        request = (fetch_run_description(session, ref) or {}).get("request") or {}
-        summary = summarize_run(run, request.get("tenant"))
-        pods = ReplicaWatcher(config, session, ref).list_pods()
-        attempts = fetch_attempts(session, ref)
-        # A failed task's error is the reason, even while archive and teardown still run.
-        failed = any(t.get("state") == "failed" for t in tasks)
-        if args.json:
-            summary["attempts"] = attempts
-            summary["tasks"] = [{k: t.get(k) for k in TASK_SUMMARY_FIELDS} for t in tasks]
-            summary["replicas"] = fetch_replica_endpoints(session, ref)
-            summary["pods"] = (
-                None
-                if pods is None
-                else [{"replica": p.replica_id, "pod": p.name, "phase": p.phase} for p in pods]
-            )
-            summary["url"] = run_ui_url(session, ref)
-            failure = read_run_failure(session, ref, tasks) if failed else None
-            summary["failure"] = failure.to_payload() if failure else None
-            emit_json(summary, out)
-            return ExitCode.OK
-        out.write(f"run      {ref.run_id}\nDAG      {ref.dag_id}\nstate    {run['state']}\n")
-        if summary["name"]:
-            out.write(f"request  {summary['name']} (tenant {summary['tenant']})\n")
-        out.write(f"started  {short_time(run.get('start_date'))}\n")
-        if run.get("end_date"):
-            out.write(
-                f"ended    {short_time(run['end_date'])} ({format_duration(run.get('duration'))})\n"
-            )
-        out.write(f"UI       {run_ui_url(session, ref)}\n\n")
-        out.write(format_table(TASK_HEADERS, task_rows(tasks)) + "\n")
-        if attempts and len(attempts) > 1:  # a restarted run: each gang, and why it ended
-            out.write("\n" + format_table(ATTEMPT_HEADERS, attempt_rows(attempts)) + "\n")
-        endpoints = fetch_replica_endpoints(session, ref)
-        if endpoints:
-            out.write("\nreplicas\n")
-            for role, addresses in endpoints.items():
-                out.write(f"  {role}: {', '.join(map(str, addresses))}\n")
-        if pods:
-            out.write(
-                "\n"
-                + format_table(
-                    ("replica", "phase", "pod"), [[p.replica_id, p.phase, p.name] for p in pods]
-                )
-                + "\n"
-            )
-        failure = read_run_failure(session, ref, tasks) if failed else None
-        if failure is not None:  # last: the reason is what the user reads first
-            out.write("\n" + "\n".join(failure.describe()) + "\n")
-        return ExitCode.OK
-
-
 def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
     _, session = open_session()
     found, dag_tenants = list_training_runs(session, args.dag, args.state, args.limit)
@@ -344,11 +282,7 @@ def add_common(
 
 
 def register(subparsers: Any) -> None:
-    """Add status, list and download to tshell's subcommands."""
-    status = subparsers.add_parser("status", help="state of a run and its tasks")
-    add_common(status)
-    status.set_defaults(func=wrap_command(cmd_status))
-
+    """Add list and download to tshell's subcommands (status: run_status.py)."""
     listing = subparsers.add_parser("list", help="recent runs")
     add_common(listing, run_arg=False)
     listing.add_argument("--tenant", help="only this tenant's runs")

@@ -6,7 +6,8 @@ its Kubernetes work: `validate` returns the run description as
 operators/runinfo.py's `describe_run` shapes it (namespace, run key, run
 prefix, the tenant's AWS connection), `launch` returns replica endpoints,
 `train` prints lines prefixed with `[<role>-<index>]` for `env.TRAIN_SECONDS`
-seconds (then fails with `env.TRAIN_FAIL` in its message, when set),
+seconds (a curve point `[worker-0] TFJOB_METRIC {"step", "loss"}` every
+0.5 s; then it fails with `env.TRAIN_FAIL` in its message, when set),
 `archive` uploads a log per replica, run.json and a model to
 `<output>/runs/<dag_id>/<run_id>/` in S3, and the Airflow teardown task
 `remove_pods` writes `<output>/runs/<dag_id>/<run_id>/teardown.done`. Every
@@ -94,8 +95,12 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
                 for role in ROLES:
                     print(f"[{role}-0] step {step}", flush=True)
             deadline = time.monotonic() + seconds
+            step = 0
             while time.monotonic() < deadline:
+                step += 1
                 print("[worker-0] still training", flush=True)
+                print(f'[worker-0] TFJOB_METRIC {{"step": {step}, "loss": {1 / step:.3f}}}',
+                      flush=True)
                 time.sleep(0.5)
             failing = context["dag_run"].conf.get("env", {}).get("TRAIN_FAIL")
             if failing:  # as the pipeline's train fails: one message naming the replica

@@ -35,6 +35,7 @@ LEARNING_RATE = 0.003
 HIDDEN_UNITS = 64
 SEED = 7
 CHECKPOINT_EVERY_STEPS = 100  # a restart repeats at most this many steps
+REPORT_EVERY_STEPS = 50  # a point of the curves (worker 0 prints it)
 CHECKPOINTS_KEPT = 2
 
 
@@ -145,8 +146,13 @@ def main():
 
     started = time.monotonic()
     while done < STEPS:
-        train_step(iterator)
+        loss = train_step(iterator)
         done += 1
+        if is_owner and (done % REPORT_EVERY_STEPS == 0 or done == STEPS):
+            # docs/pod-protocol.md, "Metrics while training": the step's loss, summed over
+            # the workers as the strategy reduced it.
+            point = {"step": done, "loss": round(float(loss), 5)}
+            print("TFJOB_METRIC " + json.dumps(point), flush=True)
         if manager and (done % CHECKPOINT_EVERY_STEPS == 0 or done == STEPS):
             step.assign(done)
             # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.

@@ -18,6 +18,11 @@ only the steps still missing to STEPS. It prints `resumed from step N` or
 `starting from step 0`. Files are written and read by the chief itself (the
 variables live on the ps, whose disk is not the chief's). Without
 CHECKPOINT_DIR nothing is saved.
+
+Curves: every CHECKPOINT_EVERY_STEPS steps the chief prints
+`TFJOB_METRIC {"step", "loss", "accuracy"}` (the last step's training loss and
+the accuracy on the test split), which the TFJob view and
+`tshell status --watch` show (docs/pod-protocol.md, "Metrics while training").
 """
 
 import json
@@ -50,6 +55,11 @@ def write_metrics(path, metrics):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as out:
         json.dump(metrics, out)
+
+
+def report_metric(step, loss, accuracy):
+    point = {"step": step, "loss": round(loss, 5), "accuracy": round(accuracy, 5)}
+    print("TFJOB_METRIC " + json.dumps(point), flush=True)
 
 
 def serve_forever(resolver):
@@ -139,12 +149,15 @@ def run_chief(resolver):
 
     started = time.monotonic()
     while done < STEPS:
-        # Without checkpoints, all steps in one go, as the coordinator likes best.
-        chunk = min(STEPS - done, CHECKPOINT_EVERY_STEPS if manager else STEPS)
+        # A point of the curves (and a checkpoint) per chunk; the coordinator joins each.
+        chunk = min(STEPS - done, CHECKPOINT_EVERY_STEPS)
         for _ in range(chunk):
-            coordinator.schedule(train_step, args=(per_worker_iterator,))
+            last_loss = coordinator.schedule(train_step, args=(per_worker_iterator,))
         coordinator.join()
         done += chunk
+        logits = model(x_test, training=False)
+        report_metric(done, float(last_loss.fetch()),
+                      float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test)))
         if manager:
             step.assign(done)
             # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.

@@ -41,6 +41,22 @@ def build_model():
     return model
 
 
+class ReportMetrics(tf.keras.callbacks.Callback):
+    """A point of the curves per epoch: `TFJOB_METRIC {"step", "epoch", "loss", "accuracy"}`
+    (docs/pod-protocol.md, "Metrics while training")."""
+
+    def __init__(self, steps_per_epoch):
+        super().__init__()
+        self.steps_per_epoch = steps_per_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        point = {"step": (epoch + 1) * self.steps_per_epoch, "epoch": epoch + 1}
+        for name in ("loss", "accuracy"):
+            if logs and name in logs:
+                point[name] = round(float(logs[name]), 5)
+        print("TFJOB_METRIC " + json.dumps(point), flush=True)
+
+
 def write_metrics(path, metrics):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as out:
@@ -56,7 +72,9 @@ def main():
     x_train, y_train, x_test, y_test = load_digits(data_dir)
     model = build_model()
     started = time.monotonic()
-    model.fit(x_train, y_train, epochs=EPOCHS, batch_size=BATCH_SIZE, verbose=2)
+    steps_per_epoch = -(-len(x_train) // BATCH_SIZE)
+    model.fit(x_train, y_train, epochs=EPOCHS, batch_size=BATCH_SIZE, verbose=2,
+              callbacks=[ReportMetrics(steps_per_epoch)])
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     steps = EPOCHS * -(-len(x_train) // BATCH_SIZE)
 

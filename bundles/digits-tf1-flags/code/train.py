@@ -41,6 +41,7 @@ tf1 = tf.compat.v1
 
 HIDDEN_UNITS = 64
 BATCH_SIZE = 64
+REPORT_EVERY_STEPS = 50  # a point of the curves, from the chief
 LEARNING_RATE = 0.003
 SEED = 7
 CHIEF_INIT_POLL_SECS = 0.5
@@ -200,7 +201,17 @@ def main():
     ) as session:
         while not session.should_stop():
             batch = rng.choice(len(x_train), BATCH_SIZE, replace=False)
-            session.run(train_op, feed_dict={features: x_train[batch], labels: y_train[batch]})
+            feed = {features: x_train[batch], labels: y_train[batch]}
+            if is_chief and local_steps % REPORT_EVERY_STEPS == 0:
+                # docs/pod-protocol.md, "Metrics while training": this batch's loss and
+                # accuracy at the global step, from the chief.
+                _, batch_loss, batch_accuracy, at = session.run(
+                    [train_op, loss, accuracy, global_step], feed_dict=feed)
+                point = {"step": int(at), "loss": round(float(batch_loss), 5),
+                         "accuracy": round(float(batch_accuracy), 5)}
+                print("TFJOB_METRIC " + json.dumps(point), flush=True)
+            else:
+                session.run(train_op, feed_dict=feed)
             local_steps += 1
     train_seconds = time.monotonic() - started
     print(f"{flags.job_name} {flags.task_index} ran {local_steps} steps", flush=True)

@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from localkube.cli import (
+from localkube.cluster import (
     API_STOP_TIMEOUT_S,
     POLL_S,
     UpError,

@@ -1,0 +1,158 @@
+"""Guards on the code's shape: module size, the direction of imports, no import circles.
+
+docs/architecture.md ("Packages and the direction of imports") fixes which
+package may import which; DEVELOPERS.md keeps every module at most 500 lines.
+Nothing enforced either, so both drifted before (a 874-line tshell module, an
+agent/podworker/recovery circle in localkube's kubelet). These tests read the
+source with `ast` (nothing is imported) and fail naming each offender.
+Imports inside functions count too: a lazy import that dodges a circle is
+still a circle in the design.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_MODULE_LINES = 500
+# Which first-party packages each package may import (docs/architecture.md).
+ALLOWED_IMPORTS = {
+    "runtime": {"runtime"},
+    "tfjob": {"tfjob", "runtime"},
+    "operators": {"operators", "tfjob", "runtime"},
+    "dags": {"operators", "tfjob", "runtime"},
+    "plugins": {"operators", "tfjob", "runtime"},
+    "tshell": {"tshell", "tfjob", "runtime"},
+    "localkube": {"localkube"},
+}
+FIRST_PARTY = set(ALLOWED_IMPORTS)
+# The one edge docs/architecture.md allows across the drawing: `tshell tenants apply` applies
+# the tenants file with the same code as Airflow's side, which imports no Airflow.
+ALLOWED_MODULES = {"tshell": {"operators.tenancy", "operators.pool_clients"}}
+# Sized like the product: the embedded services and the benchmarks are code people carry on.
+SIZED_FOLDERS = (*ALLOWED_IMPORTS, "scripts", "bench")
+# runtime's modules import their siblings by flat name in the pod (docs/architecture.md).
+RUNTIME_FLAT = {path.stem for path in (REPO / "runtime").glob("*.py")}
+
+
+def iter_modules(folders: tuple[str, ...]) -> Iterator[Path]:
+    for folder in folders:
+        yield from sorted(p for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of every import in the file, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+        else module_name(path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield node.lineno, base
+            for alias in node.names:  # `from pkg import module` imports pkg.module
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def first_party_target(name: str, importer: str) -> str | None:
+    top = name.split(".")[0]
+    if top in FIRST_PARTY:
+        return top
+    if importer == "runtime" and top in RUNTIME_FLAT:  # a flat sibling import in the pod
+        return "runtime"
+    return None
+
+
+def test_no_module_is_over_500_lines():
+    over = [f"{path.relative_to(REPO)}: {count} lines"
+            for path in iter_modules(SIZED_FOLDERS)
+            if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not over, f"split along their seams (at most {MAX_MODULE_LINES} lines): {over}"
+
+
+def test_imports_go_only_the_way_docs_architecture_draws_them():
+    wrong = []
+    for path in iter_modules(tuple(ALLOWED_IMPORTS)):
+        importer = path.relative_to(REPO).parts[0]
+        for line, name in imported_modules(path):
+            target = first_party_target(name, importer)
+            allowed = ALLOWED_MODULES.get(importer, set())
+            if any(name == module or name.startswith(f"{module}.") for module in allowed):
+                continue
+            if target is not None and target not in ALLOWED_IMPORTS[importer]:
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(sorted(set(wrong)))
+
+
+def build_import_graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in iter_modules(tuple(ALLOWED_IMPORTS))}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _, imported in imported_modules(path):
+            if name.startswith("runtime.") and imported.split(".")[0] in RUNTIME_FLAT:
+                imported = f"runtime.{imported}"
+            if imported in modules and imported != name:
+                graph[name].add(imported)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_among_the_product_modules():
+    cycles = find_cycles(build_import_graph())
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+])
+def test_the_circle_finder_finds_circles_and_only_circles(graph, expected):
+    assert find_cycles(graph) == expected

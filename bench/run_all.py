@@ -144,58 +144,24 @@ def run_world_measurements(
     start_world(folder)
     steps["world up"] = {"status": "ok", "seconds": time.monotonic() - started}
     env = load_world(folder)[1]["env"]
-    common = ["--world", str(folder)]
+
+    def measure(name: str, *options: str) -> None:
+        """bench_<name>.py against the world, its figures into <out>/<name>.json."""
+        steps[name] = run_measurement(
+            name,
+            [PY, str(BENCH / f"bench_{name}.py"), "--world", str(folder), *options,
+             "--out", str(out / f"{name}.json")],
+            env,
+            out,
+        )
+
     if "startup" in wanted:
-        steps["startup"] = run_measurement(
-            "startup",
-            [
-                PY,
-                str(BENCH / "bench_startup.py"),
-                *common,
-                "--replicas",
-                *map(str, sizes.startup_replicas),
-                "--repeat",
-                reps,
-                "--out",
-                str(out / "startup.json"),
-            ],
-            env,
-            out,
-        )
+        measure("startup", "--replicas", *map(str, sizes.startup_replicas), "--repeat", reps)
     if "naive" in wanted:
-        steps["naive"] = run_measurement(
-            "naive",
-            [
-                PY,
-                str(BENCH / "bench_naive.py"),
-                *common,
-                "--replicas",
-                *map(str, sizes.naive_replicas),
-                "--repeat",
-                reps,
-                "--out",
-                str(out / "naive.json"),
-            ],
-            env,
-            out,
-        )
+        measure("naive", "--replicas", *map(str, sizes.naive_replicas), "--repeat", reps)
     if "restart" in wanted:
-        steps["restart"] = run_measurement(
-            "restart",
-            [
-                PY,
-                str(BENCH / "bench_restart.py"),
-                *common,
-                "--cases",
-                *sizes.restart_cases,
-                "--repeat",
-                str(sizes.restart_repeat),
-                "--out",
-                str(out / "restart.json"),
-            ],
-            env,
-            out,
-        )
+        measure("restart", "--cases", *sizes.restart_cases,
+                "--repeat", str(sizes.restart_repeat))
     if not wanted & {"wholerun", "concurrency"}:
         return
     print("==> airflow standalone", flush=True)
@@ -203,40 +169,12 @@ def run_world_measurements(
     start_world_airflow(folder)
     steps["airflow up"] = {"status": "ok", "seconds": time.monotonic() - started}
     if "wholerun" in wanted:
-        steps["wholerun"] = run_measurement(
-            "wholerun",
-            [
-                PY,
-                str(BENCH / "bench_wholerun.py"),
-                *common,
-                "--repeat",
-                str(sizes.wholerun_runs),
-                "--budget-s",
-                f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
-                "--out",
-                str(out / "wholerun.json"),
-                *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]),
-            ],
-            env,
-            out,
-        )
+        measure("wholerun", "--repeat", str(sizes.wholerun_runs),
+                "--budget-s", f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
+                *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]))
     if "concurrency" in wanted:
-        steps["concurrency"] = run_measurement(
-            "concurrency",
-            [
-                PY,
-                str(BENCH / "bench_concurrency.py"),
-                *common,
-                "--jobs",
-                str(sizes.concurrency_jobs),
-                "--train-seconds",
-                str(sizes.train_seconds),
-                "--out",
-                str(out / "concurrency.json"),
-            ],
-            env,
-            out,
-        )
+        measure("concurrency", "--jobs", str(sizes.concurrency_jobs),
+                "--train-seconds", str(sizes.train_seconds))
 
 
 def stop_and_check_world(folder: Path, steps: dict[str, Any]) -> None:

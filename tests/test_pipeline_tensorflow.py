@@ -34,6 +34,7 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
     trigger,
 )
 
+from runtime.metric_lines import collect_metric_points
 from tfjob.naming import submit_dag_id
 
 # Eight TensorFlow runs on 2 shared cores: more than pytest-timeout's default 600 s.
@@ -44,6 +45,9 @@ EXAMPLES = ("digits-ps", "digits-single", "digits-tf1", "digits-mwms")
 FLAGS_BUNDLE = "digits-tf1-flags"
 FLAGS_REQUEST_FILES = ("request.yaml", "request-chief.yaml")
 STATED_ACCURACY = 0.90
+# TFJOB_METRIC points of the model owner: every 100 of digits-ps' 400 steps, every epoch of
+# digits-single's 10, every 50 of digits-mwms' 300 steps.
+CURVE_POINTS = {"digits-ps": 4, "digits-single": 10, "digits-mwms": 6}
 MAX_IN_FLIGHT = 4
 ALL_RUNS_TIMEOUT_S = 1200
 SUBMIT_DAG = submit_dag_id(TENANT)
@@ -159,6 +163,14 @@ def check_run(world: Any, request: dict[str, Any], dag_id: str, run_id: str) -> 
     for when in ("run_started_at", "launch_ready_at", "train_finished_at", "archived_at"):
         if not timings.get(when):
             problems.append(f"{name}: timings has no {when}: {timings}")
+    # Curves (docs/pod-protocol.md, "Metrics while training"): points the owner printed; the
+    # TF2 examples' counts are fixed by their steps, a TF1 chief's depend on how the global
+    # steps fell between the trainers, but its first step always reports.
+    points = collect_metric_points(world.s3_text(f"{prefix}logs/{owner}.log").splitlines())
+    wanted = CURVE_POINTS.get(name, 1)
+    if len(points) < wanted or not all("loss" in p and "step" in p for p in points):
+        problems.append(f"{name}: {len(points)} curve points in {owner}'s log, {wanted} wanted: "
+                        f"{points[:3]}")
     accuracy = (manifest["metrics"] or {}).get("accuracy")
     if accuracy is None or accuracy < STATED_ACCURACY:
         problems.append(f"{name}: metrics {manifest['metrics']} below {STATED_ACCURACY}")

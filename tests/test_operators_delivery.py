@@ -6,6 +6,8 @@ written by the contract's exec, in parallel, and a failure names the pod."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -109,6 +111,31 @@ def test_a_failed_delivery_names_the_pod_and_the_others_still_get_theirs(replica
     assert "job-missing-ps-0" in message and "3 of 4 pods" in message
     assert not any(name in message for name in names[:3])
     for name in names[:3]:
+        assert json.loads(read_cluster_file(core, name)) == {"pod": name}
+
+
+def test_a_delivery_whose_first_execs_meet_an_api_outage_is_retried_until_it_lands(
+        replica_pods, localkube, monkeypatch):
+    # localkube's outage switch: the API server answers 503 to everything for 6 s (as a real
+    # one does while its storage elects a leader); the delivery starts inside it. Retries
+    # after 1, 2 and 4 s: the third lands after the outage.
+    core, names = replica_pods
+    contents = {name: json.dumps({"pod": name}) for name in names}
+    tries: dict[str, int] = {}
+    deliver_one = delivery.deliver_cluster_file
+
+    def counting(api, namespace, pod, content):
+        tries[pod] = tries.get(pod, 0) + 1
+        deliver_one(api, namespace, pod, content)
+
+    monkeypatch.setattr(delivery, "deliver_cluster_file", counting)
+    blinked = subprocess.run([sys.executable, "-m", "localkube", "blink", "--state-dir",
+                              localkube.state_dir, "--seconds", "6"],
+                             capture_output=True, text=True, timeout=30)
+    assert blinked.returncode == 0, blinked.stderr
+    deliver_cluster_files(core, NAMESPACE, contents, workers=3)
+    assert max(tries.values()) >= 2, tries  # at least the first execs met the 503s
+    for name in names:
         assert json.loads(read_cluster_file(core, name)) == {"pod": name}
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import pytest
 
 # Slowest first, as `make test --durations` shows them on 2 cores.
+# The two TensorFlow files start apart: together with the TensorFlow pipeline file they
+# would put a dozen TensorFlow processes on the two cores at once (CI: make test 27 min).
 LONG_FILES = (
     "test_pipeline_tensorflow.py",
-    "test_pipeline_restarts.py",
-    "test_pipeline_tensorflow_restart.py",
     "test_tenants_pipeline.py",
     "test_pipeline_e2e.py",
+    "test_pipeline_restarts.py",
+    "test_pipeline_tensorflow_restart.py",
     "test_pipeline_rest.py",
     "test_pipeline_s3_access.py",
     "test_tshell_run_commands.py",

@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from localkube.errors import LocalkubeError
+
 PKI_DIR = "pki"
 CA_FILE = "ca.crt"
 CERT_FILE = "apiserver.crt"
@@ -41,7 +43,7 @@ VALIDITY = datetime.timedelta(days=3650)
 SERVER_ADDRESS = "127.0.0.1"
 
 
-class CertificateError(RuntimeError):
+class CertificateError(LocalkubeError):
     """DIR/pki is missing, incomplete or expired; the message says what to do."""
 
 

@@ -28,6 +28,7 @@ from localkube.credentials import (
     ensure_credentials,
     read_credentials,
 )
+from localkube.errors import LocalkubeError
 from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards
 
 DEFAULT_PORT = 6443
@@ -41,7 +42,7 @@ PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 
 
-class UpError(RuntimeError):
+class UpError(LocalkubeError):
     """localkube could not be started; the message says why and where the logs are."""
 
 

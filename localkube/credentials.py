@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localkube.certificates import build_client_ssl_context, ensure_serving_files, read_ca_pem
+from localkube.errors import LocalkubeError
 
 TOKEN_FILE = "token"
 TOKEN_FILE_MODE = 0o600
 TOKEN_BYTES = 32
 
 
-class TokenError(RuntimeError):
+class TokenError(LocalkubeError):
     """DIR/token is missing, unreadable or empty; the message says what to do."""
 
 

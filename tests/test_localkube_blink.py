@@ -155,9 +155,9 @@ def test_the_kubelets_final_delete_is_asked_again_while_the_api_is_unavailable(m
     from localkube.kubelet import apiclient
 
     monkeypatch.setattr(apiclient, "RETRY_DELAY_S", 0.001)
-    answers = [apiclient.ApiError(503, "unavailable", "DELETE"),
+    answers = [apiclient.ApiRequestError(503, "unavailable", "DELETE"),
                apiclient.aiohttp.ServerDisconnectedError(),
-               apiclient.ApiError(503, "unavailable", "DELETE"), {}]
+               apiclient.ApiRequestError(503, "unavailable", "DELETE"), {}]
 
     class Client(apiclient.ApiClient):
         async def request(self, method, path, **kwargs):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from localkube.errors import LocalkubeError
 
-class ApiError(Exception):
-    """An error answered to the client as a v1 Status object."""
+
+class ApiError(LocalkubeError):
+    """A refusal of the API server, answered to the client as a v1 Status object."""
 
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
         super().__init__(message)

@@ -25,7 +25,7 @@ import aiohttp
 from localkube.credentials import ClusterCredentials
 from localkube.forwarding import forwards_of_cluster
 from localkube.kubelet import cleanup, network
-from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
+from localkube.kubelet.apiclient import ApiClient, ApiRequestError, RelistRequired
 from localkube.kubelet.images import load_image_rules
 from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
@@ -202,7 +202,7 @@ class Kubelet:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self.api.patch_node_status(self.node, self.node_status())
-            except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
+            except (TimeoutError, ApiRequestError, aiohttp.ClientError) as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
     async def sync_object_volumes(self) -> None:
@@ -216,7 +216,9 @@ class Kubelet:
                     await refresh_object_volumes(
                         worker.pod, worker.volume_paths, worker.ips(), self.get_object
                     )
-                except (OSError, VolumeError, TimeoutError, ApiError, aiohttp.ClientError) as exc:
+                except (
+                    OSError, VolumeError, TimeoutError, ApiRequestError, aiohttp.ClientError
+                ) as exc:
                     log.debug("volumes of pod %s not refreshed: %s", worker.name, exc)
 
     # ---- pods ------------------------------------------------------------------
@@ -301,9 +303,9 @@ class Kubelet:
                     if event.get("type") == "BOOKMARK":
                         continue
                     self.handle_pod_event(event["type"], obj)
-            except WatchExpired:
+            except RelistRequired:
                 resource_version = None
-            except (TimeoutError, ApiError, aiohttp.ClientError, ValueError, OSError) as exc:
+            except (TimeoutError, ApiRequestError, aiohttp.ClientError, ValueError, OSError) as exc:
                 log.warning("pod watch interrupted: %s; relisting", exc)
                 resource_version = None
                 await asyncio.sleep(0.5)

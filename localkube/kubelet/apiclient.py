@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from localkube.credentials import ClusterCredentials
+from localkube.kubelet.errors import KubeletError
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,17 @@ DELETE_PATIENCE_S = 600.0
 DELETE_RETRY_MAX_DELAY_S = 5.0
 
 
-class ApiError(RuntimeError):
+class ApiRequestError(KubeletError):
+    """The API server refused or failed one of the kubelet's requests (HTTP `status`)."""
+
     def __init__(self, status: int, body: str, what: str) -> None:
         hint = " (the API server refused the kubelet's token, DIR/token)" if status == 401 else ""
         super().__init__(f"{what}: HTTP {status}{hint}: {body[:500]}")
         self.status = status
 
 
-class WatchExpired(RuntimeError):
-    """The watch's resourceVersion is too old (410 Gone): relist."""
+class RelistRequired(KubeletError):
+    """The watch's resourceVersion is too old (410 Gone): list the pods again."""
 
 
 class ApiClient:
@@ -88,7 +91,7 @@ class ApiClient:
                         await asyncio.sleep(RETRY_DELAY_S * (attempt + 1))
                         continue
                     if resp.status >= 400:
-                        raise ApiError(resp.status, text, f"{method} {path}")
+                        raise ApiRequestError(resp.status, text, f"{method} {path}")
                     return json.loads(text) if text else {}
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if attempt == RETRIES - 1:
@@ -120,9 +123,9 @@ class ApiClient:
             self.base_url + "/api/v1/pods", params=params, timeout=timeout
         ) as resp:
             if resp.status == 410:
-                raise WatchExpired()
+                raise RelistRequired()
             if resp.status >= 400:
-                raise ApiError(resp.status, await resp.text(), "watch pods")
+                raise ApiRequestError(resp.status, await resp.text(), "watch pods")
             buffer = b""
             async for chunk in resp.content.iter_any():
                 buffer += chunk
@@ -133,8 +136,8 @@ class ApiClient:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         if (event.get("object") or {}).get("code") == 410:
-                            raise WatchExpired()
-                        raise ApiError(
+                            raise RelistRequired()
+                        raise ApiRequestError(
                             (event.get("object") or {}).get("code", 500),
                             line.decode(),
                             "watch pods",
@@ -171,7 +174,7 @@ class ApiClient:
                     ok404=True,
                 )
                 return
-            except ApiError as exc:
+            except ApiRequestError as exc:
                 if exc.status == 409:  # a newer pod of the same name: ours is already gone
                     return
                 if exc.status < 500 or loop.time() >= deadline:
@@ -197,5 +200,5 @@ class ApiClient:
     async def post_event(self, namespace: str, event: dict) -> None:
         try:
             await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
-        except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
+        except (TimeoutError, ApiRequestError, aiohttp.ClientError) as exc:
             log.debug("event not recorded: %s", exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from localkube.kubelet.errors import KubeletError
 from localkube.kubelet.images import ResolvedImage
 from localkube.kubelet.volumes import (
     ObjectGetter,
@@ -23,7 +24,7 @@ GPU_ANNOTATION = "localkube.io/gpu-ids"
 REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
-class NoCommandError(ValueError):
+class NoCommandError(KubeletError):
     """Neither the container nor its image names a command."""
 
 

@@ -14,6 +14,8 @@ import json
 import os
 import sys
 
+from localkube.kubelet.errors import KubeletError
+
 ENTER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 JOINED_CONTROLLERS = ("memory", "cpu", "pids")
 ENTER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -34,7 +36,7 @@ def read_cgroups(pid: int) -> list[str]:
     return groups
 
 
-class ContainerNotRunning(RuntimeError):
+class ContainerNotRunning(KubeletError):
     """The container has no live process to exec into."""
 
 

@@ -30,6 +30,7 @@ import subprocess
 import threading
 
 from localkube.forwarding import Forward
+from localkube.kubelet.errors import KubeletError
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ RELAY_CHUNK = 65536
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class NetworkError(RuntimeError):
+class NetworkError(KubeletError):
     """An `ip` command failed; the message names the command and its stderr."""
 
 

@@ -46,7 +46,7 @@ from localkube.kubelet.runtime import (
     signal_process,
     start_container_run,
 )
-from localkube.kubelet.securitycontext import build_security_profile
+from localkube.kubelet.securitycontext import ContainerConfigError, build_security_profile
 from localkube.kubelet.status import (
     ContainerRecord,
     ContainerState,
@@ -339,7 +339,7 @@ class PodWorker:
             argv = build_argv(spec, image, env)
             mounts = build_container_mounts(spec, self.volume_paths, self.etc_files)
             groups = cgroups.create_container_cgroups(self.k.state_hash, self.uid, spec)
-        except (VolumeError, NoCommandError, ValueError, OSError) as exc:
+        except (VolumeError, NoCommandError, ContainerConfigError, ValueError, OSError) as exc:
             result = record_create_error(record, exc)
             self.k.record_event(self.pod, "Warning", "Failed", f"Error: {exc}", name)
             self.mark_dirty()

@@ -20,6 +20,8 @@ import os
 import pwd
 from enum import StrEnum
 
+from localkube.kubelet.errors import KubeletError
+
 # Overridable at container level (the rest of the pod's securityContext is pod-only).
 POD_LEVEL_FIELDS = (
     "runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile", "seLinuxOptions",
@@ -46,7 +48,7 @@ class SeccompType(StrEnum):
     LOCALHOST = "Localhost"
 
 
-class ContainerConfigError(ValueError):
+class ContainerConfigError(KubeletError):
     """The container cannot be created as specified (the kubelet's CreateContainerConfigError)."""
 
 

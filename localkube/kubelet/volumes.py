@@ -29,6 +29,8 @@ import os
 import stat
 from collections.abc import Awaitable, Callable
 
+from localkube.kubelet.errors import KubeletError
+
 ObjectGetter = Callable[[str, str, str], Awaitable[dict | None]]
 DEFAULT_MODE = 0o644
 EMPTY_DIR_MODE = 0o777
@@ -39,7 +41,7 @@ GROUP_SEARCH_BITS = 0o110  # execMask: what it adds to directories
 SUPPORTED_VOLUME_KINDS = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
 
 
-class VolumeError(RuntimeError):
+class VolumeError(KubeletError):
     """A volume cannot be set up yet (e.g. a missing ConfigMap); the kubelet retries."""
 
 

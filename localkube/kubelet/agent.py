@@ -12,7 +12,6 @@ kills every pod's processes and releases every resource before exiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import json
 import logging
@@ -41,6 +40,8 @@ HEARTBEAT_S = 10
 VOLUME_SYNC_S = 5
 PARALLEL_POD_STARTS = 8
 PARALLEL_EVENTS = 8
+# On shutdown, how long the container loops get to see their killed runs end.
+LIFECYCLE_END_WAIT_S = 5
 KUBELET_VERSION = "v1.30.0-localkube"
 
 
@@ -87,6 +88,9 @@ class Kubelet:
         self.start_slots = asyncio.Semaphore(PARALLEL_POD_STARTS)
         self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)
         self.background: set[asyncio.Task] = set()
+        self.started_at = now_rfc3339()  # set again when run() starts
+        self.initial_sync = True  # until the first list of the node's pods is reconciled
+        self.deleted_uids: set[str] = set()  # pods this kubelet deleted: not to be restarted
 
     # ---- helpers used by pod workers ------------------------------------------
     async def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
@@ -235,12 +239,10 @@ class Kubelet:
     def admit(self, pod: dict, origin: PodOrigin) -> None:
         worker = PodWorker(self, pod)
         self.workers[worker.uid] = worker
-        if pod["metadata"].get("deletionTimestamp"):
-            worker.deletion.set()
         if origin is PodOrigin.NEW:
             worker.start()
         else:
-            worker.task = asyncio.create_task(settle_previous_pod(self, worker, origin))
+            worker.settle(settle_previous_pod(self, worker, origin))
 
     def handle_pod_event(self, kind: str, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
@@ -313,8 +315,6 @@ class Kubelet:
     # ---- the whole kubelet -----------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         self.started_at = now_rfc3339()
-        self.initial_sync = True
-        self.deleted_uids: set[str] = set()
         await self.api.open()
         try:
             make_kubelet_dirs(self.state_dir)
@@ -336,23 +336,12 @@ class Kubelet:
         """Kill every pod's processes and release their resources (pods stay in the API)."""
         workers = list(self.workers.values())
         for worker in workers:
-            worker.reporter.enabled = False
-            worker.gone = True  # no DELETE: the pod stays; the next kubelet reports it
-            worker.stopping.set()  # no new container starts from here on
+            worker.stop_for_shutdown()
         for worker in workers:
             await worker.kill_everything()
-        lifecycles = [
-            w.lifecycle_task for w in workers if w.lifecycle_task and not w.lifecycle_task.done()
-        ]
-        if lifecycles:
-            await asyncio.wait(lifecycles, timeout=5)
+        await asyncio.gather(*(w.await_lifecycle(LIFECYCLE_END_WAIT_S) for w in workers))
         for worker in workers:
-            if worker.task:
-                worker.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await worker.task
-            await worker.kill_everything()
-            await worker.release_resources()
+            await worker.abandon()
         await asyncio.to_thread(self.release_leftovers, [w.uid for w in workers])
 
     def release_leftovers(self, uids: list[str]) -> None:

@@ -2,16 +2,18 @@
 
 A PodWorker owns everything the pod has on this node: its network namespace
 and IP, port forwards, volumes, cgroups and the shim of each container run.
-Stopping is cooperative: `stopping` is set, container loops stop restarting,
-processes get preStop + SIGTERM, then SIGKILL after the grace period, and
-resources are released only when every process is gone (the shim of a run
-exits only after the container's whole pid namespace has died).
+Stopping is cooperative: the worker leaves WorkerPhase.RUNNING (with a
+StopReason), container loops stop restarting, processes get preStop + SIGTERM,
+then SIGKILL after the grace period, and resources are released only when every
+process is gone (the shim of a run exits only after the container's whole pid
+namespace has died). Whoever else stops a worker (the kubelet's watch and
+shutdown, recovery.py) does it through its methods, never by writing its state.
 
-This module holds the sequencing; what it consults lives beside it: the restart
-policy and back-off (restarts.py), how a run is written into its record
-(runrecords.py), grace period and deadline (termination.py), state.json
-(podstate.py), the status PATCH loop (statusreporter.py) and what it uses of the
-kubelet (podhost.py, so that it does not import agent.py).
+This module holds the sequencing; what it consults lives beside it: its phase,
+stop reason and run results (lifecycle.py), the restart policy and back-off
+(restarts.py), how a run is written into its record (runrecords.py), grace period
+and deadline (termination.py), state.json (podstate.py), the status PATCH loop
+(statusreporter.py) and what it uses of the kubelet (podhost.py, not agent.py).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import os
 import shutil
 import signal
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from localkube.kubelet import cgroups, network
 from localkube.kubelet.environment import NoCommandError, build_argv, build_environment
 from localkube.kubelet.hooks import describe_hook_failure, find_hook, run_hook
 from localkube.kubelet.images import ResolvedImage, describe_pull_failure, resolve_pod_images
+from localkube.kubelet.lifecycle import RunResult, StopReason, WorkerLife, WorkerPhase
 from localkube.kubelet.podstate import build_pod_state, write_pod_state
 from localkube.kubelet.restarts import describe_back_off, restart_delay, should_restart
 from localkube.kubelet.runrecords import (
@@ -50,7 +54,6 @@ from localkube.kubelet.securitycontext import ContainerConfigError, build_securi
 from localkube.kubelet.status import (
     ContainerRecord,
     ContainerState,
-    PodPhase,
     PodRuntimeFacts,
     RestartPolicy,
     build_container_records,
@@ -60,8 +63,8 @@ from localkube.kubelet.status import (
 from localkube.kubelet.statusreporter import PodStatusReporter
 from localkube.kubelet.termination import (
     DEADLINE_EXCEEDED_MESSAGE,
-    read_active_deadline,
     read_grace_period,
+    sleep_until_deadline,
 )
 from localkube.kubelet.volumes import (
     VolumeError,
@@ -83,52 +86,77 @@ KILL_WAIT_S = 10
 
 class PodWorker:
     def __init__(self, kubelet: PodHost, pod: dict) -> None:
-        self.k = kubelet
+        self.kubelet = kubelet
         self.pod = pod
         meta = pod["metadata"]
         self.uid: str = meta["uid"]
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
         self.dir = pod_dir(kubelet.state_dir, self.uid)
-        self.volume_paths: dict[str, str] = {}  # set up by prepare(); empty until then
         spec = pod.get("spec") or {}
         self.policy = RestartPolicy(spec.get("restartPolicy") or "Always")
-        self.init_specs = spec.get("initContainers") or []
-        self.main_specs = spec.get("containers") or []
+        self.init_specs: list[dict] = spec.get("initContainers") or []
+        self.main_specs: list[dict] = spec.get("containers") or []
         self.records = build_container_records(self.init_specs, self.main_specs)
         self.facts = PodRuntimeFacts(
             host_ip=kubelet.host_ip, start_time=(pod.get("status") or {}).get("startTime")
         )
-        self.runs: dict[str, ContainerRun] = {}
-        self.container_env: dict[str, dict] = {}
+        # what prepare() (or recovery's adoption) sets up; empty until then
+        self.images: dict[str, ResolvedImage] = {}
+        self.volume_paths: dict[str, str] = {}
+        self.etc_files: dict[str, str] = {}
         self.netns: str | None = None
         self.forwarder: network.PodPortForwarder | None = None
-        self.stopping = asyncio.Event()
-        self.deletion = asyncio.Event()
-        self.gone = False
+        self.runs: dict[str, ContainerRun] = {}
+        self.container_env: dict[str, dict] = {}
+        self.adopted = False  # its containers were started by a previous kubelet (recovery.py)
+        self.life = WorkerLife()
+        self.deletion_requested = asyncio.Event()  # deletionTimestamp seen, or the pod vanished
+        if meta.get("deletionTimestamp"):
+            self.deletion_requested.set()
         self.reporter = PodStatusReporter(
             kubelet.api, self.namespace, self.name, self.current_status, self.vanish
         )
         self.task: asyncio.Task | None = None
         self.lifecycle_task: asyncio.Task | None = None
-        self.released = False
-        self.dir_removed = False
-        self.adopted = False
 
-    # ---- inputs from the watch -------------------------------------------------
+    # ---- inputs from the watch, the kubelet and recovery ---------------------------
     def start(self) -> None:
         self.task = asyncio.create_task(self.run(), name=f"pod-{self.namespace}/{self.name}")
+
+    def settle(self, settling: Coroutine[Any, Any, None]) -> None:
+        """Run recovery's `settling` of a pod from a previous kubelet as this worker's task."""
+        self.task = asyncio.create_task(settling, name=f"settle-{self.namespace}/{self.name}")
 
     def update(self, pod: dict) -> None:
         self.pod = pod
         if pod["metadata"].get("deletionTimestamp"):
-            self.deletion.set()
+            self.deletion_requested.set()
 
     def vanish(self) -> None:
         """The pod left the API (force delete, or removed before the kubelet got to it)."""
-        self.gone = True
-        self.reporter.enabled = False
-        self.deletion.set()
+        self.life.detach(StopReason.POD_GONE)
+        self.reporter.disable()
+        self.deletion_requested.set()
+
+    def stop_for_shutdown(self) -> None:
+        """No container starts any more; the pod stays in the API for the next kubelet."""
+        self.life.advance(WorkerPhase.STOPPING, StopReason.NODE_SHUTDOWN)
+        self.reporter.disable()
+
+    async def await_lifecycle(self, timeout: float) -> None:
+        """Wait up to `timeout` for the container loops to end."""
+        if self.lifecycle_task is not None and not self.lifecycle_task.done():
+            await asyncio.wait({self.lifecycle_task}, timeout=timeout)
+
+    async def abandon(self) -> None:
+        """End the worker's task, then kill what is left and release the pod's resources."""
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+        await self.kill_everything()
+        await self.release_resources()
 
     # ---- the pod's life ------------------------------------------------------
     async def run(self) -> None:
@@ -136,12 +164,13 @@ class PodWorker:
         try:
             self.lifecycle_task = asyncio.create_task(self.lifecycle())
             deadline_task = asyncio.create_task(self.enforce_deadline())
-            deletion_wait = asyncio.create_task(self.deletion.wait())
+            deletion_wait = asyncio.create_task(self.deletion_requested.wait())
             await asyncio.wait(
                 {self.lifecycle_task, deletion_wait}, return_when=asyncio.FIRST_COMPLETED
             )
-            if self.deletion.is_set():
-                await self.stop_containers(0 if self.gone else read_grace_period(self.pod))
+            if self.deletion_requested.is_set():
+                grace = 0 if self.life.detached else read_grace_period(self.pod)
+                await self.stop_containers(StopReason.DELETED, grace)
             else:
                 try:
                     await self.lifecycle_task
@@ -151,31 +180,30 @@ class PodWorker:
             await self.release_resources()
             await self.reporter.flush()
             await deletion_wait
-            if not self.gone and not self.stopping.is_set():
-                await self.stop_containers(read_grace_period(self.pod))
             await self.reporter.flush()
-            self.reporter.enabled = False
+            self.reporter.disable()
             await self.remove_pod_dir()
-            if not self.gone:
-                await self.k.api.delete_pod_now(self.namespace, self.name, self.uid)
+            if not self.life.detached:
+                await self.kubelet.api.delete_pod_now(self.namespace, self.name, self.uid)
         except Exception:
             log.exception("pod %s/%s: worker failed", self.namespace, self.name)
-            self.reporter.enabled = False
+            self.life.advance(WorkerPhase.STOPPING, StopReason.FAILED)
+            self.reporter.disable()
             await self.kill_everything()
             await self.release_resources()
         finally:
             status_task.cancel()
-            self.k.forget(self.uid)
+            self.kubelet.forget(self.uid)
 
     async def lifecycle(self) -> None:
         if self.adopted:
             loops = [asyncio.create_task(self.run_container_loop(c)) for c in self.main_specs]
             await asyncio.gather(*loops)
             return
-        async with self.k.start_slots:
-            prepared = not self.stopping.is_set() and await self.prepare()
+        async with self.kubelet.start_slots:
+            prepared = not self.life.is_stopping() and await self.prepare()
         if not prepared:
-            await self.stopping.wait()
+            await self.life.stopping.wait()
             return
         if not await self.run_init_containers():
             return
@@ -183,19 +211,13 @@ class PodWorker:
         await asyncio.gather(*loops)
 
     async def enforce_deadline(self) -> None:
-        deadline = read_active_deadline(self.pod)
-        if deadline is None:
-            return
-        while not self.facts.start_time:
-            await asyncio.sleep(0.1)
-        started = time.time() - self.k.age_of(self.facts.start_time)
-        await asyncio.sleep(max(0.0, started + deadline - time.time()))
-        if self.stopping.is_set():
+        reached = await sleep_until_deadline(self.pod, self.facts, self.kubelet.age_of)
+        if not reached or self.life.is_stopping():
             return
         self.facts.failure_reason = "DeadlineExceeded"
         self.facts.failure_message = DEADLINE_EXCEEDED_MESSAGE
-        self.k.record_event(self.pod, "Normal", "DeadlineExceeded", self.facts.failure_message)
-        await self.stop_containers(read_grace_period(self.pod))
+        self.record_event("Normal", "DeadlineExceeded", self.facts.failure_message)
+        await self.stop_containers(StopReason.DEADLINE_EXCEEDED, read_grace_period(self.pod))
 
     # ---- preparation -----------------------------------------------------------
     async def prepare(self) -> bool:
@@ -210,33 +232,31 @@ class PodWorker:
             ip = self.facts.host_ip  # like Kubernetes: a hostNetwork pod's IP is its node's
             self.facts.pod_ip = ip
         else:
-            ip = self.k.addresses.allocate()
+            ip = self.kubelet.addresses.allocate()
             self.facts.pod_ip = ip
             self.netns = await asyncio.to_thread(
-                network.setup_pod_network, self.k.state_dir, self.uid, ip
+                network.setup_pod_network, self.kubelet.state_dir, self.uid, ip
             )
         self.write_state()
-        if self.k.forward_ports and self.netns:
-            self.forwarder = network.PodPortForwarder(self.netns, self.k.forward_ports)
+        if self.kubelet.forward_ports and self.netns:
+            self.forwarder = network.PodPortForwarder(self.netns, self.kubelet.forward_ports)
             await self.forwarder.start()
         self.mark_dirty()
         while True:
             try:
                 self.volume_paths = await materialize_volumes(
-                    self.pod, self.dir, self.ips(), self.k.get_object
+                    self.pod, self.dir, self.ips(), self.kubelet.get_object
                 )
                 self.etc_files = write_etc_files(self.pod, self.dir, ip)
                 return True
             except VolumeError as exc:
-                self.k.record_event(
-                    self.pod, "Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}"
-                )
-                if await self.wait_stopping(VOLUME_RETRY_S):
+                self.record_event("Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
+                if await self.life.wait_stopping(VOLUME_RETRY_S):
                     return False
 
     async def check_images(self) -> dict[str, ResolvedImage] | None:
         containers = self.init_specs + self.main_specs
-        resolved, missing = resolve_pod_images(containers, self.k.image_rules)
+        resolved, missing = resolve_pod_images(containers, self.kubelet.image_rules)
         if not missing:
             return resolved
         reason, first = "ErrImagePull", True
@@ -247,21 +267,15 @@ class PodWorker:
                 message, events = describe_pull_failure(c.get("image"), reason, first)
                 record.waiting_message = message
                 for kind, why, message in events:
-                    self.k.record_event(self.pod, kind, why, message, c["name"])
+                    self.record_event(kind, why, message, c["name"])
             self.mark_dirty()
             first = False
-            if await self.wait_stopping(IMAGE_BACKOFF_S if reason == "ErrImagePull" else 30):
+            if await self.life.wait_stopping(IMAGE_BACKOFF_S if reason == "ErrImagePull" else 30):
                 return None
             reason = "ImagePullBackOff"
 
     def ips(self) -> tuple[str | None, str]:
         return self.facts.pod_ip, self.facts.host_ip
-
-    async def wait_stopping(self, seconds: float) -> bool:
-        """Sleep, waking early when the pod is being stopped; True when stopping."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
-        return self.stopping.is_set()
 
     # ---- containers ------------------------------------------------------------
     async def run_init_containers(self) -> bool:
@@ -269,17 +283,17 @@ class PodWorker:
             record = self.records[spec["name"]]
             while True:
                 result = await self.run_container_once(spec)
-                if self.stopping.is_set():
+                if self.life.is_stopping():
                     return False
-                if result.get("retry"):
+                if result.retry:
                     continue
-                if result.get("exitCode") == 0:
+                if result.exit_code == 0:
                     break
                 if self.policy is RestartPolicy.NEVER:
                     self.mark_dirty()
                     return False
                 await self.back_off(record)
-                if self.stopping.is_set():
+                if self.life.is_stopping():
                     return False
         for spec in self.main_specs:
             self.records[spec["name"]].waiting_reason = "ContainerCreating"
@@ -290,18 +304,18 @@ class PodWorker:
         adopted = self.runs.get(spec["name"])
         if adopted is not None:
             result = await self.follow_run(spec["name"], adopted)
-            if self.stopping.is_set() or not should_restart(self.policy, result.get("exitCode", 1)):
+            if self.life.is_stopping() or not should_restart(self.policy, result.exit_code):
                 return
             await self.back_off(record)
         elif record.state is ContainerState.TERMINATED:
             if not should_restart(self.policy, record.exit_code or 0):
                 return
             await self.back_off(record)
-        while not self.stopping.is_set():
+        while not self.life.is_stopping():
             result = await self.run_container_once(spec)
-            if result.get("retry"):
+            if result.retry:
                 continue
-            if self.stopping.is_set() or not should_restart(self.policy, result.get("exitCode", 1)):
+            if self.life.is_stopping() or not should_restart(self.policy, result.exit_code):
                 return
             await self.back_off(record)
 
@@ -312,38 +326,35 @@ class PodWorker:
             record.state = ContainerState.WAITING
             record.waiting_reason = "CrashLoopBackOff"
             record.waiting_message = describe_back_off(delay, record.name, self.pod)
-            self.k.record_event(
-                self.pod,
-                "Warning",
-                "BackOff",
-                "Back-off restarting failed container " + record.name,
+            self.record_event(
+                "Warning", "BackOff", "Back-off restarting failed container " + record.name,
                 record.name,
             )
             self.mark_dirty()
-            await self.wait_stopping(delay)
-        if not self.stopping.is_set():
+            await self.life.wait_stopping(delay)
+        if not self.life.is_stopping():
             record.restart_count += 1
 
-    async def run_container_once(self, spec: dict) -> dict:
-        """Start one run of the container and wait for it; returns its exit record."""
+    async def run_container_once(self, spec: dict) -> RunResult:
+        """Start one run of the container and wait for it; returns how it ended."""
         name = spec["name"]
         record = self.records[name]
         image = self.images[name]
-        if self.stopping.is_set():
-            return {"exitCode": 137}
+        if self.life.is_stopping():
+            return RunResult(exit_code=137)
         try:
             security = build_security_profile(self.pod, spec)
             env = await build_environment(
-                self.pod, spec, image, self.ips(), self.k.api_port, self.k.get_object
+                self.pod, spec, image, self.ips(), self.kubelet.api_port, self.kubelet.get_object
             )
             argv = build_argv(spec, image, env)
             mounts = build_container_mounts(spec, self.volume_paths, self.etc_files)
-            groups = cgroups.create_container_cgroups(self.k.state_hash, self.uid, spec)
+            groups = cgroups.create_container_cgroups(self.kubelet.state_hash, self.uid, spec)
         except (VolumeError, NoCommandError, ContainerConfigError, ValueError, OSError) as exc:
             result = record_create_error(record, exc)
-            self.k.record_event(self.pod, "Warning", "Failed", f"Error: {exc}", name)
+            self.record_event("Warning", "Failed", f"Error: {exc}", name)
             self.mark_dirty()
-            await self.wait_stopping(VOLUME_RETRY_S)
+            await self.life.wait_stopping(VOLUME_RETRY_S)
             return result
         netns_path = os.path.join(network.NETNS_DIR, self.netns) if self.netns else None
         shim_spec = build_shim_spec(
@@ -357,73 +368,65 @@ class PodWorker:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(shim_spec["log_path"])
         if record.restart_count == 0:
-            self.k.record_event(
-                self.pod,
-                "Normal",
-                "Pulled",
-                f'Container image "{spec.get("image")}" already present on machine',
-                name,
-            )
+            pulled = f'Container image "{spec.get("image")}" already present on machine'
+            self.record_event("Normal", "Pulled", pulled, name)
         run = await start_container_run(shim_spec, os.path.join(base, "spec.bin"))
         if run.start_error:
             await await_container_exit(run)
             record_start_error(record, run.start_error)
-            self.k.record_event(self.pod, "Warning", "Failed", f"Error: {run.start_error}", name)
+            self.record_event("Warning", "Failed", f"Error: {run.start_error}", name)
             self.mark_dirty()
-            return {"exitCode": 128}
+            return RunResult(exit_code=128)
         self.runs[name] = run
         record_run_started(record, run, self.uid)
         self.write_state()
         if record.restart_count == 0:
-            self.k.record_event(self.pod, "Normal", "Created", f"Created container {name}", name)
-        self.k.record_event(self.pod, "Normal", "Started", f"Started container {name}", name)
-        if self.stopping.is_set():
+            self.record_event("Normal", "Created", f"Created container {name}", name)
+        self.record_event("Normal", "Started", f"Started container {name}", name)
+        if self.life.is_stopping():
             signal_process(run.pid, signal.SIGKILL)
         post_start = find_hook(spec, "postStart") if not record.is_init else None
-        if post_start and not self.stopping.is_set():
+        if post_start and not self.life.is_stopping():
             if not await self.run_lifecycle_hook(name, "postStart", post_start, HOOK_TIMEOUT_S):
                 signal_process(run.pid, signal.SIGKILL)
-        record.ready = not record.is_init and not self.stopping.is_set()
+        record.ready = not record.is_init and not self.life.is_stopping()
         self.mark_dirty()
         return await self.follow_run(name, run)
 
-    async def follow_run(self, name: str, run: ContainerRun) -> dict:
+    async def follow_run(self, name: str, run: ContainerRun) -> RunResult:
         """Wait for a started run to end and record how it ended."""
         record = self.records[name]
-        result = await await_container_exit(run)
+        exit_record = await await_container_exit(run)
         self.runs.pop(name, None)
         spec = next((c for c in self.init_specs + self.main_specs if c["name"] == name), {})
-        record_run_exit(record, result, self.dir, spec)
+        record_run_exit(record, exit_record, self.dir, spec)
         self.write_state()
         self.mark_dirty()
-        return result
+        return RunResult(exit_code=exit_record.get("exitCode", 137))
 
     async def run_lifecycle_hook(
         self, name: str, kind: str, handler: dict, timeout_s: float
     ) -> bool:
         """Run a postStart or preStop handler; False, with a Failed...Hook event, if it failed."""
         error = await run_hook(
-            self.k.state_dir, self.uid, name, handler, self.facts.pod_ip, timeout_s
+            self.kubelet.state_dir, self.uid, name, handler, self.facts.pod_ip, timeout_s
         )
         if error:
             reason, message = describe_hook_failure(kind, error)
-            self.k.record_event(self.pod, "Warning", reason, message, name)
+            self.record_event("Warning", reason, message, name)
         return not error
 
     # ---- stopping --------------------------------------------------------------
-    async def stop_containers(self, grace: float) -> None:
+    async def stop_containers(self, reason: StopReason, grace: float) -> None:
         """preStop, SIGTERM, wait up to `grace`, SIGKILL; returns when every process is gone."""
-        first = not self.stopping.is_set()
-        self.stopping.set()
+        first = self.life.advance(WorkerPhase.STOPPING, reason)
         deadline = time.monotonic() + grace
         if first and grace > 0:
             hooks = []
             for name in list(self.runs):
                 spec = next((c for c in self.main_specs if c["name"] == name), None)
                 pre_stop = find_hook(spec, "preStop")
-                self.k.record_event(
-                    self.pod, "Normal", "Killing", f"Stopping container {name}", name
-                )
+                self.record_event("Normal", "Killing", f"Stopping container {name}", name)
                 if pre_stop:
                     hooks.append(self.run_lifecycle_hook(name, "preStop", pre_stop, grace))
             if hooks:
@@ -445,33 +448,33 @@ class PodWorker:
     async def kill_everything(self) -> None:
         for run in list(self.runs.values()):
             signal_process(run.pid, signal.SIGKILL)
-        await asyncio.to_thread(cgroups.destroy_pod_cgroups, self.k.state_hash, self.uid)
+        await asyncio.to_thread(cgroups.destroy_pod_cgroups, self.kubelet.state_hash, self.uid)
 
     async def release_resources(self) -> None:
         """Port forwards, network namespace, cgroups: once every process is gone."""
-        if self.released:
+        if self.life.phase >= WorkerPhase.RELEASED:
             return
-        self.released = True
+        self.life.advance(WorkerPhase.RELEASED, StopReason.COMPLETED)
         await self.kill_everything()
         if self.forwarder:
             await self.forwarder.stop()
         # unconditional: a stop may have raced with the namespace's creation
-        await asyncio.to_thread(network.teardown_pod_network, self.k.state_dir, self.uid)
+        await asyncio.to_thread(network.teardown_pod_network, self.kubelet.state_dir, self.uid)
         if self.netns:
-            self.k.addresses.release(self.facts.pod_ip)
+            self.kubelet.addresses.release(self.facts.pod_ip)
         self.write_state()
 
     async def remove_pod_dir(self) -> None:
-        self.dir_removed = True
+        self.life.advance(WorkerPhase.REMOVED)
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
 
     # ---- reporting -------------------------------------------------------------
     def write_state(self) -> None:
-        if self.dir_removed:
+        if self.life.phase is WorkerPhase.REMOVED:
             return
-        netns = self.netns if not self.released else None
+        netns = self.netns if self.life.phase < WorkerPhase.RELEASED else None
         state = build_pod_state(
-            self.pod, self.k.node, netns, self.facts.pod_ip, self.records, self.runs,
+            self.pod, self.kubelet.node, netns, self.facts.pod_ip, self.records, self.runs,
             self.container_env,
         )
         write_pod_state(self.dir, state)
@@ -479,11 +482,13 @@ class PodWorker:
     def mark_dirty(self) -> None:
         self.reporter.mark_dirty()
 
+    def record_event(
+        self, kind: str, reason: str, message: str, container: str | None = None
+    ) -> None:
+        self.kubelet.record_event(self.pod, kind, reason, message, container)
+
     def current_status(self) -> dict:
         init = [self.records[c["name"]] for c in self.init_specs]
         main = [self.records[c["name"]] for c in self.main_specs]
         return build_pod_status(self.pod, init, main, self.facts)
 
-    @property
-    def phase(self) -> PodPhase:
-        return PodPhase(self.current_status()["phase"])

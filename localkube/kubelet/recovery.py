@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from localkube.kubelet import cleanup, network
 from localkube.kubelet.cleanup import SHIM_MARKER, is_recorded_process
 from localkube.kubelet.images import resolve_pod_images
+from localkube.kubelet.lifecycle import StopReason, WorkerPhase
 from localkube.kubelet.runtime import ContainerRun
 from localkube.kubelet.status import ContainerState, now_rfc3339
 from localkube.kubelet.volumes import materialize_volumes, write_etc_files
@@ -64,7 +65,7 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
     ):
         return False
     containers = worker.init_specs + worker.main_specs
-    images, missing = resolve_pod_images(containers, worker.k.image_rules)
+    images, missing = resolve_pod_images(containers, worker.kubelet.image_rules)
     if missing:
         return False
     runs = {}
@@ -120,13 +121,13 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
         }
     worker.images, worker.runs, worker.adopted = images, runs, True
     worker.netns, worker.facts.pod_ip = state["netns"], state.get("ip")
-    worker.k.addresses.reserve(worker.facts.pod_ip)
+    worker.kubelet.addresses.reserve(worker.facts.pod_ip)
     worker.volume_paths = await materialize_volumes(
-        worker.pod, worker.dir, worker.ips(), worker.k.get_object
+        worker.pod, worker.dir, worker.ips(), worker.kubelet.get_object
     )
     worker.etc_files = write_etc_files(worker.pod, worker.dir, worker.facts.pod_ip)
-    if worker.k.forward_ports:
-        worker.forwarder = network.PodPortForwarder(worker.netns, worker.k.forward_ports)
+    if worker.kubelet.forward_ports:
+        worker.forwarder = network.PodPortForwarder(worker.netns, worker.kubelet.forward_ports)
         await worker.forwarder.start()
     worker.write_state()
     worker.mark_dirty()
@@ -135,7 +136,7 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
 
 async def settle_previous_pod(kubelet: PodHost, worker: PodWorker, origin: PodOrigin) -> None:
     """A pod from before this kubelet started: re-adopt it, or stop leftovers and report."""
-    if origin is PodOrigin.NODE_RESTART and not worker.deletion.is_set():
+    if origin is PodOrigin.NODE_RESTART and not worker.deletion_requested.is_set():
         state = cleanup.read_state(os.path.join(worker.dir, "state.json"))
         try:
             adopted = bool(state) and await adopt_pod(worker, state)
@@ -188,12 +189,12 @@ async def settle_previous_pod(kubelet: PodHost, worker: PodWorker, origin: PodOr
             worker.facts.pod_ip = (worker.pod.get("status") or {}).get("podIP")
             worker.facts.failure_reason = "NodeRestart"
             worker.facts.failure_message = NODE_RESTART_MESSAGE
-            worker.stopping.set()
+            worker.life.advance(WorkerPhase.STOPPING, StopReason.NODE_RESTART)
             await worker.reporter.flush()
             kubelet.record_event(worker.pod, "Warning", "NodeRestart", NODE_RESTART_MESSAGE)
-        await worker.deletion.wait()
+        await worker.deletion_requested.wait()
         await worker.remove_pod_dir()
-        if not worker.gone:
+        if not worker.life.detached:
             await kubelet.api.delete_pod_now(worker.namespace, worker.name, worker.uid)
     except Exception:
         log.exception("pod %s/%s: settling failed", worker.namespace, worker.name)

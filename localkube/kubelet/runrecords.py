@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from localkube.kubelet.environment import NoCommandError
+from localkube.kubelet.lifecycle import RunResult
 from localkube.kubelet.runtime import ContainerRun
 from localkube.kubelet.status import ContainerRecord, ContainerState, now_rfc3339
 
@@ -44,7 +45,7 @@ def read_fallback_message(pod_dir: str, spec: dict, record: ContainerRecord) -> 
     return text[-FALLBACK_BYTES:] or None
 
 
-def record_create_error(record: ContainerRecord, error: Exception) -> dict:
+def record_create_error(record: ContainerRecord, error: Exception) -> RunResult:
     """The run could not be configured: the container waits; returns the run's result.
 
     No command is final (exit 128); any other config error is retried."""
@@ -52,7 +53,7 @@ def record_create_error(record: ContainerRecord, error: Exception) -> dict:
     record.state = ContainerState.WAITING
     record.waiting_reason = "CreateContainerError" if no_command else "CreateContainerConfigError"
     record.waiting_message = str(error)
-    return {"exitCode": 128} if no_command else {"exitCode": 1, "retry": True}
+    return RunResult(exit_code=128) if no_command else RunResult(exit_code=1, retry=True)
 
 
 def record_start_error(record: ContainerRecord, error: str) -> None:

@@ -39,6 +39,10 @@ class PodStatusReporter:
     def mark_dirty(self) -> None:
         self.dirty.set()
 
+    def disable(self) -> None:
+        """Send nothing more (the pod is gone, or the worker is done with it)."""
+        self.enabled = False
+
     async def run(self) -> None:
         while True:
             await self.dirty.wait()

@@ -253,6 +253,21 @@ def test_cluster_spec_delivery_by_exec_lands_in_the_pods_files(hollow: Localkube
     assert not (state_dir / uid).exists()
 
 
+def test_a_cluster_spec_of_a_thousand_replicas_fits_in_the_exec_url(hollow: LocalkubeHandle):
+    # The argv travels in the exec's query string: ~60 KB here, over aiohttp's default 8 KB
+    # request line (kube-apiserver accepts 1 MB of headers).
+    core = hollow.core_v1()
+    name = unique("big")
+    core.create_namespaced_pod("default", make_pod(name))
+    wait_phase(core, name, ("Running",))
+    workers = [f"10.77.{i // 250 + 1}.{i % 250 + 2}:2222" for i in range(1024)]
+    content = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 7}})
+    assert len(content) > 8190 * 2
+    deliver_cluster_file(core, "default", name, content)
+    assert exec_text(core, name, ["cat", "/tfjob/config/cluster.json"]) == content
+    core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+
 def watch_until_deleted(handle: LocalkubeHandle, name: str, seen: list) -> threading.Thread:
     """Record every event of pod `name` until it is DELETED, in a thread."""
     def run() -> None:

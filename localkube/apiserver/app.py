@@ -50,6 +50,10 @@ log = logging.getLogger("localkube.apiserver")
 DEFAULT_NODES_FILE = str(Path(__file__).resolve().parent.parent / "nodes.yaml")
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public")
 PRIVATE_DIR_MODE = 0o700
+# Request line and header field limits: kube-apiserver (Go's net/http) accepts 1 MB of headers,
+# and clients send long URLs (an exec's argv travels in its query: a ClusterSpec of a
+# 1,024-replica gang is ~100 KB). aiohttp's default of 8190 bytes refused them.
+MAX_REQUEST_LINE_BYTES = 1024 * 1024
 
 
 def load_nodes_file(path: str) -> list[dict]:
@@ -164,7 +168,9 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     app = web.Application(middlewares=[build_authentication_middleware(token),
                                        build_counting_middleware(counts),
                                        build_outage_middleware(outage), status_errors],
-                          client_max_size=64 * 1024 * 1024)
+                          client_max_size=64 * 1024 * 1024,
+                          handler_args={"max_line_size": MAX_REQUEST_LINE_BYTES,
+                                        "max_field_size": MAX_REQUEST_LINE_BYTES})
     handlers = CoreHandlers(api, state_dir, outage)
     outage_routes(app, outage)
     request_count_routes(app, counts)

@@ -29,7 +29,7 @@ from localkube.hollow.rules import (
     stop_outcome,
 )
 from localkube.kubelet.apiclient import ApiClient
-from localkube.kubelet.network import AddressPool
+from localkube.kubelet.network import AddressPool, NetworkError
 from localkube.kubelet.podstate import write_pod_state
 from localkube.kubelet.status import (
     ContainerRecord,
@@ -153,7 +153,14 @@ class HollowPod:
             self.mark_dirty()
             await asyncio.Event().wait()
         await asyncio.sleep(rule.start_seconds)
-        self.facts.pod_ip = self.k.addresses.allocate()
+        try:
+            self.facts.pod_ip = self.k.addresses.allocate()
+        except NetworkError as error:  # more pods than the node's /24 holds
+            self.k.record_event(self.pod, "Warning", "FailedCreatePodSandBox", str(error))
+            for record in self.records.values():
+                record.waiting_message = str(error)
+            self.mark_dirty()
+            await asyncio.Event().wait()
         self.facts.start_time = now_rfc3339()
         mounts = [m["mountPath"] for c in self.init_specs + self.main_specs
                   for m in c.get("volumeMounts") or [] if m.get("mountPath")]

@@ -339,9 +339,20 @@ class Scheduler:
         self.store = api.store
         self._wake = asyncio.Event()
         self._reported: dict[str, str] = {}  # pod uid -> last FailedScheduling message
+        # (namespace, name) of the pending pods, kept from the store's events: a pass with
+        # nothing pending must not walk every pod (a gang's start and teardown wake it per event).
+        self._pending: set[tuple[str, str]] = {
+            (p["metadata"].get("namespace", ""), p["metadata"]["name"])
+            for p in self.store.list("pods") if is_pending(p)}
         self.store.listeners.append(self._on_event)
 
     def _on_event(self, event) -> None:
+        if event.resource == "pods":
+            key = (event.obj["metadata"].get("namespace", ""), event.obj["metadata"]["name"])
+            if event.type != "DELETED" and is_pending(event.obj):
+                self._pending.add(key)
+            else:
+                self._pending.discard(key)
         if event.resource == "nodes" or (event.resource == "pods" and (
                 event.type != "MODIFIED" or is_pending(event.obj) or
                 (event.old or {}).get("status", {}).get("phase") !=
@@ -349,7 +360,10 @@ class Scheduler:
             self._wake.set()
 
     def schedule_pending(self) -> None:
-        pending = sorted((p for p in self.store.list("pods") if is_pending(p)),
+        if not self._pending:
+            return
+        found = (self.store.get("pods", namespace, name) for namespace, name in self._pending)
+        pending = sorted((p for p in found if p is not None and is_pending(p)),
                          key=lambda p: p["metadata"].get("creationTimestamp", ""))
         if not pending:
             return

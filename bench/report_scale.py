@@ -117,5 +117,6 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
             kinds_table(job), ""]
     notes = data.get("notes") or []
     if notes:
-        out += ["What limits it:", "", *(f"- {note}" for note in notes), ""]
+        out += ["What grows faster than linearly, or serialises the gang, and why:", "",
+                *(f"- {note}" for note in notes), ""]
     return out

@@ -348,7 +348,7 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
     summary = {str(j["replicas"]): {k: stats.summarise([j[k]]).as_dict() for k in keys}
                for j in jobs}
     text = "\n".join(report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary,
-                                                  "jobs": jobs}))
+                                                  "jobs": jobs, "notes": ["delivery is O(n²)"]}))
     # 2 s → 40 s for 8× the replicas: n^1.44; 1 s → 8 s: n^1.00
     assert "launch → all Running: 2.00 s at 128 → 40.00 s at 1024 replicas, ∝ n^1.44: grows " \
            "faster than linearly" in text
@@ -358,3 +358,4 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
     assert "every pod gone ≤ 15 s after the decision: 8.00 — met" in text
     assert "| launch | CREATE pods | 1024 | 1.00 | – | 0.00 |" in text
     assert "| launch | POST pods | – | 0.00 | 1024 | 1.00 |" in text
+    assert "or serialises the gang, and why:\n\n- delivery is O(n²)" in text

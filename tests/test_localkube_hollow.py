@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -338,6 +340,10 @@ def test_a_real_and_a_simulated_node_in_one_cluster(tmp_path: Path) -> None:
         children = [p for p in os.listdir("/proc") if p.isdigit() and
                     _parent_of(int(p)) == hollow_pid]
         assert children == [], "the simulated kubelet started processes"
+        refused = subprocess.run([sys.executable, "-m", "localkube", "node-stop", "sim-1",
+                                  "--state-dir", handle.state_dir], capture_output=True,
+                                 text=True, timeout=60)
+        assert refused.returncode == 1 and "node 'sim-1' is simulated" in refused.stderr
         for name in ("real", "simulated"):
             core.delete_namespaced_pod(name, "default", grace_period_seconds=1)
         wait_until(lambda: is_gone(core, "real") and is_gone(core, "simulated"), WAIT_S,

@@ -31,11 +31,12 @@ STEP_TIMEOUT_S = {
     "wholerun": 600,
     "concurrency": 720,  # bench_concurrency.RUN_TIMEOUT_S (660) and the triggers
     "restart": 1200,
+    "scale": 900,
 }
 STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
 # The lines of a measurement's log that the run's own output repeats.
 SHOWN_LINE_PREFIXES = ("startup ", "naive ", "restart ", "parse ", "digits-ps ", "concurrency:",
-                       "median ratio", "tree ")
+                       "scale ", "median ratio", "tree ")
 
 
 def describe_machine() -> dict[str, Any]:

@@ -6,7 +6,7 @@ its arithmetic and verdicts are tested without running anything
 line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),
-report_restart.py (6),
+report_restart.py (6), report_scale.py (7),
 report_pack_upload.py; this one puts them in order.
 
 `merge_report` serves `run_all.py --only NAME`: the sections measured again
@@ -25,6 +25,7 @@ from report_naive import section_naive
 from report_pack_upload import section_pack
 from report_parse import section_parse
 from report_restart import section_restart
+from report_scale import section_scale
 from report_startup import section_startup
 from report_wholerun import section_wholerun
 from stats import markdown_table, verdict
@@ -37,6 +38,7 @@ SECTION_HEADINGS = {
     "parse": "## 4.",
     "concurrency": "## 5.",
     "restart": "## 6.",
+    "scale": "## 7.",
     "pack_upload": "## Bundle pack + upload",
 }
 REMEASURED = "- re-measured"
@@ -124,6 +126,11 @@ def build_report(
         section_restart(results["restart"])
         if has("restart")
         else missing("6. Gang restarts", "restart")
+    )
+    out += (
+        section_scale(results["scale"])
+        if has("scale")
+        else missing("7. Scale: one gang of hundreds of replicas on simulated nodes", "scale")
     )
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))

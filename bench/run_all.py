@@ -4,7 +4,9 @@
     .venv/bin/python bench/run_all.py [--quick] [--only NAME ...] [--keep-world]
 
 Order (each measurement is its own process, see bench/world.py for why):
-pack+upload and DAG parse first (no services), then the shared world (S3,
+pack+upload, DAG parse and the scale step (7: gangs of 128-1,024 replicas on
+simulated nodes, its own localkube per job; 32 replicas in --quick) first (no
+shared services), then the shared world (S3,
 localkube, PostgreSQL, Airflow DB) for start-up (1), naive (2) and gang
 restarts (6), then `airflow standalone` for whole-run (3) and concurrency
 (5); Airflow starts only after 1, 2 and 6 so its idle work does not disturb
@@ -84,7 +86,8 @@ BUDGET_S = 30 * 60
 # other work on the machine included); 10 jobs at parallelism 4 on SQLite took 98 s.
 CONCURRENCY_ESTIMATE_S = 390
 WHOLERUN_MAX_RUNS = 5
-MEASUREMENTS = ("pack_upload", "parse", "startup", "naive", "restart", "wholerun", "concurrency")
+MEASUREMENTS = ("pack_upload", "parse", "scale", "startup", "naive", "restart", "wholerun",
+                "concurrency")
 
 
 @dataclass(frozen=True)
@@ -102,11 +105,13 @@ class Sizes:
     train_seconds: int
     restart_cases: tuple[str, ...]  # bench_restart.py's how:replicas:checkpoint_interval
     restart_repeat: int
+    scale_replicas: tuple[int, ...]  # bench_scale.py: one gang of each size, simulated nodes
+    scale_repeat: int
 
 
 FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
-             ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3)
-QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1)
+             ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
+QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1)
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:
@@ -300,6 +305,16 @@ def main() -> int:
                 "--out",
                 str(out / "parse.json"),
             ],
+            None,
+            out,
+        )
+    if "scale" in wanted:
+        # Its own localkube of simulated nodes per job: no shared world, no Airflow.
+        steps["scale"] = run_measurement(
+            "scale",
+            [PY, str(BENCH / "bench_scale.py"),
+             "--replicas", *map(str, sizes.scale_replicas), "--repeat", str(sizes.scale_repeat),
+             "--out", str(out / "scale.json")],
             None,
             out,
         )

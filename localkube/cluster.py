@@ -152,6 +152,12 @@ def ready_nodes(api_url: str, credentials: ClusterCredentials) -> set[str]:
     return ready
 
 
+def kubelet_log_path(state_dir: Path, node: str) -> Path:
+    if node in (read_cluster_info(state_dir).get("simulated_nodes") or []):
+        return state_dir / "kubelet-simulated.log"
+    return state_dir / f"kubelet-{node}.log"
+
+
 class RunningPid:
     """A process started by an earlier `up` (not our child): poll() like a Popen."""
 
@@ -171,7 +177,7 @@ def wait_for_nodes(state_dir: Path, api_url: str, credentials: ClusterCredential
     while time.monotonic() < deadline:
         for name, process in kubelets.items():
             if process.poll() is not None:
-                log = state_dir / f"kubelet-{name}.log"
+                log = kubelet_log_path(state_dir, name)
                 raise UpError(f"the kubelet of node {name} exited with code "
                               f"{process.returncode}; its log ({log}) ends with:\n"
                               f"{log_tail(log)}")
@@ -214,7 +220,9 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     if recorded:
         # Part of an earlier cluster died (a crash): stop the rest and sweep, then start afresh.
         down(state_dir)
-    node_names = [entry["name"] for entry in load_nodes_file(nodes_file)]
+    node_entries = load_nodes_file(nodes_file)
+    node_names = [entry["name"] for entry in node_entries]
+    simulated = [entry["name"] for entry in node_entries if entry.get("simulated")]
     apiserver = start_api_server(state_dir, nodes_file, port, node_monitor_grace_period_s)
     try:
         actual_port = wait_for_api(state_dir, apiserver, credentials)
@@ -227,15 +235,21 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
             "nodes": node_names, "forward_ports": [f.pod_port for f in forwards],
             "forwards": [f.to_json() for f in forwards],
             "kubeconfig": str(state_dir / "kubeconfig"),
-            "node_monitor_grace_period": node_monitor_grace_period_s}
+            "node_monitor_grace_period": node_monitor_grace_period_s,
+            "simulated_nodes": simulated}
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url, credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     if not start_kubelets:
         return info
     kubelets = {}
     for name in node_names:
-        kubelets[name] = start_kubelet(state_dir, api_url, name)
-        info["pids"]["kubelets"][name] = kubelets[name].pid
+        if name not in simulated:
+            kubelets[name] = start_kubelet(state_dir, api_url, name)
+    if simulated:
+        # One process serves every simulated node: recorded as the kubelet of each of them.
+        hollow = start_hollow_kubelet(state_dir, api_url, simulated)
+        kubelets.update({name: hollow for name in simulated})
+    info["pids"]["kubelets"] = {name: process.pid for name, process in kubelets.items()}
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     try:
         wait_for_nodes(state_dir, api_url, credentials, kubelets)
@@ -257,6 +271,15 @@ def start_api_server(state_dir: Path, nodes_file: str, port: int,
 def start_kubelet(state_dir: Path, api_url: str, node: str) -> subprocess.Popen:
     return spawn([sys.executable, "-m", "localkube.kubelet", "--api", api_url, "--node", node,
                   "--state-dir", str(state_dir)], state_dir / f"kubelet-{node}.log")
+
+
+def start_hollow_kubelet(state_dir: Path, api_url: str, nodes: list[str]) -> subprocess.Popen:
+    """The kubelet of the simulated nodes (localkube/hollow/): one process for all of them."""
+    argv = [sys.executable, "-m", "localkube.hollow", "--api", api_url,
+            "--state-dir", str(state_dir)]
+    for node in nodes:
+        argv += ["--node", node]
+    return spawn(argv, state_dir / "kubelet-simulated.log")
 
 
 def restart_api_server(state_dir: Path, nodes_file: str, info: dict,

@@ -38,6 +38,9 @@ def running_cluster(state_dir: Path, node: str) -> dict:
     if node not in (info.get("nodes") or []):
         raise UpError(f"node {node!r} given; this cluster's nodes are "
                       f"{', '.join(info.get('nodes') or []) or 'none'}")
+    if node in (info.get("simulated_nodes") or []):
+        raise UpError(f"node {node!r} is simulated (one process serves every simulated node): "
+                      f"only nodes with a kubelet of their own can be stopped and started")
     return info
 
 

@@ -48,9 +48,27 @@ def node_label(node: dict, key: str) -> str | None:
     return (node["metadata"].get("labels") or {}).get(key)
 
 
+# A pod's requests by (uid, resourceVersion): every scheduling decision sums the requests of
+# every pod on every node, and parsing their quantities again each time made a gang's
+# placement quadratic in its size (bench/bench_scale.py: 85% of the API server's time at 384
+# pods). A stored pod's resourceVersion changes with any change, so an entry never goes stale.
+_REQUESTS_CACHE: dict[tuple[str, str], dict[str, Fraction]] = {}
+REQUESTS_CACHE_LIMIT = 100_000
+
+
 def _requests(pod: dict) -> dict[str, Fraction]:
+    meta = pod.get("metadata") or {}
+    key = (meta.get("uid"), meta.get("resourceVersion"))
+    cached = _REQUESTS_CACHE.get(key) if all(key) else None
+    if cached is not None:
+        return cached
     usage = pod_usage(pod)
-    return {r: usage.get(f"requests.{r}", Fraction(0)) for r in FIT_RESOURCES}
+    requests = {r: usage.get(f"requests.{r}", Fraction(0)) for r in FIT_RESOURCES}
+    if all(key):
+        if len(_REQUESTS_CACHE) >= REQUESTS_CACHE_LIMIT:
+            _REQUESTS_CACHE.clear()
+        _REQUESTS_CACHE[key] = requests
+    return requests
 
 
 def _node_expression_matches(node: dict, expr: dict) -> bool:
@@ -128,14 +146,38 @@ def _affinity_terms(pod: dict, kind: str, mode: str) -> list[dict]:
     return affinity.get(f"{mode}DuringSchedulingIgnoredDuringExecution") or []
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What one decision reads of the pods already placed, gathered once per decision: the
+    filters and scores of every node read it, and gathering it per node made placing a gang
+    quadratic in the number of pods times the number of nodes."""
+
+    active: dict[str, list[dict]]  # not terminated pods, by node
+    used: dict[str, Counter]  # their summed requests, by node
+    anti_affinity: list[tuple[str, dict, list[dict]]]  # (node, pod, its required anti terms)
+
+
+def summarise_placement(pods_by_node: dict[str, list[dict]]) -> Placement:
+    active = {name: [p for p in pods if is_active(p)] for name, pods in pods_by_node.items()}
+    used = {}
+    anti = []
+    for name, pods in active.items():
+        used[name] = Counter()
+        for other in pods:
+            used[name].update(_requests(other))
+            terms = _affinity_terms(other, "podAntiAffinity", "required")
+            if terms:
+                anti.append((name, other, terms))
+    return Placement(active, used, anti)
+
+
 def _pods_in_domain(node_name: str, key: str, nodes: dict[str, dict],
                     pods_by_node: dict[str, list[dict]]) -> list[dict]:
     return [p for other, pods in pods_by_node.items()
             if _same_domain(nodes, node_name, other, key) for p in pods]
 
 
-def filter_node(pod: dict, node: dict, nodes: dict[str, dict],
-                pods_by_node: dict[str, list[dict]]) -> list[str]:
+def filter_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement) -> list[str]:
     """The reasons `node` cannot take `pod`, worded as kube-scheduler words them (empty: fits)."""
     name = node["metadata"]["name"]
     reasons = []
@@ -148,31 +190,29 @@ def filter_node(pod: dict, node: dict, nodes: dict[str, dict],
         shown = f"{taint.get('key')}: {taint['value']}" if taint.get("value") else taint.get("key")
         reasons.append(f"node(s) had untolerated taint {{{shown}}}")
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    on_node = [p for p in pods_by_node.get(name, []) if is_active(p)]
+    on_node = placed.active.get(name, [])
     if len(on_node) + 1 > int(parse_quantity(allocatable.get("pods", "110"))):
         reasons.append("Too many pods")
     wanted = _requests(pod)
-    used = Counter()
-    for other in on_node:
-        used.update(_requests(other))
+    used = placed.used.get(name) or Counter()
     for resource in FIT_RESOURCES:
         if wanted[resource] <= 0:
             continue
         capacity = parse_quantity(allocatable.get(resource, "0"))
         if used[resource] + wanted[resource] > capacity:
             reasons.append(f"Insufficient {resource}")
-    reasons.extend(_pod_affinity_reasons(pod, name, nodes, pods_by_node))
+    reasons.extend(_pod_affinity_reasons(pod, name, nodes, placed))
     return reasons
 
 
 def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
-                          pods_by_node: dict[str, list[dict]]) -> list[str]:
+                          placed: Placement) -> list[str]:
     reasons = []
-    all_pods = [p for pods in pods_by_node.values() for p in pods if is_active(p)]
-    for term in _affinity_terms(pod, "podAffinity", "required"):
+    required = _affinity_terms(pod, "podAffinity", "required")
+    all_pods = [p for pods in placed.active.values() for p in pods] if required else []
+    for term in required:
         key = term.get("topologyKey", "kubernetes.io/hostname")
-        in_domain = [p for p in _pods_in_domain(node_name, key, nodes, pods_by_node)
-                     if is_active(p)]
+        in_domain = _pods_in_domain(node_name, key, nodes, placed.active)
         if any(_term_selects(term, pod, p) for p in in_domain):
             continue
         # The first pod of a group that selects itself may go anywhere (as in kube-scheduler).
@@ -183,27 +223,23 @@ def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
         break
     for term in _affinity_terms(pod, "podAntiAffinity", "required"):
         key = term.get("topologyKey", "kubernetes.io/hostname")
-        in_domain = _pods_in_domain(node_name, key, nodes, pods_by_node)
-        if any(is_active(p) and _term_selects(term, pod, p) for p in in_domain):
+        in_domain = _pods_in_domain(node_name, key, nodes, placed.active)
+        if any(_term_selects(term, pod, p) for p in in_domain):
             reasons.append("node(s) didn't match pod anti-affinity rules")
             break
     else:
         # Symmetry: existing pods' required anti-affinity also keeps this pod away.
-        for other_node, pods in pods_by_node.items():
-            for other in pods:
-                if not is_active(other):
-                    continue
-                for term in _affinity_terms(other, "podAntiAffinity", "required"):
-                    key = term.get("topologyKey", "kubernetes.io/hostname")
-                    if _same_domain(nodes, node_name, other_node, key) and \
-                            _term_selects(term, other, pod):
-                        reasons.append("node(s) didn't match pod anti-affinity rules")
-                        return reasons
+        for other_node, other, terms in placed.anti_affinity:
+            for term in terms:
+                key = term.get("topologyKey", "kubernetes.io/hostname")
+                if _same_domain(nodes, node_name, other_node, key) and \
+                        _term_selects(term, other, pod):
+                    reasons.append("node(s) didn't match pod anti-affinity rules")
+                    return reasons
     return reasons
 
 
-def score_node(pod: dict, node: dict, nodes: dict[str, dict],
-               pods_by_node: dict[str, list[dict]]) -> float:
+def score_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement) -> float:
     name = node["metadata"]["name"]
     preference = 0.0
     for term in _affinity_terms(pod, "nodeAffinity", "preferred"):
@@ -213,14 +249,11 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict],
         for weighted in _affinity_terms(pod, kind, "preferred"):
             term = weighted.get("podAffinityTerm") or {}
             key = term.get("topologyKey", "kubernetes.io/hostname")
-            matches = sum(1 for p in _pods_in_domain(name, key, nodes, pods_by_node)
-                          if is_active(p) and _term_selects(term, pod, p))
+            matches = sum(1 for p in _pods_in_domain(name, key, nodes, placed.active)
+                          if _term_selects(term, pod, p))
             preference += sign * weighted.get("weight", 1) * matches
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    used = Counter()
-    for other in pods_by_node.get(name, []):
-        if is_active(other):
-            used.update(_requests(other))
+    used = placed.used.get(name) or Counter()
     wanted = _requests(pod)
     free = []
     for resource in ("cpu", "memory"):
@@ -250,12 +283,13 @@ def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]
     their kubelet is not Ready (reported like the not-ready taint kube-scheduler sees), or
     is a Counter of such reasons (not_ready_reason)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
+    placed = summarise_placement(pods_by_node)
     feasible, reasons = [], Counter()
     left_out = not_ready if isinstance(not_ready, Counter) else \
         Counter({NOT_READY_REASON: not_ready} if not_ready else {})
     reasons.update(left_out)
     for node in nodes:
-        node_reasons = filter_node(pod, node, by_name, pods_by_node)
+        node_reasons = filter_node(pod, node, by_name, placed)
         if node_reasons:
             reasons.update(set(node_reasons))
         else:
@@ -263,7 +297,7 @@ def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]
     if not feasible:
         return Decision(None, unschedulable_message(len(nodes) + sum(left_out.values()),
                                                     reasons))
-    best = max(feasible, key=lambda n: (score_node(pod, n, by_name, pods_by_node),
+    best = max(feasible, key=lambda n: (score_node(pod, n, by_name, placed),
                                         -nodes.index(n)))
     return Decision(best["metadata"]["name"], "")
 
@@ -305,9 +339,20 @@ class Scheduler:
         self.store = api.store
         self._wake = asyncio.Event()
         self._reported: dict[str, str] = {}  # pod uid -> last FailedScheduling message
+        # (namespace, name) of the pending pods, kept from the store's events: a pass with
+        # nothing pending must not walk every pod (a gang's start and teardown wake it per event).
+        self._pending: set[tuple[str, str]] = {
+            (p["metadata"].get("namespace", ""), p["metadata"]["name"])
+            for p in self.store.list("pods") if is_pending(p)}
         self.store.listeners.append(self._on_event)
 
     def _on_event(self, event) -> None:
+        if event.resource == "pods":
+            key = (event.obj["metadata"].get("namespace", ""), event.obj["metadata"]["name"])
+            if event.type != "DELETED" and is_pending(event.obj):
+                self._pending.add(key)
+            else:
+                self._pending.discard(key)
         if event.resource == "nodes" or (event.resource == "pods" and (
                 event.type != "MODIFIED" or is_pending(event.obj) or
                 (event.old or {}).get("status", {}).get("phase") !=
@@ -315,7 +360,10 @@ class Scheduler:
             self._wake.set()
 
     def schedule_pending(self) -> None:
-        pending = sorted((p for p in self.store.list("pods") if is_pending(p)),
+        if not self._pending:
+            return
+        found = (self.store.get("pods", namespace, name) for namespace, name in self._pending)
+        pending = sorted((p for p in found if p is not None and is_pending(p)),
                          key=lambda p: p["metadata"].get("creationTimestamp", ""))
         if not pending:
             return

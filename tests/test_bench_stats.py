@@ -32,12 +32,14 @@ MODULES = [
     "report_parse",
     "report_concurrency",
     "report_pack_upload",
+    "report_scale",
     "run_all",
     "bench_startup",
     "bench_naive",
     "bench_parse",
     "bench_wholerun",
     "bench_concurrency",
+    "bench_scale",
 ]
 
 
@@ -325,3 +327,35 @@ def test_a_restart_case_names_what_is_wrong_with_it():
     for bad in ("kill:16", "evict:4:10", "drain:2:10", "drain:4:x"):
         with pytest.raises(SystemExit, match="--cases"):
             bench_restart.Case.parse(bad)
+
+
+def scale_job(replicas: int, running_s: float, gone_s: float) -> dict:
+    counts = {"server": {"CREATE pods": replicas, "PATCH pods/status": replicas},
+              "client": {"POST pods": replicas}}
+    return {"replicas": replicas, "launch_to_running_s": running_s, "launch_create_pods_s": 1.0,
+            "running_to_delivered_s": 1.0, "decision_to_gone_s": gone_s,
+            "client_requests_per_replica": 1.0, "server_requests_per_replica": 2.0,
+            "apiserver_peak_kib": 102400, "phases": {"launch": counts}}
+
+
+def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targets():
+    import report_scale
+
+    jobs = [scale_job(128, 2.0, 1.0), scale_job(1024, 40.0, 8.0)]
+    keys = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
+            "decision_to_gone_s", "client_requests_per_replica", "server_requests_per_replica",
+            "apiserver_peak_kib")
+    summary = {str(j["replicas"]): {k: stats.summarise([j[k]]).as_dict() for k in keys}
+               for j in jobs}
+    text = "\n".join(report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary,
+                                                  "jobs": jobs, "notes": ["delivery is O(n²)"]}))
+    # 2 s → 40 s for 8× the replicas: n^1.44; 1 s → 8 s: n^1.00
+    assert "launch → all Running: 2.00 s at 128 → 40.00 s at 1024 replicas, ∝ n^1.44: grows " \
+           "faster than linearly" in text
+    assert "teardown → all gone: 1.00 s at 128 → 8.00 s at 1024 replicas, ∝ n^1.00: grows " \
+           "about linearly or less" in text
+    assert "all Running ≤ 30 s after launch starts: 40.00 — NOT met" in text
+    assert "every pod gone ≤ 15 s after the decision: 8.00 — met" in text
+    assert "| launch | CREATE pods | 1024 | 1.00 | – | 0.00 |" in text
+    assert "| launch | POST pods | – | 0.00 | 1024 | 1.00 |" in text
+    assert "or serialises the gang, and why:\n\n- delivery is O(n²)" in text

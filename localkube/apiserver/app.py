@@ -5,7 +5,8 @@ lifecycle controller (`--node-monitor-grace-period SECONDS`, 0 turns it off).
 It serves HTTPS on 127.0.0.1:P (P=0 picks a free port) with the certificate of DIR/pki, writes
 DIR/apiserver.json {"port", "pid"} once it serves, and flushes the store on SIGTERM/SIGINT.
 Every request but the health checks must carry the bearer token of DIR/token; a test can make
-it answer 503 for a while (localkube/apiserver/outage.py). Token and
+it answer 503 for a while (localkube/apiserver/outage.py); it counts the requests it answers
+(localkube/apiserver/requestcount.py). Token and
 certificate are made here when `up` has not made them yet (localkube/credentials.py,
 localkube/certificates.py; the check: localkube/apiserver/authentication.py).
 """
@@ -33,6 +34,11 @@ from localkube.apiserver.gc import GarbageCollector
 from localkube.apiserver.nodelifecycle import DEFAULT_GRACE_PERIOD_S, NodeLifecycleController
 from localkube.apiserver.operations import ObjectApi
 from localkube.apiserver.outage import Outage, build_outage_middleware, outage_routes
+from localkube.apiserver.requestcount import (
+    RequestCounts,
+    build_counting_middleware,
+    request_count_routes,
+)
 from localkube.apiserver.resources import GROUP_RESOURCES
 from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
 from localkube.apiserver.store import Store
@@ -44,10 +50,14 @@ log = logging.getLogger("localkube.apiserver")
 DEFAULT_NODES_FILE = str(Path(__file__).resolve().parent.parent / "nodes.yaml")
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public")
 PRIVATE_DIR_MODE = 0o700
+# Request line and header field limits: kube-apiserver (Go's net/http) accepts 1 MB of headers,
+# and clients send long URLs (an exec's argv travels in its query: a ClusterSpec of a
+# 1,024-replica gang is ~100 KB). aiohttp's default of 8190 bytes refused them.
+MAX_REQUEST_LINE_BYTES = 1024 * 1024
 
 
 def load_nodes_file(path: str) -> list[dict]:
-    """Read the nodes file: a YAML list of {name, capacity, labels, taints}."""
+    """Read the nodes file: a YAML list of {name, capacity, labels, taints, simulated}."""
     entries = yaml.safe_load(Path(path).read_text()) or []
     if not isinstance(entries, list):
         raise ValueError(f"nodes file {path}: expected a YAML list of nodes, got "
@@ -55,6 +65,9 @@ def load_nodes_file(path: str) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ValueError(f"nodes file {path}: entry {index} needs a 'name'")
+        if not isinstance(entry.get("simulated", False), bool):
+            raise ValueError(f"nodes file {path}: node {entry['name']}: simulated: "
+                             f"{entry['simulated']!r} given; true or false is allowed")
     return entries
 
 
@@ -149,13 +162,18 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     bootstrap_objects(api, load_nodes_file(nodes_file))
     store.flush()
     outage = Outage()
+    counts = RequestCounts()
     # Authentication first: nothing, not even an error handler, runs for a stranger. Then the
     # test switch (outage.py): during an outage only the health checks and the switch answer.
     app = web.Application(middlewares=[build_authentication_middleware(token),
+                                       build_counting_middleware(counts),
                                        build_outage_middleware(outage), status_errors],
-                          client_max_size=64 * 1024 * 1024)
+                          client_max_size=64 * 1024 * 1024,
+                          handler_args={"max_line_size": MAX_REQUEST_LINE_BYTES,
+                                        "max_field_size": MAX_REQUEST_LINE_BYTES})
     handlers = CoreHandlers(api, state_dir, outage)
     outage_routes(app, outage)
+    request_count_routes(app, counts)
     # Group routes first: the catch-all /apis/{tail} of discovery_routes answers the rest (404).
     for group_version in GROUP_RESOURCES:
         group, version = (re.escape(part) for part in group_version.split("/"))

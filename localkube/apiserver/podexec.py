@@ -3,7 +3,9 @@
 The kubelet half builds the host command that enters the container's namespaces
 (`localkube.kubelet.exec.build_exec_command`); this module spawns it with pipes and relays
 channels 0 (stdin), 1 (stdout), 2 (stderr), 255 (v5 close), then reports the exit code on
-channel 3 the way the real API server does.
+channel 3 the way the real API server does. A pod on a simulated node (state.json says
+`simulated`) has no process to enter: its command runs in this process against the pod's
+simulated filesystem (localkube/hollow/shell.py), over the same WebSocket protocol.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 from aiohttp import WSMsgType, web
 
 from localkube.apiserver import errors
+from localkube.apiserver.podlogs import pod_dir, read_pod_state
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -47,6 +50,8 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
     name = pod["metadata"]["name"]
     if request.headers.get("Upgrade", "").lower() != "websocket":
         raise errors.bad_request("Upgrade request required")
+    if read_pod_state(state_dir, pod["metadata"]["uid"]).get("simulated"):
+        return await serve_simulated_exec(request, pod, state_dir, container, list(command))
     build, not_running = _builder()
     try:
         argv, env, cwd = build(state_dir, pod["metadata"]["uid"], container, list(command))
@@ -108,5 +113,34 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
         if process.returncode is None:
             process.kill()
             await process.wait()
+        await ws.close()
+    return ws
+
+
+async def serve_simulated_exec(request: web.Request, pod: dict, state_dir: str,
+                               container: str, command: list[str]) -> web.StreamResponse:
+    """Exec into a hollow pod's container: the command runs in the simulated shell."""
+    from localkube.hollow.podfs import build_root
+    from localkube.hollow.shell import run_command
+    uid = pod["metadata"]["uid"]
+    entry = (read_pod_state(state_dir, uid).get("containers") or {}).get(container) or {}
+    if not entry.get("running"):
+        raise errors.bad_request(f'unable to upgrade connection: container not found '
+                                 f'("{container}")')
+    ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True, max_msg_size=0)
+    await ws.prepare(request)
+    outcome = await asyncio.to_thread(
+        run_command, build_root(str(pod_dir(state_dir, uid))), command, entry.get("env") or {},
+        entry.get("workingDir") or "/", pod["metadata"]["name"])
+    try:
+        if outcome.stdout:
+            await ws.send_bytes(bytes([STDOUT]) + bytes(outcome.stdout))
+        if outcome.stderr:
+            await ws.send_bytes(bytes([STDERR]) + bytes(outcome.stderr))
+        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(outcome.code,
+                                                                     command)).encode())
+    except (ConnectionResetError, RuntimeError):
+        pass
+    finally:
         await ws.close()
     return ws

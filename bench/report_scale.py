@@ -1,0 +1,122 @@
+"""RESULTS.md section 7: one gang of 128 to 1,024 replicas on simulated nodes (bench_scale.py).
+
+One row per gang size (latencies, requests per replica, the API server's memory), the
+requests of the largest gang by verb and resource, the targets of issue 18, and sentences
+computed from the figures: which figure grows faster than the gang (its growth exponent
+between the smallest and the largest size) and why, as far as the request counts tell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from stats import format_summary, markdown_table, verdict
+
+# Issue 18's targets at 1,024 replicas.
+TARGETS = {
+    "launch_to_running_s": (30.0, "all Running ≤ 30 s after launch starts"),
+    "running_to_delivered_s": (5.0, "ClusterSpec in every pod ≤ 5 s after that"),
+    "decision_to_gone_s": (15.0, "every pod gone ≤ 15 s after the decision"),
+    "client_requests_per_replica": (5.0, "the product's API requests ≤ 5 per replica"),
+}
+# A figure whose growth exponent against the replica count is above this grows faster than
+# linearly (1.0 is linear; the margin absorbs the noise of a shared machine).
+SUPERLINEAR_EXPONENT = 1.15
+GROWING = {
+    "launch_to_running_s": "launch → all Running",
+    "launch_create_pods_s": "creating the pods (inside launch)",
+    "running_to_delivered_s": "Running → ClusterSpec delivered",
+    "decision_to_gone_s": "teardown → all gone",
+}
+
+
+def growth_exponent(small: tuple[int, float], large: tuple[int, float]) -> float | None:
+    """k in value ∝ replicas^k between two sizes; None when a value is not positive."""
+    (n1, v1), (n2, v2) = small, large
+    if v1 <= 0 or v2 <= 0 or n1 == n2:
+        return None
+    return math.log(v2 / v1) / math.log(n2 / n1)
+
+
+def describe_growth(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    sizes = sorted(int(n) for n in summary)
+    if len(sizes) < 2:
+        return ["One gang size only: no growth to compare."]
+    small, large = sizes[0], sizes[-1]
+    lines = []
+    for key, words in GROWING.items():
+        v1 = summary[str(small)][key]["median"]
+        v2 = summary[str(large)][key]["median"]
+        k = growth_exponent((small, v1), (large, v2))
+        if k is None:
+            continue
+        shape = "faster than linearly" if k > SUPERLINEAR_EXPONENT else "about linearly or less"
+        lines.append(f"- {words}: {v1:.2f} s at {small} → {v2:.2f} s at {large} replicas, "
+                     f"∝ n^{k:.2f}: grows {shape}.")
+    return lines
+
+
+def kinds_table(job: Mapping[str, Any]) -> str:
+    rows = []
+    for phase, counts in job["phases"].items():
+        for kind in sorted(set(counts["server"]) | set(counts["client"])):
+            server, client = counts["server"].get(kind, 0), counts["client"].get(kind, 0)
+            n = job["replicas"]
+            rows.append([phase, kind, server or "–", f"{server / n:.2f}", client or "–",
+                         f"{client / n:.2f}"])
+    return markdown_table(["phase", "verb resource", "API server counted (all)", "per replica",
+                           "product sent", "per replica"], rows)
+
+
+def section_scale(data: Mapping[str, Any]) -> list[str]:
+    summary = data["summary"]
+    sizes = sorted(int(n) for n in summary)
+    rows = []
+    for n in sizes:
+        s = summary[str(n)]
+        rows.append([n, format_summary(s["launch_to_running_s"]),
+                     format_summary(s["launch_create_pods_s"]),
+                     format_summary(s["running_to_delivered_s"]),
+                     format_summary(s["decision_to_gone_s"]),
+                     format_summary(s["client_requests_per_replica"], "", 1),
+                     format_summary(s["server_requests_per_replica"], "", 1),
+                     f"{s['apiserver_peak_kib']['median'] / 1024:.0f} MiB"])
+    largest = max(sizes)
+    job = next(j for j in data["jobs"] if j["replicas"] == largest)
+    out = [
+        "## 7. Scale: one gang of hundreds of replicas on simulated nodes",
+        "",
+        f"`bench/bench_scale.py`: one parameter-server gang per size on {data['nodes']} "
+        "simulated localkube nodes (localkube/README.md, \"Simulated nodes\": the API server, "
+        "scheduler and the product's clients are real, the pods only pretend to run, and the "
+        "ClusterSpec delivery execs write real files into each pod's simulated filesystem, read "
+        "back and checked for every pod). A fresh localkube per job; the product's own gang "
+        "code (`gang.create_replica_pod` per manifest, `gang.await_gang_start`, "
+        "`delivery.deliver_run_cluster_spec`, `gang.stop_gang`) in one process. Not driven: "
+        "S3, Airflow, the triggerer, the run's ConfigMap/Secrets/NetworkPolicy (a few "
+        "requests per run). Requests: \"product\" counted by its clients (bench/apicount.py), "
+        "\"all\" by the API server (`GET /localkube/v1/requests`: the simulated kubelets' "
+        f"status PATCHes, events and final DELETEs included). Medians of {data['repeat']} "
+        "jobs per size.",
+        "",
+        markdown_table(["replicas", "launch → all Running", "of which creating pods",
+                        "Running → delivered", "teardown → all gone", "product requests / "
+                        "replica", "all requests / replica", "API server peak RSS"], rows),
+        "",
+        f"Targets at {largest} replicas (issue 18):",
+        "",
+    ]
+    for key, (limit, words) in TARGETS.items():
+        value = summary[str(largest)][key]["median"]
+        out.append(f"- {words}: {value:.2f} — {verdict(value <= limit)}")
+    out += ["", "Growth between the smallest and the largest gang:", "",
+            *describe_growth(summary), "",
+            f"Requests of one {largest}-replica job by phase, verb and resource:", "",
+            kinds_table(job), ""]
+    notes = data.get("notes") or []
+    if notes:
+        out += ["What grows faster than linearly, or serialises the gang, and why:", "",
+                *(f"- {note}" for note in notes), ""]
+    return out

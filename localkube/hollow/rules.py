@@ -1,0 +1,89 @@
+"""How a pod on a simulated node behaves: read from its annotations, pure.
+
+A hollow pod runs no process, so what a process would decide (how long it runs, its exit code,
+how long it takes to end after SIGTERM) is written on the pod. Values are checked here; a bad
+one keeps the pod's containers waiting with CreateContainerConfigError, as a real kubelet does
+with a container it cannot configure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+RUN_SECONDS = "localkube.io/simulate-run-seconds"
+EXIT_CODE = "localkube.io/simulate-exit-code"
+STOP_SECONDS = "localkube.io/simulate-stop-seconds"
+START_SECONDS = "localkube.io/simulate-start-seconds"
+MAX_SECONDS = 7 * 24 * 3600.0
+# A container stopped by SIGTERM ends as a process killed by that signal (128 + 15), one still
+# running at the grace period's end as one killed by SIGKILL (128 + 9).
+SIGTERM_EXIT_CODE = 143
+SIGKILL_EXIT_CODE = 137
+
+
+class RuleError(ValueError):
+    """An annotation's value cannot be used; the message names it, its value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class SimulationRule:
+    """`run_seconds` None: the containers run until stopped."""
+
+    start_seconds: float = 0.0
+    run_seconds: float | None = None
+    exit_code: int = 0
+    stop_seconds: float = 0.0
+
+
+def read_seconds(annotations: dict, key: str) -> float | None:
+    text = annotations.get(key)
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise RuleError(f"annotation {key}: {text!r} given; a number of seconds from 0 to "
+                        f"{MAX_SECONDS:g} is allowed")
+    return seconds
+
+
+def read_exit_code(annotations: dict) -> int:
+    text = annotations.get(EXIT_CODE)
+    if text is None:
+        return 0
+    try:
+        code = int(text)
+    except (TypeError, ValueError):
+        code = -1
+    if not 0 <= code <= 255:
+        raise RuleError(f"annotation {EXIT_CODE}: {text!r} given; an integer from 0 to 255 is "
+                        f"allowed")
+    return code
+
+
+def read_rule(pod: dict) -> SimulationRule:
+    """The pod's rule; RuleError when an annotation's value is not allowed."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return SimulationRule(
+        start_seconds=read_seconds(annotations, START_SECONDS) or 0.0,
+        run_seconds=read_seconds(annotations, RUN_SECONDS),
+        exit_code=read_exit_code(annotations),
+        stop_seconds=read_seconds(annotations, STOP_SECONDS) or 0.0,
+    )
+
+
+def ends_restarted(policy: str, exit_code: int) -> bool:
+    """Whether a container that exited with `exit_code` is started again under `policy`."""
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def stop_outcome(rule: SimulationRule, grace: float) -> tuple[float, int]:
+    """(seconds until the container ends, its exit code) once it is sent SIGTERM."""
+    if grace <= 0:
+        return 0.0, SIGKILL_EXIT_CODE
+    if rule.stop_seconds <= grace:
+        return rule.stop_seconds, SIGTERM_EXIT_CODE
+    return grace, SIGKILL_EXIT_CODE

@@ -16,6 +16,12 @@ This module imports nothing: the kubelet's fast-starting helper processes
     │                          message says which `up` to run
     ├── ApiError               apiserver/errors.py: the API server refuses a request; the
     │                          client gets it as a v1 Status (code, reason, message)
+    ├── PodFsError             hollow/podfs.py (also an OSError): a simulated pod's path
+    │                          cannot be used: the simulated exec prints it as a shell would
+    ├── RuleError              hollow/rules.py (also a ValueError): a simulate-* annotation's
+    │                          value is not allowed: the hollow pod fails, naming it
+    ├── ShellSyntaxError       hollow/shell.py (also a ValueError): a simulated exec's script
+    │                          uses what the small shell does not understand: exit code 2
     └── KubeletError           kubelet/errors.py: the base of the kubelet's own
         ├── ApiRequestError    kubelet/apiclient.py: the API server refused or failed one of
         │                      the kubelet's requests (`.status`): log it, try again later

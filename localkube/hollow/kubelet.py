@@ -23,7 +23,7 @@ import aiohttp
 
 from localkube.credentials import read_credentials
 from localkube.hollow.pod import HollowPod, PodOrigin
-from localkube.kubelet.apiclient import ApiClient, ApiError, WatchExpired
+from localkube.kubelet.apiclient import ApiClient, ApiRequestError, RelistRequired
 from localkube.kubelet.network import AddressPool, node_gateway
 from localkube.kubelet.status import now_rfc3339
 
@@ -117,7 +117,7 @@ class HollowNodeAgent:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self.api.patch_node_status(self.node, self.node_status())
-            except (TimeoutError, ApiError, aiohttp.ClientError) as exc:
+            except (TimeoutError, ApiRequestError, aiohttp.ClientError) as exc:
                 log.warning("node %s: heartbeat failed: %s", self.node, exc)
 
     def handle_pod_event(self, kind: str, pod: dict) -> None:
@@ -173,9 +173,9 @@ class HollowNodeAgent:
                         or resource_version
                     if event.get("type") != "BOOKMARK":
                         self.handle_pod_event(event["type"], obj)
-            except WatchExpired:
+            except RelistRequired:
                 resource_version = None
-            except (TimeoutError, ApiError, aiohttp.ClientError, ValueError, OSError) as exc:
+            except (TimeoutError, ApiRequestError, aiohttp.ClientError, ValueError, OSError) as exc:
                 log.warning("node %s: pod watch interrupted: %s; relisting", self.node, exc)
                 resource_version = None
                 await asyncio.sleep(0.5)

@@ -12,12 +12,14 @@ import os
 import posixpath
 import shutil
 
+from localkube.errors import LocalkubeError
+
 ROOTFS = "rootfs"
 MAX_FILE_BYTES = 4 * 1024 * 1024
 PRIVATE_DIR_MODE = 0o700
 
 
-class PodFsError(OSError):
+class PodFsError(LocalkubeError, OSError):
     """A path cannot be used; the message reads like the shell's own."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from localkube.errors import LocalkubeError
+
 RUN_SECONDS = "localkube.io/simulate-run-seconds"
 EXIT_CODE = "localkube.io/simulate-exit-code"
 STOP_SECONDS = "localkube.io/simulate-stop-seconds"
@@ -22,7 +24,7 @@ SIGTERM_EXIT_CODE = 143
 SIGKILL_EXIT_CODE = 137
 
 
-class RuleError(ValueError):
+class RuleError(LocalkubeError, ValueError):
     """An annotation's value cannot be used; the message names it, its value and what is allowed."""
 
 

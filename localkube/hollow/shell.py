@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from localkube.errors import LocalkubeError
 from localkube.hollow import podfs
 
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -23,7 +24,7 @@ NAME = r"[A-Za-z_][A-Za-z0-9_]*|[0-9@#?]"
 VARIABLE = re.compile(rf"\$(?:\{{({NAME})\}}|({NAME}))")
 
 
-class ShellSyntaxError(ValueError):
+class ShellSyntaxError(LocalkubeError, ValueError):
     """The script uses what this shell does not understand."""
 
 

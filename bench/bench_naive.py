@@ -101,15 +101,16 @@ def run_naive(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict
 
     from operators import kubeobjects
     from operators.delivery import deliver_cluster_file
-    from operators.replicas import MAIN_CONTAINER, GangState, judge_gang_start
-    from tfjob.manifests import KEEPER_CONTAINER_NAME, build_pod_manifests
+    from operators.replicas import GangState, judge_gang_start
+    from runtime.protocol import KEEPER_CONTAINER, MAIN_CONTAINER
+    from tfjob.manifests import build_pod_manifests
 
     name = f"naive-n{count}-r{attempt}"
     run, info = prepare_run(world, name, count)
     manifests = build_pod_manifests(info.request, info.identity())
     for manifest in manifests:  # the naive way has no keeper (see the module docstring)
         spec = manifest["spec"]
-        spec["containers"] = [c for c in spec["containers"] if c["name"] != KEEPER_CONTAINER_NAME]
+        spec["containers"] = [c for c in spec["containers"] if c["name"] != KEEPER_CONTAINER]
     api = world.kube.core_v1()
     held: dict[str, tuple[float, float]] = {}
     errors: list[str] = []

@@ -127,7 +127,7 @@ def build_request(world: Any, name: str, case: Case) -> dict[str, Any]:
 def exec_in(api: Any, namespace: str, pod: str, script: str) -> str:
     from kubernetes.stream import stream
 
-    from operators.replicas import MAIN_CONTAINER
+    from runtime.protocol import MAIN_CONTAINER
 
     return stream(api.connect_get_namespaced_pod_exec, pod, namespace,
                   command=["sh", "-c", script], container=MAIN_CONTAINER,
@@ -170,7 +170,7 @@ def lose_replica(api: Any, namespace: str, pods: dict[str, str], how: str) -> in
 
 def await_resumed(api: Any, namespace: str, pod: str, step: int | None) -> None:
     """The new chief said it resumed from the restored step (or trains from scratch)."""
-    from operators.replicas import MAIN_CONTAINER
+    from runtime.protocol import MAIN_CONTAINER
 
     wanted = f"resumed from step {step}" if step else "TF_CONFIG="
     deadline = time.monotonic() + RESUME_TIMEOUT_S

@@ -142,8 +142,8 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     from kubernetes.stream import stream
 
     from operators.delivery import DELIVERY_WORKERS, deliver_cluster_file
-    from operators.replicas import MAIN_CONTAINER
     from operators.runinfo import read_run
+    from runtime.protocol import MAIN_CONTAINER
 
     info = read_run(run.store[("validate", "return_value")])
     pod = next(name for name in info.pod_names() if "-ps-" in name)

@@ -46,6 +46,9 @@ from airflow_runs import (  # noqa: E402
 from stats import summarise  # noqa: E402
 from world import load_airflow, load_world  # noqa: E402
 
+from runtime.protocol import MAIN_CONTAINER  # noqa: E402
+from tfjob import naming  # noqa: E402
+
 BUNDLE_KEY = "bundles/digits-ps.tar.gz"
 RUN_TIMEOUT_S = 600
 WATCH_INTERVAL_S = 0.5
@@ -93,7 +96,7 @@ class PodLogWatcher(threading.Thread):
 
     def read_lines(self, pod: str) -> list[tuple[float, str]]:
         raw = self.api.read_namespaced_pod_log(
-            pod, self.namespace, container="tensorflow", timestamps=True, _preload_content=False
+            pod, self.namespace, container=MAIN_CONTAINER, timestamps=True, _preload_content=False
         ).data.decode("utf-8", "replace")
         lines = []
         for line in raw.splitlines():
@@ -114,9 +117,9 @@ class PodLogWatcher(threading.Thread):
     def look(self) -> None:
         for pod in self.api.list_namespaced_pod(self.namespace, label_selector=self.selector).items:
             name = pod.metadata.name
-            role = pod.metadata.labels.get("tfjob.io/role")
+            role = pod.metadata.labels.get(naming.LABEL_ROLE)
             statuses = {s.name: s for s in (pod.status.container_statuses or [])}
-            main = statuses.get("tensorflow")
+            main = statuses.get(MAIN_CONTAINER)
             if main is None or (main.state.running is None and main.state.terminated is None):
                 continue
             if role == "chief":
@@ -131,7 +134,6 @@ class PodLogWatcher(threading.Thread):
 
 
 def measure_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, Any]:
-    from tfjob import naming
 
     run_id, sent = trigger_run(airflow, conf)
     key = naming.run_key(conf["name"], SUBMIT_DAG_ID, run_id)

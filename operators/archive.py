@@ -29,10 +29,11 @@ import logging
 from typing import Any
 
 from operators import kubeobjects
-from operators.replicas import INIT_CONTAINER, MAIN_CONTAINER, read_replica_status
+from operators.replicas import read_replica_status
 from operators.runinfo import RunInfo, request_as_dict
 from operators.s3access import parse_s3_uri
 from operators.s3retry import call_with_s3_retries
+from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
 
 log = logging.getLogger("airflow.task")
 

@@ -30,12 +30,12 @@ from airflow.sdk.exceptions import AirflowException
 
 from operators import kubeobjects
 from operators.replicas import (
-    INIT_CONTAINER,
     GangState,
     describe_startup_failure,
     judge_gang_start,
 )
 from operators.settings import LEFTOVER_TIMEOUT_SECONDS
+from runtime.protocol import INIT_CONTAINER
 
 T = TypeVar("T")
 

@@ -26,16 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.replicas import KEEPER_CONTAINER, MAIN_CONTAINER, container_state
+from operators.replicas import container_state
 from operators.s3access import parse_s3_uri
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
-from tfjob.manifests import KEEPER_SCRIPT
+from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_CONTAINER, KEEPER_SCRIPT, MAIN_CONTAINER
 
 log = logging.getLogger("airflow.task")
-
-# The bootstrap's exit code when the program succeeded but the model upload failed.
-EXIT_UPLOAD_FAILED = 74
 
 
 class RecoveryError(RuntimeError):

@@ -14,17 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.exitcodes import EXIT_UPLOAD_FAILED as UPLOAD_FAILED_EXIT_CODE
-from tfjob.manifests import KEEPER_CONTAINER_NAME
+from runtime.protocol import EXIT_UPLOAD_FAILED, INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE
 from tfjob.request import SuccessPolicy
-
-MAIN_CONTAINER = "tensorflow"
-INIT_CONTAINER = "fetch-bundle"
-# The model owner's second container (runtime/keeper.py): it runs until the pod is
-# deleted, so the pod stays Running after `tensorflow` ends. Replicas are judged by
-# their main container only.
-KEEPER_CONTAINER = KEEPER_CONTAINER_NAME
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
 DECIDING_ROLES = ("chief", "worker")
@@ -96,7 +88,7 @@ class ReplicaStatus:
         not be uploaded; the keeper holds the model and `archive` copies it out.
         """
         return self.exit_code == 0 or (
-            self.owns_model and self.exit_code == UPLOAD_FAILED_EXIT_CODE
+            self.owns_model and self.exit_code == EXIT_UPLOAD_FAILED
         )
 
     def as_dict(self) -> dict[str, Any]:

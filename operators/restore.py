@@ -22,6 +22,7 @@ from typing import Any
 
 from operators.s3access import parse_s3_uri
 from operators.s3retry import call_with_s3_retries
+from runtime.protocol import RESTORE_FILE
 from tfjob import naming
 from tfjob.checkpoints import (
     MAX_POINTER_BYTES,
@@ -33,7 +34,6 @@ from tfjob.checkpoints import (
     parse_checkpoint_step,
     select_checkpoint_files,
 )
-from tfjob.manifests import ACCESS_KEY_RESTORE
 
 log = logging.getLogger("airflow.task")
 
@@ -178,7 +178,7 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
 def write_restore(api: Any, run: Any, staged: StagedRestore) -> None:
     """Put restore.json into the run's access Secret (the next gang's init containers read it)."""
     text = json.dumps(staged.document, sort_keys=True)
-    patch = {"data": {ACCESS_KEY_RESTORE: base64.b64encode(text.encode()).decode("ascii")}}
+    patch = {"data": {RESTORE_FILE: base64.b64encode(text.encode()).decode("ascii")}}
     api.patch_namespaced_secret(naming.secret_name(run.run_key), run.namespace, patch)
 
 

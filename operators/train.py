@@ -52,7 +52,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects, restart
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
-from operators.replicas import MAIN_CONTAINER, UPLOAD_FAILED_EXIT_CODE, deciding_replicas
+from operators.replicas import deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
     ATTEMPTS_KEY,
@@ -67,6 +67,7 @@ from operators.settings import (
     WARM_START_KEY,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
+from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
 from tfjob.restart_policy import AttemptOutcome, Decision, RestartPolicy, describe_run_failure
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
@@ -233,7 +234,7 @@ class TrainingWaitOperator(BaseOperator):
             self.log.info("training succeeded (%s)%s", ", ".join(event.get("deciding", [])),
                           f" at attempt {history[-1].number}" if len(history) > 1 else "")
             for replica in event["replicas"]:
-                upload_failed = replica.get("exit_code") == UPLOAD_FAILED_EXIT_CODE
+                upload_failed = replica.get("exit_code") == EXIT_UPLOAD_FAILED
                 if replica.get("owns_model") and upload_failed:
                     self.log.warning(
                         "%s-%s trained but could not upload its model; archive copies it out "

@@ -39,7 +39,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from operators.podlogs import decode_log_line
-from operators.replicas import MAIN_CONTAINER, TrainingState, judge_training, read_replica_status
+from operators.replicas import TrainingState, judge_training, read_replica_status
+from runtime.protocol import MAIN_CONTAINER
 
 WATCH_CHUNK_SECONDS = 60
 # After a failed refresh of the grants: try again this soon (or at the next refresh).

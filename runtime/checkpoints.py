@@ -43,13 +43,14 @@ from dataclasses import dataclass, field
 if __package__:  # the host imports runtime.checkpoints
     from . import transfer
     from .bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES
+    from .protocol import RESTORE_FILE
 else:  # a pod: siblings by flat name
     import transfer  # type: ignore[no-redef]
     from bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES  # type: ignore[no-redef]
+    from protocol import RESTORE_FILE  # type: ignore[no-redef]
 
 CHECKPOINTS_SUBDIR = "checkpoints"  # of the workspace, and of the run prefix in S3
 POINTER_NAME = "checkpoint"
-RESTORE_FILE = "restore.json"
 RESTORE_VERSION = 1
 MAX_RESTORE_JSON_BYTES = 16 * 1024**2
 DEFAULT_MAX_RESTORE_FILES = 10_000

@@ -31,14 +31,21 @@ import signal
 import stat
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from protocol import (  # noqa: E402
+    ENV_WORKSPACE,
+    EXIT_KEEPER_NOT_FOUND,
+    EXIT_KEEPER_REFUSED,
+    EXIT_USAGE,
+    WORKSPACE_DIR,
+)
+
 LIST_VERSION = 1
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 MAX_READ_BYTES = 16 * 1024 * 1024
 HASH_CHUNK_BYTES = 1024 * 1024
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 66
-EXIT_REFUSED = 77
 USAGE = "usage: keeper.py [list | read PATH OFFSET LENGTH]"
 
 
@@ -51,7 +58,7 @@ def log(message: str) -> None:
 
 
 def workspace_dir() -> str:
-    return os.path.realpath(os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace"))
+    return os.path.realpath(os.environ.get(ENV_WORKSPACE, WORKSPACE_DIR))
 
 
 def model_root(workspace: str) -> str:
@@ -167,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except Refused as exc:
         log(f"refused: {exc}")
-        return EXIT_REFUSED
+        return EXIT_KEEPER_REFUSED
     except FileNotFoundError as exc:
         log(str(exc))
-        return EXIT_NOT_FOUND
+        return EXIT_KEEPER_NOT_FOUND
     except ValueError as exc:
         log(str(exc))
         return EXIT_USAGE

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.protocol import EXIT_UPLOAD_FAILED, INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
-from tfjob.naming import LABEL_INDEX, LABEL_ROLE
+from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
 from tfjob.request import SuccessPolicy
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
@@ -47,11 +47,17 @@ class GangState(enum.StrEnum):
 
 
 class TrainingState(enum.StrEnum):
-    """Where the training of a run stands."""
+    """Where the training of a run stands.
+
+    `judge_training` answers RUNNING, SUCCEEDED or FAILED; DEADLINE is the
+    trigger's: the run's deadline came while it was still RUNNING (or while the
+    Kubernetes API failed).
+    """
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    DEADLINE = "deadline"
 
 
 @dataclass(frozen=True)
@@ -272,10 +278,10 @@ def judge_training(
     for name in expected:
         replica = replicas.get(name)
         if replica is None:
-            role, index = _split_pod_name(name)
+            parsed = parse_pod_name(name)  # the pod is gone: its name says which replica it was
             replica = ReplicaStatus(
-                role=role,
-                index=index,
+                role=parsed[0].value if parsed else "",
+                index=parsed[1] if parsed else 0,
                 pod=name,
                 phase=PodPhase.GONE,
                 reason="PodGone",
@@ -295,14 +301,6 @@ def judge_training(
     if all(rid in finished for rid in deciding):
         return TrainingVerdict(TrainingState.SUCCEEDED, deciding, None, tuple(ordered))
     return TrainingVerdict(TrainingState.RUNNING, deciding, None, tuple(ordered))
-
-
-def _split_pod_name(name: str) -> tuple[str, int]:
-    """`<runkey>-<role>-<index>` → (role, index); used only for vanished pods."""
-    parts = name.rsplit("-", 2)
-    if len(parts) == 3 and parts[2].isdigit():
-        return parts[1], int(parts[2])
-    return "", 0
 
 
 def describe_startup_failure(

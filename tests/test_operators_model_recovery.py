@@ -114,8 +114,8 @@ def test_training_succeeds_when_the_chief_exits_0_though_its_keeper_keeps_the_po
     assert verdict.state is TrainingState.SUCCEEDED
     event = decide_training({p["metadata"]["name"]: p for p in pods}, ["chief-0"],
                             ["job-chief-0", "job-ps-0"], deadline=float("inf"))
-    assert event["state"] == "succeeded"
-    assert event["replicas"][0]["phase"] == "Succeeded"
+    assert event.state is TrainingState.SUCCEEDED
+    assert event.replicas[0]["phase"] == "Succeeded"
     assert has_main_container_ended(pods[0])
 
 

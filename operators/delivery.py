@@ -35,6 +35,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
 from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
@@ -54,7 +55,7 @@ DELIVERY_FIRST_DELAY_SECONDS = 1.0
 DELIVERY_LONGEST_DELAY_SECONDS = 10.0
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(PipelineError, RuntimeError):
     """The ClusterSpec could not be written into a replica."""
 
 

@@ -51,6 +51,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects, restart
+from operators.errors import PipelineError
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
 from operators.replicas import TrainingState, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
 LOG_READ_PATIENCE_SECONDS = 120.0
 
 
-class TrainingFailed(AirflowFailException):
+class TrainingFailed(PipelineError, AirflowFailException):
     """A replica that decides the run failed, or the run passed its deadline: final."""
 
 

@@ -33,6 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from errors import PodError  # noqa: E402
 from protocol import (  # noqa: E402
     ENV_WORKSPACE,
     EXIT_KEEPER_NOT_FOUND,
@@ -49,8 +50,8 @@ HASH_CHUNK_BYTES = 1024 * 1024
 USAGE = "usage: keeper.py [list | read PATH OFFSET LENGTH]"
 
 
-class Refused(Exception):
-    """A path the keeper does not serve."""
+class PathRefused(PodError):
+    """A path the keeper does not serve (exit EXIT_KEEPER_REFUSED)."""
 
 
 def log(message: str) -> None:
@@ -64,23 +65,23 @@ def workspace_dir() -> str:
 def model_root(workspace: str) -> str:
     root = os.path.join(workspace, MODEL_DIR)
     if os.path.islink(root):  # a model/ that leads elsewhere would open everything there
-        raise Refused(f"{root} is a symbolic link; only a real directory is served")
+        raise PathRefused(f"{root} is a symbolic link; only a real directory is served")
     return root
 
 
 def resolve_readable(workspace: str, path: str) -> str:
     """The real path of workspace-relative `path`, if it is one the keeper serves."""
     if not path or "\x00" in path or os.path.isabs(path):
-        raise Refused(f"{path!r}: a path relative to the workspace is required")
+        raise PathRefused(f"{path!r}: a path relative to the workspace is required")
     if os.path.normpath(path) == METRICS_FILE:
         full = os.path.join(workspace, METRICS_FILE)
         if os.path.islink(full):
-            raise Refused(f"{path}: a symbolic link; only a regular file is served")
+            raise PathRefused(f"{path}: a symbolic link; only a regular file is served")
         return full
     root = model_root(workspace)
     full = os.path.realpath(os.path.join(workspace, path))
     if not full.startswith(root + os.sep):
-        raise Refused(f"{path}: outside {MODEL_DIR}/ and {METRICS_FILE}")
+        raise PathRefused(f"{path}: outside {MODEL_DIR}/ and {METRICS_FILE}")
     return full
 
 
@@ -115,7 +116,7 @@ def list_outputs(workspace: str) -> dict[str, object]:
             relative = relative.replace(os.sep, "/")
             try:
                 full = resolve_readable(workspace, relative)
-            except Refused as exc:
+            except PathRefused as exc:
                 log(f"not listed: {exc}")
                 continue
             if is_regular_file(full):
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(base64.b64encode(data).decode("ascii"))
             sys.stdout.flush()
             return 0
-    except Refused as exc:
+    except PathRefused as exc:
         log(f"refused: {exc}")
         return EXIT_KEEPER_REFUSED
     except FileNotFoundError as exc:

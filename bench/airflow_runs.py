@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline_fixtures import TENANT
 
-from tfjob.naming import submit_dag_id
+from tfjob.pipeline_ids import submit_dag_id
 
 SUBMIT_DAG_ID = submit_dag_id(TENANT)
 FINISHED = ("success", "failed")

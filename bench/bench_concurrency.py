@@ -47,6 +47,8 @@ from airflow_runs import (  # noqa: E402
 from stats import summarise  # noqa: E402
 from world import airflow_parallelism, load_airflow, load_world  # noqa: E402
 
+from tfjob.pipeline_ids import TRAIN_TASK  # noqa: E402
+
 SAMPLE_INTERVAL_S = 1.0
 RUN_TIMEOUT_S = 660
 WAITING = ("scheduled", "queued")  # ready to run, waiting for an executor slot or its start
@@ -73,8 +75,8 @@ def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     A train task in `deferred` waits in the triggerer and holds no executor slot; it is
     `running` (holding one) only while it starts and defers, and when it resumes to finish.
     """
-    train_running = sum(s["running"].count("train") for s in samples)
-    train_deferred = sum(s["deferred"].count("train") for s in samples)
+    train_running = sum(s["running"].count(TRAIN_TASK) for s in samples)
+    train_deferred = sum(s["deferred"].count(TRAIN_TASK) for s in samples)
     observed = train_running + train_deferred
     span = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
     pairs = list(zip(samples, samples[1:], strict=False))
@@ -85,18 +87,18 @@ def summarise_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     running_area = area(lambda s: len(s["running"]))
     return {
         "samples": len(samples),
-        "samples_with_training": sum(1 for s in samples if "train" in s["deferred"]),
+        "samples_with_training": sum(1 for s in samples if TRAIN_TASK in s["deferred"]),
         "max_running": max((len(s["running"]) for s in samples), default=0),
         "mean_running": running_area / span if span > 0 else 0.0,
         "max_waiting": max((len(s.get("waiting", [])) for s in samples), default=0),
-        "max_training_at_once": max((s["deferred"].count("train") for s in samples), default=0),
+        "max_training_at_once": max((s["deferred"].count(TRAIN_TASK) for s in samples), default=0),
         "max_slots_held_by_training_jobs": max(
             (s.get("held_by_training_jobs", 0) for s in samples), default=0
         ),
         "train_running_samples": train_running,
         "train_deferred_samples": train_deferred,
-        "train_running_s": area(lambda s: s["running"].count("train")),
-        "train_deferred_s": area(lambda s: s["deferred"].count("train")),
+        "train_running_s": area(lambda s: s["running"].count(TRAIN_TASK)),
+        "train_deferred_s": area(lambda s: s["deferred"].count(TRAIN_TASK)),
         "train_share_in_slot": train_running / observed if observed else 0.0,
     }
 
@@ -120,7 +122,7 @@ def summarise_task_waits(instances: list[dict[str, Any]]) -> dict[str, Any]:
         )
         if queued is not None and start is not None and start >= queued:
             waits.append(start - queued)
-        if ti["task_id"] != "train" and start is not None and end is not None:
+        if ti["task_id"] != TRAIN_TASK and start is not None and end is not None:
             held.append(end - start)
     return {
         "queued_to_start_s": summarise(waits).as_dict() if waits else None,
@@ -210,7 +212,7 @@ def main() -> int:
         training_runs = {
             ti["dag_run_id"]
             for ti in instances
-            if ti["task_id"] == "train" and ti["state"] == "deferred"
+            if ti["task_id"] == TRAIN_TASK and ti["state"] == "deferred"
         }
         samples.append(
             {

@@ -44,6 +44,8 @@ from apicount import ApiCounter, find_span  # noqa: E402
 from bench_startup import replica_shape, summarise_present  # noqa: E402
 from world import load_world  # noqa: E402
 
+from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK  # noqa: E402
+
 RUNNING_TIMEOUT_S = 240
 END_TIMEOUT_S = 240
 
@@ -79,8 +81,8 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     path = world.write_request(body)
     run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", f"naive__{name}")
     driver.validate_and_fetch(run)
-    info = read_run(run.store[("validate", "return_value")])
-    plan = GrantPlan.for_run(info, run.store[("fetch_bundle", "return_value")]["snapshot"])
+    info = read_run(run.store[(VALIDATE_TASK, "return_value")])
+    plan = GrantPlan.for_run(info, run.store[(FETCH_BUNDLE_TASK, "return_value")]["snapshot"])
     grants = sign_grants(plan)
     api = world.kube.core_v1()
     kubeobjects.create_objects(
@@ -101,15 +103,16 @@ def run_naive(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict
 
     from operators import kubeobjects
     from operators.delivery import deliver_cluster_file
-    from operators.replicas import MAIN_CONTAINER, GangState, judge_gang_start
-    from tfjob.manifests import KEEPER_CONTAINER_NAME, build_pod_manifests
+    from operators.replicas import GangState, judge_gang_start
+    from runtime.protocol import KEEPER_CONTAINER, MAIN_CONTAINER
+    from tfjob.manifests import build_pod_manifests
 
     name = f"naive-n{count}-r{attempt}"
     run, info = prepare_run(world, name, count)
     manifests = build_pod_manifests(info.request, info.identity())
     for manifest in manifests:  # the naive way has no keeper (see the module docstring)
         spec = manifest["spec"]
-        spec["containers"] = [c for c in spec["containers"] if c["name"] != KEEPER_CONTAINER_NAME]
+        spec["containers"] = [c for c in spec["containers"] if c["name"] != KEEPER_CONTAINER]
     api = world.kube.core_v1()
     held: dict[str, tuple[float, float]] = {}
     errors: list[str] = []

@@ -56,6 +56,8 @@ sys.path.insert(0, str(BENCH))
 from stats import summarise  # noqa: E402
 from world import load_world  # noqa: E402
 
+from tfjob.pipeline_ids import GRANTS_KEY, LAUNCH_TASK, VALIDATE_TASK, request_dag_id  # noqa: E402
+
 TRAIN_TIMEOUT_S = 600
 FAILURE_NOTICE_TIMEOUT_S = 120
 RESUME_TIMEOUT_S = 120
@@ -127,7 +129,7 @@ def build_request(world: Any, name: str, case: Case) -> dict[str, Any]:
 def exec_in(api: Any, namespace: str, pod: str, script: str) -> str:
     from kubernetes.stream import stream
 
-    from operators.replicas import MAIN_CONTAINER
+    from runtime.protocol import MAIN_CONTAINER
 
     return stream(api.connect_get_namespaced_pod_exec, pod, namespace,
                   command=["sh", "-c", script], container=MAIN_CONTAINER,
@@ -170,7 +172,7 @@ def lose_replica(api: Any, namespace: str, pods: dict[str, str], how: str) -> in
 
 def await_resumed(api: Any, namespace: str, pod: str, step: int | None) -> None:
     """The new chief said it resumed from the restored step (or trains from scratch)."""
-    from operators.replicas import MAIN_CONTAINER
+    from runtime.protocol import MAIN_CONTAINER
 
     wanted = f"resumed from step {step}" if step else "TF_CONFIG="
     deadline = time.monotonic() + RESUME_TIMEOUT_S
@@ -192,16 +194,16 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
     from operators import restart
     from operators.grants import GrantPlan
     from operators.runinfo import read_run
-    from operators.settings import GRANTS_KEY, KUBERNETES_CONN_ID
+    from operators.settings import KUBERNETES_CONN_ID
     from tfjob.restart_policy import Decision, RestartPolicy
 
     name = f"restart-{case.how}-n{case.replicas}-i{case.interval}-r{attempt}"
     path = world.write_request(build_request(world, name, case))
-    run = driver.DrivenRun(str(path), f"bench__{uuid.uuid4().hex[:12]}", f"tfjob__{name}")
+    run = driver.DrivenRun(str(path), f"bench__{uuid.uuid4().hex[:12]}", request_dag_id(name))
     driver.validate_and_fetch(run)
     driver.launch(run)
     driver.deliver_cluster_spec(run)
-    info = read_run(run.store[("validate", "return_value")])
+    info = read_run(run.store[(VALIDATE_TASK, "return_value")])
     api = KubernetesHook(conn_id=KUBERNETES_CONN_ID).core_v1_client
     pods = {f"{role}-{index}": pod
             for (role, index), pod in zip(info.replica_ids(), info.pod_names(), strict=True)}
@@ -212,9 +214,9 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         lost_at = time.perf_counter()
         event = driver.await_training_end(run, FAILURE_NOTICE_TIMEOUT_S)
         noticed = time.perf_counter()
-        if event["state"] != "failed":
-            raise RuntimeError(f"job {name}: the trigger reported {event['state']}, not the loss")
-        history = restart.first_attempt(run.store.get(("launch", "ready_at")))
+        if event.state != "failed":
+            raise RuntimeError(f"job {name}: the trigger reported {event.state}, not the loss")
+        history = restart.first_attempt(run.store.get((LAUNCH_TASK, "ready_at")))
         verdict, history = restart.judge_failed_attempt(RestartPolicy.of(info.request),
                                                         history, event)
         if verdict.decision is not Decision.RESTART:
@@ -224,7 +226,7 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         log.setLevel(logging.INFO)
         stamps = StampedLog()
         log.addHandler(stamps)
-        payload = run.store.get(("launch", GRANTS_KEY))
+        payload = run.store.get((LAUNCH_TASK, GRANTS_KEY))
         plan = GrantPlan.from_payload(payload) if payload else None
         started = restart.start_new_gang(api, info, history, plan, log)
         ready = time.perf_counter()
@@ -241,7 +243,7 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         "how": case.how,
         "replicas": case.replicas,
         "interval_s": case.interval,
-        "failed_replica": event["failed"]["role"] + "-" + str(event["failed"]["index"]),
+        "failed_replica": event.failed["role"] + "-" + str(event.failed["index"]),
         "loss_to_noticed_s": noticed - lost_at,
         "restart_latency_s": ready - noticed,
         "stop_and_stage_s": (phases.get("staged_s", ready) - noticed),

@@ -35,6 +35,8 @@ from apicount import ApiCounter, find_span, summarise_calls  # noqa: E402
 from stats import fit_line, summarise  # noqa: E402
 from world import load_world  # noqa: E402
 
+from tfjob.pipeline_ids import VALIDATE_TASK, request_dag_id  # noqa: E402
+
 TRAIN_TIMEOUT_S = 300
 # Everything but the deciding replica runs until teardown, as TensorFlow's ps and PSS workers do.
 LINGER = {"*": {"sleep": 3600}}
@@ -74,7 +76,7 @@ def measure_job(
 
     name = f"startup-n{count}-r{attempt}"
     path = world.write_request(build_request(world, name, count))
-    run = driver.DrivenRun(str(path), f"bench__{uuid.uuid4().hex[:12]}", f"tfjob__{name}")
+    run = driver.DrivenRun(str(path), f"bench__{uuid.uuid4().hex[:12]}", request_dag_id(name))
     driver.validate_and_fetch(run)
     counter.take()
     calls: dict[str, Any] = {}
@@ -91,14 +93,14 @@ def measure_job(
     run.stamp("exit_seen")
     seen_at = time.time()
     calls["train"] = counter.take()
-    if event["state"] != "succeeded":
-        raise RuntimeError(f"job {name}: training ended {event['state']}: {event.get('failed')}")
+    if event.state != "succeeded":
+        raise RuntimeError(f"job {name}: training ended {event.state}: {event.failed}")
     driver.teardown(run)
     run.stamp("all_gone")
     gone_at = time.time()
     _replicas, _policy, deciding = replica_shape(count)
     finished = next(
-        (r["finished_at"] for r in event["replicas"] if f"{r['role']}-{r['index']}" == deciding),
+        (r["finished_at"] for r in event.replicas if f"{r['role']}-{r['index']}" == deciding),
         None,
     )
     exited_at = parse_time(finished)
@@ -142,10 +144,10 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
     from kubernetes.stream import stream
 
     from operators.delivery import DELIVERY_WORKERS, deliver_cluster_file
-    from operators.replicas import MAIN_CONTAINER
     from operators.runinfo import read_run
+    from runtime.protocol import MAIN_CONTAINER
 
-    info = read_run(run.store[("validate", "return_value")])
+    info = read_run(run.store[(VALIDATE_TASK, "return_value")])
     pod = next(name for name in info.pod_names() if "-ps-" in name)
     api = world.kube.core_v1()
 

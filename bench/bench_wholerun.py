@@ -46,6 +46,19 @@ from airflow_runs import (  # noqa: E402
 from stats import summarise  # noqa: E402
 from world import load_airflow, load_world  # noqa: E402
 
+from runtime.protocol import MAIN_CONTAINER  # noqa: E402
+from tfjob import naming  # noqa: E402
+from tfjob.pipeline_ids import (  # noqa: E402
+    ARCHIVE_TASK,
+    CLUSTERSPEC_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
+    PUBLISH_TASK,
+    TEARDOWN_TASK,
+    TRAIN_TASK,
+    VALIDATE_TASK,
+)
+
 BUNDLE_KEY = "bundles/digits-ps.tar.gz"
 RUN_TIMEOUT_S = 600
 WATCH_INTERVAL_S = 0.5
@@ -93,7 +106,7 @@ class PodLogWatcher(threading.Thread):
 
     def read_lines(self, pod: str) -> list[tuple[float, str]]:
         raw = self.api.read_namespaced_pod_log(
-            pod, self.namespace, container="tensorflow", timestamps=True, _preload_content=False
+            pod, self.namespace, container=MAIN_CONTAINER, timestamps=True, _preload_content=False
         ).data.decode("utf-8", "replace")
         lines = []
         for line in raw.splitlines():
@@ -114,9 +127,9 @@ class PodLogWatcher(threading.Thread):
     def look(self) -> None:
         for pod in self.api.list_namespaced_pod(self.namespace, label_selector=self.selector).items:
             name = pod.metadata.name
-            role = pod.metadata.labels.get("tfjob.io/role")
+            role = pod.metadata.labels.get(naming.LABEL_ROLE)
             statuses = {s.name: s for s in (pod.status.container_statuses or [])}
-            main = statuses.get("tensorflow")
+            main = statuses.get(MAIN_CONTAINER)
             if main is None or (main.state.running is None and main.state.terminated is None):
                 continue
             if role == "chief":
@@ -131,7 +144,6 @@ class PodLogWatcher(threading.Thread):
 
 
 def measure_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, Any]:
-    from tfjob import naming
 
     run_id, sent = trigger_run(airflow, conf)
     key = naming.run_key(conf["name"], SUBMIT_DAG_ID, run_id)
@@ -177,22 +189,22 @@ def split_phases(
     def work(task: str) -> float:
         return (spans[task]["end"] or 0.0) - (spans[task]["start"] or 0.0)
 
-    delivered = spans["clusterspec"]["end"] or 0.0
-    train_end = spans["train"]["end"] or 0.0
+    delivered = spans[CLUSTERSPEC_TASK]["end"] or 0.0
+    train_end = spans[TRAIN_TASK]["end"] or 0.0
     training = float(metrics.get("train_seconds") or 0.0)
     import_s = (sorted(serving)[len(serving) // 2] - delivered) if serving else None
     chief_end = chief_last_line if chief_last_line is not None else train_end
     phases = {
-        "validate_and_fetch_bundle": work("validate") + work("fetch_bundle"),
-        "pod_start": work("launch"),
-        "clusterspec_delivery": work("clusterspec"),
+        "validate_and_fetch_bundle": work(VALIDATE_TASK) + work(FETCH_BUNDLE_TASK),
+        "pod_start": work(LAUNCH_TASK),
+        "clusterspec_delivery": work(CLUSTERSPEC_TASK),
         "tensorflow_import": import_s if import_s is not None else 0.0,
         "training": training,
         "chief_setup_eval_save_upload": chief_end - delivered - (import_s or 0.0) - training,
         "end_noticed_and_train_task": train_end - chief_end,
-        "archive": work("archive"),
-        "teardown": work("teardown"),
-        "publish": work("publish"),
+        "archive": work(ARCHIVE_TASK),
+        "teardown": work(TEARDOWN_TASK),
+        "publish": work(PUBLISH_TASK),
     }
     total = ended - sent
     # The clusterspec→train gap and the train task's own start are inside the training window above.

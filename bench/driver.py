@@ -18,6 +18,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfjob.pipeline_ids import (
+    CLUSTERSPEC_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
+    TEARDOWN_TASK,
+    VALIDATE_TASK,
+)
+
 
 class TaskInstanceStandIn:
     """What the steps use of a TaskInstance: xcom_pull and xcom_push, on a shared dict."""
@@ -85,34 +93,34 @@ def validate_and_fetch(run: DrivenRun) -> None:
 
     # As a request file's DAG: the run's tenant is the file's.
     tenant = load_request(run.request_file).tenant
-    run.run_step("validate", lambda: steps.validate(run.request_file, tenant))
-    run.run_step("fetch_bundle", steps.fetch_bundle)
+    run.run_step(VALIDATE_TASK, lambda: steps.validate(run.request_file, tenant))
+    run.run_step(FETCH_BUNDLE_TASK, steps.fetch_bundle)
 
 
 def launch(run: DrivenRun) -> dict[str, list[str]]:
     """The launch task: `TrainingLaunchOperator.execute` (remove leftovers, create, gang watch)."""
     from operators.launch import TrainingLaunchOperator
 
-    operator = TrainingLaunchOperator(task_id="launch")
-    endpoints = operator.execute(run.context("launch"))
-    run.store[("launch", "return_value")] = endpoints
+    operator = TrainingLaunchOperator(task_id=LAUNCH_TASK)
+    endpoints = operator.execute(run.context(LAUNCH_TASK))
+    run.store[(LAUNCH_TASK, "return_value")] = endpoints
     return endpoints
 
 
 def deliver_cluster_spec(run: DrivenRun) -> Any:
     from operators import steps
 
-    return run.run_step("clusterspec", steps.deliver_cluster_spec)
+    return run.run_step(CLUSTERSPEC_TASK, steps.deliver_cluster_spec)
 
 
-def await_training_end(run: DrivenRun, timeout: float) -> dict[str, Any]:
+def await_training_end(run: DrivenRun, timeout: float) -> Any:
     """The train task's wait: the triggerer's `TrainingTrigger.run` until its first event."""
     from operators.replicas import deciding_replicas
     from operators.runinfo import read_run
     from operators.settings import KUBERNETES_CONN_ID
-    from operators.triggers import TrainingTrigger
+    from operators.triggers import TrainingEvent, TrainingTrigger
 
-    info = read_run(run.store[("validate", "return_value")])
+    info = read_run(run.store[(VALIDATE_TASK, "return_value")])
     trigger = TrainingTrigger(
         namespace=info.namespace,
         selector=info.selector,
@@ -128,9 +136,9 @@ def await_training_end(run: DrivenRun, timeout: float) -> dict[str, Any]:
         kubernetes_conn_id=KUBERNETES_CONN_ID,
     )
 
-    async def first_event() -> dict[str, Any]:
+    async def first_event() -> TrainingEvent:
         async for event in trigger.run():
-            return event.payload
+            return TrainingEvent.from_payload(event.payload)
         raise RuntimeError("the training trigger ended without an event")
 
     return asyncio.run(first_event())
@@ -139,4 +147,4 @@ def await_training_end(run: DrivenRun, timeout: float) -> dict[str, Any]:
 def teardown(run: DrivenRun) -> list[str]:
     from operators import steps
 
-    return run.run_step("teardown", steps.teardown)
+    return run.run_step(TEARDOWN_TASK, steps.teardown)

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, task
 
 from operators.janitor import sweep_in_task
+from tfjob.pipeline_ids import JANITOR_DAG_ID, JANITOR_TASK
 
-JANITOR_DAG_ID = "tfjob_janitor"
 JANITOR_SCHEDULE = timedelta(minutes=10)
 
 with DAG(
@@ -23,4 +23,4 @@ with DAG(
     description="Remove Kubernetes objects of TF-on-K8s runs that ended or no longer exist",
     tags=["tfjob", "maintenance"],
 ):
-    task(task_id="sweep", retries=1, retry_delay=timedelta(minutes=1))(sweep_in_task)()
+    task(task_id=JANITOR_TASK, retries=1, retry_delay=timedelta(minutes=1))(sweep_in_task)()

@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk import get_parsing_context
 
 from operators.dag_factory import build_invalid_request_dag, build_request_dag, list_request_files
-from tfjob.naming import REQUEST_DAG_PREFIX
+from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, request_dag_id
 from tfjob.tenants import TenantsFileError, load_tenants
 
 # TFJOB_REQUESTS_DIR points elsewhere (tests, a deployment keeping requests apart from code).
@@ -45,7 +45,7 @@ def build_all(folder: Path = REQUESTS_DIR) -> dict:
     filtering = bool(wanted) and wanted.startswith(REQUEST_DAG_PREFIX)
     dags = {}
     for path in list_request_files(folder) if folder.is_dir() else []:
-        if filtering and wanted != f"{REQUEST_DAG_PREFIX}{path.stem}":
+        if filtering and wanted != request_dag_id(path.stem):
             # Fast path while running a task: the file stem usually equals the request name.
             continue
         dag = build_one(path)

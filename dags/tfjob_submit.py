@@ -18,7 +18,7 @@ from __future__ import annotations
 from airflow.sdk import get_parsing_context
 
 from operators.dag_factory import build_submit_dag
-from tfjob.naming import SUBMIT_DAG_PREFIX, submit_dag_id
+from tfjob.pipeline_ids import SUBMIT_DAG_PREFIX, submit_dag_id
 from tfjob.tenants import load_tenants
 
 

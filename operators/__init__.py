@@ -1,1 +1,35 @@
-"""Airflow glue on the cncf.kubernetes provider: the training pipeline's operators and tasks."""
+"""Airflow glue on the cncf.kubernetes provider: the training pipeline's operators and tasks.
+
+Errors: one base (`errors.py`). Each error also keeps the base that gives it
+its meaning to Airflow or to its callers: an `AirflowException` lets Airflow
+retry the task, an `AirflowFailException` fails it for good, the Python bases
+are what existing `except` clauses catch.
+
+    PipelineError
+    ├── GangStartError (AirflowException)       the gang did not start; the task may be
+    │                                            retried (gang.py)
+    ├── GangStopError (AirflowException)        a gang's pods did not go away (gang.py)
+    ├── TrainingFailed (AirflowFailException)   training failed or ran out of time; no
+    │                                            retry (train.py)
+    ├── DeliveryError (RuntimeError)            cluster.json did not reach a pod (delivery.py)
+    ├── RecoveryError (RuntimeError)            the model could not be copied out of the
+    │                                            keeper (modelrecovery.py)
+    ├── S3Unavailable (RuntimeError)            S3 failed past the retry budget (s3retry.py)
+    ├── ClearFailed (RuntimeError)              an earlier try's outputs could not be
+    │                                            deleted (runoutputs.py)
+    ├── LatestRaceLost (RuntimeError)           other publishes kept writing `latest` (latest.py)
+    ├── BundleMissing (FileNotFoundError)       no bundle at the request's URL (bundlecheck.py)
+    ├── WarmStartError (ValueError)             the warm start cannot be had; nothing starts
+    │                                            (restore.py)
+    ├── TenancyRefusal (ValueError)             the request may not run now: unknown tenant,
+    │                                            tenant not applied, no room in quota (tenancy.py)
+    ├── TenantNotAppliedError (RuntimeError)    the tenant's namespace is missing; run
+    │                                            `tshell tenants apply` (tenancy.py)
+    └── PoolApiError (RuntimeError)             Airflow refused or failed a pool call
+        ├── PoolUnavailableError                 ... Airflow cannot answer now; try again
+        └── PoolConflictError                    ... Airflow already has the pool (409)
+                                                 (pool_clients.py)
+
+Not yet under it: `run_files.RunFilesError` and its subclasses (the TFJob tab's
+file routes), an `Exception`.
+"""

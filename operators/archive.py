@@ -29,10 +29,11 @@ import logging
 from typing import Any
 
 from operators import kubeobjects
-from operators.replicas import INIT_CONTAINER, MAIN_CONTAINER, read_replica_status
+from operators.replicas import read_replica_status
 from operators.runinfo import RunInfo, request_as_dict
-from operators.s3access import parse_s3_uri
 from operators.s3retry import call_with_s3_retries
+from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
@@ -49,7 +50,7 @@ def format_replica_log(init_log: str, main_log: str) -> str:
 
 def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
     """Object count and bytes under an S3 prefix."""
-    bucket, key = parse_s3_uri(uri.rstrip("/") + "/")
+    bucket, key = parse_s3_url(uri.rstrip("/") + "/")
 
     def count_objects() -> tuple[int, int]:
         count = size = 0
@@ -64,7 +65,7 @@ def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
 
 
 def read_json_object(s3: Any, uri: str) -> Any:
-    bucket, key = parse_s3_uri(uri)
+    bucket, key = parse_s3_url(uri)
     try:
         body = call_with_s3_retries(
             lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), f"get {uri}"
@@ -78,7 +79,7 @@ def read_json_object(s3: Any, uri: str) -> Any:
 
 
 def put_text(s3: Any, uri: str, text: str, content_type: str = "text/plain") -> None:
-    bucket, key = parse_s3_uri(uri)
+    bucket, key = parse_s3_url(uri)
     body = text.encode("utf-8")
     call_with_s3_retries(
         lambda: s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type),

@@ -17,10 +17,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from operators.s3access import parse_s3_uri
+from operators.errors import PipelineError
+from tfjob.s3url import parse_s3_url
 
 
-class BundleMissing(FileNotFoundError):
+class BundleMissing(PipelineError, FileNotFoundError):
     """The request's bundle is not in S3."""
 
 
@@ -55,7 +56,7 @@ def snapshot_bundle(
 
         max_compressed_size = MAX_BUNDLE_COMPRESSED_SIZE
 
-    bucket, key = parse_s3_uri(bundle_uri)
+    bucket, key = parse_s3_url(bundle_uri)
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except ClientError as exc:
@@ -93,7 +94,7 @@ def snapshot_bundle(
                 f"bundle {bundle_uri}: downloaded {size} bytes, S3 says {head['ContentLength']}"
             )
         manifest = verify_bundle(local, max_total_size)
-        snap_bucket, snap_key = parse_s3_uri(f"{run_prefix}/bundle.tar.gz")
+        snap_bucket, snap_key = parse_s3_url(f"{run_prefix}/bundle.tar.gz")
         # Upload the bytes we checked (not a server-side copy of the key, which could have changed).
         s3.upload_file(str(local), snap_bucket, snap_key)
     return {

@@ -25,7 +25,7 @@ from typing import Any
 
 import pluggy
 
-from operators.settings import (
+from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     CLUSTERSPEC_TASK,
     LAUNCH_TASK,

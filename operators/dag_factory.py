@@ -49,7 +49,8 @@ from airflow.sdk import DAG, AssetAlias, Param, task
 
 from operators import steps
 from operators.launch import TrainingLaunchOperator
-from operators.settings import (
+from operators.train import TrainingWaitOperator
+from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     CLUSTERSPEC_TASK,
     FETCH_BUNDLE_TASK,
@@ -58,9 +59,10 @@ from operators.settings import (
     TEARDOWN_TASK,
     TRAIN_TASK,
     VALIDATE_TASK,
+    request_dag_id,
+    submit_dag_id,
+    tenant_tag,
 )
-from operators.train import TrainingWaitOperator
-from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id, tenant_tag
 from tfjob.tenants import Tenant, TenantsConfig
 
 # Pause before Airflow retries a failed gang start (the request's `retries`).
@@ -183,7 +185,7 @@ def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
     except (RequestError, ValueError, OSError) as exc:  # UnknownTenantError is a ValueError
         return build_invalid_request_dag(path, str(exc))
     return build_training_dag(
-        f"{REQUEST_DAG_PREFIX}{request.name}",
+        request_dag_id(request.name),
         tenant=tenant,
         request_file=path,
         schedule=request.schedule,
@@ -199,7 +201,7 @@ def build_invalid_request_dag(path: Path, problem: str) -> DAG:
     """An unscheduled DAG named after the file, of no tenant, whose validate fails with the
     request's error: one bad file is visible in the UI and does not hide the others."""
     return build_training_dag(
-        f"{REQUEST_DAG_PREFIX}{path.stem}",
+        request_dag_id(path.stem),
         tenant=None,
         request_file=path,
         description=f"INVALID request file {path.name}: {problem}"[:1000],

@@ -35,16 +35,17 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
-from operators.replicas import MAIN_CONTAINER
 from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
+from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
 log = logging.getLogger(__name__)
 
 WRITE_SCRIPT = (
-    'printf "%s" "$1" > /tfjob/config/.cluster.json.tmp'
-    " && mv /tfjob/config/.cluster.json.tmp /tfjob/config/cluster.json"
+    f'printf "%s" "$1" > {CONFIG_DIR}/.{CLUSTERSPEC_FILE}.tmp'
+    f" && mv {CONFIG_DIR}/.{CLUSTERSPEC_FILE}.tmp {CONFIG_DIR}/{CLUSTERSPEC_FILE}"
 )
 EXEC_TIMEOUT_SECONDS = 30
 DELIVERY_WORKERS = 8
@@ -54,7 +55,7 @@ DELIVERY_FIRST_DELAY_SECONDS = 1.0
 DELIVERY_LONGEST_DELAY_SECONDS = 10.0
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(PipelineError, RuntimeError):
     """The ClusterSpec could not be written into a replica."""
 
 

@@ -29,13 +29,14 @@ from typing import Any, TypeVar
 from airflow.sdk.exceptions import AirflowException
 
 from operators import kubeobjects
+from operators.errors import PipelineError
 from operators.replicas import (
-    INIT_CONTAINER,
     GangState,
     describe_startup_failure,
     judge_gang_start,
 )
 from operators.settings import LEFTOVER_TIMEOUT_SECONDS
+from runtime.protocol import INIT_CONTAINER
 
 T = TypeVar("T")
 
@@ -50,11 +51,11 @@ GANG_API_PATIENCE_SECONDS = 120.0
 POD_KINDS = ("Pod",)
 
 
-class GangStartError(AirflowException):
+class GangStartError(PipelineError, AirflowException):
     """Not every replica of a run started in time; the message says why for each pod."""
 
 
-class GangStopError(AirflowException):
+class GangStopError(PipelineError, AirflowException):
     """A gang's pods were still there after their grace period: the next gang must not start."""
 
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from operators.s3access import presign_bundle_url, presign_upload
 from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
+from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
-from tfjob.manifests import ACCESS_KEY_BUNDLE_URL, ACCESS_KEY_UPLOAD
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class Grants:
     def secret_data(self) -> dict[str, dict[str, str]]:
         """Secret name suffix -> its data (base64, as the API's `data` field holds it)."""
         return {
-            "access": {ACCESS_KEY_BUNDLE_URL: _b64(self.bundle_url)},
-            "upload": {ACCESS_KEY_UPLOAD: _b64(json.dumps(self.upload, sort_keys=True))},
+            "access": {BUNDLE_URL_FILE: _b64(self.bundle_url)},
+            "upload": {UPLOAD_FILE: _b64(json.dumps(self.upload, sort_keys=True))},
         }
 
 

@@ -39,8 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.s3access import parse_s3_uri
+from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
@@ -76,7 +77,7 @@ class LatestOutcome:
     reason: str
 
 
-class LatestRaceLost(RuntimeError):
+class LatestRaceLost(PipelineError, RuntimeError):
     """Other publishes kept writing the pointer for LATEST_WRITE_ATTEMPTS attempts."""
 
 
@@ -169,7 +170,7 @@ def decide_latest(mine: Mapping[str, Any], current: Any) -> LatestDecision:
 
 def read_latest(s3: Any, uri: str) -> tuple[Any, str | None]:
     """(parsed pointer or the raw text when not JSON, ETag); (None, None) when there is none."""
-    bucket, key = parse_s3_uri(uri)
+    bucket, key = parse_s3_url(uri)
 
     def get() -> tuple[bytes, str] | None:
         try:
@@ -203,7 +204,7 @@ def publish_latest(
 ) -> LatestOutcome:
     """Write `pointer` to `uri` if it is newer than what is there (read, decide, write if
     unchanged); LatestRaceLost when other publishes kept changing it."""
-    bucket, key = parse_s3_uri(uri)
+    bucket, key = parse_s3_url(uri)
     body = json.dumps(pointer, indent=2, sort_keys=True).encode("utf-8")
     for attempt in range(1, attempts + 1):
         current, etag = read_latest(s3, uri)

@@ -26,19 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.replicas import KEEPER_CONTAINER, MAIN_CONTAINER, container_state
-from operators.s3access import parse_s3_uri
+from operators.errors import PipelineError
+from operators.replicas import container_state
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
-from tfjob.manifests import KEEPER_SCRIPT
+from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_CONTAINER, KEEPER_SCRIPT, MAIN_CONTAINER
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
-# The bootstrap's exit code when the program succeeded but the model upload failed.
-EXIT_UPLOAD_FAILED = 74
 
-
-class RecoveryError(RuntimeError):
+class RecoveryError(PipelineError, RuntimeError):
     """The model could not be copied out of the owner pod."""
 
 
@@ -163,7 +161,7 @@ def recover_model_from_pod(
     (bounded memory), is checked against the keeper's size and sha256, then
     uploaded (S3 errors retried).
     """
-    bucket, base = parse_s3_uri(run_prefix.rstrip("/") + "/")
+    bucket, base = parse_s3_url(run_prefix.rstrip("/") + "/")
     files = list_keeper_files(api, namespace, pod)
     keys = []
     total = 0

@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-METRICS_MARKER = "TFJOB_METRICS "
+from runtime.protocol import METRICS_MARKER
+
 TAIL_LINES = 20
 
 

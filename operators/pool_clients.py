@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from operators.errors import PipelineError
+
 POOLS_PATH = "/api/v2/pools"
 # The wait for each answer; longer is a hung server or a lost connection: asked again.
 POOL_REQUEST_TIMEOUT_S = 60.0
@@ -57,7 +59,7 @@ class PoolClient(Protocol):
     def update_pool(self, spec: PoolSpec) -> None: ...
 
 
-class PoolApiError(RuntimeError):
+class PoolApiError(PipelineError, RuntimeError):
     """Airflow refused or failed a pool call; the message has its detail."""
 
 

@@ -14,17 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.exitcodes import EXIT_UPLOAD_FAILED as UPLOAD_FAILED_EXIT_CODE
-from tfjob.manifests import KEEPER_CONTAINER_NAME
-from tfjob.naming import LABEL_INDEX, LABEL_ROLE
+from runtime.protocol import EXIT_UPLOAD_FAILED, INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
+from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
 from tfjob.request import SuccessPolicy
-
-MAIN_CONTAINER = "tensorflow"
-INIT_CONTAINER = "fetch-bundle"
-# The model owner's second container (runtime/keeper.py): it runs until the pod is
-# deleted, so the pod stays Running after `tensorflow` ends. Replicas are judged by
-# their main container only.
-KEEPER_CONTAINER = KEEPER_CONTAINER_NAME
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
 DECIDING_ROLES = ("chief", "worker")
@@ -55,11 +47,17 @@ class GangState(enum.StrEnum):
 
 
 class TrainingState(enum.StrEnum):
-    """Where the training of a run stands."""
+    """Where the training of a run stands.
+
+    `judge_training` answers RUNNING, SUCCEEDED or FAILED; DEADLINE is the
+    trigger's: the run's deadline came while it was still RUNNING (or while the
+    Kubernetes API failed).
+    """
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    DEADLINE = "deadline"
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ class ReplicaStatus:
         not be uploaded; the keeper holds the model and `archive` copies it out.
         """
         return self.exit_code == 0 or (
-            self.owns_model and self.exit_code == UPLOAD_FAILED_EXIT_CODE
+            self.owns_model and self.exit_code == EXIT_UPLOAD_FAILED
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -280,10 +278,10 @@ def judge_training(
     for name in expected:
         replica = replicas.get(name)
         if replica is None:
-            role, index = _split_pod_name(name)
+            parsed = parse_pod_name(name)  # the pod is gone: its name says which replica it was
             replica = ReplicaStatus(
-                role=role,
-                index=index,
+                role=parsed[0].value if parsed else "",
+                index=parsed[1] if parsed else 0,
                 pod=name,
                 phase=PodPhase.GONE,
                 reason="PodGone",
@@ -303,14 +301,6 @@ def judge_training(
     if all(rid in finished for rid in deciding):
         return TrainingVerdict(TrainingState.SUCCEEDED, deciding, None, tuple(ordered))
     return TrainingVerdict(TrainingState.RUNNING, deciding, None, tuple(ordered))
-
-
-def _split_pod_name(name: str) -> tuple[str, int]:
-    """`<runkey>-<role>-<index>` → (role, index); used only for vanished pods."""
-    parts = name.rsplit("-", 2)
-    if len(parts) == 3 and parts[2].isdigit():
-        return parts[1], int(parts[2])
-    return "", 0
 
 
 def describe_startup_failure(

@@ -58,7 +58,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators import gang
 from tfjob.naming import ANNOTATION_ATTEMPTS
@@ -72,6 +72,9 @@ from tfjob.restart_policy import (
     RestartVerdict,
     judge_restart,
 )
+
+if TYPE_CHECKING:
+    from operators.triggers import TrainingEvent
 
 
 def now() -> datetime:
@@ -134,10 +137,10 @@ def close_attempt(attempts: Sequence[Attempt], outcome: AttemptOutcome, *,
     return [*earlier, ended]
 
 
-def choose_failure(event: Mapping[str, Any]) -> ReplicaFailure:
+def choose_failure(event: TrainingEvent) -> ReplicaFailure:
     """The failure the verdict judges: a replica the infrastructure took (deleted, evicted,
     its node lost; ps included) when the event shows one, else the replica that ended
-    the wait (`event["failed"]`).
+    the wait (`event.failed`).
 
     A chief that exits 1 because its worker vanished is a consequence, not the
     cause: a pod being deleted keeps running through its grace period (its
@@ -145,17 +148,17 @@ def choose_failure(event: Mapping[str, Any]) -> ReplicaFailure:
     the lost connection, and `judge_training` names the first failed replica
     in role order.
     """
-    for replica in event.get("replicas") or ():
+    for replica in event.replicas:
         failure = ReplicaFailure.from_replica(replica)
         if failure.kind in INFRASTRUCTURE_KINDS:
             return failure
-    return ReplicaFailure.from_replica(event["failed"])
+    return ReplicaFailure.from_replica(event.failed)
 
 
 def judge_failed_attempt(
     policy: RestartPolicy,
     attempts: Sequence[Attempt],
-    event: Mapping[str, Any],
+    event: TrainingEvent,
     *,
     when: datetime | None = None,
 ) -> tuple[RestartVerdict, list[Attempt]]:

@@ -20,8 +20,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from operators.s3access import parse_s3_uri
+from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
+from runtime.protocol import RESTORE_FILE
 from tfjob import naming
 from tfjob.checkpoints import (
     MAX_POINTER_BYTES,
@@ -33,7 +34,7 @@ from tfjob.checkpoints import (
     parse_checkpoint_step,
     select_checkpoint_files,
 )
-from tfjob.manifests import ACCESS_KEY_RESTORE
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
@@ -86,7 +87,7 @@ def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int
 
     RestoreTooLarge (tfjob.checkpoints) when they are over the limits.
     """
-    bucket, prefix = parse_s3_uri(source_prefix_uri)
+    bucket, prefix = parse_s3_url(source_prefix_uri)
     files = select_checkpoint_files(list_objects(s3, bucket, prefix), prefix)
     if not files:
         return StagedRestore(build_empty_restore(), None, None, 0, 0)
@@ -104,7 +105,7 @@ def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int
 
 def run_checkpoints_uri(run_prefix_uri: str) -> str:
     """s3://bucket/<run prefix>checkpoints/ of a run prefix URI."""
-    bucket, key = parse_s3_uri(run_prefix_uri.rstrip("/") + "/")
+    bucket, key = parse_s3_url(run_prefix_uri.rstrip("/") + "/")
     return f"s3://{bucket}/{checkpoints_prefix(key)}"
 
 
@@ -119,7 +120,7 @@ def stage_run_checkpoints(run: Any, source_prefix_uri: str, expires: int) -> Sta
                              expires)
 
 
-class WarmStartError(ValueError):
+class WarmStartError(PipelineError, ValueError):
     """The warm start the request names cannot be had; the run starts nothing."""
 
 
@@ -178,7 +179,7 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
 def write_restore(api: Any, run: Any, staged: StagedRestore) -> None:
     """Put restore.json into the run's access Secret (the next gang's init containers read it)."""
     text = json.dumps(staged.document, sort_keys=True)
-    patch = {"data": {ACCESS_KEY_RESTORE: base64.b64encode(text.encode()).decode("ascii")}}
+    patch = {"data": {RESTORE_FILE: base64.b64encode(text.encode()).decode("ascii")}}
     api.patch_namespaced_secret(naming.secret_name(run.run_key), run.namespace, patch)
 
 

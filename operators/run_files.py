@@ -32,7 +32,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.s3access import RUNS_DIR, parse_s3_uri
+from operators.s3access import RUNS_DIR
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
             f"run {run_id!r} of DAG {dag_id!r}: its run description names no run_prefix and "
             f"aws_conn_id (validate of an older pipeline?); its files are not served")
     try:
-        bucket, key = parse_s3_uri(run_prefix)
+        bucket, key = parse_s3_url(run_prefix)
     except ValueError as error:
         raise RunNotArchivableError(f"run {run_id!r} of DAG {dag_id!r}: {error}") from None
     key = key.rstrip("/") + "/"

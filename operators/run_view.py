@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from operators.settings import (
+from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     ATTEMPTS_KEY,
     CLUSTERSPEC_TASK,

@@ -30,7 +30,7 @@ from operators.run_files import (
     open_run_file,
 )
 from operators.run_view import RETURN_VALUE, render_run_page, summarize_run
-from operators.settings import VALIDATE_TASK
+from tfjob.pipeline_ids import VALIDATE_TASK
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
 MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns

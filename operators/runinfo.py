@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.s3access import run_output_prefix
-from operators.settings import VALIDATE_TASK
 from tfjob import naming
+from tfjob.pipeline_ids import VALIDATE_TASK
 from tfjob.request import TrainingRequest, load_request
 
 

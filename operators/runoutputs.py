@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from operators.s3access import parse_s3_uri
+from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
 from tfjob.checkpoints import CHECKPOINTS_DIR
+from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
@@ -31,13 +32,13 @@ METRICS_FILE = "metrics.json"
 DELETE_BATCH = 1000
 
 
-class ClearFailed(RuntimeError):
+class ClearFailed(PipelineError, RuntimeError):
     """S3 refused to delete some of an earlier try's outputs."""
 
 
 def run_output_keys(run_prefix: str) -> tuple[str, str, str]:
     """(bucket, model key prefix ending in '/', metrics key) of a run prefix."""
-    bucket, key = parse_s3_uri(run_prefix.rstrip("/") + "/")
+    bucket, key = parse_s3_url(run_prefix.rstrip("/") + "/")
     return bucket, key + MODEL_DIR, key + METRICS_FILE
 
 

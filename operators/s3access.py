@@ -24,6 +24,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from tfjob.s3url import parse_s3_url
+
 UPLOAD_POLICY_VERSION = 2
 DEFAULT_MAX_UPLOAD_FILE_BYTES = 5 * 1024**3  # S3's limit for a single POST
 RUNS_DIR = "runs"
@@ -33,16 +35,6 @@ CHECKPOINTS_GRANT = "checkpoints/"
 METRICS_GRANT = "metrics.json"
 SIGNATURE_VERSION = "s3v4"
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned request
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """`s3://bucket/some/key` -> ("bucket", "some/key"); the key may be empty."""
-    if not isinstance(uri, str) or not uri.startswith("s3://"):
-        raise ValueError(f"S3 URI: {uri!r} given; expected s3://<bucket>/<key>")
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"S3 URI: {uri!r} given; the bucket name is missing (s3://<bucket>/<key>)")
-    return bucket, key
 
 
 def run_output_prefix(output_uri: str, dag_id: str, run_id: str) -> tuple[str, str]:
@@ -56,7 +48,7 @@ def run_output_prefix(output_uri: str, dag_id: str, run_id: str) -> tuple[str, s
     for field, value in (("dag_id", dag_id), ("run_id", run_id)):
         if not isinstance(value, str) or not value or "/" in value:
             raise ValueError(f"{field}: {value!r} given; a non-empty id without '/' is required")
-    bucket, key = parse_s3_uri(output_uri)
+    bucket, key = parse_s3_url(output_uri)
     base = key.strip("/")
     prefix = f"{RUNS_DIR}/{dag_id}/{run_id}/"
     return bucket, f"{base}/{prefix}" if base else prefix
@@ -64,7 +56,7 @@ def run_output_prefix(output_uri: str, dag_id: str, run_id: str) -> tuple[str, s
 
 def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
     """A presigned GET URL for the bundle at `bundle_uri`, valid for `expires` seconds."""
-    bucket, key = parse_s3_uri(bundle_uri)
+    bucket, key = parse_s3_url(bundle_uri)
     if not key or key.endswith("/"):
         raise ValueError(f"bundle_uri: {bundle_uri!r} given; it must name an object, not a prefix")
     _check_expires(expires)

@@ -24,6 +24,7 @@ from typing import TypeVar
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from operators.errors import PipelineError
 from operators.settings import (
     S3_RETRY_BUDGET_SECONDS,
     S3_RETRY_FIRST_DELAY_SECONDS,
@@ -51,7 +52,7 @@ TRANSIENT_ERROR_CODES = frozenset(
 )
 
 
-class S3Unavailable(RuntimeError):
+class S3Unavailable(PipelineError, RuntimeError):
     """S3 kept failing with transient errors for the whole retry budget."""
 
 

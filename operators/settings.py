@@ -59,25 +59,6 @@ DEFER_SETTLE_SECONDS = 5.0
 # Lines of a failed replica's log quoted in the task's error.
 FAILURE_LOG_LINES = 20
 
-# Task ids of the pipeline (other tasks pull XCom by these).
-VALIDATE_TASK = "validate"
-FETCH_BUNDLE_TASK = "fetch_bundle"
-LAUNCH_TASK = "launch"
-CLUSTERSPEC_TASK = "clusterspec"
-TRAIN_TASK = "train"
-ARCHIVE_TASK = "archive"
-TEARDOWN_TASK = "teardown"
-PUBLISH_TASK = "publish"
-# XCom key of a failed launch's reason (read by archive for run.json, and the TFJob tab).
-LAUNCH_FAILURE_KEY = "failure"
-# XCom key of the run's GrantPlan (operators/grants.py; no credential in it), pushed by launch.
-GRANTS_KEY = "grants"
-# XCom keys of train: every attempt (gang) of the run so far (operators/restart.py), and
-# the ClusterSpec of a gang it restarted (the `clusterspec` task's is the first gang's).
-ATTEMPTS_KEY = "attempts"
-WARM_START_KEY = "warm_start"  # launch's: what the first gang restored (no credential)
-RESTARTED_CLUSTER_KEY = "cluster"
-
 # archive (and publish) retry S3 with exponential back-off, from the first delay
 # doubling up to the largest, for at most S3_RETRY_BUDGET_SECONDS in all: a short
 # S3 outage must not lose a run's logs or model before teardown deletes its pods.

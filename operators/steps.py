@@ -20,14 +20,16 @@ from airflow.sdk import get_current_context
 
 from operators.runinfo import RunInfo, describe_run, pull_run
 from operators.settings import (
-    ARCHIVE_TASK,
-    CLUSTERSPEC_TASK,
-    FETCH_BUNDLE_TASK,
     KUBERNETES_CONN_ID,
-    LAUNCH_TASK,
     MAX_BUNDLE_TOTAL_SIZE,
     TEARDOWN_GRACE_SECONDS,
     TEARDOWN_TIMEOUT_SECONDS,
+)
+from tfjob.pipeline_ids import (
+    ARCHIVE_TASK,
+    CLUSTERSPEC_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
     TRAIN_TASK,
     VALIDATE_TASK,
 )
@@ -211,7 +213,7 @@ def archive() -> dict[str, Any]:
     too, so the logs of the replicas that did start are kept.
     """
     from operators.archive import archive_run
-    from operators.settings import (
+    from tfjob.pipeline_ids import (
         ATTEMPTS_KEY,
         LAUNCH_FAILURE_KEY,
         RESTARTED_CLUSTER_KEY,

@@ -31,6 +31,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from operators.errors import PipelineError
 from operators.pool_clients import PoolClient, PoolSpec, RestPoolClient
 from tfjob.quantity import is_quantity, parse_quantity
 from tfjob.quota import QuotaCheck, check_gang_fits, read_quota_amounts, sum_usage
@@ -63,7 +64,7 @@ class ApplyResult:
         return f"{self.kind} {where}{self.name}: {self.outcome.value}{note}"
 
 
-class TenantNotAppliedError(RuntimeError):
+class TenantNotAppliedError(PipelineError, RuntimeError):
     """The tenant's namespace does not exist on the cluster."""
 
 
@@ -311,7 +312,7 @@ def preflight_quota(core: k8s.CoreV1Api, request: TrainingRequest, tenant: Tenan
     return check_gang_fits(request, read_limit_range_defaults(core, tenant), hard, used)
 
 
-class TenancyRefusal(ValueError):
+class TenancyRefusal(PipelineError, ValueError):
     """The request may not run now: unknown tenant, tenant not applied, or no room in quota."""
 
 

@@ -45,35 +45,42 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects, restart
+from operators.errors import PipelineError
 from operators.podlogs import extract_metrics, prefix_lines, tail_lines
-from operators.replicas import MAIN_CONTAINER, UPLOAD_FAILED_EXIT_CODE, deciding_replicas
+from operators.replicas import TrainingState, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
-    ATTEMPTS_KEY,
     DEFER_SETTLE_SECONDS,
     FAILURE_LOG_LINES,
-    GRANTS_KEY,
     KUBERNETES_CONN_ID,
-    LAUNCH_TASK,
-    RESTARTED_CLUSTER_KEY,
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
-    WARM_START_KEY,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
+from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
+from tfjob.pipeline_ids import (
+    ATTEMPTS_KEY,
+    GRANTS_KEY,
+    LAUNCH_TASK,
+    RESTARTED_CLUSTER_KEY,
+    WARM_START_KEY,
+)
 from tfjob.restart_policy import AttemptOutcome, Decision, RestartPolicy, describe_run_failure
+
+if TYPE_CHECKING:
+    from operators.triggers import TrainingEvent
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
 LOG_READ_PATIENCE_SECONDS = 120.0
 
 
-class TrainingFailed(AirflowFailException):
+class TrainingFailed(PipelineError, AirflowFailException):
     """A replica that decides the run failed, or the run passed its deadline: final."""
 
 
@@ -117,7 +124,7 @@ class TrainingWaitOperator(BaseOperator):
             context["ti"].xcom_push(key=ATTEMPTS_KEY, value=attempts)
         if decided is not None:
             self.log.info("training of run %s was decided before train started", run.run_key)
-            return self.finish(context, {**decided, "streamed": {}}, attempts=attempts)
+            return self.finish(context, decided.to_payload(), attempts=attempts)
         self._defer(context, run, attempts)
 
     def _defer(self, context: Any, run: RunInfo, attempts: list[dict[str, Any]] | None) -> None:
@@ -167,11 +174,11 @@ class TrainingWaitOperator(BaseOperator):
                                           restored_step=warm.get("step"))
         return restart.attempts_to_payload(found)
 
-    def _read_logs(self, run: RunInfo, api: Any, event: dict[str, Any]) -> dict[str, str]:
+    def _read_logs(self, run: RunInfo, api: Any, event: TrainingEvent) -> dict[str, str]:
         """Every replica's log; the lines the trigger did not stream go into this task's log."""
         logs: dict[str, str] = {}
-        streamed = event.get("streamed") or {}
-        for replica in event["replicas"]:
+        streamed = event.streamed
+        for replica in event.replicas:
             replica_id = f"{replica['role']}-{replica['index']}"
             text = call_with_retries(
                 lambda pod=replica["pod"]: kubeobjects.read_container_log(
@@ -193,6 +200,10 @@ class TrainingWaitOperator(BaseOperator):
         event: dict[str, Any],
         attempts: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
+        """Where the wait ends: `event` is a `TrainingEvent`'s payload (from the triggerer)."""
+        from operators.triggers import TrainingEvent
+
+        result = TrainingEvent.from_payload(event)
         self._decided = True
         run = self._run = pull_run(context)
         api = self._client()
@@ -206,34 +217,33 @@ class TrainingWaitOperator(BaseOperator):
             )
             attempts = self._recall_attempts(context, listed)
         history = restart.attempts_from_payload(attempts)
-        logs = self._read_logs(run, api, event)
-        state = event["state"]
-        failed = event.get("failed")
+        logs = self._read_logs(run, api, result)
+        failed = result.failed
         verdict = None
-        if state == "failed" and failed:
+        if result.state is TrainingState.FAILED and failed:
             verdict, history = restart.judge_failed_attempt(RestartPolicy.of(run.request),
-                                                            history, event)
+                                                            history, result)
             if verdict.decision is Decision.RESTART:
                 return self._restart(context, run, api, history, verdict)
-        elif state == "succeeded":
+        elif result.state is TrainingState.SUCCEEDED:
             history = restart.close_attempt(history, AttemptOutcome.SUCCEEDED)
         else:
             history = restart.close_attempt(
                 history, AttemptOutcome.FAILED,
                 reason=f"did not finish within active_deadline={run.request.active_deadline}s")
         metrics = next((m for m in map(extract_metrics, logs.values()) if m is not None), None)
-        ti.xcom_push(key="replicas", value=event["replicas"])
+        ti.xcom_push(key="replicas", value=list(result.replicas))
         ti.xcom_push(key="finished_at", value=time.time())
         ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if metrics is not None:
             ti.xcom_push(key="metrics", value=metrics)
             self.log.info("metrics: %s", metrics)
 
-        if state == "succeeded":
-            self.log.info("training succeeded (%s)%s", ", ".join(event.get("deciding", [])),
+        if result.state is TrainingState.SUCCEEDED:
+            self.log.info("training succeeded (%s)%s", ", ".join(result.deciding),
                           f" at attempt {history[-1].number}" if len(history) > 1 else "")
-            for replica in event["replicas"]:
-                upload_failed = replica.get("exit_code") == UPLOAD_FAILED_EXIT_CODE
+            for replica in result.replicas:
+                upload_failed = replica.get("exit_code") == EXIT_UPLOAD_FAILED
                 if replica.get("owns_model") and upload_failed:
                     self.log.warning(
                         "%s-%s trained but could not upload its model; archive copies it out "
@@ -243,7 +253,7 @@ class TrainingWaitOperator(BaseOperator):
                         replica["pod"],
                     )
             return metrics
-        if state == "failed" and failed:
+        if result.state is TrainingState.FAILED and failed:
             replica_id = f"{failed['role']}-{failed['index']}"
             detail = (
                 f"exit code {failed['exit_code']}"
@@ -261,7 +271,7 @@ class TrainingWaitOperator(BaseOperator):
                 f"replica {replica_id} (pod {failed['pod']}) failed with {detail}; "
                 f"last {FAILURE_LOG_LINES} log lines:\n{quoted or '  (no log)'}"
             )
-        api_error = event.get("api_error")
+        api_error = result.api_error
         raise TrainingFailed(
             f"training of run {run.run_key} did not finish within active_deadline="
             f"{run.request.active_deadline}s (+{TRAIN_DEADLINE_MARGIN_SECONDS}s)"

@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from operators.podlogs import decode_log_line
-from operators.replicas import MAIN_CONTAINER, TrainingState, judge_training, read_replica_status
+from operators.replicas import TrainingState, judge_training, read_replica_status
+from runtime.protocol import MAIN_CONTAINER
 
 WATCH_CHUNK_SECONDS = 60
 # After a failed refresh of the grants: try again this soon (or at the next refresh).
@@ -65,25 +67,69 @@ def has_main_container_ended(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+@dataclass(frozen=True)
+class TrainingEvent:
+    """What the trigger fires once training is decided, and what `train` finishes on.
+
+    It crosses the triggerer's database as a JSON payload (`to_payload`), so the
+    replicas stay in `ReplicaStatus.as_dict()` form, the form `train` pushes to
+    XCom and the restart verdict reads. The payload carries no log text.
+    """
+
+    state: TrainingState  # SUCCEEDED, FAILED or DEADLINE: never RUNNING
+    replicas: tuple[dict[str, Any], ...] = ()  # every expected replica, as last seen
+    failed: dict[str, Any] | None = None  # the replica that failed the run
+    deciding: tuple[str, ...] = ()  # the replica ids whose exit 0 makes success
+    streamed: dict[str, int] = field(default_factory=dict)  # lines logged live, per replica id
+    api_error: str | None = None  # the Kubernetes API's failure when the deadline came
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = {
+            "state": self.state.value,
+            "replicas": [dict(replica) for replica in self.replicas],
+            "failed": dict(self.failed) if self.failed is not None else None,
+            "deciding": list(self.deciding),
+            "streamed": dict(self.streamed),
+        }
+        if self.api_error is not None:
+            payload["api_error"] = self.api_error
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> TrainingEvent:
+        state = TrainingState(payload["state"])
+        if state is TrainingState.RUNNING:
+            raise ValueError("training event: state 'running' given; an event is fired only "
+                             "once training is decided (succeeded, failed or deadline)")
+        failed = payload.get("failed")
+        return cls(
+            state=state,
+            replicas=tuple(dict(replica) for replica in payload.get("replicas") or ()),
+            failed=dict(failed) if failed is not None else None,
+            deciding=tuple(payload.get("deciding") or ()),
+            streamed=dict(payload.get("streamed") or {}),
+            api_error=payload.get("api_error"),
+        )
+
+
 def decide_training(
     pods: dict[str, dict[str, Any]], deciding: list[str], expected_pods: list[str], deadline: float
-) -> dict[str, Any] | None:
-    """The trigger's event for these pods (without `streamed`), or None while training runs."""
+) -> TrainingEvent | None:
+    """The trigger's event for these pods (nothing streamed yet), or None while training runs."""
     verdict = judge_training(pods.values(), deciding, expected_pods)
     if verdict.state is TrainingState.RUNNING and time.time() < deadline:
         return None
-    state = verdict.state.value if verdict.state is not TrainingState.RUNNING else "deadline"
-    return {
-        "state": state,
-        "replicas": [r.as_dict() for r in verdict.replicas],
-        "failed": verdict.failed_replica.as_dict() if verdict.failed_replica else None,
-        "deciding": list(verdict.deciding),
-    }
+    state = TrainingState.DEADLINE if verdict.state is TrainingState.RUNNING else verdict.state
+    return TrainingEvent(
+        state=state,
+        replicas=tuple(r.as_dict() for r in verdict.replicas),
+        failed=verdict.failed_replica.as_dict() if verdict.failed_replica else None,
+        deciding=tuple(verdict.deciding),
+    )
 
 
 class TrainingTrigger(BaseTrigger):
-    """Fires `{"state": succeeded|failed|deadline, "replicas": [...], "failed": {...}|None}`
-    (with `api_error` when the deadline came while the Kubernetes API failed)."""
+    """Fires one `TrainingEvent` (as its payload) once training is decided."""
 
     def __init__(
         self,
@@ -122,7 +168,7 @@ class TrainingTrigger(BaseTrigger):
             },
         )
 
-    def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> TrainingEvent | None:
         return decide_training(pods, self.deciding, self.expected_pods, self.deadline)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -143,7 +189,7 @@ class TrainingTrigger(BaseTrigger):
                 for task in [*followers.values(), *helpers]:
                     task.cancel()
                 await asyncio.gather(*followers.values(), *helpers, return_exceptions=True)
-            yield TriggerEvent({**decided, "streamed": dict(streamed)})
+            yield TriggerEvent(replace(decided, streamed=dict(streamed)).to_payload())
 
     async def _keep_grants_valid(self, core: Any) -> None:
         """Sign the run's S3 grants now and every `refresh_every` seconds; rewrite the Secrets."""
@@ -230,18 +276,15 @@ class TrainingTrigger(BaseTrigger):
 
     def _event_at_deadline(
         self, pods: dict[str, dict[str, Any]] | None, failure: BaseException
-    ) -> dict[str, Any]:
+    ) -> TrainingEvent:
         """The event when the deadline came while the API was failing: the last pods seen."""
         from operators.transient import describe_api_error
 
-        if pods is None:  # never listed: nothing to judge, the deadline decides
-            decided = {"state": "deadline", "replicas": [], "failed": None,
-                       "deciding": list(self.deciding)}
-        else:
+        decided = None  # never listed: nothing to judge, the deadline decides
+        if pods is not None:
             decided = decide_training(pods, self.deciding, self.expected_pods, self.deadline)
-            decided = decided or {"state": "deadline", "replicas": [], "failed": None,
-                                  "deciding": list(self.deciding)}
-        return {**decided, "api_error": describe_api_error(failure)}
+        decided = decided or TrainingEvent(TrainingState.DEADLINE, deciding=tuple(self.deciding))
+        return replace(decided, api_error=describe_api_error(failure))
 
     async def _await_decision(
         self,
@@ -249,7 +292,7 @@ class TrainingTrigger(BaseTrigger):
         core: Any,
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    ) -> tuple[dict[str, dict[str, Any]], TrainingEvent]:
         """List, then watch from the list's resourceVersion, until the training is decided.
 
         A transient failure of the list or the watch (5xx, 429, a dropped

@@ -1,6 +1,20 @@
 """The pod side of TF-on-K8s (standard library only).
 
 These files are shipped flat to every pod in a ConfigMap; the entry scripts
-(`fetch.py`, `bootstrap.py`) import their siblings by flat name, the host
-imports them as `runtime.<module>`.
+(`fetch.py`, `bootstrap.py`, `keeper.py`) import their siblings by flat name,
+the host imports them as `runtime.<module>`.
+
+Errors: one base (`errors.py`); the entry scripts turn each into an exit code
+of the pod protocol (`protocol.py`), and tshell and Airflow catch them when
+they use the bundle and transfer code on the host:
+
+    PodError
+    ├── BundleError      a bundle refused (or not written): the member and the reason
+    │                    (bundleformat.py; fetch exits EXIT_FETCH_REFUSED)
+    ├── TransferError    a download or upload failed for good; `transient` says whether
+    │                    trying again may help (transfer.py)
+    ├── RestoreRefused   restore.json, or a file it lists, refused (checkpoints.py)
+    └── PathRefused      a path the keeper does not serve (keeper.py; EXIT_KEEPER_REFUSED)
+
+`checkpoints.PassStopped` is no error: it ends a sync pass early, inside that module.
 """

@@ -50,13 +50,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import checkpoints  # noqa: E402
 import transfer  # noqa: E402
-from exitcodes import (  # noqa: E402
+from expansion import expand_argv, expand_with  # noqa: E402
+from protocol import (  # noqa: E402
+    ACCESS_DIR,
+    CLUSTERSPEC_FILE,
+    CONFIG_DIR,
+    ENV_ACCESS_DIR,
+    ENV_CHECKPOINT_INTERVAL,
+    ENV_CLUSTERSPEC_TIMEOUT,
+    ENV_CONFIG_DIR,
+    ENV_INDEX,
+    ENV_ROLE,
+    ENV_SYNC_CHECKPOINTS,
+    ENV_UPLOAD_MODEL,
+    ENV_UPLOAD_PATIENCE,
+    ENV_WAIT_CLUSTERSPEC,
+    ENV_WORKSPACE,
     EXIT_BAD_CLUSTERSPEC,
     EXIT_NO_CLUSTERSPEC,
     EXIT_UPLOAD_FAILED,
     EXIT_USAGE,
+    METRICS_MARKER,
+    UPLOAD_FILE,
+    WORKSPACE_DIR,
 )
-from expansion import expand_argv, expand_with  # noqa: E402
 
 POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
@@ -68,7 +85,7 @@ LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK
 PRINTABLE_VARIABLES = frozenset({
     "TF_CONFIG", *LEGACY_VARIABLES, "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
     "CHECKPOINT_DIR",
-    "TFJOB_ROLE", "TFJOB_INDEX", "POD_IP", "POD_NAME",
+    ENV_ROLE, ENV_INDEX, "POD_IP", "POD_NAME",
 })
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -197,7 +214,7 @@ class SignalForwarder:
 
 def upload_outputs(access_dir: str, model_dir: str, metrics_file: str, patience_s: float) -> int:
     """Upload every file of MODEL_DIR and the metrics; returns the number of files."""
-    policy_path = os.path.join(access_dir, "upload.json")
+    policy_path = os.path.join(access_dir, UPLOAD_FILE)
     prefix = transfer.load_upload_policy(policy_path).prefix
 
     def post(key: str, path: str) -> None:
@@ -230,7 +247,7 @@ def report_metrics(metrics_file: str) -> None:
     except (OSError, ValueError) as exc:
         log(f"metrics file {metrics_file} is not JSON ({exc}); not reported")
         return
-    print("TFJOB_METRICS " + json.dumps(metrics, separators=(",", ":"), sort_keys=True), flush=True)
+    print(METRICS_MARKER + json.dumps(metrics, separators=(",", ":"), sort_keys=True), flush=True)
 
 
 def parse_seconds(name: str, default: float) -> float:
@@ -249,9 +266,9 @@ def prepare_checkpoint_sync(checkpoint_dir: str, access_dir: str) -> checkpoints
     """The sync of TFJOB_SYNC_CHECKPOINTS=1; ValueError for a bad interval or patience."""
     return checkpoints.CheckpointSync(
         checkpoint_dir,
-        os.path.join(access_dir, "upload.json"),
-        parse_seconds("TFJOB_CHECKPOINT_INTERVAL", DEFAULT_CHECKPOINT_INTERVAL_S),
-        parse_seconds("TFJOB_UPLOAD_PATIENCE", DEFAULT_UPLOAD_PATIENCE_S),
+        os.path.join(access_dir, UPLOAD_FILE),
+        parse_seconds(ENV_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL_S),
+        parse_seconds(ENV_UPLOAD_PATIENCE, DEFAULT_UPLOAD_PATIENCE_S),
         log,
     )
 
@@ -261,20 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         log("usage: bootstrap.py -- <entrypoint> [args...]")
         return EXIT_USAGE
-    workspace = os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace")
-    config_dir = os.environ.get("TFJOB_CONFIG_DIR", "/tfjob/config")
-    access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
+    workspace = os.environ.get(ENV_WORKSPACE, WORKSPACE_DIR)
+    config_dir = os.environ.get(ENV_CONFIG_DIR, CONFIG_DIR)
+    access_dir = os.environ.get(ENV_ACCESS_DIR, ACCESS_DIR)
     env = dict(os.environ)
     forwarder = SignalForwarder()
     forwarder.install()
 
-    if os.environ.get("TFJOB_WAIT_CLUSTERSPEC", "0") == "1":
+    if os.environ.get(ENV_WAIT_CLUSTERSPEC, "0") == "1":
         try:
-            timeout_s = parse_seconds("TFJOB_CLUSTERSPEC_TIMEOUT", DEFAULT_CLUSTERSPEC_TIMEOUT_S)
+            timeout_s = parse_seconds(ENV_CLUSTERSPEC_TIMEOUT, DEFAULT_CLUSTERSPEC_TIMEOUT_S)
         except ValueError as exc:
             log(str(exc))
             return EXIT_USAGE
-        path = os.path.join(config_dir, "cluster.json")
+        path = os.path.join(config_dir, CLUSTERSPEC_FILE)
         log(f"waiting up to {timeout_s:g}s for the ClusterSpec at {path}")
         try:
             spec = wait_for_cluster_spec(path, timeout_s)
@@ -296,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
         return EXIT_USAGE
     sync = None
-    if os.environ.get("TFJOB_SYNC_CHECKPOINTS") == "1":
+    if os.environ.get(ENV_SYNC_CHECKPOINTS) == "1":
         try:
             sync = prepare_checkpoint_sync(env["CHECKPOINT_DIR"], access_dir)
         except ValueError as exc:
@@ -317,9 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         if sync is not None:
             sync.finish()  # before the model: the grace period may not cover both
 
-    if returncode == 0 and os.environ.get("TFJOB_UPLOAD_MODEL") == "1":
+    if returncode == 0 and os.environ.get(ENV_UPLOAD_MODEL) == "1":
         try:
-            patience_s = parse_seconds("TFJOB_UPLOAD_PATIENCE", DEFAULT_UPLOAD_PATIENCE_S)
+            patience_s = parse_seconds(ENV_UPLOAD_PATIENCE, DEFAULT_UPLOAD_PATIENCE_S)
             count = upload_outputs(access_dir, env["MODEL_DIR"], env["METRICS_FILE"], patience_s)
         except (OSError, ValueError, transfer.TransferError) as exc:
             log(f"model upload failed: {exc}")

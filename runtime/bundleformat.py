@@ -19,6 +19,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+if __package__:  # the host imports runtime.bundleformat
+    from .errors import PodError
+else:  # a pod: siblings by flat name
+    from errors import PodError  # type: ignore[no-redef]
+
 FORMAT_VERSION = 1
 MANIFEST_NAME = "MANIFEST.json"
 TOP_DIRS = ("code", "data")
@@ -64,7 +69,7 @@ class Refusal(enum.Enum):
     BAD_SOURCE = "cannot be packed"
 
 
-class BundleError(Exception):
+class BundleError(PodError):
     """A bundle was refused (or could not be written): names the member and the reason."""
 
     def __init__(self, member: str, reason: Refusal, detail: str = "") -> None:

@@ -43,13 +43,16 @@ from dataclasses import dataclass, field
 if __package__:  # the host imports runtime.checkpoints
     from . import transfer
     from .bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES
+    from .errors import PodError
+    from .protocol import RESTORE_FILE
 else:  # a pod: siblings by flat name
     import transfer  # type: ignore[no-redef]
     from bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES  # type: ignore[no-redef]
+    from errors import PodError  # type: ignore[no-redef]
+    from protocol import RESTORE_FILE  # type: ignore[no-redef]
 
 CHECKPOINTS_SUBDIR = "checkpoints"  # of the workspace, and of the run prefix in S3
 POINTER_NAME = "checkpoint"
-RESTORE_FILE = "restore.json"
 RESTORE_VERSION = 1
 MAX_RESTORE_JSON_BYTES = 16 * 1024**2
 DEFAULT_MAX_RESTORE_FILES = 10_000
@@ -72,7 +75,7 @@ def locate_checkpoint_dir(workspace: str) -> str:
     return os.path.join(workspace, CHECKPOINTS_SUBDIR)
 
 
-class RestoreRefused(Exception):
+class RestoreRefused(PodError):
     """restore.json, or a file it lists, is refused: the message says what and the limit."""
 
 
@@ -246,7 +249,8 @@ class PassResult:
 
 
 class PassStopped(Exception):
-    """The sync is stopping: a periodic pass ends early, without its pointers."""
+    """Not an error: the sync is stopping, and a periodic pass ends early, without its
+    pointers. Raised and caught inside this module only."""
 
 
 def walk_regular_files(checkpoint_dir: str) -> list[tuple[str, str, os.stat_result]]:

@@ -27,11 +27,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bundle  # noqa: E402
 import checkpoints  # noqa: E402
 import transfer  # noqa: E402
+from protocol import (  # noqa: E402
+    ACCESS_DIR,
+    BUNDLE_URL_FILE,
+    ENV_ACCESS_DIR,
+    ENV_MAX_BUNDLE_BYTES,
+    ENV_MAX_BUNDLE_COMPRESSED_BYTES,
+    ENV_MAX_RESTORE_BYTES,
+    ENV_MAX_RESTORE_FILES,
+    ENV_WORKSPACE,
+    EXIT_FETCH_DOWNLOAD_FAILED,
+    EXIT_FETCH_REFUSED,
+    EXIT_USAGE,
+    RESTORE_FILE,
+    WORKSPACE_DIR,
+)
 
 EXIT_OK = 0
-EXIT_CONFIG = 2
-EXIT_REFUSED = 65
-EXIT_DOWNLOAD = 74
 DOWNLOAD_NAME = ".bundle.tar.gz"
 TOO_LARGE_CODE = "EntityTooLarge"  # transfer.download_to_file's code for max_bytes
 
@@ -51,22 +63,22 @@ def read_limit(variable: str, default: int) -> int | None:
 
 
 def main() -> int:
-    access_dir = os.environ.get("TFJOB_ACCESS_DIR", "/tfjob/access")
-    workspace = os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace")
-    max_total = read_limit("TFJOB_MAX_BUNDLE_BYTES", bundle.DEFAULT_MAX_TOTAL_SIZE)
+    access_dir = os.environ.get(ENV_ACCESS_DIR, ACCESS_DIR)
+    workspace = os.environ.get(ENV_WORKSPACE, WORKSPACE_DIR)
+    max_total = read_limit(ENV_MAX_BUNDLE_BYTES, bundle.DEFAULT_MAX_TOTAL_SIZE)
     max_compressed = read_limit(
-        "TFJOB_MAX_BUNDLE_COMPRESSED_BYTES", bundle.DEFAULT_MAX_COMPRESSED_SIZE
+        ENV_MAX_BUNDLE_COMPRESSED_BYTES, bundle.DEFAULT_MAX_COMPRESSED_SIZE
     )
-    max_restore_files = read_limit("TFJOB_MAX_RESTORE_FILES", checkpoints.DEFAULT_MAX_RESTORE_FILES)
-    max_restore_bytes = read_limit("TFJOB_MAX_RESTORE_BYTES", checkpoints.DEFAULT_MAX_RESTORE_BYTES)
+    max_restore_files = read_limit(ENV_MAX_RESTORE_FILES, checkpoints.DEFAULT_MAX_RESTORE_FILES)
+    max_restore_bytes = read_limit(ENV_MAX_RESTORE_BYTES, checkpoints.DEFAULT_MAX_RESTORE_BYTES)
     if (
         max_total is None
         or max_compressed is None
         or max_restore_files is None
         or max_restore_bytes is None
     ):
-        return EXIT_CONFIG
-    url_file = os.path.join(access_dir, "bundle_url")
+        return EXIT_USAGE
+    url_file = os.path.join(access_dir, BUNDLE_URL_FILE)
     try:
         with open(url_file, encoding="utf-8") as stream:
             url = stream.read().strip()
@@ -75,20 +87,20 @@ def main() -> int:
             f"cannot read {url_file}: {exc.strerror}; "
             f"the pod needs the access Secret mounted at {access_dir}"
         )
-        return EXIT_CONFIG
+        return EXIT_USAGE
     if not url:
         log(f"{url_file} is empty")
-        return EXIT_CONFIG
+        return EXIT_USAGE
     try:
         restore = checkpoints.read_restore_plan(
-            os.path.join(access_dir, checkpoints.RESTORE_FILE), max_restore_files, max_restore_bytes
+            os.path.join(access_dir, RESTORE_FILE), max_restore_files, max_restore_bytes
         )
     except checkpoints.RestoreRefused as exc:
         log(f"checkpoint restore refused: {exc}")
-        return EXIT_REFUSED
+        return EXIT_FETCH_REFUSED
     except OSError as exc:
-        log(f"cannot read {checkpoints.RESTORE_FILE} in {access_dir}: {exc.strerror}")
-        return EXIT_CONFIG
+        log(f"cannot read {RESTORE_FILE} in {access_dir}: {exc.strerror}")
+        return EXIT_USAGE
 
     os.makedirs(workspace, exist_ok=True)
     archive = os.path.join(workspace, DOWNLOAD_NAME)
@@ -101,14 +113,14 @@ def main() -> int:
                 bundle.ARCHIVE_MEMBER, bundle.Refusal.ARCHIVE_TOO_LARGE, str(exc)
             )
             log(str(refusal))
-            return EXIT_REFUSED
+            return EXIT_FETCH_REFUSED
         log(str(exc))
-        return EXIT_DOWNLOAD
+        return EXIT_FETCH_DOWNLOAD_FAILED
     try:
         manifest = bundle.extract_bundle(archive, workspace, max_total)
     except bundle.BundleError as exc:
         log(str(exc))
-        return EXIT_REFUSED
+        return EXIT_FETCH_REFUSED
     finally:
         try:
             os.unlink(archive)
@@ -131,10 +143,10 @@ def restore_listed_checkpoints(plan: checkpoints.RestorePlan, checkpoint_dir: st
         total = checkpoints.restore_checkpoints(plan, checkpoint_dir)
     except checkpoints.RestoreRefused as exc:
         log(f"checkpoint restore refused: {exc}")
-        return EXIT_REFUSED
+        return EXIT_FETCH_REFUSED
     except (transfer.TransferError, OSError) as exc:
         log(f"checkpoint restore failed: {exc}")
-        return EXIT_DOWNLOAD
+        return EXIT_FETCH_DOWNLOAD_FAILED
     log(checkpoints.describe_restore(plan, total))
     return EXIT_OK
 

@@ -31,19 +31,27 @@ import signal
 import stat
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from errors import PodError  # noqa: E402
+from protocol import (  # noqa: E402
+    ENV_WORKSPACE,
+    EXIT_KEEPER_NOT_FOUND,
+    EXIT_KEEPER_REFUSED,
+    EXIT_USAGE,
+    WORKSPACE_DIR,
+)
+
 LIST_VERSION = 1
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 MAX_READ_BYTES = 16 * 1024 * 1024
 HASH_CHUNK_BYTES = 1024 * 1024
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 66
-EXIT_REFUSED = 77
 USAGE = "usage: keeper.py [list | read PATH OFFSET LENGTH]"
 
 
-class Refused(Exception):
-    """A path the keeper does not serve."""
+class PathRefused(PodError):
+    """A path the keeper does not serve (exit EXIT_KEEPER_REFUSED)."""
 
 
 def log(message: str) -> None:
@@ -51,29 +59,29 @@ def log(message: str) -> None:
 
 
 def workspace_dir() -> str:
-    return os.path.realpath(os.environ.get("TFJOB_WORKSPACE", "/tfjob/workspace"))
+    return os.path.realpath(os.environ.get(ENV_WORKSPACE, WORKSPACE_DIR))
 
 
 def model_root(workspace: str) -> str:
     root = os.path.join(workspace, MODEL_DIR)
     if os.path.islink(root):  # a model/ that leads elsewhere would open everything there
-        raise Refused(f"{root} is a symbolic link; only a real directory is served")
+        raise PathRefused(f"{root} is a symbolic link; only a real directory is served")
     return root
 
 
 def resolve_readable(workspace: str, path: str) -> str:
     """The real path of workspace-relative `path`, if it is one the keeper serves."""
     if not path or "\x00" in path or os.path.isabs(path):
-        raise Refused(f"{path!r}: a path relative to the workspace is required")
+        raise PathRefused(f"{path!r}: a path relative to the workspace is required")
     if os.path.normpath(path) == METRICS_FILE:
         full = os.path.join(workspace, METRICS_FILE)
         if os.path.islink(full):
-            raise Refused(f"{path}: a symbolic link; only a regular file is served")
+            raise PathRefused(f"{path}: a symbolic link; only a regular file is served")
         return full
     root = model_root(workspace)
     full = os.path.realpath(os.path.join(workspace, path))
     if not full.startswith(root + os.sep):
-        raise Refused(f"{path}: outside {MODEL_DIR}/ and {METRICS_FILE}")
+        raise PathRefused(f"{path}: outside {MODEL_DIR}/ and {METRICS_FILE}")
     return full
 
 
@@ -108,7 +116,7 @@ def list_outputs(workspace: str) -> dict[str, object]:
             relative = relative.replace(os.sep, "/")
             try:
                 full = resolve_readable(workspace, relative)
-            except Refused as exc:
+            except PathRefused as exc:
                 log(f"not listed: {exc}")
                 continue
             if is_regular_file(full):
@@ -165,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(base64.b64encode(data).decode("ascii"))
             sys.stdout.flush()
             return 0
-    except Refused as exc:
+    except PathRefused as exc:
         log(f"refused: {exc}")
-        return EXIT_REFUSED
+        return EXIT_KEEPER_REFUSED
     except FileNotFoundError as exc:
         log(str(exc))
-        return EXIT_NOT_FOUND
+        return EXIT_KEEPER_NOT_FOUND
     except ValueError as exc:
         log(str(exc))
         return EXIT_USAGE

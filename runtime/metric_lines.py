@@ -26,7 +26,11 @@ import math
 import re
 from collections.abc import Iterable
 
-MARKER = "TFJOB_METRIC "
+if __package__:  # the host imports runtime.metric_lines
+    from .protocol import METRIC_MARKER
+else:  # a pod: siblings by flat name
+    from protocol import METRIC_MARKER  # type: ignore[no-redef]
+
 MAX_LINE_CHARS = 4096
 MAX_NAMES = 32
 MAX_NAME_CHARS = 64
@@ -40,11 +44,11 @@ def parse_metric_line(line: str) -> MetricPoint | None:
     """The point a log line reports, or None when it reports none (or breaks the contract)."""
     if len(line) > MAX_LINE_CHARS:
         return None
-    at = line.find(MARKER)
+    at = line.find(METRIC_MARKER)
     if at < 0:
         return None
     try:
-        value = json.loads(line[at + len(MARKER):])
+        value = json.loads(line[at + len(METRIC_MARKER):])
     except ValueError:
         return None
     if not isinstance(value, dict):
@@ -90,5 +94,5 @@ def latest_metrics(lines: Iterable[str]) -> MetricPoint | None:
     return latest
 
 
-__all__ = ["MARKER", "MAX_LINE_CHARS", "MAX_NAMES", "MAX_POINTS", "MetricPoint",
+__all__ = ["MAX_LINE_CHARS", "MAX_NAMES", "MAX_POINTS", "MetricPoint",
            "collect_metric_points", "latest_metrics", "parse_metric_line"]

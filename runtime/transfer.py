@@ -27,6 +27,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+if __package__:  # the host imports runtime.transfer
+    from .errors import PodError
+else:  # a pod: siblings by flat name
+    from errors import PodError  # type: ignore[no-redef]
+
 DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT_S = 60.0
 FIRST_BACKOFF_S = 0.5
@@ -37,7 +42,7 @@ CHUNK_BYTES = 1024 * 1024
 ProgressCallback = Callable[[int, int], None]
 
 
-class TransferError(Exception):
+class TransferError(PodError):
     """A download or upload failed for good; the message never holds a credential."""
 
     def __init__(

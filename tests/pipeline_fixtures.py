@@ -43,7 +43,7 @@ from postgres_fixtures import airflow_database_url
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
 from standin import write_standin_bundle
 
-from tfjob.naming import REQUEST_DAG_PREFIX, submit_dag_id
+from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, submit_dag_id
 from tfjob.tenants import build_namespace, load_tenants
 
 REPO = Path(__file__).resolve().parent.parent

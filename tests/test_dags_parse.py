@@ -48,7 +48,7 @@ def no_network(monkeypatch):
 
 
 def test_every_request_file_and_each_tenants_submit_dag_parse_without_errors(dagbag):
-    from tfjob.naming import submit_dag_id
+    from tfjob.pipeline_ids import submit_dag_id
     from tfjob.tenants import load_tenants
 
     assert dagbag.import_errors == {}

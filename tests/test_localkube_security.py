@@ -291,7 +291,7 @@ def test_a_non_root_pod_runs_python_from_a_clone_under_tmp_with_the_state_there_
         core.create_namespaced_config_map("default", {"metadata": {"name": "runtime"},
                                                       "data": files})
         code = ("import os, sys; sys.path.insert(0, '/tfjob/runtime'); "
-                "import bundle, bundleread, exitcodes, fetch, keeper, transfer; "
+                "import bundle, bundleread, fetch, keeper, protocol, transfer; "
                 "open(os.path.expanduser('~/probe'), 'w').write('ok'); "
                 "print('runtime-ok', os.getuid(), sys.prefix)")
         pod = restricted_pod("py", "", container={

@@ -27,8 +27,9 @@ from operators.archive import archive_run
 from operators.runinfo import describe_run, read_run
 from operators.s3access import presign_bundle_url, presign_upload
 from runtime.bundle import write_bundle
+from runtime.protocol import KEEPER_CONTAINER
 from tfjob import naming
-from tfjob.manifests import KEEPER_CONTAINER_NAME, build_pod_manifest, build_runtime_configmap
+from tfjob.manifests import build_pod_manifest, build_runtime_configmap
 from tfjob.request import Role, load_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
@@ -150,7 +151,7 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         log = api.read_namespaced_pod_log(name, run.namespace, container="tensorflow")
         assert states["tensorflow"].terminated.exit_code == 74, log
         assert "model upload failed" in log
-        assert states[KEEPER_CONTAINER_NAME].running is not None
+        assert states[KEEPER_CONTAINER].running is not None
         assert live.status.phase == "Running"  # the keeper holds the pod
         prefix = f"outputs/keeper/runs/tfjob__keeper/{RUN_ID}/"
         assert run.run_prefix == f"s3://{bucket}/{prefix.rstrip('/')}"

@@ -26,7 +26,7 @@ from operators.latest import (
     publish_latest,
 )
 from operators.runinfo import describe_run
-from operators.settings import ARCHIVE_TASK, VALIDATE_TASK
+from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
 from tfjob.request import load_request
 
 s3_server = s3_fixtures.s3_server

@@ -30,7 +30,8 @@ from operators.replicas import (
 )
 from operators.runinfo import describe_run, read_run
 from operators.triggers import decide_training, has_main_container_ended
-from tfjob.manifests import KEEPER_CONTAINER_NAME, build_pod_manifest
+from runtime.protocol import KEEPER_CONTAINER
+from tfjob.manifests import build_pod_manifest
 from tfjob.request import Role, load_request
 
 s3_server = s3_fixtures.s3_server
@@ -43,7 +44,7 @@ def owner_pod(name: str, main: dict[str, Any], keeper: dict[str, Any] | None = N
               role: str = "chief", phase: str = "Running") -> dict[str, Any]:
     statuses = [{"name": "tensorflow", "state": main}]
     if keeper is not None:
-        statuses.append({"name": KEEPER_CONTAINER_NAME, "state": keeper})
+        statuses.append({"name": KEEPER_CONTAINER, "state": keeper})
     return {
         "metadata": {"name": name, "labels": {"tfjob.io/role": role, "tfjob.io/index": "0"}},
         "spec": {"nodeName": "node-1"},
@@ -71,7 +72,7 @@ def test_only_the_model_owner_gets_the_keeper_container_without_credentials():
         if (role, index) != (Role.CHIEF, 0):
             assert names == ["tensorflow"]
             continue
-        assert names == ["tensorflow", KEEPER_CONTAINER_NAME]
+        assert names == ["tensorflow", KEEPER_CONTAINER]
         keeper = pod["spec"]["containers"][1]
         assert keeper["image"] == request.image
         assert keeper["command"] == ["python3", "/tfjob/runtime/keeper.py"]
@@ -90,7 +91,7 @@ def test_a_single_replica_owns_the_model_and_gets_the_keeper():
     request = load_request(valid_request_data())
 
     pod = build_pod_manifest(request, RUN, Role.WORKER, 0)
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", KEEPER_CONTAINER_NAME]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", KEEPER_CONTAINER]
 
 
 @pytest.mark.parametrize(("code", "phase"), [(0, PodPhase.SUCCEEDED), (74, PodPhase.FAILED),
@@ -113,8 +114,8 @@ def test_training_succeeds_when_the_chief_exits_0_though_its_keeper_keeps_the_po
     assert verdict.state is TrainingState.SUCCEEDED
     event = decide_training({p["metadata"]["name"]: p for p in pods}, ["chief-0"],
                             ["job-chief-0", "job-ps-0"], deadline=float("inf"))
-    assert event["state"] == "succeeded"
-    assert event["replicas"][0]["phase"] == "Succeeded"
+    assert event.state is TrainingState.SUCCEEDED
+    assert event.replicas[0]["phase"] == "Succeeded"
     assert has_main_container_ended(pods[0])
 
 

@@ -20,8 +20,8 @@ from operators import steps
 from operators.archive import archive_run
 from operators.runinfo import describe_run
 from operators.runoutputs import clear_run_outputs
-from operators.settings import ARCHIVE_TASK, VALIDATE_TASK
 from runtime.bundle import write_bundle
+from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
 from tfjob.request import load_request
 
 s3_server = s3_fixtures.s3_server

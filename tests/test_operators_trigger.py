@@ -11,7 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from operators.replicas import TrainingState
 from operators.triggers import (
+    TrainingEvent,
     TrainingTrigger,
     has_main_container_ended,
     has_main_container_started,
@@ -58,8 +60,8 @@ def test_the_trigger_fires_at_its_deadline_even_while_replicas_run():
         }
     }
     event = trigger._event_if_decided(running)
-    assert event["state"] == "deadline"
-    assert event["replicas"][0]["phase"] == "Running"
+    assert event.state is TrainingState.DEADLINE
+    assert event.replicas[0]["phase"] == "Running"
 
 
 def test_a_replica_log_is_followed_once_its_main_container_started():
@@ -254,7 +256,129 @@ def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs()
     evicted["metadata"]["deletionTimestamp"] = "2026-12-03T06:10:00Z"
     event = decide_training({"job-1234abcd-worker-0": evicted}, ["worker-0"],
                             ["job-1234abcd-worker-0"], deadline=time.time() + 60)
+    assert event.state is TrainingState.FAILED
+    assert event.failed["pod_reason"] == "Evicted" and event.failed["deleted"] is True
+    payload = json.loads(json.dumps(event.to_payload()))  # as the triggerer stores it
+    assert ReplicaFailure.from_replica(payload["failed"]).kind is FailureKind.EVICTED
+
+
+# --- the event's shape and the decisions the watch delivers ----------------------------------
+
+def test_an_event_crosses_the_triggerers_database_unchanged():
+    event = TrainingEvent(
+        state=TrainingState.FAILED,
+        replicas=({"role": "worker", "index": 0, "pod": "job-1234abcd-worker-0"},),
+        failed={"role": "worker", "index": 0, "pod": "job-1234abcd-worker-0", "exit_code": 1},
+        deciding=("worker-0",),
+        streamed={"worker-0": 12},
+        api_error="503 Service Unavailable",
+    )
+    payload = json.loads(json.dumps(event.to_payload()))
+    assert payload["state"] == "failed" and payload["deciding"] == ["worker-0"]
+    assert TrainingEvent.from_payload(payload) == event
+    quiet = TrainingEvent(TrainingState.SUCCEEDED, deciding=("chief-0",))
+    assert "api_error" not in quiet.to_payload()  # only an API failing at the deadline adds it
+    assert TrainingEvent.from_payload(quiet.to_payload()) == quiet
+
+
+@pytest.mark.parametrize(("state", "problem"), [
+    ("running", "an event is fired only once training is decided"),
+    ("finished", "'finished' is not a valid TrainingState"),
+])
+def test_an_event_of_no_decided_state_is_refused(state, problem):
+    with pytest.raises(ValueError, match=problem):
+        TrainingEvent.from_payload({"state": state, "replicas": [], "failed": None})
+
+
+@pytest.fixture
+def backoffs(monkeypatch):
+    """Every back-off the trigger takes before it relists."""
+    from operators import transient
+
+    taken = []
+    original = transient.Backoff.next_delay
+
+    def next_delay(self):
+        taken.append(delay := original(self))
+        return delay
+
+    monkeypatch.setattr(transient.Backoff, "next_delay", next_delay)
+    return taken
+
+
+def test_a_410_gone_watch_relists_at_once_without_backing_off(blinking_api, backoffs):
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                        "message": "too old resource version: 7 (9)"}}
+    core = ScriptedCore(lists=[TRAINING, TRAINED], watches=[FakeWatchResponse([gone])])
+    assert blinking_api(core)["state"] == "succeeded"
+    assert core.calls == ["list", "watch", "list"]
+    assert backoffs == []
+
+
+def test_a_transient_failure_backs_off_before_it_relists(blinking_api, backoffs):
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core = ScriptedCore(lists=[ApiException(status=503, reason="Service Unavailable"), TRAINED],
+                        watches=[FakeWatchResponse([])])
+    assert blinking_api(core)["state"] == "succeeded"
+    assert core.calls == ["list", "list"] and len(backoffs) == 1
+
+
+def test_a_watch_event_that_decides_fires_without_another_list(blinking_api):
+    core = ScriptedCore(lists=[TRAINING],
+                        watches=[FakeWatchResponse([{"type": "MODIFIED", "object": TRAINED[0]}])])
+    event = blinking_api(core)
+    assert event["state"] == "succeeded" and event["failed"] is None
+    assert event["deciding"] == ["worker-0"]
+    assert [r["exit_code"] for r in event["replicas"]] == [0]
+    assert core.calls == ["list", "watch"]
+
+
+def test_a_replica_that_exits_non_zero_during_the_watch_fails_the_run_with_it(blinking_api):
+    crashed = replica_pod("worker", 0, {"terminated": {"exitCode": 3, "reason": "Error"}},
+                          phase="Failed")
+    core = ScriptedCore(lists=[TRAINING],
+                        watches=[FakeWatchResponse([{"type": "MODIFIED", "object": crashed}])])
+    event = blinking_api(core)
     assert event["state"] == "failed"
-    assert event["failed"]["pod_reason"] == "Evicted" and event["failed"]["deleted"] is True
-    event = json.loads(json.dumps(event))  # as the triggerer stores it
-    assert ReplicaFailure.from_replica(event["failed"]).kind is FailureKind.EVICTED
+    assert event["failed"]["pod"] == "job-1234abcd-worker-0" and event["failed"]["exit_code"] == 3
+
+
+def test_a_deciding_pod_deleted_during_the_watch_fails_the_run_as_gone(blinking_api):
+    core = ScriptedCore(lists=[TRAINING],
+                        watches=[FakeWatchResponse([{"type": "DELETED", "object": TRAINING[0]}])])
+    event = blinking_api(core)
+    assert event["state"] == "failed"
+    assert (event["failed"]["phase"], event["failed"]["reason"]) == ("Gone", "PodGone")
+    assert (event["failed"]["role"], event["failed"]["index"]) == ("worker", 0)
+
+
+class FakeLogResponse:
+    """A followed log: its chunks, then the end (the container exited)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.content = self
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        return None
+
+    async def iter_any(self):
+        for chunk in self.chunks:
+            yield chunk
+
+
+def test_the_event_counts_the_lines_each_replica_streamed_live(blinking_api):
+    class LoggingCore(ScriptedCore):
+        async def read_namespaced_pod_log(self, pod, namespace, **kwargs):
+            assert (pod, kwargs["container"], kwargs["follow"]) == (
+                "job-1234abcd-worker-0", "tensorflow", True)
+            return FakeLogResponse([b"step 1\nste", b"p 2\n", b"done"])
+
+    core = LoggingCore(lists=[TRAINED], watches=[FakeWatchResponse([])])
+    event = blinking_api(core)
+    assert event["state"] == "succeeded"
+    assert event["streamed"] == {"worker-0": 3}

@@ -20,8 +20,8 @@ from operators import steps
 from operators.runinfo import describe_run, read_run
 from operators.runoutputs import clear_run_outputs
 from operators.s3access import presign_upload
-from operators.settings import FETCH_BUNDLE_TASK, VALIDATE_TASK
 from runtime import transfer
+from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK
 from tfjob.request import load_request
 from tfjob.tenants import TENANTS_FILE_ENV
 

@@ -29,11 +29,11 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
     wait_for,
 )
 
-from tfjob import naming
+from tfjob import naming, pipeline_ids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SUBMIT = naming.submit_dag_id("test")
+SUBMIT = pipeline_ids.submit_dag_id("test")
 
 
 def run_prefix(name: str, run_id: str, dag_id: str = SUBMIT) -> str:
@@ -214,7 +214,7 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
 # Tenant isolation: the test tenant's user (`test-user`, made by the launcher from
 # deploy/tenants.yaml) against the research tenant's DAG, runs and prefixes.
 
-RESEARCH = naming.submit_dag_id("research")
+RESEARCH = pipeline_ids.submit_dag_id("research")
 RESEARCH_BUNDLE_KEY = "research/bundles/standin.tar.gz"
 
 

@@ -41,7 +41,7 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
 )
 from pod_life import start_recorder
 
-from operators.replicas import MAIN_CONTAINER
+from runtime.protocol import MAIN_CONTAINER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

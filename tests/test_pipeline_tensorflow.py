@@ -37,7 +37,7 @@ from pipeline_fixtures import (  # noqa: F401  (pipeline_world: a pytest fixture
 )
 
 from runtime.metric_lines import collect_metric_points
-from tfjob.naming import submit_dag_id
+from tfjob.pipeline_ids import submit_dag_id
 
 # Six TensorFlow runs on 2 shared cores: more than pytest-timeout's default 600 s.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -15,8 +15,9 @@ import pytest
 import s3_fixtures
 from s3_fixtures import S3Server
 
-from operators.s3access import parse_s3_uri, presign_bundle_url, presign_upload, run_output_prefix
+from operators.s3access import presign_bundle_url, presign_upload, run_output_prefix
 from runtime import transfer
+from tfjob.s3url import parse_s3_url
 
 # The DAG of the runs these tests grant for: part of every run's S3 prefix.
 DAG = "tfjob__job"
@@ -42,13 +43,13 @@ def client(s3_server: S3Server):  # type: ignore[no-untyped-def]
     return s3_server.presigner()
 
 
-def test_parse_s3_uri_splits_bucket_and_key_and_names_bad_values() -> None:
-    assert parse_s3_uri("s3://b/a/b.tar.gz") == ("b", "a/b.tar.gz")
-    assert parse_s3_uri("s3://b") == ("b", "")
+def test_parse_s3_url_splits_bucket_and_key_and_names_bad_values() -> None:
+    assert parse_s3_url("s3://b/a/b.tar.gz") == ("b", "a/b.tar.gz")
+    assert parse_s3_url("s3://b") == ("b", "")
     with pytest.raises(ValueError, match=r"'http://b/k' given; expected s3://<bucket>/<key>"):
-        parse_s3_uri("http://b/k")
+        parse_s3_url("http://b/k")
     with pytest.raises(ValueError, match="bucket name is missing"):
-        parse_s3_uri("s3:///k")
+        parse_s3_url("s3:///k")
     assert run_output_prefix("s3://b/out/job/", "tfjob__job", "manual__2026") == (
         "b",
         "out/job/runs/tfjob__job/manual__2026/",

@@ -12,7 +12,7 @@ from localkube_fixtures import localkube_api, mark_node_ready  # noqa: F401
 from tfjob_fixtures import distributed_request_data, tenant_storage
 
 from operators.tenancy import Clients, apply_tenants
-from tfjob import naming
+from tfjob import naming, pipeline_ids
 from tfjob.manifests import RunIdentity, build_pod_manifests
 from tfjob.request import load_request
 from tfjob.tenants import validate_tenants
@@ -43,7 +43,7 @@ def gpu_job(job: str, placement: str, gpus: int = 1, workers: int = 4, **changes
         replicas={"chief": 0, "ps": 0, "worker": workers, "evaluator": 0},
         resources={"worker": {"cpu": "500m", "memory": "512Mi", "gpu": gpus}}, **changes))
     run = RunIdentity(job=job, run_id=f"manual__{job}",
-                      dag_id=f"{naming.REQUEST_DAG_PREFIX}{job}", namespace=NAMESPACE)
+                      dag_id=f"{pipeline_ids.REQUEST_DAG_PREFIX}{job}", namespace=NAMESPACE)
     return request, run
 
 

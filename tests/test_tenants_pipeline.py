@@ -38,7 +38,7 @@ from operators.tenancy import (
     apply_tenants,
     preflight_quota,
 )
-from tfjob import naming
+from tfjob import naming, pipeline_ids
 from tfjob.request import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 
@@ -187,7 +187,7 @@ def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world)
 
 POOL_RUN_TIMEOUT_S = 600
 TERMINAL = ("success", "failed")
-SUBMIT_DAG = naming.submit_dag_id(OTHER)
+SUBMIT_DAG = pipeline_ids.submit_dag_id(OTHER)
 
 
 def airflow_extra_env(world) -> dict[str, str]:

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tfjob_fixtures import RUN, distributed_request_data, valid_request_data
 
+from runtime.protocol import MAIN_CONTAINER
 from tfjob import naming
 from tfjob.manifests import (
-    CONTAINER_NAME,
     TERMINATION_GRACE_SECONDS,
     build_access_secret,
     build_pod_manifest,
@@ -330,6 +330,6 @@ def test_argv_references_pass_kubernetes_expansion_unchanged_for_the_bootstrap()
     args = ["--job_name=$(JOB_NAME)", "--pod=$(POD_NAME)", "--literal=$$(JOB_NAME)", "cost$5"]
     request = load_request(distributed_request_data(args=args))
     (main,) = [c for c in build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"]
-               if c["name"] == CONTAINER_NAME]
+               if c["name"] == MAIN_CONTAINER]
     kubernetes_env = {"POD_NAME": "p", "TFJOB_ROLE": "worker", "JOB_NAME": "set-too-early"}
     assert [expand(a, kubernetes_env) for a in main["command"][3:]] == [*request.entrypoint, *args]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tfjob import naming
+from tfjob import naming, pipeline_ids
 from tfjob.request import Role
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -66,22 +66,22 @@ def test_run_key_is_job_and_first_8_hex_of_sha256_of_dag_id_and_run_id():
 def test_runs_of_two_dags_with_the_same_run_id_get_different_keys():
     # A tenant's request DAG and its submit DAG may both have a run manual__<time>.
     request_dag = naming.run_key("digits", "tfjob__digits", RUN_ID)
-    submit_dag = naming.run_key("digits", naming.submit_dag_id("demo"), RUN_ID)
+    submit_dag = naming.run_key("digits", pipeline_ids.submit_dag_id("demo"), RUN_ID)
     assert request_dag != submit_dag
     # dag id and run id are not simply concatenated
     assert naming.run_key("j", "ab", "c") != naming.run_key("j", "a", "bc")
 
 
 def test_each_tenant_has_its_own_submit_dag():
-    assert naming.SUBMIT_DAG_PREFIX == "tfjob_submit__"
-    assert naming.REQUEST_DAG_PREFIX == "tfjob__"
-    assert naming.submit_dag_id("research") == "tfjob_submit__research"
-    assert naming.tenant_of_submit_dag("tfjob_submit__research") == "research"
-    assert naming.tenant_of_submit_dag("tfjob__digits") is None
-    assert naming.tenant_of_submit_dag("tfjob_submit__") is None
-    assert naming.tenant_of_submit_dag("tfjob_submit") is None
+    assert pipeline_ids.SUBMIT_DAG_PREFIX == "tfjob_submit__"
+    assert pipeline_ids.REQUEST_DAG_PREFIX == "tfjob__"
+    assert pipeline_ids.submit_dag_id("research") == "tfjob_submit__research"
+    assert pipeline_ids.tenant_of_submit_dag("tfjob_submit__research") == "research"
+    assert pipeline_ids.tenant_of_submit_dag("tfjob__digits") is None
+    assert pipeline_ids.tenant_of_submit_dag("tfjob_submit__") is None
+    assert pipeline_ids.tenant_of_submit_dag("tfjob_submit") is None
     with pytest.raises(ValueError, match="tenant 'Team_A' given; allowed: a DNS-1123 label"):
-        naming.submit_dag_id("Team_A")
+        pipeline_ids.submit_dag_id("Team_A")
 
 
 def test_object_names_follow_the_documented_shapes():
@@ -151,13 +151,27 @@ def test_tenant_namespace_is_prefixed():
 
 
 def test_a_request_dag_names_its_request_and_other_dags_none():
-    assert naming.request_name_of_dag("tfjob__digits-ps") == "digits-ps"
-    assert naming.request_name_of_dag("tfjob_submit__team-a") is None
-    assert naming.request_name_of_dag("tfjob__") is None
-    assert naming.request_name_of_dag("other") is None
+    assert pipeline_ids.request_name_of_dag("tfjob__digits-ps") == "digits-ps"
+    assert pipeline_ids.request_name_of_dag("tfjob_submit__team-a") is None
+    assert pipeline_ids.request_name_of_dag("tfjob__") is None
+    assert pipeline_ids.request_name_of_dag("other") is None
 
 
 def test_the_tenant_tag_is_read_back_and_several_tenants_name_none():
-    assert naming.tenant_of_tags(["tfjob", naming.tenant_tag("team-a")]) == "team-a"
-    assert naming.tenant_of_tags(["tfjob"]) is None
-    assert naming.tenant_of_tags(["tenant:a", "tenant:b"]) is None
+    assert pipeline_ids.tenant_of_tags(["tfjob", pipeline_ids.tenant_tag("team-a")]) == "team-a"
+    assert pipeline_ids.tenant_of_tags(["tfjob"]) is None
+    assert pipeline_ids.tenant_of_tags(["tenant:a", "tenant:b"]) is None
+
+
+@given(job=st.text(min_size=1, max_size=200), run_id=st.text(max_size=100),
+       role=st.sampled_from(Role), index=st.integers(min_value=0, max_value=99999))
+def test_a_pod_name_parses_back_to_its_role_and_index(job, run_id, role, index):
+    key = naming.run_key(job, DAG_ID, run_id)
+    assert naming.parse_pod_name(naming.pod_name(key, role, index)) == (role, index)
+
+
+@pytest.mark.parametrize("name", ["digits-12345678-runtime", "digits-12345678-access",
+                                  "worker-0", "digits-12345678-leader-0",
+                                  "digits-12345678-worker-x", "digits-12345678-worker-"])
+def test_a_name_that_is_no_replica_pod_parses_to_none(name):
+    assert naming.parse_pod_name(name) is None

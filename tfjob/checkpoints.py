@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfjob.errors import TfjobError
+
 CHECKPOINTS_DIR = "checkpoints/"  # under the run prefix, next to model/
 POINTER_NAME = "checkpoint"  # TensorFlow's pointer to the latest checkpoint
 RESTORE_VERSION = 1
@@ -29,7 +31,7 @@ _POINTER_LINE = re.compile(r'^model_checkpoint_path:\s*"(?P<path>[^"]*)"\s*$', r
 _STEP_SUFFIX = re.compile(r"-(?P<step>\d+)$")
 
 
-class RestoreTooLarge(ValueError):
+class RestoreTooLarge(TfjobError):
     """The checkpoints to restore are over what a pod may be handed."""
 
 

@@ -20,13 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfjob.errors import TfjobError
 from tfjob.request import Role, TrainingRequest
 
 # Roles that form the training cluster in TF_CONFIG["cluster"].
 TRAINING_ROLES = (Role.CHIEF, Role.PS, Role.WORKER)
 
 
-class ClusterSpecError(ValueError):
+class ClusterSpecError(TfjobError):
     """Endpoints that cannot form the ClusterSpec the request asks for."""
 
 

@@ -16,7 +16,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runtime import protocol
 from runtime.expansion import escape
+from runtime.protocol import (
+    ACCESS_DIR,
+    BOOTSTRAP_SCRIPT,
+    BUNDLE_URL_FILE,
+    CONFIG_DIR,
+    FETCH_SCRIPT,
+    INIT_CONTAINER,
+    KEEPER_CONTAINER,
+    KEEPER_SCRIPT,
+    MAIN_CONTAINER,
+    RESTORE_FILE,
+    RUNTIME_DIR,
+    UPLOAD_FILE,
+    WORKSPACE_DIR,
+)
 from tfjob import naming
 from tfjob.checkpoints import build_empty_restore
 from tfjob.request import Mode, Placement, Role, TrainingRequest
@@ -24,20 +40,11 @@ from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
 from tfjob.timeline import clusterspec_wait_seconds
 
 TERMINATION_GRACE_SECONDS = 10
-CONTAINER_NAME = "tensorflow"
-INIT_CONTAINER_NAME = "fetch-bundle"
 PORT_NAME = "tfjob"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
 PLACEMENT_WEIGHT = 100
-
-RUNTIME_DIR = "/tfjob/runtime"
-ACCESS_DIR = "/tfjob/access"
-WORKSPACE_DIR = "/tfjob/workspace"
-CONFIG_DIR = "/tfjob/config"
-FETCH_SCRIPT = f"{RUNTIME_DIR}/fetch.py"
-BOOTSTRAP_SCRIPT = f"{RUNTIME_DIR}/bootstrap.py"
 
 VOLUME_RUNTIME = "tfjob-runtime"
 VOLUME_ACCESS = "tfjob-access"
@@ -45,9 +52,6 @@ VOLUME_UPLOAD = "tfjob-upload"
 VOLUME_WORKSPACE = "tfjob-workspace"
 VOLUME_CONFIG = "tfjob-config"
 
-ACCESS_KEY_BUNDLE_URL = "bundle_url"
-ACCESS_KEY_UPLOAD = "upload.json"
-ACCESS_KEY_RESTORE = "restore.json"
 # How long the model owner's bootstrap keeps trying to upload (S3 down, a grant
 # that expired before its refresh reached the pod); runtime/bootstrap.py.
 UPLOAD_PATIENCE_SECONDS = 600
@@ -113,16 +117,16 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int,
     distributed = request.mode is Mode.DISTRIBUTED
     owner = request.model_owner() == (role, index)
     env: list[dict[str, Any]] = [
-        {"name": "TFJOB_ROLE", "value": role.value},
-        {"name": "TFJOB_INDEX", "value": str(index)},
-        {"name": "TFJOB_WAIT_CLUSTERSPEC", "value": "1" if distributed else "0"},
+        {"name": protocol.ENV_ROLE, "value": role.value},
+        {"name": protocol.ENV_INDEX, "value": str(index)},
+        {"name": protocol.ENV_WAIT_CLUSTERSPEC, "value": "1" if distributed else "0"},
         # From the replica's own start until the latest possible delivery (tfjob/timeline.py).
-        {"name": "TFJOB_CLUSTERSPEC_TIMEOUT",
+        {"name": protocol.ENV_CLUSTERSPEC_TIMEOUT,
          "value": str(clusterspec_wait_seconds(request.startup_timeout, request.active_deadline))},
-        {"name": "TFJOB_UPLOAD_MODEL", "value": "1" if owner else "0"},
-        *([{"name": "TFJOB_UPLOAD_PATIENCE", "value": str(upload_patience)},
-           {"name": "TFJOB_SYNC_CHECKPOINTS", "value": "1"},
-           {"name": "TFJOB_CHECKPOINT_INTERVAL", "value": str(request.checkpoint_interval)}]
+        {"name": protocol.ENV_UPLOAD_MODEL, "value": "1" if owner else "0"},
+        *([{"name": protocol.ENV_UPLOAD_PATIENCE, "value": str(upload_patience)},
+           {"name": protocol.ENV_SYNC_CHECKPOINTS, "value": "1"},
+           {"name": protocol.ENV_CHECKPOINT_INTERVAL, "value": str(request.checkpoint_interval)}]
           if owner else []),
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -195,8 +199,6 @@ _UPLOAD_MOUNT = {"name": VOLUME_UPLOAD, "mountPath": ACCESS_DIR, "readOnly": Tru
 _WORKSPACE_MOUNT = {"name": VOLUME_WORKSPACE, "mountPath": WORKSPACE_DIR}
 _CONFIG_MOUNT = {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR}
 
-KEEPER_CONTAINER_NAME = "tfjob-keeper"
-KEEPER_SCRIPT = f"{RUNTIME_DIR}/keeper.py"
 # The keeper sleeps; archive's `keeper.py read` execs (4 MiB base64 chunks) run in
 # its cgroups, hence a little CPU and memory headroom above the request.
 KEEPER_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
@@ -211,7 +213,7 @@ def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
     bootstrap's upload failed (docs/architecture.md, "The pod protocol").
     """
     return {
-        "name": KEEPER_CONTAINER_NAME,
+        "name": KEEPER_CONTAINER,
         "image": request.image,
         "command": ["python3", KEEPER_SCRIPT],
         "env": [build_home_env()],
@@ -248,17 +250,17 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
         "affinity": build_affinity(request, run_key),
         "volumes": build_volumes(run_key, owner=owner),
         "initContainers": [{
-            "name": INIT_CONTAINER_NAME,
+            "name": INIT_CONTAINER,
             "image": request.image,
             "command": ["python3", FETCH_SCRIPT],
-            "env": [{"name": "TFJOB_ROLE", "value": role.value},
-                    {"name": "TFJOB_INDEX", "value": str(index)}, build_home_env()],
+            "env": [{"name": protocol.ENV_ROLE, "value": role.value},
+                    {"name": protocol.ENV_INDEX, "value": str(index)}, build_home_env()],
             "resources": build_resources(request, role, with_gpu=False),
             "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT],
             "securityContext": build_container_security_context(),
         }],
         "containers": [{
-            "name": CONTAINER_NAME,
+            "name": MAIN_CONTAINER,
             "image": request.image,
             # `$` doubled: Kubernetes' own $(NAME) expansion hands the argv over unchanged,
             # and the bootstrap expands it once, with the cluster's variables (pod-protocol.md).
@@ -325,15 +327,15 @@ def build_access_secret(run: RunIdentity, bundle_url: str, tenant: str,
     the checkpoint files to restore (tfjob/checkpoints.py; none by default)."""
     document = dict(restore) if restore is not None else build_empty_restore()
     return _build_secret(run, naming.secret_name(run.run_key),
-                         {ACCESS_KEY_BUNDLE_URL: bundle_url,
-                          ACCESS_KEY_RESTORE: json.dumps(document, sort_keys=True)}, tenant)
+                         {BUNDLE_URL_FILE: bundle_url,
+                          RESTORE_FILE: json.dumps(document, sort_keys=True)}, tenant)
 
 
 def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any],
                         tenant: str) -> dict[str, Any]:
     """The Secret only the model owner's main container mounts: its upload grants."""
     return _build_secret(run, naming.upload_secret_name(run.run_key),
-                         {ACCESS_KEY_UPLOAD: json.dumps(dict(upload), sort_keys=True)}, tenant)
+                         {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)}, tenant)
 
 
 def _build_secret(run: RunIdentity, name: str, data: dict[str, str],

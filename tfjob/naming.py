@@ -4,14 +4,12 @@ Names are deterministic (a retry of the same Airflow run finds the same pods),
 valid DNS-1123 labels and at most 63 characters; when something must be
 shortened, the job part is cut and a stable hash keeps names distinct.
 The labels here are what operators and tshell select on to find and delete
-every object of a run, so they are defined once, in this module; so are the
-DAG ids (a tenant's submit DAG, a request file's DAG) that, with the Airflow
-run id, identify a run.
+every object of a run, so they are defined once, in this module. The ids a run
+has in Airflow (DAG, tasks, XCom keys) are in `pipeline_ids.py`.
 """
 
 import hashlib
 import re
-from collections.abc import Iterable
 
 from tfjob.request import Role
 
@@ -37,13 +35,6 @@ ANNOTATION_DAG_ID = "tfjob.io/dag-id"
 ANNOTATION_ATTEMPTS = "tfjob.io/attempts"
 
 NAMESPACE_PREFIX = "tfjob-"
-# DAG ids: one submit DAG per tenant (`tfjob_submit__<tenant>`), one DAG per request
-# file (`tfjob__<name>`).
-SUBMIT_DAG_PREFIX = "tfjob_submit__"
-REQUEST_DAG_PREFIX = "tfjob__"
-# Every tenant DAG carries the Airflow tag `tenant:<name>`: who it belongs to, for readers
-# that see only the DAG (a scheduled run of a request file has no conf).
-TENANT_TAG_PREFIX = "tenant:"
 RUNTIME_SUFFIX = "runtime"
 ACCESS_SUFFIX = "access"
 UPLOAD_SUFFIX = "upload"
@@ -51,6 +42,7 @@ UPLOAD_SUFFIX = "upload"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID_DNS_CHARS = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
+_ROLES = frozenset(role.value for role in Role)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -91,39 +83,6 @@ def run_key(job: str, dag_id: str, run_id: str) -> str:
     return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(identity)}"
 
 
-def submit_dag_id(tenant: str) -> str:
-    """The tenant's own submit DAG: `tfjob_submit__<tenant>` (its roles alone may trigger it)."""
-    if not isinstance(tenant, str) or not _DNS_LABEL.match(tenant):
-        raise ValueError(f"tenant {tenant!r} given; allowed: a DNS-1123 label (lowercase "
-                         "letters, digits, '-')")
-    return f"{SUBMIT_DAG_PREFIX}{tenant}"
-
-
-def tenant_of_submit_dag(dag_id: str) -> str | None:
-    """The tenant whose submit DAG `dag_id` is; None for any other DAG."""
-    if not dag_id.startswith(SUBMIT_DAG_PREFIX):
-        return None
-    tenant = dag_id[len(SUBMIT_DAG_PREFIX):]
-    return tenant if _DNS_LABEL.match(tenant) else None
-
-
-def request_name_of_dag(dag_id: str) -> str | None:
-    """The request a request-file DAG (`tfjob__<name>`) runs; None for any other DAG."""
-    if not dag_id.startswith(REQUEST_DAG_PREFIX):
-        return None
-    return dag_id[len(REQUEST_DAG_PREFIX):] or None
-
-
-def tenant_tag(tenant: str) -> str:
-    return f"{TENANT_TAG_PREFIX}{tenant}"
-
-
-def tenant_of_tags(tags: Iterable[str]) -> str | None:
-    """The tenant a DAG's tags name (`tenant:<name>`); None when none or several do."""
-    named = {tag[len(TENANT_TAG_PREFIX):] for tag in tags if tag.startswith(TENANT_TAG_PREFIX)}
-    return named.pop() if len(named) == 1 else None
-
-
 def _fit_name(run_key: str, suffix: str) -> str:
     """`<run_key>-<suffix>`, with the job part of the key cut when over 63 characters."""
     name = f"{run_key}-{suffix}"
@@ -142,6 +101,19 @@ def pod_name(run_key: str, role: Role, index: int) -> str:
     if index < 0:
         raise ValueError(f"replica index {index} given; allowed: 0 or more")
     return _fit_name(run_key, f"{Role(role).value}-{index}")
+
+
+def parse_pod_name(name: str) -> tuple[Role, int] | None:
+    """(role, index) of a replica pod's name `<runkey>-<role>-<index>`; None for any other name.
+
+    The inverse of `pod_name`: shortening cuts the job part only, so the role and
+    index at the end are always whole.
+    """
+    head, _, index = name.rpartition("-")
+    run_key, _, role = head.rpartition("-")
+    if not run_key or not index.isdigit() or role not in _ROLES:
+        return None
+    return Role(role), int(index)
 
 
 def configmap_name(run_key: str) -> str:

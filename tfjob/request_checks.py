@@ -10,11 +10,11 @@ from typing import Any
 
 from tfjob.quantity import is_quantity
 from tfjob.request_errors import invalid
+from tfjob.s3url import is_valid_bucket_name, split_s3_url
 
 DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 def check_dns_label(value: str, max_len: int) -> str:
@@ -51,10 +51,11 @@ def check_label_map(value: Any, what: str) -> Any:
 
 def check_s3_url(value: str, shape: str) -> tuple[str, str]:
     """(bucket, key) of an s3:// URL of the given shape; the key must not be empty."""
-    if not value.startswith("s3://"):
+    parts = split_s3_url(value)
+    if parts is None:
         raise invalid(f"an {shape} URL is allowed", value)
-    bucket, _, key = value[len("s3://"):].partition("/")
-    if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
+    bucket, key = parts
+    if not is_valid_bucket_name(bucket):
         raise invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
                        "digits, '.', '-') is allowed", value)
     if not key.strip("/"):

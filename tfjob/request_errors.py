@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from tfjob.errors import TfjobError
+
 
 class _Nothing:
     """The value of a field that was not given (a singleton, also across pickling)."""
@@ -33,7 +35,7 @@ class Unquoted(str):
     """A description standing in for a given value, shown without quotes."""
 
 
-class RequestError(ValueError):
+class RequestError(TfjobError):
     """One invalid request field: where, what was given, what is allowed."""
 
     def __init__(self, field: str, given: Any, allowed: str) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfjob import naming
+from tfjob.errors import TfjobError
 
 POOL_PREFIX = "tfjob-tenant-"
 SERVICE_ACCOUNT_NAME = "tfjob-runner"
@@ -40,7 +41,7 @@ QUOTA_FIELDS: dict[str, str] = {
 }
 
 
-class TenantsFileError(ValueError):
+class TenantsFileError(TfjobError):
     """The tenants file is invalid: where, what was given, what is allowed."""
 
     def __init__(self, source: str, where: str, given: Any, allowed: str) -> None:
@@ -52,7 +53,7 @@ class TenantsFileError(ValueError):
         super().__init__(f"{place}: {given!r} given; {allowed}")
 
 
-class UnknownTenantError(ValueError):
+class UnknownTenantError(TfjobError):
     """A request names a tenant that the tenants file does not declare."""
 
     def __init__(self, tenant: str, known: list[str], source: str) -> None:

@@ -26,16 +26,16 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
+from tfjob.errors import TfjobError
 from tfjob.request import Toleration, TrainingRequest
-from tfjob.request_checks import S3_BUCKET_PATTERN
+from tfjob.s3url import is_valid_bucket_name, split_s3_url
 from tfjob.tenant_model import Tenant
 
-S3_SCHEME = "s3://"
 UNSAFE_SEGMENTS = ("", ".", "..")
 TOLERATION_MATCH_FIELDS = ("operator", "value", "effect")
 
 
-class TenantPolicyError(ValueError):
+class TenantPolicyError(TfjobError):
     """A valid request its tenant may not run: which field, what was given, what is allowed.
 
     Not a `RequestError`: that one names a field inside the request
@@ -56,14 +56,10 @@ class TenantPolicyError(ValueError):
 
 # --- S3 locations -------------------------------------------------------------------------
 
-def split_s3_url(url: str) -> tuple[str, str] | None:
-    """(bucket, key) of `s3://bucket/key`; None when not an s3:// URL with a valid bucket."""
-    if not isinstance(url, str) or not url.startswith(S3_SCHEME):
-        return None
-    bucket, _, key = url[len(S3_SCHEME):].partition("/")
-    if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
-        return None
-    return bucket, key
+def locate_in_s3(url: Any) -> tuple[str, str] | None:
+    """(bucket, key) of an s3:// URL with a valid bucket name; None for anything else."""
+    parts = split_s3_url(url)
+    return parts if parts is not None and is_valid_bucket_name(parts[0]) else None
 
 
 def find_unsafe_segment(key: str) -> str | None:
@@ -76,7 +72,7 @@ def find_unsafe_segment(key: str) -> str | None:
 
 def describe_prefix_problem(prefix: Any) -> str | None:
     """Why `prefix` is not an `s3://<bucket>/<prefix>/` of the tenants file; None if it is."""
-    parts = split_s3_url(prefix)
+    parts = locate_in_s3(prefix)
     if parts is None:
         return ("an s3://<bucket>/<prefix>/ URL with a valid bucket name (3-63 lowercase "
                 "letters, digits, '.', '-') is required")
@@ -96,7 +92,7 @@ def is_within_prefix(url: str, prefix: str) -> bool:
     `s3://b/outputs-x/y`. False for anything that is not an s3:// URL with a
     valid bucket, and for a URL whose key has an empty, '.' or '..' segment.
     """
-    url_parts, prefix_parts = split_s3_url(url), split_s3_url(prefix)
+    url_parts, prefix_parts = locate_in_s3(url), locate_in_s3(prefix)
     if url_parts is None or prefix_parts is None:
         return False
     (bucket, key), (prefix_bucket, prefix_key) = url_parts, prefix_parts
@@ -108,7 +104,7 @@ def is_within_prefix(url: str, prefix: str) -> bool:
 
 
 def _check_location(field: str, url: str, prefixes: Sequence[str], allowed: str) -> None:
-    parts = split_s3_url(url)
+    parts = locate_in_s3(url)
     if parts is not None and find_unsafe_segment(parts[1]) is not None:
         raise TenantPolicyError(field, url, "keys with empty, '.' or '..' path segments are "
                                 f"not allowed; {allowed}")
@@ -192,5 +188,5 @@ def check_request_policy(request: TrainingRequest, tenant: Tenant) -> None:
 
 __all__ = [
     "TenantPolicyError", "check_request_policy", "describe_prefix_problem",
-    "find_unsafe_segment", "is_within_prefix", "split_s3_url",
+    "find_unsafe_segment", "is_within_prefix", "locate_in_s3",
 ]

@@ -45,7 +45,7 @@ from tfjob.tenant_model import (
     TenantsConfig,
     TenantsFileError,
 )
-from tfjob.tenant_policy import describe_prefix_problem, split_s3_url
+from tfjob.tenant_policy import describe_prefix_problem, locate_in_s3
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TENANTS_FILE = REPO_ROOT / "deploy" / "tenants.yaml"
@@ -369,7 +369,7 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
 
 def _prefixes_overlap(first: str, second: str) -> bool:
     """Does one prefix contain the other? (Both already valid, ending in '/'.)"""
-    (bucket, key), (other_bucket, other_key) = split_s3_url(first), split_s3_url(second)
+    (bucket, key), (other_bucket, other_key) = locate_in_s3(first), locate_in_s3(second)
     return bucket == other_bucket and (key.startswith(other_key) or other_key.startswith(key))
 
 

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tshell.config import AirflowConfig
+from tshell.errors import TshellError
 
 if TYPE_CHECKING:
     import airflow_client.client as airflow_api
@@ -67,7 +68,7 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024  # an error's detail is a line or a validation list
 
 
-class AirflowClientError(Exception):
+class AirflowClientError(TshellError):
     """A failure of a call to Airflow, worded for the person at the terminal; `detail` is
     the server's own `detail` line, when it answered one."""
 

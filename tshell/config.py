@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from tshell.errors import TshellError
+
 DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
 DEFAULT_USERNAME = "admin"
 DEFAULT_CONFIG_PATH = Path("~/.config/tshell/config.yaml")
@@ -39,7 +41,7 @@ DEFAULT_AIRFLOW_HOME = REPO_ROOT / ".state" / "airflow"
 SERVICES_FILE = REPO_ROOT / ".state" / "services.json"
 
 
-class ConfigError(ValueError):
+class ConfigError(TshellError, ValueError):
     """The configuration is unusable; the message names the setting and the fix."""
 
 

@@ -11,9 +11,8 @@ or the plain MD5 for a single PUT) and compare it and the size with
 `head_object`. Where S3's ETag is not an MD5 (SSE-KMS objects) they download
 the object and compare sha256.
 
-Endpoint, credentials and region come from boto3's usual places (AWS_*
-environment, ~/.aws), TSHELL_S3_ENDPOINT_URL, or with --aws-conn-id from an
-Airflow AWS connection.
+The S3 client, and where a destination URL puts the file, are tshell's one
+way to S3 (s3_client.py).
 """
 
 from __future__ import annotations
@@ -29,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.bundle import LARGE_FILE_BYTES, BundleError, BundleInfo, write_bundle
+from tshell.errors import TshellError
 from tshell.progress import ProgressBar, format_bytes
+from tshell.s3_client import make_s3_client, s3_destination
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -40,7 +41,7 @@ DEFAULT_CONCURRENCY = 10
 SHA256_METADATA_KEY = "sha256"
 
 
-class UploadError(Exception):
+class UploadError(TshellError):
     """An upload failed or S3 does not hold what was sent."""
 
 
@@ -55,39 +56,6 @@ class UploadResult:
 
 
 # --------------------------------------------------------------------------- library
-
-
-def parse_destination(dest: str, file_name: str) -> tuple[str, str]:
-    """`s3://b/prefix/` -> (b, prefix + file_name); `s3://b/key` -> (b, key)."""
-    if not dest.startswith("s3://"):
-        raise ValueError(
-            f"destination: {dest!r} given; expected s3://bucket/prefix/ or s3://bucket/key"
-        )
-    bucket, _, key = dest[len("s3://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"destination: {dest!r} given; the bucket name is missing")
-    if not key or key.endswith("/"):
-        key += file_name
-    return bucket, key
-
-
-def make_s3_client(aws_conn_id: str | None = None) -> Any:
-    """A boto3 S3 client from the usual places (or an Airflow connection)."""
-    if aws_conn_id:
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-        return S3Hook(aws_conn_id=aws_conn_id).get_conn()
-    import boto3
-    from botocore.config import Config
-
-    endpoint = os.environ.get("TSHELL_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-    # Custom endpoints (MinIO, moto) rarely resolve virtual-hosted bucket names.
-    config = Config(
-        signature_version="s3v4",
-        s3={"addressing_style": "path" if endpoint else "auto"},
-        retries={"max_attempts": 5, "mode": "standard"},
-    )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
 
 def expected_etag(path: Path, threshold: int, part_size: int) -> tuple[str, str, int]:
@@ -127,7 +95,7 @@ def upload_file(
     from boto3.s3.transfer import TransferConfig
 
     file_path = Path(path)
-    bucket, key = parse_destination(dest, file_path.name)
+    bucket, key = s3_destination(dest, file_path.name)
     size = file_path.stat().st_size
     config = TransferConfig(
         multipart_threshold=part_size,
@@ -361,7 +329,7 @@ def push_directory(
 ) -> tuple[BundleInfo, UploadResult]:
     """Pack `src` and upload the archive while it is being written, then verify it in S3."""
     bundle_name = name or Path(src).resolve().name
-    bucket, key = parse_destination(dest, f"{bundle_name}.tar.gz")
+    bucket, key = s3_destination(dest, f"{bundle_name}.tar.gz")
     bar = ProgressBar(f"push {bundle_name}", 0, enabled=show_progress)
     stream = StreamingUpload(client, bucket, key, part_size, concurrency)
     try:

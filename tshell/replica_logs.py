@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-LABEL_RUN = "tfjob.io/run"
-LABEL_ROLE = "tfjob.io/role"
-LABEL_INDEX = "tfjob.io/index"
-MAIN_CONTAINER = "tensorflow"
+from runtime.protocol import MAIN_CONTAINER
+from tfjob.naming import LABEL_INDEX, LABEL_ROLE, LABEL_RUN
+from tshell.errors import TshellError
+
 # A followed pod may still be starting (bundle fetch, image): wait this long for its container.
 CONTAINER_START_TIMEOUT_S = 300.0
 START_POLL_S = 0.5
 _END = object()
 
 
-class ReplicaLogError(Exception):
+class ReplicaLogError(TshellError):
     """The pods cannot be read; the message says which and why."""
 
 

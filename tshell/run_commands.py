@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from tfjob.pipeline_ids import ATTEMPTS_KEY, LAUNCH_TASK, TRAIN_TASK, VALIDATE_TASK
 from tshell.airflow_client import (
     AirflowClientError,
     AirflowNotFoundError,
@@ -51,10 +52,6 @@ from tshell.run_views import (
 # inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
 
 T = TypeVar("T")
-TRAIN_TASK_ID = "train"
-VALIDATE_TASK_ID = "validate"
-LAUNCH_TASK_ID = "launch"
-ATTEMPTS_XCOM_KEY = "attempts"  # operators.settings.ATTEMPTS_KEY
 POLL_INTERVAL_S = 2.0
 # How long a following command (--wait, --follow, cancel) rides out an unreachable Airflow.
 UNREACHABLE_PATIENCE_S = 120.0
@@ -114,17 +111,17 @@ def fetch_task_xcom(
 
 def fetch_attempts(session: AirflowSession, ref: RunRef) -> list[dict[str, Any]] | None:
     """`train`'s XCom `attempts`: each gang of the run (restart policy), once train ran."""
-    return fetch_task_xcom(session, ref, TRAIN_TASK_ID, ATTEMPTS_XCOM_KEY, list)
+    return fetch_task_xcom(session, ref, TRAIN_TASK, ATTEMPTS_KEY, list)
 
 
 def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
     """The `launch` task's XCom ({role: [ip:port, …]}), once it exists."""
-    return fetch_task_xcom(session, ref, LAUNCH_TASK_ID)
+    return fetch_task_xcom(session, ref, LAUNCH_TASK)
 
 
 def fetch_run_description(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
     """What `validate` recorded about the run (request, namespace, run_key), once it ran."""
-    value = fetch_task_xcom(session, ref, VALIDATE_TASK_ID)
+    value = fetch_task_xcom(session, ref, VALIDATE_TASK)
     return value if value is not None and "run_key" in value else None
 
 
@@ -210,13 +207,13 @@ def follow_run(
             if seen.get(task["task_id"]) != state:
                 seen[task["task_id"]] = state
                 out.write(f"{stamp}  {task['task_id']:<14} {state}\n")
-        if not endpoints_shown and seen.get(LAUNCH_TASK_ID) == "success":
+        if not endpoints_shown and seen.get(LAUNCH_TASK) == "success":
             endpoints = fetch_replica_endpoints(session, ref)
             if endpoints:
                 for role, addresses in endpoints.items():
                     out.write(f"           replicas {role}: {', '.join(map(str, addresses))}\n")
                 endpoints_shown = True
-        if replicas is not None and seen.get(VALIDATE_TASK_ID) == "success":
+        if replicas is not None and seen.get(VALIDATE_TASK) == "success":
             for pod in replicas.list_pods() or []:
                 if phases.get(pod.replica_id) != pod.phase:
                     phases[pod.replica_id] = pod.phase

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from tshell.errors import TshellError
+
 
 class ExitCode(enum.IntEnum):
     """What a run command's exit status means (docs/tshell.md, exit codes).
@@ -26,7 +28,7 @@ class ExitCode(enum.IntEnum):
     CONFIG_ERROR = 5
 
 
-class CommandError(Exception):
+class CommandError(TshellError):
     """An error for the person at the terminal, with the exit code to leave with."""
 
     def __init__(self, message: str, code: ExitCode) -> None:

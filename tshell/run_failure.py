@@ -19,13 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfjob.pipeline_ids import PIPELINE_TASKS
 from tshell.airflow_client import AirflowClientError, AirflowSession
 from tshell.run_lookup import RunRef, quote
 
-# The pipeline's tasks in the order they run (operators/settings.py): the first failed one
-# is the cause, the tasks after it failed or were skipped because of it.
-PIPELINE_ORDER = ("validate", "fetch_bundle", "launch", "clusterspec", "train", "archive",
-                  "teardown", "publish")
 MAX_MESSAGE_LINES = 40
 
 
@@ -59,7 +56,9 @@ class RunFailure:
 def find_failed_task(tasks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The first task of the pipeline in state `failed` (any other failed task after them)."""
     failed = [t for t in tasks if t.get("state") == "failed"]
-    order = {task_id: at for at, task_id in enumerate(PIPELINE_ORDER)}
+    # The first failed task in the pipeline's order is the cause; the tasks after it
+    # failed or were skipped because of it.
+    order = {task_id: at for at, task_id in enumerate(PIPELINE_TASKS)}
     failed.sort(key=lambda t: order.get(t["task_id"], len(order)))
     return failed[0] if failed else None
 
@@ -96,5 +95,5 @@ def read_run_failure(session: AirflowSession, ref: RunRef,
     return RunFailure(task["task_id"], try_number, *raised)
 
 
-__all__ = ["MAX_MESSAGE_LINES", "PIPELINE_ORDER", "RunFailure", "find_failed_task",
+__all__ = ["MAX_MESSAGE_LINES", "RunFailure", "find_failed_task",
            "pick_raised_error", "read_run_failure"]

@@ -18,12 +18,12 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
+from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowSession
 from tshell.config import TshellConfig
 from tshell.run_commands import (
     FINISHED_TASK_STATES,
     POLL_INTERVAL_S,
-    TRAIN_TASK_ID,
     RunState,
     add_common,
     call_patiently,
@@ -172,7 +172,7 @@ def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 sys.stderr.write(
                     "note: no replica pods of this run; showing the Airflow task log\n"
                 )
-        task_id = args.task or TRAIN_TASK_ID
+        task_id = args.task or TRAIN_TASK
         for line in iter_live_log(session, ref, task_id, args.follow, args.poll_interval):
             for selected in select_replica_lines([line], args.role, args.index):
                 out.write(selected + "\n")
@@ -189,7 +189,7 @@ def register(subparsers: Any) -> None:
     add_common(logs, json_arg=False)
     logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")
     logs.add_argument("--index", type=int, default=0, help="replica index (default 0)")
-    logs.add_argument("--task", help=f"an Airflow task's log instead (default {TRAIN_TASK_ID})")
+    logs.add_argument("--task", help=f"an Airflow task's log instead (default {TRAIN_TASK})")
     logs.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the task ends"
     )

@@ -55,7 +55,7 @@ def run_ui_url(session: AirflowSession, ref: RunRef) -> str:
 
 def list_training_dag_prefixes() -> tuple[str, ...]:
     """The dag_id prefixes of TF-on-K8s's DAGs: the tenants' submit DAGs and request files'."""
-    from tfjob.naming import REQUEST_DAG_PREFIX, SUBMIT_DAG_PREFIX
+    from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, SUBMIT_DAG_PREFIX
 
     return (SUBMIT_DAG_PREFIX, REQUEST_DAG_PREFIX)
 
@@ -132,7 +132,7 @@ def find_run(
 def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
     """Every TF-on-K8s DAG the user may read, stale ones included (their runs remain), with
     the tenant its `tenant:<name>` tag names (None when it names none)."""
-    from tfjob.naming import tenant_of_tags
+    from tfjob.pipeline_ids import tenant_of_tags
 
     dags: dict[str, str | None] = {}
     params: dict[str, Any] = {
@@ -154,7 +154,7 @@ def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
 
 def read_dag_tenant(session: AirflowSession, dag_id: str) -> str | None:
     """The tenant one DAG's tags name; None when they name none or the DAG cannot be read."""
-    from tfjob.naming import tenant_of_tags
+    from tfjob.pipeline_ids import tenant_of_tags
 
     try:
         dag = session.get_json(f"/api/v2/dags/{quote(dag_id)}")

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from runtime.metric_lines import MetricPoint, parse_metric_line
+from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowClientError, AirflowSession
 from tshell.run_commands import (
     POLL_INTERVAL_S,
     TASK_SUMMARY_FIELDS,
-    TRAIN_TASK_ID,
     ReplicaWatcher,
     RunState,
     add_common,
@@ -146,7 +146,7 @@ class CurveReader:
         if try_number != self._try:
             self._try, self._token, self._seen = try_number, None, set()
         try:
-            lines, token = fetch_task_log(self.session, self.ref, TRAIN_TASK_ID, try_number,
+            lines, token = fetch_task_log(self.session, self.ref, TRAIN_TASK, try_number,
                                           self._token, self._seen)
         except AirflowClientError:  # the log is not there yet, or Airflow blinked: next poll
             return self.latest
@@ -212,7 +212,7 @@ def watch_run(session: AirflowSession, ref: RunRef, replicas: ReplicaWatcher, ou
     while True:
         run = call_patiently(lambda: session.get_json(ref.path))
         tasks = call_patiently(lambda: list_task_instances(session, ref))
-        train = next((t for t in tasks if t["task_id"] == TRAIN_TASK_ID), None)
+        train = next((t for t in tasks if t["task_id"] == TRAIN_TASK), None)
         points = curves.read(train)
         pods = [(p.replica_id, p.phase, p.name) for p in replicas.list_pods() or []]
         frame = render_watch_frame(run, tasks, pods, points, fetch_attempts(session, ref),

@@ -116,7 +116,7 @@ def trigger_submit_run(session: AirflowSession, conf: dict[str, Any]) -> tuple[R
     from airflow_client.client.api.dag_run_api import DagRunApi
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
 
-    from tfjob.naming import submit_dag_id
+    from tfjob.pipeline_ids import submit_dag_id
 
     tenant = conf["tenant"]
     # A run id of our own: a try whose answer was lost (a timeout, a 502/503/504) is looked up

@@ -1,6 +1,6 @@
 """Stand-ins for the pipeline's `tfjob_submit__<tenant>` DAGs, for testing tshell's REST mechanics.
 
-One DAG per tenant of TENANTS, named by `tfjob.naming.submit_dag_id` as the
+One DAG per tenant of TENANTS, named by `tfjob.pipeline_ids.submit_dag_id` as the
 pipeline's are. Each has the pipeline's task names and shapes and nothing of
 its Kubernetes work: `validate` returns the run description as
 operators/runinfo.py's `describe_run` shapes it (namespace, run key, run
@@ -27,7 +27,7 @@ import time
 
 from airflow.sdk import DAG, Param, task, teardown
 
-from tfjob import naming
+from tfjob import naming, pipeline_ids
 from tfjob.tenants import load_tenants
 
 TENANTS = ("team-a", "team-b")
@@ -56,7 +56,7 @@ def run_prefix(context, aws_conn_id: str):
 
 def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> DAG:
     with DAG(
-        naming.submit_dag_id(tenant),
+        pipeline_ids.submit_dag_id(tenant),
         schedule=None,
         start_date=datetime.datetime(2024, 1, 1),
         catchup=False,
@@ -148,7 +148,8 @@ def build_submit_dags() -> dict[str, DAG]:
     for name in TENANTS:
         tenant = tenants.find(name)
         assert tenant is not None, f"tenant {name} is not in the tenants file"
-        built[naming.submit_dag_id(name)] = build_submit_dag(name, tenant.s3_conn_id, tenant.roles)
+        built[pipeline_ids.submit_dag_id(name)] = build_submit_dag(
+            name, tenant.s3_conn_id, tenant.roles)
     return built
 
 

@@ -1,0 +1,90 @@
+"""Each package's errors hang under its one base, and its docstring draws every one of them.
+
+tfjob, runtime, operators and tshell each have one base error (their `errors.py`)
+and draw the tree in their `__init__.py`, as httpx's `_exceptions.py` does. A new
+exception class that skips the base, or is missing from the drawing, fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BASES = {"tfjob": "TfjobError", "runtime": "PodError", "operators": "PipelineError",
+         "tshell": "TshellError"}
+# Documented in the package docstrings as outside the tree, with the reason there.
+OUTSIDE = {"runtime.checkpoints.PassStopped", "operators.run_files.RunFilesError",
+           "operators.run_files.RunFilePathError", "operators.run_files.RunFileNotFoundError",
+           "operators.run_files.RunNotArchivableError", "operators.run_files.RunStorageError"}
+# runtime's entry scripts import their siblings by flat name: read, not imported.
+FLAT_SCRIPTS = {"bootstrap", "fetch", "keeper"}
+
+
+def runtime_exception_classes() -> dict[str, list[str]]:
+    """runtime's classes by `module.Class`, with their base names (read with ast)."""
+    found = {}
+    for path in sorted((REPO / "runtime").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                found[f"runtime.{path.stem}.{node.name}"] = bases
+    return found
+
+
+def imported_exception_classes(package: str) -> list[type[BaseException]]:
+    classes = []
+    for path in sorted((REPO / package).glob("*.py")):
+        if path.stem in {"__init__", "__main__"}:
+            continue
+        module = importlib.import_module(f"{package}.{path.stem}")
+        classes += [value for _, value in inspect.getmembers(module, inspect.isclass)
+                    if issubclass(value, BaseException) and value.__module__ == module.__name__]
+    return classes
+
+
+@pytest.mark.parametrize("package", ["tfjob", "operators", "tshell"])
+def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
+    base = getattr(importlib.import_module(f"{package}.errors"), BASES[package])
+    drawing = importlib.import_module(package).__doc__ or ""
+    classes = [c for c in imported_exception_classes(package)
+               if f"{c.__module__}.{c.__name__}" not in OUTSIDE and c is not base]
+    assert classes, "no errors found: the test reads the wrong place"
+    outside = [c.__qualname__ for c in classes if not issubclass(c, base)]
+    assert not outside, f"re-base these on {base.__name__}: {outside}"
+    undrawn = [c.__name__ for c in classes if c.__name__ not in drawing]
+    assert not undrawn, f"draw these in {package}/__init__.py's tree: {undrawn}"
+
+
+def test_every_error_of_the_pod_side_has_its_base_and_is_drawn():
+    classes = runtime_exception_classes()
+    errors = {name for name, bases in classes.items()
+              if name not in OUTSIDE and name != "runtime.errors.PodError"
+              and any(b in {"Exception", "PodError"} or b.endswith("Error") for b in bases)}
+    assert "runtime.keeper.PathRefused" in errors and "runtime.transfer.TransferError" in errors
+    drawing = (REPO / "runtime" / "__init__.py").read_text(encoding="utf-8")
+    for name in sorted(errors):
+        assert classes[name] == ["PodError"], f"{name}: re-base on PodError"
+        assert name.rsplit(".", 1)[1] in drawing, f"{name}: draw it in runtime/__init__.py"
+
+
+def test_errors_keep_the_python_and_airflow_bases_their_callers_catch():
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from operators.bundlecheck import BundleMissing
+    from operators.gang import GangStartError
+    from operators.train import TrainingFailed
+    from runtime.bundleformat import BundleError
+    from runtime.errors import PodError
+    from tfjob.request_errors import RequestError
+    from tshell.config import ConfigError
+
+    assert issubclass(RequestError, ValueError) and issubclass(ConfigError, ValueError)
+    assert issubclass(GangStartError, AirflowException)
+    assert issubclass(TrainingFailed, AirflowFailException)
+    assert issubclass(BundleMissing, FileNotFoundError)
+    assert issubclass(BundleError, PodError)

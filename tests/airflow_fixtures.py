@@ -24,8 +24,8 @@ Use from a test module (tests/ is on sys.path in pytest's default import mode):
         yield handle
         handle.stop()
 
-or take `repo_airflow` (this repo's dags and plugins, no connections) by
-importing it into the module: `from airflow_fixtures import repo_airflow  # noqa: F401`.
+or take `repo_airflow` (this repo's dags and plugins, no connections) by name: this
+module is a pytest plugin (tests/conftest.py registers it).
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ from typing import Any
 
 import pytest
 from postgres_fixtures import airflow_database_url
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from repo_root import REPO_ROOT
 
 # How long a retried call keeps asking an API server that gives no answer or 502/503/504.
 UNAVAILABLE_PATIENCE_S = 90

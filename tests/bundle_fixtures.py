@@ -19,9 +19,11 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
+from repo_root import REPO_ROOT
+
 from runtime.bundle import MANIFEST_NAME, Refusal
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 GOOD_FILES = {"code/train.py": b"print('training')\n", "data/x.csv": b"1,2,3\n"}
 

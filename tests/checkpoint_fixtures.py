@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+from repo_root import REPO_ROOT
 from s3_fixtures import S3Server
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 BOOTSTRAP = REPO / "runtime" / "bootstrap.py"
 DAG = "tfjob__job"
 DEADLINE_S = 30.0

@@ -1,4 +1,11 @@
-"""Suite-wide pytest hooks: the order in which test files start.
+"""Suite-wide pytest set-up: the fixture plugins and the order in which test files start.
+
+The tests live in tests/<package>/ (tests/README.md). This file's folder, tests/,
+is on sys.path under pytest, so every test imports the shared helpers by flat
+name (`from pipeline_fixtures import wait_for`, `from repo_root import REPO_ROOT`).
+The modules that define fixtures are registered below as plugins: a test takes
+their fixtures (`localkube_api`, `s3_server`, `pipeline_world`, ...) by name,
+without importing them.
 
 `make test` runs the files on several pytest-xdist workers (`--dist loadfile`),
 each file whole on one worker. The files that take minutes (Airflow and real
@@ -12,6 +19,10 @@ is stopped and removed.
 from __future__ import annotations
 
 import pytest
+
+# Dependencies first: pipeline_fixtures imports the localkube and S3 ones, and a module
+# imported before pytest registers it as a plugin would miss assertion rewriting.
+pytest_plugins = ["localkube_fixtures", "s3_fixtures", "airflow_fixtures", "pipeline_fixtures"]
 
 # Slowest first, as `make test --durations` shows them on 2 cores.
 # The two TensorFlow files start apart: together with the TensorFlow pipeline file they
@@ -33,7 +44,7 @@ LONG_FILES = (
 
 
 def file_rank(item: pytest.Item) -> int:
-    name = item.path.name
+    name = item.path.name  # by file name: the files sit in tests/<package>/
     return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
 
 

@@ -1,7 +1,7 @@
 """Acting on a run's gang from a test while its DAG runs: find, drain, abandon.
 
-Shared by the end-to-end restart tests (the stand-in's, tests/test_pipeline_restarts.py,
-and real TensorFlow's, tests/test_pipeline_tensorflow_restart.py).
+Shared by the end-to-end restart tests (the stand-in's, tests/pipeline/test_pipeline_restarts.py,
+and real TensorFlow's, tests/pipeline/test_pipeline_tensorflow_restart.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A real localkube for tests: `python -m localkube up` on a free port in a temporary state dir.
 
-Use it from any test module:
-
-    from localkube_fixtures import localkube, localkube_api  # noqa: F401  (pytest fixtures)
+A pytest plugin (tests/conftest.py registers it): any test takes the fixtures by name.
 
     def test_something(localkube):            # API server + one kubelet per node
         client = localkube.core_v1()

@@ -1,6 +1,6 @@
 """A world for end-to-end pipeline tests: S3 server + localkube + a migrated Airflow home.
 
-    from pipeline_fixtures import pipeline_world  # noqa: F401  (pytest fixture)
+A pytest plugin (tests/conftest.py registers it): any test takes the fixture by name.
 
     def test_x(pipeline_world):
         result = pipeline_world.run_request(request)   # dag.test() of tfjob__<name>
@@ -40,13 +40,14 @@ import pytest
 import yaml
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from postgres_fixtures import airflow_database_url
+from repo_root import REPO_ROOT
 from s3_fixtures import S3Server, start_s3_server, stop_s3_server
 from standin import write_standin_bundle
 
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, submit_dag_id
 from tfjob.tenants import build_namespace, load_tenants
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 TENANT = "test"
 NAMESPACE = f"tfjob-{TENANT}"
 STANDIN_BUNDLE_KEY = "bundles/standin.tar.gz"

@@ -1,6 +1,6 @@
 """Watching a job's pods in the API server's own order: who lived when, per gang (issue 15).
 
-Why this exists: the restart tests (tests/test_pipeline_restarts.py) must show
+Why this exists: the restart tests (tests/pipeline/test_pipeline_restarts.py) must show
 that no run ever has two gangs' pods alive at once. `PodLifeRecorder` lists
 the job's pods once, then follows one watch stream resumed from its last
 resourceVersion, so it sees every creation, graceful deletion and removal in

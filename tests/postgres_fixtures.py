@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
+from repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
 import postgres_server  # noqa: E402

@@ -1,10 +1,6 @@
 """A real S3 server process for tests: scripts/s3_server.py (moto + presign checks) on a free port.
 
-Use it from any test module:
-
-    import s3_fixtures  # tests/ is on sys.path under pytest
-
-    s3_server = s3_fixtures.s3_server  # make the fixture visible in this module
+A pytest plugin (tests/conftest.py registers it): any test takes the fixtures by name.
 
     def test_something(s3_server, s3_client):
         s3_client.put_object(Bucket=s3_server.bucket, Key="k", Body=b"x")
@@ -18,7 +14,7 @@ presigned requests only.
 
 The server keeps what it acknowledged under its state dir (`start_s3_server`'s
 `state_dir`, by default `<workdir>/s3-state`): a server started again on the
-same state dir serves the same buckets and objects (tests/test_s3_persistence.py).
+same state dir serves the same buckets and objects (tests/s3/test_s3_persistence.py).
 """
 
 from __future__ import annotations
@@ -33,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from repo_root import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"
 ACCESS_KEY = "tfjob-test-key"
 SECRET_KEY = "tfjob-test-secret"

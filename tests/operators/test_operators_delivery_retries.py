@@ -1,0 +1,99 @@
+"""ClusterSpec delivery is retried per replica: a failed exec is tried again for that replica
+only, within bounded tries and the delivery's budget; a final API answer is not retried.
+(The execs themselves, against real localkube pods: tests/operators/test_operators_delivery.py.)"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from operators import delivery
+from operators.delivery import DeliveryError, deliver_cluster_files
+
+
+@pytest.fixture
+def execs(monkeypatch):
+    """Replaces the exec: `failures[pod]` lists what each try of that pod does (an exception
+    is raised, None writes); a pod with no script succeeds. Returns (tries per pod, failures)."""
+    monkeypatch.setattr(delivery, "DELIVERY_FIRST_DELAY_SECONDS", 0.001)
+    monkeypatch.setattr(delivery, "DELIVERY_LONGEST_DELAY_SECONDS", 0.002)
+    monkeypatch.setattr(delivery, "EXEC_TIMEOUT_SECONDS", 0)
+    tries: Counter[str] = Counter()
+    failures: dict[str, list[BaseException | None]] = {}
+    written: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def fake_exec(api, namespace, pod, content):
+        with lock:
+            tries[pod] += 1
+            script = failures.get(pod) or [None]
+            step = script.pop(0) if len(script) > 1 else script[0]
+        if step is not None:
+            raise step
+        written[pod] = content
+
+    monkeypatch.setattr(delivery, "deliver_cluster_file", fake_exec)
+    return tries, failures, written
+
+
+def exited(pod: str, code: int) -> DeliveryError:
+    return DeliveryError(f"pod {pod}: writing cluster.json exited with code {code}: mv: busy")
+
+
+def test_a_replica_whose_exec_fails_is_retried_and_only_that_one(execs):
+    tries, failures, written = execs
+    failures["job-worker-1"] = [exited("job-worker-1", 1),
+                                ApiException(status=0, reason="Handshake status 503"), None]
+    contents = {f"job-worker-{i}": f'{{"index": {i}}}' for i in range(3)}
+    deliver_cluster_files(None, "ns", contents, workers=1)
+    assert tries == Counter({"job-worker-0": 1, "job-worker-1": 3, "job-worker-2": 1})
+    assert written == contents
+
+
+def test_retries_run_in_parallel_workers_too(execs):
+    tries, failures, written = execs
+    failures["job-ps-0"] = [ConnectionResetError(104, "Connection reset by peer"), None]
+    contents = {name: "{}" for name in ("job-chief-0", "job-ps-0", "job-worker-0")}
+    api = k8s.CoreV1Api(k8s.ApiClient(k8s.Configuration()))  # cloned per thread, never called
+    deliver_cluster_files(api, "ns", contents, workers=3)
+    assert tries["job-ps-0"] == 2 and tries["job-chief-0"] == tries["job-worker-0"] == 1
+    assert set(written) == set(contents)
+
+
+def test_tries_are_bounded_and_the_error_names_the_pod_and_the_count(execs):
+    tries, failures, _ = execs
+    failures["job-worker-0"] = [exited("job-worker-0", 1)]
+    with pytest.raises(DeliveryError) as error:
+        deliver_cluster_files(None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"},
+                              workers=1, attempts=3)
+    assert tries["job-worker-0"] == 3 and tries["job-worker-1"] == 1
+    assert str(error.value) == ("cluster.json reached 1 of 2 pods; pod job-worker-0: writing "
+                                "cluster.json exited with code 1: mv: busy (after 3 tries)")
+
+
+def test_a_final_api_answer_is_not_retried(execs):
+    tries, failures, _ = execs
+    failures["job-worker-0"] = [ApiException(status=404, reason="Not Found")]
+    failures["job-worker-1"] = [ApiException(status=0, reason="Handshake status 403 Forbidden")]
+    with pytest.raises(DeliveryError, match=r"pod job-worker-0: exec failed \(404 Not Found\)"):
+        deliver_cluster_files(None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"},
+                              workers=1)
+    assert tries == Counter({"job-worker-0": 1, "job-worker-1": 1})
+
+
+def test_no_try_starts_that_could_not_end_within_the_budget(execs, monkeypatch):
+    tries, failures, _ = execs
+    monkeypatch.setattr(delivery, "EXEC_TIMEOUT_SECONDS", 30)
+    failures["job-worker-0"] = [exited("job-worker-0", 1)]
+    with pytest.raises(DeliveryError, match="exited with code 1"):
+        deliver_cluster_files(None, "ns", {"job-worker-0": "{}"}, budget=10.0)
+    assert tries["job-worker-0"] == 1
+
+
+def test_attempts_below_one_are_refused():
+    with pytest.raises(ValueError, match="attempts: 0 given"):
+        deliver_cluster_files(None, "ns", {"p": "{}"}, attempts=0)

@@ -2,7 +2,7 @@
 
 Pure: `build_report(results, machine, run)` turns plain data into Markdown, so
 its arithmetic and verdicts are tested without running anything
-(tests/test_bench_stats.py). A measurement that failed or was skipped gets a
+(tests/bench/test_bench_stats.py). A measurement that failed or was skipped gets a
 line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),

@@ -3,7 +3,7 @@
 Also reads the `pstats` listing bench_parse.py saves (`--profile`) to say which
 parts of building the request DAGs cost what. Its own module so each section of
 bench/report.py can be read alone; the profile reading is tested in
-tests/test_bench_stats.py.
+tests/bench/test_bench_stats.py.
 """
 
 from __future__ import annotations

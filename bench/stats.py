@@ -1,7 +1,7 @@
 """Summaries of repeated measurements: median, min and max, ratios, and their Markdown.
 
 Pure functions only (no clock, no I/O), so the report's arithmetic is tested
-without running a benchmark (tests/test_bench_stats.py).
+without running a benchmark (tests/bench/test_bench_stats.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ measurement processes read back, and stops it by that record.
 Airflow is the tests' launcher too (`tests/airflow_fixtures.start_airflow`:
 this repo's airflow.cfg, its parallelism, LocalExecutor, a free port, a
 database in the same PostgreSQL), given the world's connections, as
-tests/test_pipeline_rest.py does.
+tests/pipeline/test_pipeline_rest.py does.
 
 What `stop_world` guarantees: no process of the world and no PostgreSQL
 cluster directory (/tmp/tfjob-pg-*) is left, also after a failed start: the

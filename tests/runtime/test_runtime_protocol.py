@@ -10,15 +10,15 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
+from repo_root import REPO_ROOT
 from tfjob_fixtures import RUN, distributed_request_data
 
 from runtime import protocol
 from tfjob.manifests import build_pod_manifests
 from tfjob.request import load_request
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 PROTOCOL = REPO / "runtime" / "protocol.py"
 # String literals that are pod-protocol names: container names, mount paths, TFJOB_*
 # variables the pods read. Documentation (docstrings, comments) may name them.

@@ -242,6 +242,20 @@ def open_run_file(s3: Any, storage: RunStorage, path: str) -> RunFileStream:
     return RunFileStream(path=path, size=int(answer["ContentLength"]), body=answer["Body"])
 
 
+def read_run_file_tail(s3: Any, storage: RunStorage, path: str, max_bytes: int) -> str:
+    """The last `max_bytes` of the run's object `path` as text (a log's end is what matters)."""
+    path = check_run_file_path(path)
+    try:
+        answer = s3.get_object(Bucket=storage.bucket, Key=storage.prefix + path,
+                               Range=f"bytes=-{max_bytes}")
+        data = answer["Body"].read(max_bytes)
+    except Exception as error:  # noqa: BLE001 - translated below
+        if getattr(error, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
+            return ""  # an empty object has no last bytes
+        raise describe_storage_failure(storage, path, error) from None
+    return data.decode("utf-8", errors="replace")
+
+
 def describe_storage_failure(storage: RunStorage, what: str, error: Exception) -> RunFilesError:
     """An S3 failure as an answer naming the file (or listing) and the connection, no secret."""
     from botocore.exceptions import BotoCoreError, ClientError

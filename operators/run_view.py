@@ -61,10 +61,12 @@ class RunTimes:
 
 def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
                   tasks: Mapping[str, TaskTimes]) -> dict[str, Any] | None:
-    """The run's job view; None when the run is not a training run (validate pushed nothing)."""
+    """The run's job view; None when the run is not a training run (validate pushed nothing
+    and the run has ended; an active run's validate may not have run yet)."""
     described = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
-    if not described:
+    if not described and run.state not in ACTIVE_RUN_STATES:
         return None
+    described = described or {"request": run.conf or {}}
     request = described.get("request") or {}
     archived = xcoms.get((ARCHIVE_TASK, RETURN_VALUE)) or {}
     cluster_spec = (xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))  # a restarted gang's

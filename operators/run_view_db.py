@@ -59,8 +59,9 @@ def read_run_summary(session: Any, dag_id: str, run_id: str) -> dict[str, Any]:
         TaskInstance.map_index == -1)).all()
     tasks = {ti.task_id: TaskTimes(ti.state and str(ti.state), _iso(ti.start_date),
                                    _iso(ti.end_date), ti.try_number) for ti in instances}
+    conf = dag_run.conf if isinstance(dag_run.conf, dict) else None
     run = RunTimes(dag_run.state and str(dag_run.state), _iso(dag_run.start_date),
-                   _iso(dag_run.end_date))
+                   _iso(dag_run.end_date), conf)
     summary = summarize_run(dag_id, run_id, run, xcoms, tasks)
     if summary is None:
         raise HTTPException(404, f"run {run_id!r} of DAG {dag_id!r} is not a training run "

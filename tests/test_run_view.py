@@ -89,6 +89,14 @@ def test_a_run_whose_validate_pushed_nothing_is_not_a_training_run():
                          times({"some_task": "success"})) is None
 
 
+def test_an_active_run_before_validate_shows_its_conf_as_the_job():
+    conf = {"name": "digits", "tenant": "team-a", "mode": "single"}
+    summary = summarize_run("tfjob_submit__team-a", "r", RunTimes("queued", conf=conf), {},
+                            times({"validate": "queued"}))
+    assert summary["job"]["name"] == "digits" and summary["job"]["namespace"] is None
+    assert summary["active"] is True and summary["replicas"] == []
+
+
 def test_an_active_run_says_so_and_a_launch_failure_is_kept():
     xcoms = {("validate", "return_value"): DESCRIBED,
              ("launch", "failure"): {"reason": "Unschedulable", "message": "0/2 nodes"}}

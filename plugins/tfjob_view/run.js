@@ -5,6 +5,7 @@
 const BASE = location.pathname.replace(/\/view$/, "");
 const POLL_MS = 2000;
 const FAILED_TAIL = 8;
+const CONFIRM_MS = 10000;
 const PALETTE = ["#017cee", "#e53e3e", "#38a169", "#d69e2e", "#805ad5", "#dd6b20",
                  "#319795", "#d53f8c"];
 const state = { run: null, charts: {}, logReplica: "", logTimer: null, tails: {} };
@@ -258,8 +259,17 @@ async function poll() {
 }
 
 async function cancelRun() {
+  // Asked twice in the page itself: the UI's iframe sandbox has no allow-modals, so confirm()
+  // would answer false without showing anything.
   const button = document.getElementById("cancel");
-  if (!confirm("Cancel this run? Its active tasks fail; archive and teardown still run.")) return;
+  if (!state.cancelArmed) {
+    state.cancelArmed = true;
+    button.textContent = "Click again to cancel: active tasks fail, archive and teardown still run";
+    setTimeout(() => { state.cancelArmed = false; button.textContent = "Cancel run"; }, CONFIRM_MS);
+    return;
+  }
+  state.cancelArmed = false;
+  button.textContent = "Cancel run";
   button.disabled = true;
   const note = document.getElementById("cancel-note");
   try {

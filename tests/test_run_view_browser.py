@@ -77,10 +77,11 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-def open_tab(browser: Any, airflow: Any, run_id: str, dag_id: str = SUBMIT) -> tuple[Any, Any]:
+def open_tab(browser: Any, airflow: Any, run_id: str, dag_id: str = SUBMIT,
+             color_scheme: str = "light") -> tuple[Any, Any]:
     """The run's TFJob tab in the Airflow UI, logged in as `airflow`'s user: (page, tab), the
     tab a frame locator (the UI may re-render its iframe; a locator finds it again)."""
-    page = open_page(browser, airflow, tab_path(run_id, dag_id))
+    page = open_page(browser, airflow, tab_path(run_id, dag_id), color_scheme)
     return page, page.frame_locator("iframe[title=TFJob]")
 
 
@@ -88,8 +89,8 @@ def tab_path(run_id: str, dag_id: str = SUBMIT) -> str:
     return f"/dags/{dag_id}/runs/{urllib.parse.quote(run_id, safe='')}/plugin/tfjob-run"
 
 
-def open_page(browser: Any, airflow: Any, path: str) -> Any:
-    context = browser.new_context(viewport=LAPTOP)
+def open_page(browser: Any, airflow: Any, path: str, color_scheme: str = "light") -> Any:
+    context = browser.new_context(viewport=LAPTOP, color_scheme=color_scheme)
     context.add_cookies([{"name": "_token", "value": airflow.token(), "url": airflow.url}])
     page = context.new_page()
     page.set_default_timeout(UI_TIMEOUT_MS)
@@ -179,9 +180,12 @@ def test_after_the_run_the_archived_logs_curves_and_outputs_are_served(browser, 
     run_id = running["dag_run_id"]
     done = await_run(airflow, SUBMIT, run_id)
     assert done["state"] == "success", explain_run(airflow, SUBMIT, run_id)
-    page, tab = open_tab(browser, airflow, run_id)
+    page, tab = open_tab(browser, airflow, run_id, color_scheme="dark")
     wait_for(lambda: tab.locator("#state").inner_text() == "success" or None, 60,
              "the tab showing the finished run")
+    # The UI is dark (its "system" theme on a dark browser), and the tab follows its class.
+    assert "dark" in (page.locator("html").get_attribute("class") or "").split()
+    assert tab.locator("html").get_attribute("data-theme") == "dark"
     assert tab.locator("#replicas-from").inner_text() == "as the run recorded them"
     assert not tab.locator("#cancel").is_visible()
     tab.locator("#log-replica").select_option("worker-0")

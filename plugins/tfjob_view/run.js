@@ -10,11 +10,42 @@ const PALETTE = ["#017cee", "#e53e3e", "#38a169", "#d69e2e", "#805ad5", "#dd6b20
                  "#319795", "#d53f8c"];
 const state = { run: null, charts: {}, logReplica: "", logTimer: null, tails: {} };
 
+function readAirflowTheme() {
+  // The Airflow UI (next-themes) marks its <html> with the class "dark" or "light" and keeps
+  // the choice in localStorage "theme"; this frame shares its origin. Else the browser's
+  // prefers-color-scheme decides (run.css).
+  try {
+    const classes = window.parent.document.documentElement.classList;
+    if (classes.contains("dark")) return "dark";
+    if (classes.contains("light")) return "light";
+  } catch (e) { /* not inside the UI */ }
+  try {
+    const stored = localStorage.getItem("theme");
+    if (stored === "dark" || stored === "light") return stored;
+  } catch (e) { /* no storage */ }
+  return null;
+}
+
 function applyTheme() {
-  // The Airflow UI (Chakra) keeps its colour mode in localStorage; this frame shares its origin.
-  let mode = null;
-  try { mode = localStorage.getItem("chakra-ui-color-mode"); } catch (e) { mode = null; }
-  if (mode === "dark" || mode === "light") document.documentElement.dataset.theme = mode;
+  const theme = readAirflowTheme();
+  if (theme) document.documentElement.dataset.theme = theme;
+  else delete document.documentElement.dataset.theme;
+}
+
+function followAirflowTheme() {
+  try {
+    new MutationObserver(() => { applyTheme(); redrawCharts(); })
+      .observe(window.parent.document.documentElement, { attributes: true, attributeFilter: ["class"] });
+  } catch (e) { /* not inside the UI */ }
+}
+
+function redrawCharts() {
+  for (const name of Object.keys(state.charts)) {
+    state.charts[name].destroy();
+    delete state.charts[name];
+  }
+  document.getElementById("charts").replaceChildren();
+  if (state.curves) drawCurves(state.curves);
 }
 
 function el(tag, attrs, ...children) {
@@ -180,6 +211,7 @@ function drawAttempts(run) {
 }
 
 function drawCurves(answer) {
+  state.curves = answer;
   const curves = answer.curves;
   const names = [];
   for (const points of Object.values(curves)) {
@@ -285,6 +317,7 @@ async function cancelRun() {
 }
 
 applyTheme();
+followAirflowTheme();
 document.getElementById("cancel").addEventListener("click", cancelRun);
 document.getElementById("log-replica").addEventListener("change", (event) => {
   state.logReplica = event.target.value;

@@ -6,6 +6,7 @@ PYTHON ?= $(shell PATH=$$(printf %s "$$PATH" | tr ':' '\n' | grep -vF '$(CURDIR)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 STATE := .state
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -14,7 +15,15 @@ export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
 .PHONY: setup test test-fast lint demo up down bench bench-quick s3-up s3-down
 
-setup: $(STAMP)
+setup: $(STAMP) $(NODE_STAMP)
+
+# The TFJob tab's browser library (Chart.js), pinned in package-lock.json; the plugin
+# serves it from node_modules/ (plugins/tfjob_view/, operators/run_view_api.py). Rebuilt
+# only when the lock changes: a second `make setup` does nothing.
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null 2>&1 || (apt-get install -y -qq npm >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq npm) >/dev/null 2>&1) || echo "note: npm not installed; the TFJob tab draws no chart"
+	npm ci --no-audit --no-fund --silent
+	@touch $(NODE_STAMP)
 
 # Rebuilt only when the pins change: a second `make setup` does nothing.
 # --compile-bytecode: uv writes no .pyc of its own, and where PYTHONDONTWRITEBYTECODE
@@ -37,6 +46,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	  apt-get install -y -qq --no-install-recommends postgresql >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql) >/dev/null 2>&1 || \
 	  echo "note: PostgreSQL not installed (apt-get install postgresql); make up, make demo and the end-to-end tests need it"; }
+	@command -v chromium >/dev/null 2>&1 || (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1) || echo "note: chromium not installed; the browser tests of the TFJob tab will fail"
 	@touch $(STAMP)
 
 # Files run whole on 3 workers, in the order tests/conftest.py gives (longest first;

@@ -25,11 +25,15 @@ are what existing `except` clauses catch.
     │                                            tenant not applied, no room in quota (tenancy.py)
     ├── TenantNotAppliedError (RuntimeError)    the tenant's namespace is missing; run
     │                                            `tshell tenants apply` (tenancy.py)
-    └── PoolApiError (RuntimeError)             Airflow refused or failed a pool call
-        ├── PoolUnavailableError                 ... Airflow cannot answer now; try again
-        └── PoolConflictError                    ... Airflow already has the pool (409)
-                                                 (pool_clients.py)
-
-Not yet under it: `run_files.RunFilesError` and its subclasses (the TFJob tab's
-file routes), an `Exception`.
+    ├── PoolApiError (RuntimeError)             Airflow refused or failed a pool call
+    │   ├── PoolUnavailableError                 ... Airflow cannot answer now; try again
+    │   └── PoolConflictError                    ... Airflow already has the pool (409)
+    │                                            (pool_clients.py)
+    ├── LogRequestError (ValueError)            the TFJob tab's log query breaks a rule:
+    │                                            answered 400 (run_view_logs.py)
+    └── RunFilesError                           a run's files cannot be served; `status` is
+        ├── RunFilePathError                     the HTTP answer (run_files.py): 400 a bad path,
+        ├── RunFileNotFoundError                 404 no such file,
+        ├── RunNotArchivableError                404 a run with nothing archived,
+        └── RunStorageError                      502 S3 failed
 """

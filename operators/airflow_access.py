@@ -44,7 +44,8 @@ def list_tenant_role_permissions() -> list[tuple[str, str]]:
 
     Dropped: every right on the resource "DAGs" (it comes per DAG from
     access_control), DAG dependencies (the graph of every DAG), and creating
-    asset events.
+    asset events. Added: reading the plugin list, without which the UI shows
+    no plugin tab (the run's TFJob tab) and answers its URL with a 404 page.
     """
     from airflow.providers.fab.auth_manager.security_manager.override import (
         FabAirflowSecurityManagerOverride as Override,
@@ -61,6 +62,7 @@ def list_tenant_role_permissions() -> list[tuple[str, str]]:
             continue
         else:
             kept.append((action, resource))
+    kept.append((permissions.ACTION_CAN_READ, permissions.RESOURCE_PLUGIN))
     return sorted(set(kept))
 
 

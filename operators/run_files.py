@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from operators.errors import PipelineError
 from operators.s3access import RUNS_DIR
 from tfjob.s3url import parse_s3_url
 
@@ -44,7 +45,7 @@ CHUNK_BYTES = 1024 * 1024
 MISSING_CODES = ("NoSuchKey", "404", "NotFound")
 
 
-class RunFilesError(Exception):
+class RunFilesError(PipelineError):
     """A request for a run's files that cannot be answered; `status` is the HTTP answer."""
 
     status = 500
@@ -241,6 +242,20 @@ def open_run_file(s3: Any, storage: RunStorage, path: str) -> RunFileStream:
     except Exception as error:  # noqa: BLE001 - translated below
         raise describe_storage_failure(storage, path, error) from None
     return RunFileStream(path=path, size=int(answer["ContentLength"]), body=answer["Body"])
+
+
+def read_run_file_tail(s3: Any, storage: RunStorage, path: str, max_bytes: int) -> str:
+    """The last `max_bytes` of the run's object `path` as text (a log's end is what matters)."""
+    path = check_run_file_path(path)
+    try:
+        answer = s3.get_object(Bucket=storage.bucket, Key=storage.prefix + path,
+                               Range=f"bytes=-{max_bytes}")
+        data = answer["Body"].read(max_bytes)
+    except Exception as error:  # noqa: BLE001 - translated below
+        if getattr(error, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
+            return ""  # an empty object has no last bytes
+        raise describe_storage_failure(storage, path, error) from None
+    return data.decode("utf-8", errors="replace")
 
 
 def describe_storage_failure(storage: RunStorage, what: str, error: Exception) -> RunFilesError:

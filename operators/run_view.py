@@ -2,16 +2,16 @@
 
 The pipeline already passes everything worth seeing through XCom (the run
 description, the pods' endpoints, the ClusterSpec, the replicas' end states,
-metrics, the archive's S3 addresses); this module only gathers and renders it,
-so the plugin that serves it (plugins/tfjob_plugin.py) stays thin and this is
-tested without Airflow.
+metrics, the archive's S3 addresses); this module only gathers it, so the
+routes that serve it (operators/run_view_api.py) stay thin and this is tested
+without Airflow. The page itself is static (plugins/tfjob_view/): it asks for
+this JSON every few seconds and draws it.
 """
 
 from __future__ import annotations
 
-import html
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tfjob.pipeline_ids import (
@@ -35,37 +35,70 @@ RETURN_VALUE = "return_value"
 XComValues = Mapping[tuple[str, str], Any]
 
 
-def summarize_run(dag_id: str, run_id: str, run_state: str | None, xcoms: XComValues,
-                  task_states: Mapping[str, str | None]) -> dict[str, Any] | None:
-    """The run's job view; None when the run is not a training run (validate pushed nothing)."""
+FAILED_PHASES = ("Failed", "Unknown")
+ACTIVE_RUN_STATES = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class TaskTimes:
+    """One task instance of the run as the timeline draws it (ISO times, or None)."""
+
+    state: str | None
+    start: str | None = None
+    end: str | None = None
+    try_number: int | None = None
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    """The DAG run's own state and times (ISO), as Airflow's database has them."""
+
+    state: str | None
+    start: str | None = None
+    end: str | None = None
+    conf: Mapping[str, Any] | None = None
+
+
+def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
+                  tasks: Mapping[str, TaskTimes]) -> dict[str, Any] | None:
+    """The run's job view; None when the run is not a training run (validate pushed nothing
+    and the run has ended; an active run's validate may not have run yet)."""
     described = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
-    if not described:
+    if not described and run.state not in ACTIVE_RUN_STATES:
         return None
+    described = described or {"request": run.conf or {}}
     request = described.get("request") or {}
     archived = xcoms.get((ARCHIVE_TASK, RETURN_VALUE)) or {}
+    cluster_spec = (xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))  # a restarted gang's
+                    or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"))
     return {
         "dag_id": dag_id,
         "run_id": run_id,
-        "state": run_state,
+        "state": run.state,
+        "active": run.state in ACTIVE_RUN_STATES,
+        "start": run.start,
+        "end": run.end,
         "job": {
             "name": request.get("name"),
             "tenant": request.get("tenant"),
             "mode": request.get("mode"),
+            "strategy": request.get("strategy"),
             "image": request.get("image"),
             "replicas": request.get("replicas"),
             "namespace": described.get("namespace"),
             "run_key": described.get("run_key"),
         },
-        "tasks": [{"task_id": task, "state": task_states.get(task)} for task in PIPELINE
-                  if task in task_states],
+        "tasks": [{"task_id": task, "state": tasks[task].state, "start": tasks[task].start,
+                   "end": tasks[task].end, "try_number": tasks[task].try_number}
+                  for task in PIPELINE if task in tasks],
         "bundle": xcoms.get((FETCH_BUNDLE_TASK, RETURN_VALUE)),
         "endpoints": xcoms.get((LAUNCH_TASK, RETURN_VALUE)),
         "launch_failure": xcoms.get((LAUNCH_TASK, LAUNCH_FAILURE_KEY)),
-        # A restarted gang's ClusterSpec (train's) replaces the first gang's.
-        "cluster_spec": xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))
-        or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"),
+        "cluster_spec": cluster_spec,
+        "cluster_rows": list_cluster_rows(cluster_spec),
         "attempts": xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or [],
-        "replicas": xcoms.get((TRAIN_TASK, "replicas")) or [],
+        "replicas": order_replicas(xcoms.get((TRAIN_TASK, "replicas")) or []),
+        "replicas_from": "xcom",
         "metrics": xcoms.get((TRAIN_TASK, "metrics")),
         "model": archived.get("model"),
         "logs": archived.get("logs") or [],
@@ -74,56 +107,19 @@ def summarize_run(dag_id: str, run_id: str, run_state: str | None, xcoms: XComVa
     }
 
 
-def _cell(value: Any) -> str:
-    if value is None or value == "" or value == []:
-        return "<span class=none>-</span>"
-    if isinstance(value, (dict, list)):
-        return f"<pre>{html.escape(json.dumps(value, indent=2, sort_keys=True))}</pre>"
-    return html.escape(str(value))
+def list_cluster_rows(cluster_spec: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The ClusterSpec as rows: role, index, address (host:port), in the spec's order."""
+    rows: list[dict[str, Any]] = []
+    for role, addresses in (cluster_spec or {}).items():
+        if isinstance(addresses, list):
+            rows += [{"role": role, "index": i, "address": a} for i, a in enumerate(addresses)]
+    return rows
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>"
-                   for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+def order_replicas(replicas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Failed replicas first (a non-zero exit too), then by role and index."""
+    def failed(replica: Mapping[str, Any]) -> bool:
+        return replica.get("phase") in FAILED_PHASES or replica.get("exit_code") not in (None, 0)
 
-
-def render_run_page(summary: Mapping[str, Any]) -> str:
-    """A self-contained HTML page (no script, no outside asset) for the UI's iframe."""
-    job = summary["job"]
-    replicas = [[f"{r.get('role')}-{r.get('index')}", r.get("pod"), r.get("phase"),
-                 r.get("exit_code"), r.get("reason")] for r in summary["replicas"]]
-    model = summary.get("model") or {}
-    attempts = [[a.get("number"), a.get("outcome"), a.get("started"), a.get("ended"),
-                 a.get("restored_checkpoint_step"), a.get("failed_replica"), a.get("exit_code"),
-                 a.get("reason")]
-                for a in summary.get("attempts") or []]
-    sections = [
-        ("Job", _table(["field", "value"], [[key, value] for key, value in job.items()])),
-        ("Tasks", _table(["task", "state"],
-                         [[t["task_id"], t["state"]] for t in summary["tasks"]])),
-        ("ClusterSpec", _cell(summary.get("cluster_spec"))),
-        ("Replicas", _table(["replica", "pod", "phase", "exit code", "reason"], replicas)),
-        ("Attempts", _table(["attempt", "outcome", "started", "ended", "resumed from step",
-                             "failed replica", "exit code", "reason"], attempts)),
-        ("Metrics", _cell(summary.get("metrics"))),
-        ("Outputs", _table(["what", "where"], [
-            ["model", model.get("uri")], ["run manifest", summary.get("run_json")],
-            *[["log", uri] for uri in summary.get("logs") or []],
-            ["published", (summary.get("published") or {}).get("model")],
-        ])),
-    ]
-    if summary.get("launch_failure"):
-        sections.insert(1, ("Launch failure", _cell(summary["launch_failure"])))
-    title = f"{job.get('name')} · {summary['run_id']}"
-    body = "".join(f"<h2>{html.escape(name)}</h2>{content}" for name, content in sections)
-    return (
-        "<!doctype html><html><head><meta charset=utf-8>"
-        f"<title>{html.escape(title)}</title><style>"
-        "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}"
-        "pre{margin:0}.none{color:#999}"
-        f"</style></head><body><h1>{html.escape(title)}</h1>"
-        f"<p>run state: {_cell(summary.get('state'))}</p>{body}</body></html>"
-    )
+    return sorted((dict(r) for r in replicas),
+                  key=lambda r: (not failed(r), str(r.get("role")), r.get("index") or 0))

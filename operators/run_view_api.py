@@ -1,92 +1,193 @@
 """The HTTP side of the TFJob tab: a FastAPI app the API server mounts at /tfjob.
 
-`GET /tfjob/runs/{dag_id}/{run_id}` answers the job view as JSON and
-`.../view` as the HTML page the tab shows. `.../files` lists the run's
-archived files and `.../files/{path}` streams one (operators/run_files.py:
-read with the run's own S3 connection, never a presigned URL). Every route
-asks Airflow's auth manager whether the caller may read the DAG's XComs (a
-bearer token, or the UI's session cookie), exactly as the REST API's own
-XCom routes do. Imported only by the API server (plugins/tfjob_plugin.py
-builds the app on demand).
+Routes under `/runs/{dag_id}/{run_id}`:
+- ``            `` the job view as JSON (operators/run_view.py), its replicas read
+  from Kubernetes while the run is active (operators/run_live.py: at most one
+  read per run per 2 s, whatever the number of open tabs), from train's XCom after;
+- `/view`        the page (static files in plugins/tfjob_view/) that polls it;
+- `/curves`      the `TFJOB_METRIC` points of each replica, from the live pods'
+  logs while active, from the archived logs after;
+- `/logs/{replica}` a replica's last lines (live, else archived), with a filter;
+- `/cancel`      (POST) tshell cancel's semantics (operators/run_view_cancel.py);
+- `/files`, `/files/{path}` the run's archived files (operators/run_files.py: read
+  with the run's own S3 connection, never a presigned URL).
+Every route asks Airflow's auth manager whether the caller may read the DAG's
+XComs (a bearer token, or the UI's `_token` cookie), as the REST API's own
+XCom routes do; cancel asks for the run's edit permission. A refused page
+(`/view`) is answered as an HTML 403 page, the rest as JSON. Imported only by
+the API server (plugins/tfjob_plugin.py builds the app on demand).
 """
 
+from __future__ import annotations
+
+import functools
+import html
+from pathlib import Path
 from typing import Any
 
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.auth.managers.models.resource_details import (
+    DagAccessEntity,
+    DagDetails,
+)
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import requires_access_dag
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
-from sqlalchemy import select
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 
+from operators import run_view_db
 from operators.run_files import (
+    RunFileNotFoundError,
     RunFilesError,
-    RunStorage,
     build_content_disposition,
     check_run_file_path,
     connect_run_storage,
     list_run_files,
-    locate_run_storage,
     open_run_file,
+    read_run_file_tail,
 )
-from operators.run_view import RETURN_VALUE, render_run_page, summarize_run
-from tfjob.pipeline_ids import VALIDATE_TASK
+from operators.run_live import LiveReads, describe_live_replicas
+from operators.run_view import order_replicas
+from operators.run_view_cancel import cancel_run
+from operators.run_view_logs import (
+    DEFAULT_TAIL_LINES,
+    MAX_LOG_BYTES,
+    LogRequestError,
+    check_log_query,
+    check_replica_id,
+    collect_curves,
+    replica_of_log_name,
+    select_log_lines,
+)
+from operators.settings import KUBERNETES_CONN_ID
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
-MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns
+CAN_EDIT_RUN = [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
+REPO = Path(__file__).resolve().parent.parent
+PAGE_DIR = REPO / "plugins" / "tfjob_view"
+# The only files the app serves as assets: name -> file (the chart library from `npm ci`).
+ASSETS = {
+    "run.css": PAGE_DIR / "run.css",
+    "run.js": PAGE_DIR / "run.js",
+    "chart.umd.min.js": REPO / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js",
+}
+CANCEL_HEADER = "x-tfjob-cancel"  # a cross-site form cannot set it: no CSRF through cookies
+
+# Kept for the tests that replace the database reads (tests/test_run_files.py).
+read_run_summary = run_view_db.read_run_summary
+read_run_storage = run_view_db.read_run_storage
 
 
-def check_run_ids(dag_id: str, run_id: str) -> None:
-    for name, value in (("dag_id", dag_id), ("run_id", run_id)):
-        if len(value) > MAX_ID_CHARS:
-            raise HTTPException(400, f"{name} {value[:60]!r}… ({len(value)} characters): at "
-                                     f"most {MAX_ID_CHARS} characters are allowed")
+@functools.cache
+def connect_kubernetes() -> Any:
+    """One client for the API server's life, from the pipeline's Kubernetes connection."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    return KubernetesHook(conn_id=KUBERNETES_CONN_ID).core_v1_client
 
 
-def find_dag_run(session: Any, dag_id: str, run_id: str) -> Any:
-    """The DAG run; 404 naming both ids when there is none."""
-    from airflow.models.dagrun import DagRun
+def read_kubernetes_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+    from operators.kubeobjects import list_run_pods
 
-    check_run_ids(dag_id, run_id)
-    dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id,
-                                                  DagRun.run_id == run_id))
-    if dag_run is None:
-        raise HTTPException(404, f"DAG {dag_id!r} has no run {run_id!r}")
-    return dag_run
+    return list_run_pods(connect_kubernetes(), namespace, selector)
 
 
-def read_run_summary(session: Any, dag_id: str, run_id: str) -> dict[str, Any]:
-    """The job view of one run from Airflow's database; 404 when there is none."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
+def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
+    from operators.kubeobjects import read_container_log
+    from tfjob.manifests import CONTAINER_NAME
 
-    dag_run = find_dag_run(session, dag_id, run_id)
-    rows = session.execute(select(XComModel.task_id, XComModel.key, XComModel.value).where(
-        XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.map_index == -1))
-    xcoms = {(row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
-    states = dict(session.execute(select(TaskInstance.task_id, TaskInstance.state).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-        TaskInstance.map_index == -1)).all())
-    summary = summarize_run(dag_id, run_id, dag_run.state, xcoms, states)
-    if summary is None:
-        raise HTTPException(404, f"run {run_id!r} of DAG {dag_id!r} is not a training run "
-                                 "(its validate task pushed no run description)")
-    return summary
+    return read_container_log(connect_kubernetes(), namespace, pod, CONTAINER_NAME, tail_lines)
 
 
-def read_run_storage(session: Any, dag_id: str, run_id: str) -> RunStorage:
-    """Where the run's files are, from the description its validate task pushed; else 404."""
-    from airflow.models.xcom import XComModel
+def is_allowed(user: Any, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
 
-    find_dag_run(session, dag_id, run_id)
-    row = session.execute(select(XComModel.value).where(
-        XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.map_index == -1,
-        XComModel.task_id == VALIDATE_TASK, XComModel.key == RETURN_VALUE)).first()
-    described = XComModel.deserialize_value(row) if row is not None else None
-    if not isinstance(described, dict):
-        raise HTTPException(404, f"run {run_id!r} of DAG {dag_id!r} has no files to serve: its "
-                                 f"{VALIDATE_TASK} task pushed no run description")
-    return locate_run_storage(described, dag_id, run_id)
+    return get_auth_manager().is_authorized_dag(method=method, access_entity=entity,
+                                                details=DagDetails(id=dag_id), user=user)
+
+
+class RunView:
+    """The answers of the routes, around one `LiveReads` shared by every request."""
+
+    def __init__(self, live: LiveReads) -> None:
+        self.live = live
+
+    def live_pods(self, summary: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The run's pods while it is active (None when it is not, or Kubernetes failed)."""
+        job = summary["job"]
+        if not summary["active"] or not job.get("namespace") or not job.get("run_key"):
+            return None
+        try:
+            return self.live.list_pods(job["namespace"], job["run_key"])
+        except Exception as error:  # noqa: BLE001 - the XCom view still answers
+            summary["live_error"] = f"Kubernetes could not be read: {type(error).__name__}"
+            return None
+
+    def answer_run(self, summary: dict[str, Any]) -> dict[str, Any]:
+        pods = self.live_pods(summary)
+        if pods:
+            summary["replicas"] = order_replicas(describe_live_replicas(pods))
+            summary["replicas_from"] = "kubernetes"
+        return summary
+
+    def read_log_text(self, session: Any, summary: dict[str, Any], replica: str) -> tuple[str, str]:
+        """(source, text) of a replica's log: its live pod's tail, else its archived log."""
+        pods = self.live_pods(summary)
+        for row in describe_live_replicas(pods or []):
+            if f"{row['role']}-{row['index']}" == replica:
+                return "live", self.live.read_log_tail(summary["job"]["namespace"], row["pod"])
+        storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
+        try:
+            text = read_run_file_tail(connect_run_storage(storage), storage,
+                                      f"logs/{replica}.log", MAX_LOG_BYTES)
+        except RunFileNotFoundError:
+            return "none", ""
+        return "archive", text
+
+    def answer_curves(self, session: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        pods = self.live_pods(summary)
+        if pods:
+            namespace = summary["job"]["namespace"]
+            logs = {f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
+                    for r in describe_live_replicas(pods) if r["role"] != "ps"}
+            return {"source": "live", "curves": collect_curves(logs)}
+        replicas = [r for r in (replica_of_log_name(uri) for uri in summary["logs"]) if r]
+        if not replicas:
+            return {"source": "none", "curves": {}}
+        storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
+        s3 = connect_run_storage(storage)
+        logs = {}
+        for replica in replicas:
+            try:
+                logs[replica] = read_run_file_tail(s3, storage, f"logs/{replica}.log",
+                                                   MAX_LOG_BYTES)
+            except RunFileNotFoundError:
+                continue
+        return {"source": "archive", "curves": collect_curves(logs)}
+
+
+@functools.cache
+def dag_bag() -> Any:
+    """The serialized DAGs, as Airflow's own routes read them (cached, one per process)."""
+    from airflow.api_fastapi.common.dagbag import create_dag_bag
+
+    return create_dag_bag()
+
+
+def render_refusal_page(status: int, detail: str) -> str:
+    title = {401: "401 Not signed in", 403: "403 Forbidden"}.get(status, f"{status} Error")
+    return ("<!doctype html><html><head><meta charset=utf-8>"
+            f"<title>{title}</title><link rel=stylesheet href=../../../static/run.css>"
+            f"</head><body><main class=refused><h1>{title}</h1><p>{html.escape(detail)}</p>"
+            "</main></body></html>")
+
+
+async def answer_http_error(request: Request, error: Exception) -> Any:
+    assert isinstance(error, HTTPException)
+    if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
+        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail)),
+                            status_code=error.status_code)
+    return await http_exception_handler(request, error)
 
 
 def answer_run_files_error(_request: Request, error: Exception) -> JSONResponse:
@@ -94,17 +195,58 @@ def answer_run_files_error(_request: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(error)}, status_code=status)
 
 
-def build_app() -> FastAPI:
+def answer_log_request_error(_request: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=400)
+
+
+def build_app(live: LiveReads | None = None) -> FastAPI:
     app = FastAPI(title="TF-on-K8s job view", docs_url=None, redoc_url=None)
+    view = RunView(live or LiveReads(read_kubernetes_pods, read_kubernetes_log))
+    app.state.run_view = view
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def get_asset(name: str) -> FileResponse:
+        path = ASSETS.get(name)
+        if path is None or not path.is_file():
+            raise HTTPException(404, f"no asset {name[:60]!r} (run `make setup` for the chart "
+                                     "library)")
+        return FileResponse(path, headers={"Cache-Control": "max-age=300"})
 
     @app.get("/runs/{dag_id}/{run_id}", dependencies=CAN_READ_XCOM)
-    def get_run(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        return read_run_summary(session, dag_id, run_id)
+    def get_run(dag_id: str, run_id: str, session: SessionDep,
+                user: GetUserDep) -> dict[str, Any]:
+        summary = view.answer_run(read_run_summary(session, dag_id, run_id))
+        summary["can_cancel"] = is_allowed(user, "PUT", DagAccessEntity.RUN, dag_id)
+        return summary
 
     @app.get("/runs/{dag_id}/{run_id}/view", dependencies=CAN_READ_XCOM,
              response_class=HTMLResponse)
-    def view_run(dag_id: str, run_id: str, session: SessionDep) -> str:
-        return render_run_page(read_run_summary(session, dag_id, run_id))
+    def view_run(dag_id: str, run_id: str, session: SessionDep) -> FileResponse:
+        run_view_db.find_dag_run(session, dag_id, run_id)
+        return FileResponse(PAGE_DIR / "run.html", media_type="text/html",
+                            headers={"Cache-Control": "no-store"})
+
+    @app.get("/runs/{dag_id}/{run_id}/curves", dependencies=CAN_READ_XCOM)
+    def get_curves(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        return view.answer_curves(session, read_run_summary(session, dag_id, run_id))
+
+    @app.get("/runs/{dag_id}/{run_id}/logs/{replica}", dependencies=CAN_READ_XCOM)
+    def get_log(dag_id: str, run_id: str, replica: str, session: SessionDep,
+                tail: int = DEFAULT_TAIL_LINES, filter: str = "") -> dict[str, Any]:  # noqa: A002
+        check_replica_id(replica)
+        check_log_query(tail, filter)
+        summary = read_run_summary(session, dag_id, run_id)
+        source, text = view.read_log_text(session, summary, replica)
+        return {"replica": replica, "source": source,
+                "lines": select_log_lines(text, tail, filter)}
+
+    @app.post("/runs/{dag_id}/{run_id}/cancel", dependencies=CAN_EDIT_RUN)
+    def post_cancel(dag_id: str, run_id: str, session: SessionDep,
+                    x_tfjob_cancel: str = Header("")) -> dict[str, Any]:
+        if x_tfjob_cancel != "1":
+            raise HTTPException(400, f"header {CANCEL_HEADER}: '1' is required (the page sends "
+                                     "it; a form from another site cannot)")
+        return cancel_run(session, dag_bag(), dag_id, run_id)
 
     @app.get("/runs/{dag_id}/{run_id}/files", dependencies=CAN_READ_XCOM)
     def list_files(dag_id: str, run_id: str, session: SessionDep,
@@ -128,4 +270,6 @@ def build_app() -> FastAPI:
                                  headers=headers)
 
     app.add_exception_handler(RunFilesError, answer_run_files_error)
+    app.add_exception_handler(LogRequestError, answer_log_request_error)
+    app.add_exception_handler(HTTPException, answer_http_error)
     return app

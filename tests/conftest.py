@@ -36,6 +36,7 @@ LONG_FILES = (
     "test_pipeline_rest.py",
     "test_pipeline_s3_access.py",
     "test_tshell_run_commands.py",
+    "test_run_view_browser.py",
     "test_examples_resume.py",
     "test_janitor_dag.py",
     "test_localkube_e2e.py",

@@ -4,6 +4,9 @@ A small Python program (no TensorFlow) that does what the pod protocol asks of
 a training program: prints its TF_CONFIG, writes a model and metrics, and
 behaves as the request's env `STANDIN_BEHAVIOUR` says, per replica or "*":
 `{"worker-1": {"exit": 3}}`, `{"*": {"sleep": 600}}`, `{"*": {"no_model": true}}`,
+`{"worker-0": {"sleep": 30, "metric_every": 1}}` (while sleeping, every second a
+`TFJOB_METRIC {"step": …, "loss": …, "accuracy": …}` line and a line
+`standin <replica> tick <n> at <unix time>`),
 `{"chief-0": {"sleep": 45, "checkpoint_every": 1}}` (a checkpoint `ckpt-<step>`:
 its `.data-00000-of-00001` shard, its `.index`, then TensorFlow's `checkpoint`
 pointer in CHECKPOINT_DIR every second; with `"steps": N` instead of `sleep`,
@@ -59,7 +62,16 @@ STANDIN_PROGRAM = textwrap.dedent(
             os.replace(os.path.join(checkpoints, ".checkpoint.tmp"),
                        os.path.join(checkpoints, "checkpoint"))
     else:
-        time.sleep(mine.get("sleep", 0))
+        deadline = time.monotonic() + mine.get("sleep", 0)
+        tick = mine.get("metric_every")  # a curve point and a timed tick line every `tick` s
+        while tick and time.monotonic() + tick <= deadline:
+            time.sleep(tick)
+            step += 1
+            point = {"step": 10 * step, "loss": round(2.0 / step, 4),
+                     "accuracy": round(1 - 1 / (step + 1), 4)}
+            print("TFJOB_METRIC " + json.dumps(point), flush=True)
+            print(f"standin {me} tick {step} at {time.time():.3f}", flush=True)
+        time.sleep(max(0.0, deadline - time.monotonic()))
     if mine.get("exit"):
         print(f"standin {me} failing on purpose with {mine['exit']}", file=sys.stderr, flush=True)
         sys.exit(mine["exit"])

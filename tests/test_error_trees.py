@@ -18,9 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 BASES = {"tfjob": "TfjobError", "runtime": "PodError", "operators": "PipelineError",
          "tshell": "TshellError"}
 # Documented in the package docstrings as outside the tree, with the reason there.
-OUTSIDE = {"runtime.checkpoints.PassStopped", "operators.run_files.RunFilesError",
-           "operators.run_files.RunFilePathError", "operators.run_files.RunFileNotFoundError",
-           "operators.run_files.RunNotArchivableError", "operators.run_files.RunStorageError"}
+OUTSIDE = {"runtime.checkpoints.PassStopped"}
 # runtime's entry scripts import their siblings by flat name: read, not imported.
 FLAT_SCRIPTS = {"bootstrap", "fetch", "keeper"}
 

@@ -1,6 +1,16 @@
-"""The TFJob tab's job view, from a run's XComs (operators.run_view; no Airflow)."""
+"""The TFJob tab's job view, from a run's XComs and task times (operators.run_view; no Airflow).
 
-from operators.run_view import PIPELINE, render_run_page, summarize_run
+The page that draws it is checked in a real browser (tests/test_run_view_browser.py).
+"""
+
+from operators.run_view import (
+    PIPELINE,
+    RunTimes,
+    TaskTimes,
+    list_cluster_rows,
+    order_replicas,
+    summarize_run,
+)
 
 DESCRIBED = {
     "request": {"name": "digits", "tenant": "team-a", "mode": "distributed",
@@ -32,39 +42,69 @@ def xcoms_of_a_finished_run():
     }
 
 
+def times(states):
+    return {task: TaskTimes(state, "2026-12-04T10:00:00+00:00", "2026-12-04T10:00:05+00:00", 1)
+            for task, state in states.items()}
+
+
 def test_the_view_gathers_the_job_cluster_spec_replicas_and_outputs_in_pipeline_order():
     states = {task: "success" for task in reversed(PIPELINE)} | {"publish": "upstream_failed"}
-    summary = summarize_run("tfjob__digits", "manual__1", "failed", xcoms_of_a_finished_run(),
-                            states)
+    summary = summarize_run("tfjob__digits", "manual__1", RunTimes("failed", "2026-12-04T10:00"),
+                            xcoms_of_a_finished_run(), times(states))
     assert summary["job"]["namespace"] == "tfjob-team-a"
     assert summary["job"]["run_key"] == "digits-1234abcd"
     assert [t["task_id"] for t in summary["tasks"]] == list(PIPELINE)
-    assert summary["tasks"][-1] == {"task_id": "publish", "state": "upstream_failed"}
-    assert summary["cluster_spec"] == CLUSTER and summary["replicas"] == REPLICAS
-    assert summary["metrics"] == {"accuracy": 0.96}
+    assert summary["tasks"][-1] == {"task_id": "publish", "state": "upstream_failed",
+                                    "start": "2026-12-04T10:00:00+00:00",
+                                    "end": "2026-12-04T10:00:05+00:00", "try_number": 1}
+    assert summary["cluster_spec"] == CLUSTER
+    assert summary["metrics"] == {"accuracy": 0.96} and summary["active"] is False
     assert summary["run_json"] == f"{RUN}/run.json" and summary["published"] is None
+    assert summary["start"] == "2026-12-04T10:00" and summary["replicas_from"] == "xcom"
+
+
+def test_failed_replicas_come_first_then_by_role_and_index():
+    summary = summarize_run("tfjob__digits", "manual__1", RunTimes("failed"),
+                            xcoms_of_a_finished_run(), times({"train": "failed"}))
+    assert [r["pod"] for r in summary["replicas"]] == ["digits-1234abcd-worker-0",
+                                                       "digits-1234abcd-chief-0"]
+    replicas = [{"role": "worker", "index": 1, "phase": "Running", "exit_code": None},
+                {"role": "worker", "index": 0, "phase": "Running", "exit_code": None},
+                {"role": "chief", "index": 0, "phase": "Succeeded", "exit_code": 137},
+                {"role": "ps", "index": 0, "phase": "Unknown", "exit_code": None}]
+    assert [(r["role"], r["index"]) for r in order_replicas(replicas)] == [
+        ("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
+
+
+def test_the_cluster_spec_is_a_table_of_role_index_and_address():
+    assert list_cluster_rows(CLUSTER) == [
+        {"role": "chief", "index": 0, "address": "10.77.1.2:2222"},
+        {"role": "ps", "index": 0, "address": "10.77.2.2:2222"},
+        {"role": "worker", "index": 0, "address": "10.77.1.3:2222"}]
+    assert list_cluster_rows(None) == []
 
 
 def test_a_run_whose_validate_pushed_nothing_is_not_a_training_run():
-    assert summarize_run("other_dag", "r", "success", {}, {"some_task": "success"}) is None
+    assert summarize_run("other_dag", "r", RunTimes("success"), {},
+                         times({"some_task": "success"})) is None
 
 
-def test_the_page_escapes_what_pods_and_programs_wrote():
-    summary = summarize_run("tfjob__digits", "manual__1", "failed", xcoms_of_a_finished_run(),
-                            {"train": "failed"})
-    page = render_run_page(summary)
-    assert "<script>alert(1)</script>" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "10.77.2.2:2222" in page and f"{RUN}/run.json" in page and "<script" not in page
+def test_an_active_run_before_validate_shows_its_conf_as_the_job():
+    conf = {"name": "digits", "tenant": "team-a", "mode": "single"}
+    summary = summarize_run("tfjob_submit__team-a", "r", RunTimes("queued", conf=conf), {},
+                            times({"validate": "queued"}))
+    assert summary["job"]["name"] == "digits" and summary["job"]["namespace"] is None
+    assert summary["active"] is True and summary["replicas"] == []
 
 
-def test_a_launch_failure_is_shown_first():
+def test_an_active_run_says_so_and_a_launch_failure_is_kept():
     xcoms = {("validate", "return_value"): DESCRIBED,
              ("launch", "failure"): {"reason": "Unschedulable", "message": "0/2 nodes"}}
-    summary = summarize_run("tfjob__digits", "manual__1", "failed", xcoms, {"launch": "failed"})
-    page = render_run_page(summary)
+    summary = summarize_run("tfjob__digits", "manual__1", RunTimes("running"), xcoms,
+                            times({"launch": "running"}))
+    assert summary["active"] is True
     assert summary["launch_failure"]["reason"] == "Unschedulable"
-    assert page.index("Launch failure") < page.index("Tasks")
+    assert summary["replicas"] == [] and summary["cluster_rows"] == []
 
 
 def test_a_restarted_run_shows_each_attempt_and_the_last_gangs_cluster_spec():
@@ -76,8 +116,7 @@ def test_a_restarted_run_shows_each_attempt_and_the_last_gangs_cluster_spec():
                  "restored_checkpoint_step": 4321}]
     xcoms = xcoms_of_a_finished_run() | {("train", "attempts"): attempts,
                                          ("train", "cluster"): restarted}
-    summary = summarize_run("tfjob__digits", "manual__1", "success", xcoms, {"train": "success"})
+    summary = summarize_run("tfjob__digits", "manual__1", RunTimes("success"), xcoms,
+                            times({"train": "success"}))
     assert summary["attempts"] == attempts and summary["cluster_spec"] == restarted
-    page = render_run_page(summary)
-    assert "worker-0 was deleted (exit code 143)" in page and "10.77.3.4:2222" in page
-    assert "resumed from step" in page and "<td>4321</td>" in page
+    assert {"role": "worker", "index": 0, "address": "10.77.3.4:2222"} in summary["cluster_rows"]

@@ -40,3 +40,16 @@ def test_the_standin_checkpoints_each_step_and_resumes_from_the_pointer(tmp_path
     assert "standin chief-0 resumed from step 3" in second.stdout, second.stderr
     assert (tmp_path / "ckpt" / "checkpoint").read_text() == 'model_checkpoint_path: "ckpt-5"\n'
     assert not (tmp_path / "ckpt" / "ckpt-6.index").exists()
+
+
+def test_the_standin_prints_a_curve_point_and_a_timed_tick_every_metric_every_seconds(
+    tmp_path: Path,
+):
+    from runtime.metric_lines import collect_metric_points
+
+    done = run_standin(tmp_path, {"sleep": 1.6, "metric_every": 0.5})
+    assert done.returncode == 0, done.stderr
+    points = collect_metric_points(done.stdout.splitlines())
+    assert [p["step"] for p in points] == [10.0, 20.0, 30.0]
+    assert points[0]["loss"] > points[-1]["loss"] and "accuracy" in points[-1]
+    assert "standin chief-0 tick 3 at " in done.stdout

@@ -1,0 +1,109 @@
+"""What the TFJob tab reads from Kubernetes while a run is active, read at most once per 2 s.
+
+Why this exists: every open tab polls the view's JSON, and a run's tab may be
+open in many browsers; Kubernetes must not pay for each of them. Reads go
+through one `LiveReads` per API server: a pod listing per run and a log tail
+per pod are each kept for `ttl_s` (2 s) and shared by every request in that
+time; a request arriving while the same read is in flight waits for it
+instead of starting another. Entries of runs nobody asks about any more are
+dropped once the table holds MAX_ENTRIES.
+
+The readers (`read_pods`, `read_log`) are passed in, so this is tested with
+fakes and a fake clock; run_view_api.py gives it the Kubernetes connection's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.replicas import read_replica_status
+from tfjob.naming import run_selector
+
+TTL_S = 2.0
+MAX_ENTRIES = 512
+LOG_TAIL_LINES = 2000  # a live tail's lines: the curves and the log pane read this many
+GPU_RESOURCE = "nvidia.com/gpu"
+
+PodReader = Callable[[str, str], list[dict[str, Any]]]  # (namespace, selector) -> pods
+LogReader = Callable[[str, str, int], str]  # (namespace, pod, tail lines) -> text
+
+
+@dataclass
+class _Entry:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    value: Any = None
+    read_at: float | None = None
+
+
+class LiveReads:
+    """Kubernetes reads shared by every open tab: one per key per `ttl_s`."""
+
+    def __init__(self, read_pods: PodReader, read_log: LogReader, ttl_s: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read_pods, self._read_log = read_pods, read_log
+        self.ttl_s, self._clock = ttl_s, clock
+        self._entries: dict[Hashable, _Entry] = {}
+        self._table_lock = threading.Lock()
+        self.reads = 0  # Kubernetes calls made, for the tests and the benchmark
+
+    def _entry(self, key: Hashable) -> _Entry:
+        with self._table_lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                if len(self._entries) >= MAX_ENTRIES:
+                    oldest = min(self._entries, key=lambda k: self._entries[k].read_at or 0.0)
+                    del self._entries[oldest]
+                entry = self._entries[key] = _Entry()
+            return entry
+
+    def _cached(self, key: Hashable, read: Callable[[], Any]) -> Any:
+        entry = self._entry(key)
+        with entry.lock:  # a second caller waits for the read in flight and shares it
+            now = self._clock()
+            if entry.read_at is None or now - entry.read_at >= self.ttl_s:
+                self.reads += 1
+                entry.value = read()
+                entry.read_at = self._clock()
+            return entry.value
+
+    def list_pods(self, namespace: str, run_key: str) -> list[dict[str, Any]]:
+        """The run's pods as the API's dicts, at most `ttl_s` old."""
+        return self._cached(("pods", namespace, run_key),
+                            lambda: self._read_pods(namespace, run_selector(run_key)))
+
+    def read_log_tail(self, namespace: str, pod: str) -> str:
+        """The last LOG_TAIL_LINES lines of the pod's training container, at most `ttl_s` old."""
+        return self._cached(("log", namespace, pod),
+                            lambda: self._read_log(namespace, pod, LOG_TAIL_LINES))
+
+
+def count_gpus(pod: dict[str, Any]) -> int:
+    """GPUs the pod's containers ask for (limits, as Kubernetes schedules extended resources)."""
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limit = ((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
+        try:
+            total += int(limit or 0)
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def count_restarts(pod: dict[str, Any]) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(s.get("restartCount") or 0) for s in statuses)
+
+
+def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pod, in the shape of train's `replicas` XCom, plus GPUs and restarts."""
+    rows = []
+    for pod in pods:
+        row = read_replica_status(pod).as_dict()
+        row["gpus"] = count_gpus(pod)
+        row["restarts"] = count_restarts(pod)
+        rows.append(row)
+    return rows

@@ -1,0 +1,254 @@
+"""The TFJob tab in headless Chromium, through the real Airflow, localkube and S3.
+
+A person's view of a distributed run of the stand-in program (tests/standin.py,
+printing a `TFJOB_METRIC` point and a timed tick line every second): the tab
+inside the Airflow UI shows every replica Running, then a curve of at least 3
+points, then a chosen replica's live lines within a few seconds of their
+printing; after the run its archived log and its outputs' links work; Cancel
+from the page tears a second run down; another tenant's user gets a 403 page.
+Debian's `chromium` is driven by Playwright (its own browser download is not
+reachable), logged in with Airflow's `_token` cookie (the UI accepts the JWT there).
+The tests share one world and run in file order: the first three follow one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from airflow_fixtures import airflow_server, start_airflow
+from pipeline_fixtures import (
+    await_run,
+    create_tenant_pool,
+    explain_run,
+    trigger,
+    wait_for,
+)
+
+from tfjob import pipeline_ids
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SUBMIT = pipeline_ids.submit_dag_id("test")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAPTOP = {"width": 1366, "height": 768}
+UI_TIMEOUT_MS = 90_000
+LIVE_LAG_S = 6.0  # "within a few seconds": 2 s polls of the page and of Kubernetes, and slack
+REPLICAS = {"chief": 1, "ps": 1, "worker": 1, "evaluator": 0}
+
+
+def distributed_request(world: Any, name: str, sleep_s: int) -> dict[str, Any]:
+    behaviour = {r: {"sleep": sleep_s, "metric_every": 1} for r in ("chief-0", "worker-0")}
+    return world.request(name, mode="distributed", strategy="parameter_server",
+                         replicas=REPLICAS, active_deadline=300,
+                         env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)})
+
+
+@pytest.fixture(scope="module")
+def airflow(pipeline_world, tmp_path_factory):
+    env = {k: v for k, v in pipeline_world.env.items()
+           if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"}
+    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
+    handle = start_airflow(tmp_path_factory.mktemp("airflow-view"), extra_env=env)
+    try:
+        create_tenant_pool(handle)
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def open_tab(browser: Any, airflow: Any, run_id: str, dag_id: str = SUBMIT,
+             color_scheme: str = "light") -> tuple[Any, Any]:
+    """The run's TFJob tab in the Airflow UI, logged in as `airflow`'s user: (page, tab), the
+    tab a frame locator (the UI may re-render its iframe; a locator finds it again)."""
+    page = open_page(browser, airflow, tab_path(run_id, dag_id), color_scheme)
+    return page, page.frame_locator("iframe[title=TFJob]")
+
+
+def tab_path(run_id: str, dag_id: str = SUBMIT) -> str:
+    return f"/dags/{dag_id}/runs/{urllib.parse.quote(run_id, safe='')}/plugin/tfjob-run"
+
+
+def open_page(browser: Any, airflow: Any, path: str, color_scheme: str = "light") -> Any:
+    context = browser.new_context(viewport=LAPTOP, color_scheme=color_scheme)
+    context.add_cookies([{"name": "_token", "value": airflow.token(), "url": airflow.url}])
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    page.goto(airflow.url + path)
+    return page
+
+
+def save_screenshot(page: Any, name: str, full_page: bool = False) -> None:
+    """Into $TFJOB_VIEW_SCREENSHOTS when set (scripts/view_screenshots.sh: docs/images/)."""
+    folder = os.environ.get("TFJOB_VIEW_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=os.path.join(folder, f"{name}.jpg"), type="jpeg", quality=70,
+                        full_page=full_page)
+
+
+def tenant_user(airflow: Any, tenant: str) -> Any:
+    users = airflow_server.read_users(airflow.home)
+    return airflow.for_user(next(name for name in users if name.startswith(f"{tenant}-")))
+
+
+def points_of(tab: Any, metric: str) -> int:
+    chart = tab.locator(f"#charts .chart[data-metric={metric}]")
+    return int(chart.get_attribute("data-points") or 0) if chart.count() else 0
+
+
+@pytest.fixture(scope="module")
+def running(pipeline_world, airflow) -> dict[str, Any]:
+    """A distributed run that trains (and prints its curve) for 40 s."""
+    return trigger(airflow, SUBMIT, distributed_request(pipeline_world, "view-live", 40))
+
+
+def replica_phases(tab: Any) -> dict[str, str]:
+    rows = tab.locator("#replicas tbody tr[data-replica]")
+    return {rows.nth(i).get_attribute("data-replica"): rows.nth(i).locator("td").nth(4)
+            .inner_text().strip() for i in range(rows.count())}
+
+
+def test_a_running_job_shows_every_replica_running_its_curve_and_live_log(browser, airflow,
+                                                                           running):
+    # The tenant's own user: the tab needs the plugin list, which tenant roles may read.
+    page, tab = open_tab(browser, tenant_user(airflow, "test"), running["dag_run_id"])
+    expected = {"chief-0", "ps-0", "worker-0"}
+
+    def all_running() -> dict[str, str] | None:
+        phases = replica_phases(tab)
+        return phases if set(phases) == expected and set(phases.values()) == {"Running"} \
+            else None
+
+    wait_for(all_running, 150, "every replica Running in the tab", interval=0.5)
+    assert tab.locator("#replicas-from").inner_text() == "live from Kubernetes"
+    assert tab.locator("#state").inner_text() == "running"
+    assert tab.locator("#job-name").inner_text() == "view-live"
+    wait_for(lambda: points_of(tab, "loss") >= 3 or None, 60,
+             "a loss curve of at least 3 points", interval=0.5)
+    assert tab.locator("#curves-from").inner_text() == "live from the pods' logs"
+    # The ClusterSpec as a table once clusterspec pushed it (pods run before it is
+    # delivered), and the timeline to scale: validate to clusterspec ended, train started.
+    wait_for(lambda: tab.locator("#cluster tbody tr").count() == 3 or None, 30,
+             "the ClusterSpec's three rows")
+    assert tab.locator("#timeline .bar").count() >= 5
+
+    tab.locator("#log-replica").select_option("worker-0")
+
+    def fresh_tick() -> float | None:
+        ticks = re.findall(r"standin worker-0 tick \d+ at ([0-9.]+)",
+                           tab.locator("#log").inner_text())
+        lag = time.time() - float(ticks[-1]) if ticks else None
+        return lag if lag is not None and lag < LIVE_LAG_S else None
+
+    lag = wait_for(fresh_tick, 30, f"a worker-0 line printed under {LIVE_LAG_S} s ago")
+    assert tab.locator("#log-source").inner_text() == "followed live"
+    tab.locator("#log-filter").fill("TFJOB_METRIC")
+    wait_for(lambda: (lines := tab.locator("#log").inner_text().splitlines()) and all(
+        "TFJOB_METRIC" in line for line in lines) or None, 15, "the log filtered")
+    # Readable on a laptop screen: nothing wider than the frame.
+    width = tab.locator("html").evaluate("html => [html.scrollWidth, html.clientWidth]")
+    assert width[0] <= width[1], f"horizontal scrolling: {width}"
+    assert tab.locator("#cancel").is_visible()  # the tenant's user may cancel its runs
+    tab.locator("#log-filter").fill("")
+    save_screenshot(page, "tfjob-tab-running")
+    print(f"live log lag: {lag:.1f} s")
+    page.context.close()
+
+
+def test_after_the_run_the_archived_logs_curves_and_outputs_are_served(browser, airflow,
+                                                                       running):
+    run_id = running["dag_run_id"]
+    done = await_run(airflow, SUBMIT, run_id)
+    assert done["state"] == "success", explain_run(airflow, SUBMIT, run_id)
+    page, tab = open_tab(browser, airflow, run_id, color_scheme="dark")
+    wait_for(lambda: tab.locator("#state").inner_text() == "success" or None, 60,
+             "the tab showing the finished run")
+    # The UI is dark (its "system" theme on a dark browser), and the tab follows its class.
+    assert "dark" in (page.locator("html").get_attribute("class") or "").split()
+    assert tab.locator("html").get_attribute("data-theme") == "dark"
+    assert tab.locator("#replicas-from").inner_text() == "as the run recorded them"
+    assert not tab.locator("#cancel").is_visible()
+    tab.locator("#log-replica").select_option("worker-0")
+    wait_for(lambda: "standin worker-0 done" in tab.locator("#log").inner_text() or None,
+             30, "worker-0's archived log")
+    assert tab.locator("#log-source").inner_text() == "from the archive"
+    wait_for(lambda: points_of(tab, "loss") >= 3 or None, 30, "the archived curve")
+    links = tab.locator("#outputs a")
+    wait_for(lambda: links.count() >= 3 or None, 30, "the outputs' links")
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    assert all(h.startswith("/tfjob/runs/") for h in hrefs), hrefs  # through Airflow only
+    run_json = next(h for h in hrefs if h.endswith("/files/run.json"))
+    answer = page.context.request.get(airflow.url + run_json)
+    assert answer.status == 200 and json.loads(answer.body())["run_id"] == run_id
+    model = next(h for h in hrefs if "/files/model/" in h)
+    assert page.context.request.get(airflow.url + model).status == 200
+    if os.environ.get("TFJOB_VIEW_SCREENSHOTS"):  # the whole page, in the dark theme
+        quoted = urllib.parse.quote(run_id, safe="")
+        dark = open_page(browser, airflow, f"/tfjob/runs/{SUBMIT}/{quoted}/view")
+        dark.emulate_media(color_scheme="dark")
+        dark.locator("#page[aria-busy=false]").wait_for()
+        wait_for(lambda: points_of(dark, "loss") >= 3 or None, 30, "the curve drawn")
+        save_screenshot(dark, "tfjob-view-finished-dark", full_page=True)
+        dark.context.close()
+    page.context.close()
+
+
+def test_cancel_from_the_page_tears_the_run_down(browser, airflow, pipeline_world):
+    run = trigger(airflow, SUBMIT, distributed_request(pipeline_world, "view-cancel", 300))
+    page, tab = open_tab(browser, tenant_user(airflow, "test"), run["dag_run_id"])
+    # Training has started (a curve point): train is the task Cancel fails.
+    wait_for(lambda: points_of(tab, "loss") >= 1 or None, 180, "the run training")
+    assert set(replica_phases(tab).values()) == {"Running"}
+    cancel = tab.locator("#cancel")
+    cancel.click()  # asked twice in the page: the UI's iframe sandbox allows no dialog
+    assert cancel.inner_text().startswith("Click again to cancel")
+    cancel.click()
+    wait_for(lambda: "cancelled" in tab.locator("#cancel-note").inner_text() or None, 30,
+             "the page saying the run is cancelled")
+    done = await_run(airflow, SUBMIT, run["dag_run_id"])
+    assert done["state"] == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in airflow.request(
+        "GET", f"/api/v2/dags/{SUBMIT}/dagRuns/{run['dag_run_id']}/taskInstances")
+        ["task_instances"]}
+    assert states["train"] == "failed" and states["teardown"] == "success", states
+    assert states["archive"] == "success", states
+    assert pipeline_world.run_objects("view-cancel") == []
+    page.context.close()
+
+
+def test_another_tenants_user_gets_the_403_page(browser, airflow, running):
+    other = tenant_user(airflow, "research")
+    run_path = f"/tfjob/runs/{SUBMIT}/{urllib.parse.quote(running['dag_run_id'], safe='')}"
+    page = open_page(browser, other, run_path + "/view")
+    assert page.locator("main.refused h1").inner_text() == "403 Forbidden"
+    assert page.locator("#job-name").count() == 0
+    assert page.context.request.get(airflow.url + run_path).status == 403
+    assert page.context.request.get(airflow.url + run_path + "/logs/worker-0").status == 403
+    cancel = page.context.request.post(airflow.url + run_path + "/cancel",
+                                       headers={"X-TFJob-Cancel": "1"})
+    assert cancel.status == 403
+    page.context.close()
+    # Inside the Airflow UI the run is not theirs: Airflow's own error page, no job view.
+    page, tab = open_tab(browser, other, running["dag_run_id"])
+    refused = wait_for(lambda: page.get_by_text(re.compile(r"^(403|404)$")).count()
+                       or tab.locator("main.refused").count(), 60, "a refusal in the UI")
+    assert refused and tab.locator("#job-name").count() == 0
+    page.context.close()

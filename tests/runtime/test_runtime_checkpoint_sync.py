@@ -245,6 +245,10 @@ for n in range(1, int(os.environ["STEPS"]) + 1):
     write(f"ckpt-{n}.index", b"index %d" % n)
     write(f"ckpt-{n}.data-00000-of-00001", bytes(1000 * n))
     write("checkpoint", os.environ["POINTER"].format(n=n).encode())
+    if str(n) in os.environ.get("HOLD_AT", "").split(","):  # until the test saw step n in S3
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(ws, f"proceed-{n}")) and time.monotonic() < deadline:
+            time.sleep(0.02)
     for old in (f"ckpt-{n - 2}.index", f"ckpt-{n - 2}.data-00000-of-00001"):
         if os.path.exists(os.path.join(ckpt, old)):
             os.unlink(os.path.join(ckpt, old))
@@ -272,15 +276,24 @@ def test_while_training_the_pointer_in_s3_only_names_checkpoints_already_there(
     dirs = make_pod_dirs(tmp_path, TRAINING_PROGRAM)
     grant = write_upload_json(s3_server, dirs, "run-sync-order")
     prefix = grant["prefix"]
+    # The program holds at steps 1 and 6 until the test has seen that step's pointer in S3
+    # (a busy machine could otherwise delete ckpt-1 locally before the first pass runs).
     proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="0.2",
-                           STEPS="12", PAUSE="0.15", POINTER=POINTER_TEXT)
+                           STEPS="12", PAUSE="0.05", POINTER=POINTER_TEXT, HOLD_AT="1,6")
     steps_seen = set()
+    for held in (1, 6):
+        def pointer_at_held_step() -> bool:
+            steps_seen.add(check_pointer_names_stored_files(s3_server, prefix))
+            assert proc.poll() is None, proc.communicate()[1]
+            return held in steps_seen
+        wait_for(pointer_at_held_step, f"the pointer in S3 naming ckpt-{held}")
+        (dirs["workspace"] / f"proceed-{held}").touch()
     while proc.poll() is None:
         steps_seen.add(check_pointer_names_stored_files(s3_server, prefix))
     out, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     assert check_pointer_names_stored_files(s3_server, prefix) == 12
-    assert len(steps_seen - {None}) >= 2, "the pointer should move while the program runs"
+    assert {1, 6} <= steps_seen, "the pointer should move while the program runs"
     assert f"{prefix}checkpoints/ckpt-1.index" in list_keys(s3_server, prefix)  # never deleted
     assert_no_credentials(out + err, grant)
 

@@ -282,7 +282,7 @@ def test_while_training_the_pointer_in_s3_only_names_checkpoints_already_there(
                            STEPS="12", PAUSE="0.05", POINTER=POINTER_TEXT, HOLD_AT="1,6")
     steps_seen = set()
     for held in (1, 6):
-        def pointer_at_held_step() -> bool:
+        def pointer_at_held_step(held: int = held) -> bool:
             steps_seen.add(check_pointer_names_stored_files(s3_server, prefix))
             assert proc.poll() is None, proc.communicate()[1]
             return held in steps_seen

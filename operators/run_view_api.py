@@ -94,9 +94,9 @@ def read_kubernetes_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
 
 def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
     from operators.kubeobjects import read_container_log
-    from tfjob.manifests import CONTAINER_NAME
+    from runtime.protocol import MAIN_CONTAINER
 
-    return read_container_log(connect_kubernetes(), namespace, pod, CONTAINER_NAME, tail_lines)
+    return read_container_log(connect_kubernetes(), namespace, pod, MAIN_CONTAINER, tail_lines)
 
 
 def is_allowed(user: Any, method: str, entity: DagAccessEntity, dag_id: str) -> bool:

@@ -193,10 +193,13 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
     status, kind, page = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/{run_id}/view",
                                     airflow.token())
     assert status == 200 and kind.startswith("text/html"), (status, page[:500])
-    assert cluster["ps"][0] in page and f"{prefix}/run.json" in page
+    # The page is the live tab's shell: its script fills it from the JSON checked above.
+    assert 'src="../../../static/run.js"' in page and '<table id="cluster"' in page, page[:2000]
+    curves = airflow.request("GET", f"/tfjob/runs/{SUBMIT}/{run_id}/curves")
+    assert curves["source"] == "archive", curves
     # No grant or key reaches the view (the grants' values are searched for in
     # tests/pipeline/test_pipeline_s3_access.py; here the marks every grant and key carries).
-    text = json.dumps(summary) + page
+    text = json.dumps(summary) + json.dumps(curves) + page
     for mark in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential", "x-amz-credential",
                  pipeline_world.s3.access_key, pipeline_world.s3.secret_key):
         assert mark not in text, mark

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 from localkube_fixtures import mark_node_ready, start_localkube, stop_localkube
 
-from localkube.scheduler import allocate_gpu_ids, choose_node, unschedulable_message
+from localkube.placement import choose_node, unschedulable_message
+from localkube.scheduler import allocate_gpu_ids
 
 
 def node(name: str, gpus: int = 4, cpu: str = "8", labels: dict | None = None,

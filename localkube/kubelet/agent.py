@@ -214,11 +214,11 @@ class Kubelet:
         while True:
             await asyncio.sleep(VOLUME_SYNC_S)
             for worker in list(self.workers.values()):
-                if not worker.volume_paths:
+                if not worker.sandbox.volume_paths:
                     continue
                 try:
                     await refresh_object_volumes(
-                        worker.pod, worker.volume_paths, worker.ips(), self.get_object
+                        worker.pod, worker.sandbox.volume_paths, worker.ips(), self.get_object
                     )
                 except (
                     OSError, VolumeError, TimeoutError, ApiRequestError, aiohttp.ClientError

@@ -1,7 +1,7 @@
 """One pod's life on the node: prepare, init containers, containers, stop, clean up.
 
-A PodWorker owns everything the pod has on this node: its network namespace
-and IP, port forwards, volumes, cgroups and the shim of each container run.
+A PodWorker owns everything the pod has on this node: its sandbox (network
+namespace and IP, port forwards, volumes), cgroups and the shim of each run.
 Stopping is cooperative: the worker leaves WorkerPhase.RUNNING (with a
 StopReason), container loops stop restarting, processes get preStop + SIGTERM,
 then SIGKILL after the grace period, and resources are released only when every
@@ -9,7 +9,8 @@ process is gone (the shim of a run exits only after the container's whole pid
 namespace has died). Whoever else stops a worker (the kubelet's watch and
 shutdown, recovery.py) does it through its methods, never by writing its state.
 
-This module holds the sequencing; what it consults lives beside it: its phase,
+This module holds the sequencing; what it consults lives beside it: the pod's
+network namespace, port forwards and volumes (sandbox.py), its phase,
 stop reason and run results (lifecycle.py), the restart policy and back-off
 (restarts.py), how a run is written into its record (runrecords.py), grace period
 and deadline (termination.py), state.json (podstate.py), the status PATCH loop
@@ -28,7 +29,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from localkube.kubelet import cgroups, network
+from localkube.kubelet import cgroups
 from localkube.kubelet.environment import NoCommandError, build_argv, build_environment
 from localkube.kubelet.hooks import describe_hook_failure, find_hook, run_hook
 from localkube.kubelet.images import ResolvedImage, describe_pull_failure, resolve_pod_images
@@ -50,6 +51,7 @@ from localkube.kubelet.runtime import (
     signal_process,
     start_container_run,
 )
+from localkube.kubelet.sandbox import PodSandbox
 from localkube.kubelet.securitycontext import ContainerConfigError, build_security_profile
 from localkube.kubelet.status import (
     ContainerRecord,
@@ -66,12 +68,7 @@ from localkube.kubelet.termination import (
     read_grace_period,
     sleep_until_deadline,
 )
-from localkube.kubelet.volumes import (
-    VolumeError,
-    build_container_mounts,
-    materialize_volumes,
-    write_etc_files,
-)
+from localkube.kubelet.volumes import VolumeError, build_container_mounts
 
 if TYPE_CHECKING:
     from localkube.kubelet.podhost import PodHost
@@ -101,12 +98,9 @@ class PodWorker:
         self.facts = PodRuntimeFacts(
             host_ip=kubelet.host_ip, start_time=(pod.get("status") or {}).get("startTime")
         )
-        # what prepare() (or recovery's adoption) sets up; empty until then
+        # what prepare() (or recovery's adoption, adopt()) sets up; empty until then
         self.images: dict[str, ResolvedImage] = {}
-        self.volume_paths: dict[str, str] = {}
-        self.etc_files: dict[str, str] = {}
-        self.netns: str | None = None
-        self.forwarder: network.PodPortForwarder | None = None
+        self.sandbox = PodSandbox(kubelet, self.uid, self.dir, self.facts)
         self.runs: dict[str, ContainerRun] = {}
         self.container_env: dict[str, dict] = {}
         self.adopted = False  # its containers were started by a previous kubelet (recovery.py)
@@ -143,6 +137,13 @@ class PodWorker:
         """No container starts any more; the pod stays in the API for the next kubelet."""
         self.life.advance(WorkerPhase.STOPPING, StopReason.NODE_SHUTDOWN)
         self.reporter.disable()
+
+    def fail_for_node_restart(self, message: str) -> None:
+        """A pod recovery could not re-adopt: Failed, reason NodeRestart, at its last IP."""
+        self.facts.pod_ip = (self.pod.get("status") or {}).get("podIP")
+        self.facts.failure_reason = "NodeRestart"
+        self.facts.failure_message = message
+        self.life.advance(WorkerPhase.STOPPING, StopReason.NODE_RESTART)
 
     async def await_lifecycle(self, timeout: float) -> None:
         """Wait up to `timeout` for the container loops to end."""
@@ -228,26 +229,13 @@ class PodWorker:
             return False
         self.images = images
         make_pod_dirs(self.dir)
-        if (self.pod.get("spec") or {}).get("hostNetwork"):
-            ip = self.facts.host_ip  # like Kubernetes: a hostNetwork pod's IP is its node's
-            self.facts.pod_ip = ip
-        else:
-            ip = self.kubelet.addresses.allocate()
-            self.facts.pod_ip = ip
-            self.netns = await asyncio.to_thread(
-                network.setup_pod_network, self.kubelet.state_dir, self.uid, ip
-            )
+        await self.sandbox.open(bool((self.pod.get("spec") or {}).get("hostNetwork")))
         self.write_state()
-        if self.kubelet.forward_ports and self.netns:
-            self.forwarder = network.PodPortForwarder(self.netns, self.kubelet.forward_ports)
-            await self.forwarder.start()
+        await self.sandbox.forward_ports()
         self.mark_dirty()
         while True:
             try:
-                self.volume_paths = await materialize_volumes(
-                    self.pod, self.dir, self.ips(), self.kubelet.get_object
-                )
-                self.etc_files = write_etc_files(self.pod, self.dir, ip)
+                await self.sandbox.mount(self.pod)
                 return True
             except VolumeError as exc:
                 self.record_event("Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
@@ -274,8 +262,23 @@ class PodWorker:
                 return None
             reason = "ImagePullBackOff"
 
+    async def adopt(
+        self,
+        images: dict[str, ResolvedImage],
+        runs: dict[str, ContainerRun],
+        container_env: dict[str, dict],
+        netns: str,
+        pod_ip: str | None,
+    ) -> None:
+        """Follow the runs a previous kubelet started (recovery.py found them alive)."""
+        self.images, self.runs, self.adopted = images, runs, True
+        self.container_env.update(container_env)
+        await self.sandbox.adopt(self.pod, netns, pod_ip)
+        self.write_state()
+        self.mark_dirty()
+
     def ips(self) -> tuple[str | None, str]:
-        return self.facts.pod_ip, self.facts.host_ip
+        return self.sandbox.ips()
 
     # ---- containers ------------------------------------------------------------
     async def run_init_containers(self) -> bool:
@@ -348,7 +351,7 @@ class PodWorker:
                 self.pod, spec, image, self.ips(), self.kubelet.api_port, self.kubelet.get_object
             )
             argv = build_argv(spec, image, env)
-            mounts = build_container_mounts(spec, self.volume_paths, self.etc_files)
+            mounts = build_container_mounts(spec, self.sandbox.volume_paths, self.sandbox.etc_files)
             groups = cgroups.create_container_cgroups(self.kubelet.state_hash, self.uid, spec)
         except (VolumeError, NoCommandError, ContainerConfigError, ValueError, OSError) as exc:
             result = record_create_error(record, exc)
@@ -356,9 +359,8 @@ class PodWorker:
             self.mark_dirty()
             await self.life.wait_stopping(VOLUME_RETRY_S)
             return result
-        netns_path = os.path.join(network.NETNS_DIR, self.netns) if self.netns else None
         shim_spec = build_shim_spec(
-            self.pod, self.dir, spec, record.restart_count, netns_path=netns_path,
+            self.pod, self.dir, spec, record.restart_count, netns_path=self.sandbox.netns_path(),
             security=security, mounts=mounts, host_dirs=image.host_dirs, cgroups=groups,
             argv=argv, env=env,
         )
@@ -456,12 +458,7 @@ class PodWorker:
             return
         self.life.advance(WorkerPhase.RELEASED, StopReason.COMPLETED)
         await self.kill_everything()
-        if self.forwarder:
-            await self.forwarder.stop()
-        # unconditional: a stop may have raced with the namespace's creation
-        await asyncio.to_thread(network.teardown_pod_network, self.kubelet.state_dir, self.uid)
-        if self.netns:
-            self.kubelet.addresses.release(self.facts.pod_ip)
+        await self.sandbox.release()
         self.write_state()
 
     async def remove_pod_dir(self) -> None:
@@ -472,7 +469,7 @@ class PodWorker:
     def write_state(self) -> None:
         if self.life.phase is WorkerPhase.REMOVED:
             return
-        netns = self.netns if self.life.phase < WorkerPhase.RELEASED else None
+        netns = self.sandbox.netns if self.life.phase < WorkerPhase.RELEASED else None
         state = build_pod_state(
             self.pod, self.kubelet.node, netns, self.facts.pod_ip, self.records, self.runs,
             self.container_env,

@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING
 from localkube.kubelet import cleanup, network
 from localkube.kubelet.cleanup import SHIM_MARKER, is_recorded_process
 from localkube.kubelet.images import resolve_pod_images
-from localkube.kubelet.lifecycle import StopReason, WorkerPhase
 from localkube.kubelet.runtime import ContainerRun
 from localkube.kubelet.status import ContainerState, now_rfc3339
-from localkube.kubelet.volumes import materialize_volumes, write_etc_files
 
 if TYPE_CHECKING:
     from localkube.kubelet.podhost import PodHost
@@ -113,24 +111,15 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
             0,
             "Completed",
         )
-    for name, entry in (state.get("containers") or {}).items():
-        worker.container_env[name] = {
+    container_env = {
+        name: {
             "env": entry.get("env") or {},
             "workingDir": entry.get("workingDir") or "/",
             "security": entry.get("security"),  # exec sessions keep running as the container
         }
-    worker.images, worker.runs, worker.adopted = images, runs, True
-    worker.netns, worker.facts.pod_ip = state["netns"], state.get("ip")
-    worker.kubelet.addresses.reserve(worker.facts.pod_ip)
-    worker.volume_paths = await materialize_volumes(
-        worker.pod, worker.dir, worker.ips(), worker.kubelet.get_object
-    )
-    worker.etc_files = write_etc_files(worker.pod, worker.dir, worker.facts.pod_ip)
-    if worker.kubelet.forward_ports:
-        worker.forwarder = network.PodPortForwarder(worker.netns, worker.kubelet.forward_ports)
-        await worker.forwarder.start()
-    worker.write_state()
-    worker.mark_dirty()
+        for name, entry in (state.get("containers") or {}).items()
+    }
+    await worker.adopt(images, runs, container_env, state["netns"], state.get("ip"))
     return True
 
 
@@ -147,8 +136,7 @@ async def settle_previous_pod(kubelet: PodHost, worker: PodWorker, origin: PodOr
             log.info("pod %s/%s: re-adopted its running containers", worker.namespace, worker.name)
             await worker.run()
             return
-        if worker.forwarder:
-            await worker.forwarder.stop()
+        await worker.sandbox.stop_forwarding()
     await asyncio.to_thread(cleanup.clean_pod_leftovers, kubelet.state_dir, worker.uid, False)
     try:
         if origin is PodOrigin.NODE_RESTART:
@@ -186,10 +174,7 @@ async def settle_previous_pod(kubelet: PodHost, worker: PodWorker, origin: PodOr
                     record.message = (
                         "The container could not be located when the pod was terminated"
                     )
-            worker.facts.pod_ip = (worker.pod.get("status") or {}).get("podIP")
-            worker.facts.failure_reason = "NodeRestart"
-            worker.facts.failure_message = NODE_RESTART_MESSAGE
-            worker.life.advance(WorkerPhase.STOPPING, StopReason.NODE_RESTART)
+            worker.fail_for_node_restart(NODE_RESTART_MESSAGE)
             await worker.reporter.flush()
             kubelet.record_event(worker.pod, "Warning", "NodeRestart", NODE_RESTART_MESSAGE)
         await worker.deletion_requested.wait()

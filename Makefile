@@ -55,14 +55,18 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 # sooner than one.
 TEST_WORKERS ?= 3
 
-test: setup
+# lint first: a test run on code that fails `ruff check` or is not `ruff format`ted stops
+# before any server starts.
+test: setup lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slow"
 
+# ruff's settings are in pyproject.toml ([tool.ruff], [tool.ruff.format]).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # The main job: services up, digits-ps packed, uploaded, submitted and followed.
 demo: setup

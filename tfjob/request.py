@@ -6,29 +6,29 @@ failure surfaces as one `RequestError` whose message names the field, the
 value given and what is allowed, e.g.
 `request.replicas.ps: 0 given; distributed parameter-server jobs need at least 1`.
 
-`Role` declaration order (chief, ps, worker, evaluator) is the deterministic
-order used everywhere: pod lists, ClusterSpec keys, replica iteration.
+The request's parts (the `Role`, `Mode`... enums, limits and defaults, the
+nested `Replicas`, `RoleResources`, `Toleration`) live in request_fields.py;
+the ones callers use are exported here too (`__all__`), so `tfjob.request`
+stays the one import for the request.
 """
 
 import json
 import os
 from collections.abc import Mapping
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tfjob import request_recovery as recovery
 from tfjob.grants import MAX_GRANT_SECONDS, max_active_deadline, run_window_seconds
-from tfjob.quantity import parse_quantity
 from tfjob.request_checks import (
-    ENV_NAME_PATTERN,
     LABEL_VALUE_PATTERN,
+    check_argv,
     check_dns_label,
+    check_env,
     check_label_map,
-    check_quantity,
     check_s3_url,
 )
 from tfjob.request_errors import (
@@ -37,6 +37,26 @@ from tfjob.request_errors import (
     convert_validation_error,
     invalid,
 )
+from tfjob.request_fields import (
+    DEFAULT_ACTIVE_DEADLINE,
+    DEFAULT_GPU,
+    DEFAULT_IMAGE,
+    DEFAULT_PORT,
+    DEFAULT_STARTUP_TIMEOUT,
+    MAX_NAME_LENGTH,
+    MAX_RETRIES,
+    MAX_TENANT_LENGTH,
+    Mode,
+    Placement,
+    Replicas,
+    Role,
+    RoleResources,
+    Strategy,
+    StrictModel,
+    SuccessPolicy,
+    Toleration,
+    default_resources,
+)
 from tfjob.schedule import AIRFLOW_PRESETS, explain_schedule_problem
 
 # libyaml's loader where PyYAML was built with it: a DAG folder of request files
@@ -44,152 +64,7 @@ from tfjob.schedule import AIRFLOW_PRESETS, explain_schedule_problem
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class Role(StrEnum):
-    """A TensorFlow task type; declaration order is the order used everywhere."""
-
-    CHIEF = "chief"
-    PS = "ps"
-    WORKER = "worker"
-    EVALUATOR = "evaluator"
-
-
-class Mode(StrEnum):
-    SINGLE = "single"
-    DISTRIBUTED = "distributed"
-
-
-class Strategy(StrEnum):
-    """How a distributed job is laid out: with parameter servers or all-reduce workers."""
-
-    PARAMETER_SERVER = "parameter_server"
-    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
-
-
-class SuccessPolicy(StrEnum):
-    """Which replicas must succeed for the run to succeed; ps never counts."""
-
-    CHIEF = "chief"
-    WORKER0 = "worker0"
-    ALL_WORKERS = "all_workers"
-
-
-class Placement(StrEnum):
-    """Spread replicas over nodes, or pack them onto as few as possible."""
-
-    SPREAD = "spread"
-    PACK = "pack"
-
-
-# A role that names no cpu/memory request gets its tenant's LimitRange defaults (the
-# namespace's `defaultRequest`, applied by Kubernetes at pod creation; docs/tenants.md).
-DEFAULT_GPU = 0
-MAX_GPU_PER_REPLICA = 16
-DEFAULT_IMAGE = "tensorflow/tensorflow:2.21.0"
-DEFAULT_PORT = 2222
-DEFAULT_STARTUP_TIMEOUT = 300
-DEFAULT_ACTIVE_DEADLINE = 3600
-MAX_RETRIES = 10
-# 40 leaves room for "-<h8>" and "-evaluator-<index>" within 63 characters.
-MAX_NAME_LENGTH = 40
-# "tfjob-<tenant>" must be a namespace name (63 characters).
-MAX_TENANT_LENGTH = 57
-
-RESERVED_ENV_PREFIX = "TFJOB_"
-# Set by the manifest or the bootstrap; a request value would be overwritten.
-RESERVED_ENV_NAMES = frozenset({
-    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME",
-    "TASK_INDEX", "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
-})
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False, frozen=True)
-
-
-class Replicas(_Model):
-    """How many replicas of each role the job runs."""
-
-    chief: int = Field(0, ge=0, le=1, description="Coordinator replicas (0 or 1).")
-    ps: int = Field(0, ge=0, le=100, description="Parameter-server replicas.")
-    worker: int = Field(1, ge=0, le=1000, description="Worker replicas.")
-    evaluator: int = Field(0, ge=0, le=1, description="Side-car evaluator replicas (0 or 1).")
-
-
-class RoleResources(_Model):
-    """Requests (and optional limits) of one replica of a role."""
-
-    cpu: str | None = Field(None, description="CPU request, a Kubernetes quantity; unset: "
-                                              "the tenant's default (or cpu_limit when set).")
-    memory: str | None = Field(None, description="Memory request, a Kubernetes quantity; "
-                                                 "unset: the tenant's default (or memory_limit "
-                                                 "when set).")
-    gpu: int = Field(DEFAULT_GPU, ge=0, le=MAX_GPU_PER_REPLICA,
-                     description="nvidia.com/gpu, used as both request and limit.")
-    cpu_limit: str | None = Field(None, description="CPU limit; none when unset.")
-    memory_limit: str | None = Field(None, description="Memory limit; none when unset.")
-
-    @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
-    @classmethod
-    def _check_quantities(cls, value: Any) -> Any:
-        return value if value is None else check_quantity(value)
-
-    @model_validator(mode="after")
-    def _check_limits_cover_requests(self) -> "RoleResources":
-        for limit_name, request_name in (("cpu_limit", "cpu"), ("memory_limit", "memory")):
-            limit = getattr(self, limit_name)
-            request = getattr(self, request_name)
-            if (limit is not None and request is not None
-                    and parse_quantity(limit) < parse_quantity(request)):
-                raise invalid(f"the limit must be at least the {request_name} request "
-                               f"({request})", limit, limit_name)
-        return self
-
-
-class Toleration(_Model):
-    """A Kubernetes toleration, with Kubernetes' own keys."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = Field(None, alias="tolerationSeconds", ge=0)
-
-    @field_validator("operator")
-    @classmethod
-    def _check_operator(cls, value: str) -> str:
-        if value not in ("Equal", "Exists"):
-            raise invalid("allowed: Equal, Exists", value)
-        return value
-
-    @field_validator("effect")
-    @classmethod
-    def _check_effect(cls, value: str | None) -> str | None:
-        if value not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise invalid("allowed: NoSchedule, PreferNoSchedule, NoExecute", value)
-        return value
-
-    @model_validator(mode="after")
-    def _check_combination(self) -> "Toleration":
-        if self.operator == "Exists" and self.value:
-            raise invalid("no value is allowed with operator Exists", self.value, "value")
-        if not self.key and self.operator != "Exists":
-            raise invalid("an empty key needs operator Exists", self.operator, "operator")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise invalid("tolerationSeconds needs effect NoExecute",
-                           self.toleration_seconds, "tolerationSeconds")
-        return self
-
-    def to_manifest(self) -> dict[str, Any]:
-        """The toleration as Kubernetes JSON (camelCase, unset keys left out)."""
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
-def default_resources() -> dict[Role, RoleResources]:
-    return {role: RoleResources() for role in Role}
-
-
-class TrainingRequest(_Model):
+class TrainingRequest(StrictModel):
     """A complete, validated training request."""
 
     name: str = Field(description="Job name: a DNS-1123 label of at most 40 characters.")
@@ -262,39 +137,12 @@ class TrainingRequest(_Model):
     @field_validator("entrypoint", "args", mode="before")
     @classmethod
     def _check_argv(cls, value: Any, info: Any) -> Any:
-        if isinstance(value, str):
-            raise invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
-                           "shell strings are not run", value)
-        if not isinstance(value, list | tuple):
-            raise invalid("a list of strings is allowed", value)
-        if info.field_name == "entrypoint" and not value:
-            raise invalid("a non-empty argv list is required, e.g. [\"python3\", "
-                           "\"train.py\"]", value)
-        for index, item in enumerate(value):
-            if not isinstance(item, str) or (info.field_name == "entrypoint" and not item):
-                raise invalid("every argv item must be a non-empty string (quote numbers "
-                               "in YAML)" if info.field_name == "entrypoint" else
-                               "every argument must be a string (quote numbers in YAML)",
-                               item, f"[{index}]")
-        return list(value)
+        return check_argv(value, info.field_name)
 
     @field_validator("env", mode="before")
     @classmethod
     def _check_env(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            raise invalid("a mapping of variable names to strings is allowed", value)
-        for key, item in value.items():
-            if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
-                raise invalid("environment names are letters, digits and '_', not "
-                               "starting with a digit", key, str(key))
-            if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
-                raise invalid(f"the name is reserved for TF-on-K8s (names starting with "
-                               f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
-                               "); choose another", key, key)
-            if not isinstance(item, str):
-                raise invalid("environment values must be strings (quote them in YAML)",
-                               item, key)
-        return value
+        return check_env(value)
 
     @field_validator("resources", mode="before")
     @classmethod

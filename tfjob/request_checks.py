@@ -1,4 +1,5 @@
-"""Checks of single request fields: names, quantities, label maps.
+"""Checks of single request fields: names, quantities, label maps, argv
+lists and environment variables.
 
 Pure functions that `tfjob/request.py`'s validators call; each raises the
 request's `RequestError` (through `invalid`) naming what is allowed.
@@ -16,6 +17,13 @@ DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+RESERVED_ENV_PREFIX = "TFJOB_"
+# Set by the manifest or the bootstrap; a request value would be overwritten.
+RESERVED_ENV_NAMES = frozenset({
+    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME",
+    "TASK_INDEX", "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
+})
+
 
 def check_dns_label(value: str, max_len: int) -> str:
     if not isinstance(value, str) or len(value) > max_len or not DNS_LABEL_PATTERN.match(value):
@@ -61,3 +69,40 @@ def check_s3_url(value: str, shape: str) -> tuple[str, str]:
     if not key.strip("/"):
         raise invalid(f"an {shape} URL with a non-empty key is allowed", value)
     return bucket, key
+
+
+def check_argv(value: Any, field_name: str) -> list[str]:
+    """An argv list (entrypoint: non-empty, of non-empty strings) or args."""
+    if isinstance(value, str):
+        raise invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
+                       "shell strings are not run", value)
+    if not isinstance(value, list | tuple):
+        raise invalid("a list of strings is allowed", value)
+    if field_name == "entrypoint" and not value:
+        raise invalid("a non-empty argv list is required, e.g. [\"python3\", "
+                       "\"train.py\"]", value)
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or (field_name == "entrypoint" and not item):
+            raise invalid("every argv item must be a non-empty string (quote numbers "
+                           "in YAML)" if field_name == "entrypoint" else
+                           "every argument must be a string (quote numbers in YAML)",
+                           item, f"[{index}]")
+    return list(value)
+
+
+def check_env(value: Any) -> Any:
+    """Extra environment variables: valid names, none reserved, string values."""
+    if not isinstance(value, Mapping):
+        raise invalid("a mapping of variable names to strings is allowed", value)
+    for key, item in value.items():
+        if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
+            raise invalid("environment names are letters, digits and '_', not "
+                           "starting with a digit", key, str(key))
+        if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
+            raise invalid(f"the name is reserved for TF-on-K8s (names starting with "
+                           f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
+                           "); choose another", key, key)
+        if not isinstance(item, str):
+            raise invalid("environment values must be strings (quote them in YAML)",
+                           item, key)
+    return value

@@ -6,7 +6,7 @@ failed, the pure verdict (tfjob/restart_policy.py) says RESTART or FAIL; this
 module holds the rest of a restart, so that `train` stays about waiting and
 reporting:
 
-- the bookkeeping of attempts (one per gang, `tfjob.restart_policy.Attempt`):
+- the bookkeeping of attempts (one per gang, `tfjob.attempts.Attempt`):
   closing the current one with its verdict, opening the next;
 - `start_new_gang`, the imperative part, in this order:
   1. stop the failed gang: every pod deleted with its own grace period, and
@@ -61,11 +61,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from operators import gang
+from tfjob.attempts import Attempt, AttemptOutcome
 from tfjob.naming import ANNOTATION_ATTEMPTS
 from tfjob.restart_policy import (
     INFRASTRUCTURE_KINDS,
-    Attempt,
-    AttemptOutcome,
     Decision,
     ReplicaFailure,
     RestartPolicy,

@@ -64,6 +64,7 @@ from operators.settings import (
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
+from tfjob.attempts import AttemptOutcome, describe_run_failure
 from tfjob.pipeline_ids import (
     ATTEMPTS_KEY,
     GRANTS_KEY,
@@ -71,7 +72,7 @@ from tfjob.pipeline_ids import (
     RESTARTED_CLUSTER_KEY,
     WARM_START_KEY,
 )
-from tfjob.restart_policy import AttemptOutcome, Decision, RestartPolicy, describe_run_failure
+from tfjob.restart_policy import Decision, RestartPolicy
 
 if TYPE_CHECKING:
     from operators.triggers import TrainingEvent

@@ -9,18 +9,16 @@ from hypothesis import strategies as st
 from tfjob_fixtures import valid_request_data
 
 from operators.replicas import judge_training, read_replica_status
+from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure
 from tfjob.request import load_request
 from tfjob.restart_policy import (
     MAX_RESTARTS,
-    Attempt,
-    AttemptOutcome,
     Decision,
     FailureKind,
     ReplicaFailure,
     RestartOn,
     RestartPolicy,
     describe_failure,
-    describe_run_failure,
     judge_restart,
 )
 

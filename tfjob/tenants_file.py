@@ -24,28 +24,39 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tfjob import naming
-from tfjob.quantity import is_quantity, parse_quantity
-from tfjob.request_checks import LABEL_NAME_PATTERN
+from tfjob.quantity import parse_quantity
 from tfjob.tenant_model import (
     ACTIVE_RUNS_PER_JOB,
     DEFAULT_DNS_PORT,
     DEFAULT_IMAGES,
     DEFAULT_S3_PORT,
-    GPU_RESOURCE,
     QUOTA_FIELDS,
     NetworkSettings,
     Tenant,
     TenantsConfig,
     TenantsFileError,
 )
-from tfjob.tenant_policy import describe_prefix_problem, locate_in_s3
+from tfjob.tenant_policy import locate_in_s3
+from tfjob.tenants_fields import (
+    Fail,
+    check_known_keys,
+    read_conn_id,
+    read_node_selectors,
+    read_patterns,
+    read_port,
+    read_prefixes,
+    read_resources,
+    read_roles,
+    read_tolerations,
+    read_whole,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TENANTS_FILE = REPO_ROOT / "deploy" / "tenants.yaml"
@@ -55,18 +66,9 @@ TENANTS_FILE_ENV = "TFJOB_TENANTS_FILE"
 MAX_TENANT_NAME = 57  # "tfjob-<name>" is a namespace name (63 characters)
 MAX_POOL_SLOTS = 1000
 MAX_ACTIVE_RUNS = ACTIVE_RUNS_PER_JOB * MAX_POOL_SLOTS
-MAX_LABEL_NAME = 63
-# Airflow's built-in roles: one of them acting for a tenant would hand the tenant's
-# DAGs to everyone holding it (Public: anonymous users). Compared case-insensitively.
-AIRFLOW_BUILTIN_ROLES = ("Admin", "Op", "User", "Viewer", "Public")
-TOLERATION_OPERATORS = ("Equal", "Exists")
-TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CIDR = re.compile(r"^[0-9a-fA-F.:]+/[0-9]{1,3}$")
-_ROLE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# Airflow's own rule for connection ids (airflow.utils.helpers.validate_key).
-_CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 DEFAULT_FIELDS = ("cpu", "memory")
 _TOP_FIELDS = ("network", "tenants")
@@ -74,10 +76,8 @@ _NETWORK_FIELDS = ("s3_port", "s3_cidr", "dns_port")
 TENANT_FIELDS = ("name", "namespace", "description", "quota", "defaults", "default_limits",
                   "max_concurrent_jobs", "max_active_runs", "roles", "bundle_prefixes",
                   "output_prefixes", "aws_conn_id", "images", "node_selectors", "tolerations")
-_TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 _PREFIX_FIELDS = ("bundle_prefixes", "output_prefixes")
 
-Fail = Callable[[str, Any, str], TenantsFileError]
 
 
 class Unreadable(str):
@@ -125,7 +125,7 @@ def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
 
     if not isinstance(data, Mapping):
         raise fail("", data, "a mapping with `tenants:` (a list) and optional `network:`")
-    _check_known_keys(fail, "", data, _TOP_FIELDS)
+    check_known_keys(fail, "", data, _TOP_FIELDS)
     network = _read_network(fail, data.get("network") or {})
     items = data.get("tenants")
     if not isinstance(items, list) or not items:
@@ -141,184 +141,24 @@ def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
     return TenantsConfig(tuple(tenants), network, source)
 
 
-# --- fields -------------------------------------------------------------------------------
-
-def _check_known_keys(fail: Fail, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
-    for key in data:
-        if key not in allowed:
-            prefix = f"{where}." if where else ""
-            raise fail(f"{prefix}{key}", data[key],
-                       "unknown field; allowed fields: " + ", ".join(allowed))
-
-
-def _read_whole(fail: Fail, where: str, value: Any, low: int, high: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise fail(where, value, f"a whole number from {low} to {high} is required{what}")
-    return value
-
-
-def _read_port(fail: Fail, where: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise fail(where, value, "a port number from 1 to 65535 is allowed")
-    return value
-
-
 def _read_network(fail: Fail, data: Any) -> NetworkSettings:
     if not isinstance(data, Mapping):
         raise fail("network", data, "a mapping of s3_port, s3_cidr, dns_port is allowed")
-    _check_known_keys(fail, "network", data, _NETWORK_FIELDS)
+    check_known_keys(fail, "network", data, _NETWORK_FIELDS)
     cidr = data.get("s3_cidr")
     if cidr is not None and (not isinstance(cidr, str) or not _CIDR.match(cidr)):
         raise fail("network.s3_cidr", cidr, "a CIDR such as 10.0.0.0/8 is allowed")
     return NetworkSettings(
-        s3_port=_read_port(fail, "network.s3_port", data.get("s3_port", DEFAULT_S3_PORT)),
+        s3_port=read_port(fail, "network.s3_port", data.get("s3_port", DEFAULT_S3_PORT)),
         s3_cidr=cidr,
-        dns_port=_read_port(fail, "network.dns_port", data.get("dns_port", DEFAULT_DNS_PORT)),
+        dns_port=read_port(fail, "network.dns_port", data.get("dns_port", DEFAULT_DNS_PORT)),
     )
-
-
-def _read_quantity(fail: Fail, where: str, value: Any, whole: bool = False) -> str:
-    if isinstance(value, bool) or value is None:
-        raise fail(where, value, "a Kubernetes quantity such as 500m, 4, 16Gi is required")
-    text = str(value)
-    if not is_quantity(text):
-        raise fail(where, value, "a Kubernetes quantity such as 500m, 4, 16Gi is required")
-    if whole and parse_quantity(text) != int(parse_quantity(text)):
-        raise fail(where, value, "a whole number is required")
-    return text
-
-
-def _read_resources(fail: Fail, where: str, data: Any, allowed: tuple[str, ...],
-                    required: bool) -> dict[str, str]:
-    if data is None and not required:
-        return {}
-    if not isinstance(data, Mapping):
-        raise fail(where, data, "a mapping of " + ", ".join(allowed) + " is required")
-    _check_known_keys(fail, where, data, allowed)
-    values = {}
-    for key in allowed:
-        if key not in data:
-            if required:
-                raise fail(f"{where}.{key}", None, "the field is required (a quantity; "
-                           "0 to forbid the resource)")
-            continue
-        values[key] = _read_quantity(fail, f"{where}.{key}", data[key],
-                                     whole=key in (GPU_RESOURCE, "pods"))
-    return values
-
-
-def _read_string_list(fail: Fail, where: str, value: Any, allowed: str) -> list[str]:
-    """A non-empty list of strings (each still to be checked by the caller)."""
-    if not isinstance(value, list) or not value:
-        raise fail(where, value, f"a non-empty list is required: {allowed}")
-    for index, item in enumerate(value):
-        if not isinstance(item, str):
-            raise fail(f"{where}[{index}]", item, f"a string is required: {allowed}")
-    return value
-
-
-def _read_roles(fail: Fail, where: str, data: Mapping, name: str) -> tuple[str, ...]:
-    allowed = ("Airflow role names of 1-64 letters, digits, '_', '.', '-' (default: the "
-               "tenant's name)")
-    roles = _read_string_list(fail, where, data["roles"], allowed) if "roles" in data \
-        else [name]
-    for index, role in enumerate(roles):
-        place = f"{where}[{index}]" if "roles" in data else where
-        if not _ROLE.match(role):
-            raise fail(place, role, allowed)
-        if role.lower() in (builtin.lower() for builtin in AIRFLOW_BUILTIN_ROLES):
-            raise fail(place, role, "Airflow's built-in roles (" +
-                       ", ".join(AIRFLOW_BUILTIN_ROLES) + ") may not act for a tenant; "
-                       "name the tenant's own roles in `roles:`")
-        if role in roles[:index]:
-            raise fail(place, role, "each role is listed once")
-    return tuple(roles)
-
-
-def _read_prefixes(fail: Fail, where: str, value: Any, example: str) -> tuple[str, ...]:
-    shape = f"s3://<bucket>/<prefix>/ URLs, e.g. [{example}]"
-    if value is None:
-        raise fail(where, None, f"the field is required: a list of {shape}")
-    prefixes = _read_string_list(fail, where, value, shape)
-    for index, prefix in enumerate(prefixes):
-        problem = describe_prefix_problem(prefix)
-        if problem:
-            raise fail(f"{where}[{index}]", prefix, problem)
-    return tuple(prefixes)
-
-
-def _read_conn_id(fail: Fail, where: str, value: Any) -> str | None:
-    if value is not None and (not isinstance(value, str) or not _CONN_ID.match(value)):
-        raise fail(where, value, "an Airflow connection id (1-200 letters, digits, '_', '.', "
-                   "'-') is allowed; leave it out for aws_default")
-    return value
-
-
-def _read_patterns(fail: Fail, where: str, value: Any, allowed: str) -> tuple[str, ...]:
-    patterns = _read_string_list(fail, where, value, allowed)
-    for index, pattern in enumerate(patterns):
-        if not pattern or any(char.isspace() for char in pattern):
-            raise fail(f"{where}[{index}]", pattern, f"a pattern without spaces: {allowed}")
-    return tuple(patterns)
-
-
-def _read_node_selectors(fail: Fail, where: str, value: Any) -> dict[str, tuple[str, ...]]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise fail(where, value, "a mapping of node label keys to lists of allowed value "
-                   "patterns is allowed, e.g. {pool: [train-*]}")
-    selectors = {}
-    for key, patterns in value.items():
-        name = str(key).rsplit("/", 1)[-1]
-        if not isinstance(key, str) or len(name) > MAX_LABEL_NAME or \
-                not LABEL_NAME_PATTERN.match(name):
-            raise fail(f"{where}.{key}", key, "node selector keys must be Kubernetes label "
-                       "keys")
-        selectors[key] = _read_patterns(fail, f"{where}.{key}", patterns,
-                                        "fnmatch patterns of allowed label values")
-    return selectors
-
-
-def _read_toleration(fail: Fail, where: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise fail(where, value, "a mapping of key and optional operator, value, effect is "
-                   "required")
-    _check_known_keys(fail, where, value, _TOLERATION_FIELDS)
-    entry = {name: value[name] for name in _TOLERATION_FIELDS if name in value}
-    for name, item in entry.items():
-        if not isinstance(item, str):
-            raise fail(f"{where}.{name}", item, "a string is required (quote it in YAML)")
-    if "key" not in entry:
-        raise fail(f"{where}.key", None, "the field is required: the taint key a request "
-                   "may tolerate ('' with operator Exists: every taint)")
-    if entry.get("operator", "Equal") not in TOLERATION_OPERATORS:
-        raise fail(f"{where}.operator", entry["operator"],
-                   "allowed: " + ", ".join(TOLERATION_OPERATORS))
-    if "effect" in entry and entry["effect"] not in TOLERATION_EFFECTS:
-        raise fail(f"{where}.effect", entry["effect"],
-                   "allowed: " + ", ".join(TOLERATION_EFFECTS))
-    if entry.get("operator") == "Exists" and entry.get("value"):
-        raise fail(f"{where}.value", entry["value"], "no value is allowed with operator Exists")
-    if entry["key"] == "" and entry.get("operator") != "Exists":
-        raise fail(f"{where}.operator", entry.get("operator"),
-                   "an empty key (every taint) needs operator Exists")
-    return entry
-
-
-def _read_tolerations(fail: Fail, where: str, value: Any) -> tuple[dict[str, str], ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise fail(where, value, "a list of allowed tolerations is allowed")
-    return tuple(_read_toleration(fail, f"{where}[{index}]", item)
-                 for index, item in enumerate(value))
 
 
 def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
     if not isinstance(data, Mapping):
         raise fail(where, data, "a mapping of " + ", ".join(TENANT_FIELDS) + " is required")
-    _check_known_keys(fail, where, data, TENANT_FIELDS)
+    check_known_keys(fail, where, data, TENANT_FIELDS)
     name = data.get("name")
     if not isinstance(name, str) or len(name) > MAX_TENANT_NAME or not _DNS_LABEL.match(name):
         raise fail(f"{where}.name", name, "a DNS-1123 label (lowercase letters, digits, '-') "
@@ -328,21 +168,21 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
         raise fail(f"{where}.namespace", data.get("namespace"),
                    f"a tenant's namespace is always {naming.NAMESPACE_PREFIX}<name>: "
                    f"{expected} (leave it out or write that)")
-    quota = _read_resources(fail, f"{where}.quota", data.get("quota"), tuple(QUOTA_FIELDS),
+    quota = read_resources(fail, f"{where}.quota", data.get("quota"), tuple(QUOTA_FIELDS),
                             required=True)
-    defaults = _read_resources(fail, f"{where}.defaults", data.get("defaults"), DEFAULT_FIELDS,
+    defaults = read_resources(fail, f"{where}.defaults", data.get("defaults"), DEFAULT_FIELDS,
                                required=True)
-    limits = _read_resources(fail, f"{where}.default_limits", data.get("default_limits"),
+    limits = read_resources(fail, f"{where}.default_limits", data.get("default_limits"),
                              DEFAULT_FIELDS, required=False)
     for key, limit in limits.items():
         if parse_quantity(limit) < parse_quantity(defaults[key]):
             raise fail(f"{where}.default_limits.{key}", limit,
                        f"must be at least defaults.{key} ({defaults[key]})")
-    jobs = _read_whole(fail, f"{where}.max_concurrent_jobs", data.get("max_concurrent_jobs", 1),
+    jobs = read_whole(fail, f"{where}.max_concurrent_jobs", data.get("max_concurrent_jobs", 1),
                        1, MAX_POOL_SLOTS, " (the tenant's Airflow pool slots)")
     runs = data.get("max_active_runs")
     if runs is not None:
-        runs = _read_whole(fail, f"{where}.max_active_runs", runs, 1, MAX_ACTIVE_RUNS,
+        runs = read_whole(fail, f"{where}.max_active_runs", runs, 1, MAX_ACTIVE_RUNS,
                            f" (leave it out for {ACTIVE_RUNS_PER_JOB} x max_concurrent_jobs)")
     description = data.get("description", "")
     if not isinstance(description, str):
@@ -350,17 +190,17 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
     return Tenant(
         name=name, quota=quota, defaults=defaults, default_limits=limits,
         max_concurrent_jobs=jobs, description=description,
-        roles=_read_roles(fail, f"{where}.roles", data, name),
-        bundle_prefixes=_read_prefixes(fail, f"{where}.bundle_prefixes",
+        roles=read_roles(fail, f"{where}.roles", data, name),
+        bundle_prefixes=read_prefixes(fail, f"{where}.bundle_prefixes",
                                        data.get("bundle_prefixes"), "s3://tfjob-demo/bundles/"),
-        output_prefixes=_read_prefixes(fail, f"{where}.output_prefixes",
+        output_prefixes=read_prefixes(fail, f"{where}.output_prefixes",
                                        data.get("output_prefixes"), "s3://tfjob-demo/outputs/"),
-        aws_conn_id=_read_conn_id(fail, f"{where}.aws_conn_id", data.get("aws_conn_id")),
-        images=_read_patterns(fail, f"{where}.images", data.get("images", list(DEFAULT_IMAGES)),
+        aws_conn_id=read_conn_id(fail, f"{where}.aws_conn_id", data.get("aws_conn_id")),
+        images=read_patterns(fail, f"{where}.images", data.get("images", list(DEFAULT_IMAGES)),
                               "fnmatch patterns of allowed images, e.g. tensorflow/tensorflow:*"),
-        node_selectors=_read_node_selectors(fail, f"{where}.node_selectors",
+        node_selectors=read_node_selectors(fail, f"{where}.node_selectors",
                                             data.get("node_selectors")),
-        tolerations=_read_tolerations(fail, f"{where}.tolerations", data.get("tolerations")),
+        tolerations=read_tolerations(fail, f"{where}.tolerations", data.get("tolerations")),
         max_active_runs=runs,
     )
 

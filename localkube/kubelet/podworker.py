@@ -30,12 +30,17 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from localkube.kubelet import cgroups
-from localkube.kubelet.environment import NoCommandError, build_argv, build_environment
+from localkube.kubelet.containerloops import run_container_loop, run_init_containers
 from localkube.kubelet.hooks import describe_hook_failure, find_hook, run_hook
 from localkube.kubelet.images import ResolvedImage, describe_pull_failure, resolve_pod_images
+from localkube.kubelet.launch import (
+    CONFIG_ERRORS,
+    build_run_spec,
+    describe_exec_context,
+    resolve_container_config,
+)
 from localkube.kubelet.lifecycle import RunResult, StopReason, WorkerLife, WorkerPhase
 from localkube.kubelet.podstate import build_pod_state, write_pod_state
-from localkube.kubelet.restarts import describe_back_off, restart_delay, should_restart
 from localkube.kubelet.runrecords import (
     record_create_error,
     record_run_exit,
@@ -45,17 +50,13 @@ from localkube.kubelet.runrecords import (
 from localkube.kubelet.runtime import (
     ContainerRun,
     await_container_exit,
-    build_shim_spec,
     make_pod_dirs,
     pod_dir,
     signal_process,
     start_container_run,
 )
 from localkube.kubelet.sandbox import PodSandbox
-from localkube.kubelet.securitycontext import ContainerConfigError, build_security_profile
 from localkube.kubelet.status import (
-    ContainerRecord,
-    ContainerState,
     PodRuntimeFacts,
     RestartPolicy,
     build_container_records,
@@ -68,7 +69,7 @@ from localkube.kubelet.termination import (
     read_grace_period,
     sleep_until_deadline,
 )
-from localkube.kubelet.volumes import VolumeError, build_container_mounts
+from localkube.kubelet.volumes import VolumeError
 
 if TYPE_CHECKING:
     from localkube.kubelet.podhost import PodHost
@@ -198,7 +199,7 @@ class PodWorker:
 
     async def lifecycle(self) -> None:
         if self.adopted:
-            loops = [asyncio.create_task(self.run_container_loop(c)) for c in self.main_specs]
+            loops = [asyncio.create_task(run_container_loop(self, c)) for c in self.main_specs]
             await asyncio.gather(*loops)
             return
         async with self.kubelet.start_slots:
@@ -206,9 +207,9 @@ class PodWorker:
         if not prepared:
             await self.life.stopping.wait()
             return
-        if not await self.run_init_containers():
+        if not await run_init_containers(self):
             return
-        loops = [asyncio.create_task(self.run_container_loop(c)) for c in self.main_specs]
+        loops = [asyncio.create_task(run_container_loop(self, c)) for c in self.main_specs]
         await asyncio.gather(*loops)
 
     async def enforce_deadline(self) -> None:
@@ -281,63 +282,6 @@ class PodWorker:
         return self.sandbox.ips()
 
     # ---- containers ------------------------------------------------------------
-    async def run_init_containers(self) -> bool:
-        for spec in self.init_specs:
-            record = self.records[spec["name"]]
-            while True:
-                result = await self.run_container_once(spec)
-                if self.life.is_stopping():
-                    return False
-                if result.retry:
-                    continue
-                if result.exit_code == 0:
-                    break
-                if self.policy is RestartPolicy.NEVER:
-                    self.mark_dirty()
-                    return False
-                await self.back_off(record)
-                if self.life.is_stopping():
-                    return False
-        for spec in self.main_specs:
-            self.records[spec["name"]].waiting_reason = "ContainerCreating"
-        return True
-
-    async def run_container_loop(self, spec: dict) -> None:
-        record = self.records[spec["name"]]
-        adopted = self.runs.get(spec["name"])
-        if adopted is not None:
-            result = await self.follow_run(spec["name"], adopted)
-            if self.life.is_stopping() or not should_restart(self.policy, result.exit_code):
-                return
-            await self.back_off(record)
-        elif record.state is ContainerState.TERMINATED:
-            if not should_restart(self.policy, record.exit_code or 0):
-                return
-            await self.back_off(record)
-        while not self.life.is_stopping():
-            result = await self.run_container_once(spec)
-            if result.retry:
-                continue
-            if self.life.is_stopping() or not should_restart(self.policy, result.exit_code):
-                return
-            await self.back_off(record)
-
-    async def back_off(self, record: ContainerRecord) -> None:
-        delay = restart_delay(record.restart_count)
-        record.last_terminated = record.terminated_view()
-        if delay:
-            record.state = ContainerState.WAITING
-            record.waiting_reason = "CrashLoopBackOff"
-            record.waiting_message = describe_back_off(delay, record.name, self.pod)
-            self.record_event(
-                "Warning", "BackOff", "Back-off restarting failed container " + record.name,
-                record.name,
-            )
-            self.mark_dirty()
-            await self.life.wait_stopping(delay)
-        if not self.life.is_stopping():
-            record.restart_count += 1
-
     async def run_container_once(self, spec: dict) -> RunResult:
         """Start one run of the container and wait for it; returns how it ended."""
         name = spec["name"]
@@ -346,27 +290,20 @@ class PodWorker:
         if self.life.is_stopping():
             return RunResult(exit_code=137)
         try:
-            security = build_security_profile(self.pod, spec)
-            env = await build_environment(
-                self.pod, spec, image, self.ips(), self.kubelet.api_port, self.kubelet.get_object
+            config = await resolve_container_config(
+                self.kubelet, self.pod, spec, image, self.sandbox
             )
-            argv = build_argv(spec, image, env)
-            mounts = build_container_mounts(spec, self.sandbox.volume_paths, self.sandbox.etc_files)
-            groups = cgroups.create_container_cgroups(self.kubelet.state_hash, self.uid, spec)
-        except (VolumeError, NoCommandError, ContainerConfigError, ValueError, OSError) as exc:
+        except CONFIG_ERRORS as exc:
             result = record_create_error(record, exc)
             self.record_event("Warning", "Failed", f"Error: {exc}", name)
             self.mark_dirty()
             await self.life.wait_stopping(VOLUME_RETRY_S)
             return result
-        shim_spec = build_shim_spec(
-            self.pod, self.dir, spec, record.restart_count, netns_path=self.sandbox.netns_path(),
-            security=security, mounts=mounts, host_dirs=image.host_dirs, cgroups=groups,
-            argv=argv, env=env,
+        shim_spec = build_run_spec(
+            self.pod, spec, record.restart_count, image, self.sandbox, config
         )
         base = os.path.dirname(shim_spec["exit_path"])
-        self.container_env[name] = {"env": env, "workingDir": shim_spec["workingDir"],
-                                    "security": security}
+        self.container_env[name] = describe_exec_context(config, shim_spec)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(shim_spec["log_path"])
         if record.restart_count == 0:

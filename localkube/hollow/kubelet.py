@@ -23,8 +23,9 @@ import aiohttp
 
 from localkube.credentials import read_credentials
 from localkube.hollow.pod import HollowPod, PodOrigin
-from localkube.kubelet.apiclient import ApiClient, ApiRequestError, RelistRequired
+from localkube.kubelet.apiclient import ApiClient, ApiRequestError
 from localkube.kubelet.network import AddressPool, node_gateway
+from localkube.kubelet.podwatch import follow_node_pods
 from localkube.kubelet.status import now_rfc3339
 
 log = logging.getLogger("localkube.hollow")
@@ -160,25 +161,9 @@ class HollowNodeAgent:
         return (listing.get("metadata") or {}).get("resourceVersion") or "0"
 
     async def watch_pods(self) -> None:
-        resource_version = None
-        while True:
-            try:
-                if resource_version is None:
-                    if not self.first_sync:
-                        await self.api.patch_node_status(self.node, self.node_status())
-                    resource_version = await self.sync_pods()
-                async for event in self.api.watch_node_pods(self.node, resource_version):
-                    obj = event.get("object") or {}
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") \
-                        or resource_version
-                    if event.get("type") != "BOOKMARK":
-                        self.handle_pod_event(event["type"], obj)
-            except RelistRequired:
-                resource_version = None
-            except (TimeoutError, ApiRequestError, aiohttp.ClientError, ValueError, OSError) as exc:
-                log.warning("node %s: pod watch interrupted: %s; relisting", self.node, exc)
-                resource_version = None
-                await asyncio.sleep(0.5)
+        await follow_node_pods(
+            self.api, self.node, self.sync_pods, self.handle_pod_event, self.node_status
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.api.open()

@@ -24,8 +24,9 @@ import aiohttp
 from localkube.credentials import ClusterCredentials
 from localkube.forwarding import forwards_of_cluster
 from localkube.kubelet import cleanup, network
-from localkube.kubelet.apiclient import ApiClient, ApiRequestError, RelistRequired
+from localkube.kubelet.apiclient import ApiClient, ApiRequestError
 from localkube.kubelet.images import load_image_rules
+from localkube.kubelet.podwatch import follow_node_pods
 from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import make_kubelet_dirs, pod_dir
@@ -289,28 +290,9 @@ class Kubelet:
         return listing.get("metadata", {}).get("resourceVersion") or "0"
 
     async def watch_pods(self) -> None:
-        resource_version = None
-        while True:
-            try:
-                if resource_version is None:
-                    if not self.initial_sync:
-                        # the API server may have restarted, resetting our node to Unknown
-                        await self.api.patch_node_status(self.node, self.node_status())
-                    resource_version = await self.sync_pods()
-                async for event in self.api.watch_node_pods(self.node, resource_version):
-                    obj = event.get("object") or {}
-                    resource_version = (obj.get("metadata") or {}).get(
-                        "resourceVersion"
-                    ) or resource_version
-                    if event.get("type") == "BOOKMARK":
-                        continue
-                    self.handle_pod_event(event["type"], obj)
-            except RelistRequired:
-                resource_version = None
-            except (TimeoutError, ApiRequestError, aiohttp.ClientError, ValueError, OSError) as exc:
-                log.warning("pod watch interrupted: %s; relisting", exc)
-                resource_version = None
-                await asyncio.sleep(0.5)
+        await follow_node_pods(
+            self.api, self.node, self.sync_pods, self.handle_pod_event, self.node_status
+        )
 
     # ---- the whole kubelet -----------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:

@@ -22,9 +22,11 @@ are what existing `except` clauses catch.
     ├── WarmStartError (ValueError)             the warm start cannot be had; nothing starts
     │                                            (restore.py)
     ├── TenancyRefusal (ValueError)             the request may not run now: unknown tenant,
-    │                                            tenant not applied, no room in quota (tenancy.py)
+    │                                            tenant not applied, no room in quota
+    │                                            (tenant_admission.py)
     ├── TenantNotAppliedError (RuntimeError)    the tenant's namespace is missing; run
-    │                                            `tshell tenants apply` (tenancy.py)
+    │                                            `tshell tenants apply`
+    │                                            (tenant_admission.py)
     ├── PoolApiError (RuntimeError)             Airflow refused or failed a pool call
     │   ├── PoolUnavailableError                 ... Airflow cannot answer now; try again
     │   └── PoolConflictError                    ... Airflow already has the pool (409)

@@ -137,7 +137,7 @@ def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     """The whole gang must fit the remaining quota of its tenant (read from the cluster)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.tenancy import TenancyRefusal, admit_request
+    from operators.tenant_admission import TenancyRefusal, admit_request
 
     try:
         tenant, check = admit_request(_kube(), request, config)

@@ -13,7 +13,7 @@ quota plugin counts it: requests of all containers added up, init containers
 (which run one at a time) counted by the largest of them if that is more.
 
 Pure: quota and usage come in as plain dicts (a ResourceQuota's `status`,
-a pod list); the I/O lives in `operators/tenancy.py`.
+a pod list); the I/O lives in `operators/tenant_admission.py`.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any]
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from operators.tenancy import TenantNotAppliedError, read_tenant_quota
+    from operators.tenant_admission import TenantNotAppliedError, read_tenant_quota
 
     kubeconfig = find_kubeconfig(kubeconfig_arg)
     try:

@@ -136,7 +136,7 @@ def test_an_allowed_request_is_described_with_its_tenants_s3_connection_and_dag(
         admitted.append((request.tenant, config.names()))
         return config.find(request.tenant), SimpleNamespace(message="fits")
 
-    monkeypatch.setattr("operators.tenancy.admit_request", admit)
+    monkeypatch.setattr("operators.tenant_admission.admit_request", admit)
     monkeypatch.setattr(steps, "_kube", lambda: "kube")
     described = run_validate(monkeypatch, "tfjob_submit__team-a", conf=request_data(),
                              tenant="team-a")

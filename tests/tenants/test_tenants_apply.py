@@ -9,14 +9,11 @@ import pytest
 import yaml
 from tfjob_fixtures import distributed_request_data, tenant_storage
 
-from operators.tenancy import (
-    Clients,
-    Outcome,
+from operators.tenancy import Clients, Outcome, apply_tenants, diff_manifest
+from operators.tenant_admission import (
     TenancyRefusal,
     TenantNotAppliedError,
     admit_request,
-    apply_tenants,
-    diff_manifest,
     preflight_quota,
     read_tenant_quota,
 )

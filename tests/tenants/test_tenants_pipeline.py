@@ -30,8 +30,8 @@ from operators.tenancy import (
     Outcome,
     apply_pools,
     apply_tenants,
-    preflight_quota,
 )
+from operators.tenant_admission import preflight_quota
 from tfjob import naming, pipeline_ids
 from tfjob.request import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name

@@ -6,7 +6,7 @@ person at the terminal and an exit code (`run_errors.ExitCode`):
     TshellError
     ├── CommandError             a run command failed; carries its exit code (run_errors.py)
     ├── ConfigError (ValueError) the configuration is unusable; names the setting (config.py)
-    ├── UploadError              an upload failed, or S3 holds other bytes (pack_commands.py)
+    ├── UploadError              an upload failed, or S3 holds other bytes (s3_upload.py)
     ├── ReplicaLogError          the run's pods cannot be read (replica_logs.py)
     └── AirflowClientError       a call to Airflow failed; `detail` is the server's own
         │                        (airflow_client.py)

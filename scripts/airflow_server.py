@@ -26,7 +26,8 @@ both files are 0600 from their creation, and Airflow runs with umask 077:
 every file it creates is private from its first byte.
 
 `up` returns once /api/v2/monitor/health reports every component healthy and
-the DAG processor has parsed every DAG file of the dags folder.
+the DAG processor has parsed every DAG file of the dags folder (the HTTP probes
+are scripts/airflow_probes.py's).
 
 Airflow's metadata database is PostgreSQL (scripts/postgres_server.py): `up`
 from the command line starts the cluster of --postgres-dir and uses its
@@ -40,20 +41,24 @@ from __future__ import annotations
 
 import argparse
 import base64
-import enum
 import json
 import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
 import postgres_server  # noqa: E402
+from airflow_probes import (  # noqa: E402
+    fetch_health,
+    fetch_token,
+    is_healthy,
+    list_dag_files,
+    list_parsed_files,
+)
 from background_server import (  # noqa: E402
     PRIVATE_FILE_MODE,
     StartOutcome,
@@ -91,11 +96,6 @@ STOP_GRACE_S = 15.0
 KILL_PERIOD_S = 10.0
 PORT_RELEASE_S = 30.0  # for an earlier instance's killed API server to let go of its port
 POLL_INTERVAL_S = 0.5
-
-
-class ComponentHealth(enum.StrEnum):
-    HEALTHY = "healthy"
-    UNHEALTHY = "unhealthy"
 
 
 class AirflowStartError(RuntimeError):
@@ -225,67 +225,6 @@ def read_pid(home: Path) -> int | None:
         return int((home / PID_FILE).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-
-
-def fetch_health(url: str, timeout: float = 2.0) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=timeout) as response:
-            return json.loads(response.read())
-    except (OSError, ValueError):
-        return None
-
-
-def is_healthy(health: dict | None) -> bool:
-    if not health:
-        return False
-    components = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-    return all(
-        (health.get(name) or {}).get("status") == ComponentHealth.HEALTHY for name in components
-    )
-
-
-def fetch_token(url: str, username: str, password: str, timeout: float = 60.0) -> str:
-    body = json.dumps({"username": username, "password": password}).encode()
-    request = urllib.request.Request(
-        f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())["access_token"]
-
-
-def get_json(url: str, token: str, timeout: float = 60.0) -> dict:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def list_dag_files(dags_folder: Path) -> set[str]:
-    """Files the DAG processor parses (Airflow's safe mode: they mention 'airflow' and 'dag')."""
-    if not dags_folder.is_dir():
-        return set()
-    found = set()
-    for path in dags_folder.rglob("*.py"):
-        if any(part.startswith((".", "__")) for part in path.relative_to(dags_folder).parts):
-            continue
-        text = path.read_bytes().lower()
-        if b"airflow" in text and b"dag" in text:
-            found.add(str(path.resolve()))
-    return found
-
-
-def list_parsed_files(url: str, token: str) -> set[str]:
-    """Files that produced a DAG or an import error, as the API reports them."""
-    parsed: set[str] = set()
-    offset = 0
-    while True:
-        page = get_json(f"{url}/api/v2/dags?limit=100&offset={offset}", token)
-        parsed.update(str(Path(dag["fileloc"]).resolve()) for dag in page["dags"])
-        offset += len(page["dags"])
-        if not page["dags"] or offset >= page["total_entries"]:
-            break
-    errors = get_json(f"{url}/api/v2/importErrors?limit=1000", token)
-    parsed.update(str(Path(err["filename"]).resolve()) for err in errors["import_errors"])
-    return parsed
 
 
 def tail_log(home: Path, lines: int = 30) -> str:

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from localkube.apiserver.authentication import build_authentication_middleware
 from localkube.apiserver.defaults import now_rfc3339
+from localkube.apiserver.discoveryroutes import discovery_routes
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.gc import GarbageCollector
 from localkube.apiserver.nodelifecycle import DEFAULT_GRACE_PERIOD_S, NodeLifecycleController
@@ -40,7 +41,7 @@ from localkube.apiserver.requestcount import (
     request_count_routes,
 )
 from localkube.apiserver.resources import GROUP_RESOURCES
-from localkube.apiserver.routes import CoreHandlers, discovery_routes, error_response
+from localkube.apiserver.routes import CoreHandlers, error_response
 from localkube.apiserver.store import Store
 from localkube.certificates import build_server_ssl_context, ensure_serving_files
 from localkube.credentials import ensure_token

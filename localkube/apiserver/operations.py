@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import datetime
 import random
-import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
@@ -19,12 +18,11 @@ from typing import Any
 from localkube.apiserver import admission, errors
 from localkube.apiserver.defaults import apply_defaults, new_uid, now_rfc3339
 from localkube.apiserver.patch import apply_patch
-from localkube.apiserver.resources import RESOURCES, Resource
+from localkube.apiserver.resources import RESOURCES
 from localkube.apiserver.selectors import fields_match, labels_match
 from localkube.apiserver.store import Store
+from localkube.apiserver.validation import check_kind, validate_name, validate_object
 
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_LABEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 FOREGROUND_FINALIZER = "foregroundDeletion"
@@ -91,7 +89,7 @@ class ObjectApi:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {info.kind} create must be a JSON object")
         obj = copy.deepcopy(body)
-        self._check_kind(info, obj)
+        check_kind(info, obj)
         meta = obj.setdefault("metadata", {})
         if info.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
@@ -106,7 +104,7 @@ class ObjectApi:
                 raise errors.invalid(info.kind, "", [("metadata.name", "Required value: name "
                                                       "or generateName is required")])
             meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
-        self._validate_name(info.kind, meta["name"])
+        validate_name(info.kind, meta["name"])
         if self.store.get(resource, namespace if info.namespaced else "", meta["name"]):
             raise errors.already_exists(resource, meta["name"])
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
@@ -117,7 +115,7 @@ class ObjectApi:
             meta.pop(key, None)
         if "spec" in obj or resource == "pods":
             meta["generation"] = 1
-        self._validate(resource, obj)
+        validate_object(resource, obj)
         if resource == "pods":
             admission.apply_limit_ranges(self.store, obj)
         taken = {s["spec"].get("clusterIP") for s in self.store.list("services")} \
@@ -145,15 +143,6 @@ class ObjectApi:
         if self.store.get("serviceaccounts", namespace, "default") is None:
             self.create("serviceaccounts", namespace, {"metadata": {"name": "default"}})
 
-    def _check_kind(self, info: Resource, obj: dict) -> None:
-        kind = info.kind
-        if obj.get("kind") not in (None, "", kind):
-            raise errors.bad_request(f"the object kind {obj['kind']!r} does not match the "
-                                     f"resource; expected {kind!r}")
-        if obj.get("apiVersion") not in (None, "", info.api_version):
-            raise errors.bad_request(f"apiVersion {obj['apiVersion']!r} is not served for "
-                                     f"{kind}; localkube serves {info.api_version}")
-
     def _check_namespace_open(self, namespace: str) -> None:
         ns = self.store.get("namespaces", "", namespace)
         if ns is None:
@@ -170,44 +159,6 @@ class ObjectApi:
                 return name
         raise errors.already_exists(resource, prefix)
 
-    def _validate_name(self, kind: str, name: str) -> None:
-        pattern = _LABEL_NAME_RE if kind in ("Namespace", "Service") else _NAME_RE
-        limit = 63 if kind in ("Namespace", "Service") else 253
-        if kind == "Event":
-            return
-        if not pattern.match(name) or len(name) > limit:
-            raise errors.invalid(kind, name, [(
-                "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 '
-                f"{'label' if limit == 63 else 'subdomain'} must consist of lower case "
-                "alphanumeric characters, '-' or '.', and must start and end with an "
-                f"alphanumeric character (at most {limit} characters)")])
-
-    def _validate(self, resource: str, obj: dict) -> None:
-        if resource != "pods":
-            return
-        name = obj["metadata"]["name"]
-        spec = obj.get("spec") or {}
-        causes = []
-        if not spec.get("containers"):
-            causes.append(("spec.containers", "Required value"))
-        for group in ("initContainers", "containers"):
-            seen = set()
-            for i, container in enumerate(spec.get(group) or []):
-                if not container.get("name"):
-                    causes.append((f"spec.{group}[{i}].name", "Required value"))
-                elif container["name"] in seen:
-                    causes.append((f"spec.{group}[{i}].name",
-                                   f'Duplicate value: "{container["name"]}"'))
-                seen.add(container.get("name"))
-                if not container.get("image"):
-                    causes.append((f"spec.{group}[{i}].image", "Required value"))
-        policy = spec.get("restartPolicy")
-        if policy not in (None, "Always", "OnFailure", "Never"):
-            causes.append(("spec.restartPolicy", f'Unsupported value: "{policy}": supported '
-                           'values: "Always", "OnFailure", "Never"'))
-        if causes:
-            raise errors.invalid("Pod", name, causes)
-
     # -- update --------------------------------------------------------------------------------
     def replace(self, resource: str, namespace: str, name: str, body: Any,
                 subresource: str | None = None, dry_run: bool = False) -> dict:
@@ -216,7 +167,7 @@ class ObjectApi:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {info.kind} update must be a JSON object")
         new = copy.deepcopy(body)
-        self._check_kind(info, new)
+        check_kind(info, new)
         meta = new.setdefault("metadata", {})
         if meta.get("name") not in (None, name):
             raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "

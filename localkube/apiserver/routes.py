@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from localkube.apiserver import discovery, errors, podexec, podlogs, tables
+from localkube.apiserver import errors, podexec, podlogs, tables
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import ObjectApi, parse_propagation
 from localkube.apiserver.outage import Outage
 from localkube.apiserver.resources import (
     CORE_GROUP_VERSION,
-    GROUP_RESOURCES,
     RESOURCES,
     Resource,
     resource_for,
@@ -356,44 +355,3 @@ class CoreHandlers:
                 lines.append(line(*watcher.queue.get_nowait()))
             await response.write(("\n".join(lines) + "\n").encode())
         await response.write_eof()
-
-
-def discovery_routes(app: web.Application, address: str) -> None:
-    async def version(_request: web.Request) -> web.Response:
-        return json_response(discovery.VERSION)
-
-    async def api(_request: web.Request) -> web.Response:
-        return json_response(discovery.api_versions(address))
-
-    async def apis(_request: web.Request) -> web.Response:
-        return json_response(discovery.api_groups())
-
-    def group_version(served: str):
-        async def resources(_request: web.Request) -> web.Response:
-            return json_response(discovery.group_resources(served))
-        return resources
-
-    async def v1(_request: web.Request) -> web.Response:
-        return json_response(discovery.core_resources())
-
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def not_served(_request: web.Request) -> web.Response:
-        return error_response(ApiError(404, "NotFound",
-                                       "the server could not find the requested resource"))
-
-    app.router.add_get("/version", version)
-    app.router.add_get("/version/", version)
-    app.router.add_get("/api", api)
-    app.router.add_get("/api/", api)
-    app.router.add_get("/apis", apis)
-    app.router.add_get("/apis/", apis)
-    app.router.add_get("/api/v1", v1)
-    app.router.add_get("/api/v1/", v1)
-    for path in ("/healthz", "/livez", "/readyz"):
-        app.router.add_get(path, healthz)
-    for group_version_path in GROUP_RESOURCES:
-        app.router.add_get(f"/apis/{group_version_path}", group_version(group_version_path))
-    app.router.add_route("*", "/apis/{tail:.*}", not_served)
-    app.router.add_route("*", "/openapi/{tail:.*}", not_served)

@@ -21,13 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-from s3_store import (  # noqa: E402
-    StoreError,
-    find_store_holder,
-    locate_data_dir,
-    measure_store,
-    remove_store,
-)
+from s3_store import StoreError, locate_data_dir  # noqa: E402
+from s3_store_upkeep import find_store_holder, measure_store, remove_store  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state"

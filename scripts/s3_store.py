@@ -37,7 +37,8 @@ reading it, that its data file is the one its name allows and holds exactly
 store is reported (`StoreError`), not served.
 
 One process at a time: `open_store` takes an exclusive flock on `.lock` and
-holds it until `close`; `find_store_holder` tells whether a server holds it.
+holds it until `close`; scripts/s3_store_upkeep.py tells whether a server holds
+it, measures it and removes it (for `make clean-state`).
 """
 
 from __future__ import annotations
@@ -407,48 +408,3 @@ def read_holder_pid(root: Path) -> int | None:
         return int(text)
     except (OSError, ValueError, StoreError):
         return None
-
-
-def find_store_holder(root: Path) -> int | None:
-    """The pid of the process that holds the store at root (0 when unknown), None when free."""
-    try:
-        fd = os.open(root / LOCK_FILE, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return read_holder_pid(root) or 0
-    finally:
-        os.close(fd)  # releases our shared lock, if taken
-    return None
-
-
-def remove_store(root: Path) -> None:
-    """Delete the store at root (nothing when there is none); StoreError while a server
-    holds it. The lock is held while deleting, so no server starts on it meanwhile."""
-    if not root.exists():
-        return
-    fd = lock_store(root)
-    try:
-        shutil.rmtree(root)
-    finally:
-        os.close(fd)
-
-
-def measure_store(root: Path) -> StoreSize:
-    """How many buckets, objects and data bytes the store at root holds (read-only)."""
-    buckets = objects = data_bytes = 0
-    buckets_dir = root / BUCKETS_DIR
-    if not buckets_dir.is_dir():
-        return StoreSize(0, 0, 0)
-    for bucket in buckets_dir.iterdir():
-        if not (bucket / BUCKET_FILE).is_file():
-            continue
-        buckets += 1
-        for path in (bucket / OBJECTS_DIR).iterdir():
-            if RECORD_NAME.fullmatch(path.name):
-                objects += 1
-            elif DATA_NAME.fullmatch(path.name):
-                data_bytes += path.stat().st_size
-    return StoreSize(buckets, objects, data_bytes)

@@ -33,6 +33,7 @@ REPO = REPO_ROOT
 sys.path.insert(0, str(REPO / "scripts"))
 import s3_persist  # noqa: E402
 import s3_store  # noqa: E402
+import s3_store_upkeep  # noqa: E402
 import s3_sync  # noqa: E402
 
 SERVER = REPO / "scripts" / "s3_server.py"
@@ -334,16 +335,16 @@ def test_a_damaged_store_is_reported_not_served(tmp_path: Path) -> None:
 
 def test_one_server_at_a_time_keeps_a_store(tmp_path: Path) -> None:
     root = tmp_path / "data"
-    assert s3_store.find_store_holder(root) is None
+    assert s3_store_upkeep.find_store_holder(root) is None
     store = s3_store.open_store(root)
-    assert s3_store.find_store_holder(root) == os.getpid()
+    assert s3_store_upkeep.find_store_holder(root) == os.getpid()
     with pytest.raises(s3_store.StoreError, match=f"an S3 server \\(pid {os.getpid()}\\) is using"):
         s3_store.open_store(root)
     with pytest.raises(s3_store.StoreError, match="stop it first"):
-        s3_store.remove_store(root)
+        s3_store_upkeep.remove_store(root)
     store.close()
-    assert s3_store.find_store_holder(root) is None
-    s3_store.remove_store(root)
+    assert s3_store_upkeep.find_store_holder(root) is None
+    s3_store_upkeep.remove_store(root)
     assert not root.exists()
 
 

@@ -16,5 +16,5 @@ they use the bundle and transfer code on the host:
     ├── RestoreRefused   restore.json, or a file it lists, refused (checkpoints.py)
     └── PathRefused      a path the keeper does not serve (keeper.py; EXIT_KEEPER_REFUSED)
 
-`checkpoints.PassStopped` is no error: it ends a sync pass early, inside that module.
+`checkpoint_sync.PassStopped` is no error: it ends a sync pass early, inside that module.
 """

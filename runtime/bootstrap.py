@@ -22,7 +22,7 @@ SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
 reaches TensorFlow. With TFJOB_SYNC_CHECKPOINTS=1, CHECKPOINT_DIR goes to
 `<prefix>checkpoints/` every TFJOB_CHECKPOINT_INTERVAL seconds while the
 program runs and once more after it exited, whatever its exit, before the
-model (`checkpoints.py`); a failed copy is logged, never fatal. When the
+model (`checkpoint_sync.py`); a failed copy is logged, never fatal. When the
 program exits 0 and TFJOB_UPLOAD_MODEL=1, the files of MODEL_DIR go to
 `<prefix>model/<relative path>` and metrics.json to `<prefix>metrics.json`
 through the presigned POST policies in `$TFJOB_ACCESS_DIR/upload.json`.
@@ -48,6 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import checkpoint_sync  # noqa: E402
 import checkpoints  # noqa: E402
 import transfer  # noqa: E402
 from expansion import expand_argv, expand_with  # noqa: E402
@@ -262,9 +263,9 @@ def parse_seconds(name: str, default: float) -> float:
     return value
 
 
-def prepare_checkpoint_sync(checkpoint_dir: str, access_dir: str) -> checkpoints.CheckpointSync:
+def prepare_checkpoint_sync(checkpoint_dir: str, access_dir: str) -> checkpoint_sync.CheckpointSync:
     """The sync of TFJOB_SYNC_CHECKPOINTS=1; ValueError for a bad interval or patience."""
-    return checkpoints.CheckpointSync(
+    return checkpoint_sync.CheckpointSync(
         checkpoint_dir,
         os.path.join(access_dir, UPLOAD_FILE),
         parse_seconds(ENV_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL_S),

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 BASES = {"tfjob": "TfjobError", "runtime": "PodError", "operators": "PipelineError",
          "tshell": "TshellError"}
 # Documented in the package docstrings as outside the tree, with the reason there.
-OUTSIDE = {"runtime.checkpoints.PassStopped"}
+OUTSIDE = {"runtime.checkpoint_sync.PassStopped"}
 # runtime's entry scripts import their siblings by flat name: read, not imported.
 FLAT_SCRIPTS = {"bootstrap", "fetch", "keeper"}
 

@@ -1,4 +1,4 @@
-"""Syncing checkpoints from the pod (runtime/checkpoints.py, run by bootstrap.py).
+"""Syncing checkpoints from the pod (runtime/checkpoint_sync.py, run by bootstrap.py).
 
 bootstrap.py runs as a subprocess against the real local S3 server, as the
 pod runs it; the order of a sync pass is also checked in-process through its
@@ -31,7 +31,7 @@ from checkpoint_fixtures import (
 from s3_fixtures import S3Server
 
 from operators.s3access import presign_upload
-from runtime import checkpoints, transfer
+from runtime import checkpoint_sync, transfer
 
 # --- one sync pass, in-process --------------------------------------------------------------
 
@@ -72,7 +72,7 @@ def test_a_pass_sends_every_pointer_after_every_other_file(tmp_path: Path) -> No
     make_checkpoint(root, 1)
     make_checkpoint(root, 2, subdir="eval")
     send = Recorder()
-    result = checkpoints.sync_pass(str(root), {}, send)
+    result = checkpoint_sync.sync_pass(str(root), {}, send)
     assert send.names() == [
         "ckpt-1.data-00000-of-00001", "ckpt-1.index",
         "eval/ckpt-2.data-00000-of-00001", "eval/ckpt-2.index",
@@ -86,13 +86,13 @@ def test_unchanged_files_are_not_sent_again_and_changed_ones_are(tmp_path: Path)
     root = tmp_path / "checkpoints"
     make_checkpoint(root, 1)
     uploaded: dict[str, object] = {}
-    checkpoints.sync_pass(str(root), uploaded, Recorder())
+    checkpoint_sync.sync_pass(str(root), uploaded, Recorder())
     again = Recorder()
-    assert checkpoints.sync_pass(str(root), uploaded, again).files == 0 and again.sent == []
+    assert checkpoint_sync.sync_pass(str(root), uploaded, again).files == 0 and again.sent == []
     write_atomically(root / "ckpt-1.index", b"index 1, rewritten")
     make_checkpoint(root, 2)
     changed = Recorder()
-    checkpoints.sync_pass(str(root), uploaded, changed)
+    checkpoint_sync.sync_pass(str(root), uploaded, changed)
     assert changed.names() == [
         "ckpt-1.index", "ckpt-2.data-00000-of-00001", "ckpt-2.index", "checkpoint"
     ]
@@ -111,10 +111,10 @@ def test_a_pointer_that_moved_during_the_pass_goes_when_what_it_names_is_uploade
             make_checkpoint(root, 2)
 
     uploaded: dict[str, object] = {}
-    checkpoints.sync_pass(str(root), uploaded, send_while_training)
+    checkpoint_sync.sync_pass(str(root), uploaded, send_while_training)
     assert send.sent[-1] == ("checkpoint", POINTER_TEXT.format(n=1).encode())
     assert "ckpt-2.index" not in send.names()  # listed before TensorFlow wrote it
-    checkpoints.sync_pass(str(root), uploaded, send)
+    checkpoint_sync.sync_pass(str(root), uploaded, send)
     assert send.sent[-1] == ("checkpoint", POINTER_TEXT.format(n=2).encode())
 
 
@@ -132,9 +132,9 @@ def test_a_pointer_that_moved_and_names_files_never_uploaded_waits_for_the_next_
         write_atomically(root / "checkpoint", POINTER_TEXT.format(n=2).encode())
 
     uploaded: dict[str, object] = {}
-    checkpoints.sync_pass(str(root), uploaded, send_while_training)
+    checkpoint_sync.sync_pass(str(root), uploaded, send_while_training)
     assert "checkpoint" not in send.names()
-    checkpoints.sync_pass(str(root), uploaded, send)
+    checkpoint_sync.sync_pass(str(root), uploaded, send)
     assert send.sent[-1] == ("checkpoint", POINTER_TEXT.format(n=2).encode())
 
 
@@ -154,7 +154,7 @@ def test_what_a_pointer_names_counts_as_uploaded_with_its_index_and_every_shard(
 ) -> None:
     content = pointer.replace(b"{root}", str(tmp_path).encode())
     uploaded: dict[str, object] = {path: (1, 1) for path in listed}
-    assert checkpoints.is_named_checkpoint_uploaded(
+    assert checkpoint_sync.is_named_checkpoint_uploaded(
         "checkpoint", content, uploaded, str(tmp_path)
     ) is named
 
@@ -170,7 +170,7 @@ def test_a_file_deleted_during_a_pass_is_skipped(tmp_path: Path) -> None:
             raise FileNotFoundError(path)
         send(relative, path)
 
-    result = checkpoints.sync_pass(str(root), {}, send_after_tensorflow_deleted_it)
+    result = checkpoint_sync.sync_pass(str(root), {}, send_after_tensorflow_deleted_it)
     assert send.names() == ["ckpt-1.index", "checkpoint"] and result.files == 2
 
 
@@ -187,9 +187,9 @@ def test_a_failed_upload_ends_the_pass_without_its_pointer(tmp_path: Path) -> No
 
     uploaded: dict[str, object] = {}
     with pytest.raises(transfer.TransferError):
-        checkpoints.sync_pass(str(root), uploaded, send_failing_once)
+        checkpoint_sync.sync_pass(str(root), uploaded, send_failing_once)
     assert "checkpoint" not in send.names() and "ckpt-1.index" not in uploaded
-    checkpoints.sync_pass(str(root), uploaded, send_failing_once)
+    checkpoint_sync.sync_pass(str(root), uploaded, send_failing_once)
     assert send.names()[-2:] == ["ckpt-1.index", "checkpoint"]
 
 

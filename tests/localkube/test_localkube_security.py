@@ -379,9 +379,9 @@ def test_a_restricted_namespace_admits_a_compliant_pod(localkube_api):
      'restricted volume types (volume "host" uses restricted volume type "hostPath")'),
     (compliant_pod(run_as_user=0), None, "runAsUser=0 (pod must not set runAsUser=0)"),
     (compliant_pod(capabilities={"add": ["SYS_ADMIN"]}), "v1.30",
-     'unrestricted capabilities (container "main" must set securityContext.capabilities.drop='
-     '["ALL"]; container "main" must not include "SYS_ADMIN" in '
-     'securityContext.capabilities.add)'),
+     'unrestricted capabilities (container "main" must set '
+     'securityContext.capabilities.drop=["ALL"]; container "main" must not include '
+     '"SYS_ADMIN" in securityContext.capabilities.add)'),
     ({"metadata": {"name": "p"}, "spec": {
         "initContainers": [{"name": "init", "image": "busybox:1.36"}],
         "containers": [{"name": "main", "image": "busybox:1.36"}]}}, None,

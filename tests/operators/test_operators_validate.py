@@ -89,13 +89,14 @@ def run_validate(monkeypatch: pytest.MonkeyPatch, dag_id: str, *, conf: dict | N
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"tenant": "team-b"},
-     "request.tenant: 'team-b' given; this DAG (tfjob_submit__team-a) runs only tenant team-a"),
+     "request.tenant: 'team-b' given; this DAG (tfjob_submit__team-a) "
+     "runs only tenant team-a"),
     ({"output": f"s3://{BUCKET}/team-b/outputs/job"},
-     f"request.output: 's3://{BUCKET}/team-b/outputs/job' given; tenant team-a may write "
-     f"outputs only under s3://{BUCKET}/team-a/outputs/"),
+     f"request.output: 's3://{BUCKET}/team-b/outputs/job' given; tenant team-a "
+     f"may write outputs only under s3://{BUCKET}/team-a/outputs/"),
     ({"bundle": f"s3://{BUCKET}/team-b/bundles/b.tar.gz"},
-     f"request.bundle: 's3://{BUCKET}/team-b/bundles/b.tar.gz' given; tenant team-a may read "
-     f"bundles only under s3://{BUCKET}/team-a/bundles/"),
+     f"request.bundle: 's3://{BUCKET}/team-b/bundles/b.tar.gz' given; tenant team-a "
+     f"may read bundles only under s3://{BUCKET}/team-a/bundles/"),
     ({"image": "evil/miner:1"}, "request.image: 'evil/miner:1' given; tenant team-a may run "
      "only images matching python:*"),
 ])

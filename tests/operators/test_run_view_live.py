@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from operators.run_live import LiveReads, count_gpus, describe_live_replicas
+from operators.run_live import LiveReads, describe_live_replicas
 from operators.run_view import RunTimes, TaskTimes, summarize_run
 from operators.run_view_logs import (
     LogRequestError,
@@ -29,6 +29,7 @@ from operators.run_view_logs import (
     select_log_lines,
 )
 from tfjob.naming import run_selector
+from tfjob.tenant_usage import count_pod_gpus
 
 DAG, RUN = "tfjob_submit__team-a", "manual__1"
 NAMESPACE, RUN_KEY = "tfjob-team-a", "digits-1234abcd"
@@ -121,7 +122,7 @@ def test_a_live_replica_row_has_node_ip_gpus_and_restarts():
     row = describe_live_replicas([a_pod("worker", 1, gpus=2, restarts=3)])[0]
     assert (row["role"], row["index"], row["phase"]) == ("worker", 1, "Running")
     assert (row["node"], row["ip"], row["gpus"], row["restarts"]) == ("node-1", "10.77.0.3", 2, 3)
-    assert count_gpus({"spec": {"containers": [{"resources": {"limits": {
+    assert count_pod_gpus({"spec": {"containers": [{"resources": {"limits": {
         "nvidia.com/gpu": "x"}}}]}}) == 0
 
 

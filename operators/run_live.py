@@ -14,6 +14,7 @@ fakes and a fake clock; run_view_api.py gives it the Kubernetes connection's.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.replicas import read_replica_status
-from tfjob.naming import run_selector
+from operators.run_view import count_gang_restarts
+from tfjob.naming import ANNOTATION_ATTEMPTS, run_selector
 from tfjob.tenant_usage import count_pod_gpus
 
 TTL_S = 2.0
@@ -84,8 +86,16 @@ class LiveReads:
 
 
 def count_restarts(pod: dict[str, Any]) -> int:
+    """The container's own restarts, plus the gang's restarts before this pod was made (the
+    attempts record its pods carry): the same count the tab shows after the run."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(s.get("restartCount") or 0) for s in statuses)
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPTS)
+    try:
+        history = json.loads(text) if text else []
+    except ValueError:
+        history = []  # not ours to judge (operators/restart.py reads it the same way)
+    gang = count_gang_restarts(history if isinstance(history, list) else [])
+    return gang + sum(int(s.get("restartCount") or 0) for s in statuses)
 
 
 def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ tests/test_run_view_browser.py.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -246,3 +247,12 @@ def test_tabs_polling_together_read_kubernetes_at_most_once_per_2_s(api_of_a_32_
     allowed = int(elapsed // 2.0) + 1
     assert 1 <= len(kube.pod_reads) <= allowed, (len(kube.pod_reads), len(answers), elapsed)
     assert len(answers) > tabs * 2  # the tabs really polled faster than Kubernetes was read
+
+
+def test_a_live_replica_of_a_restarted_gang_counts_the_gang_restarts_too():
+    pod = a_pod("worker", 0, restarts=1)
+    pod["metadata"].setdefault("annotations", {})["tfjob.io/attempts"] = json.dumps(
+        [{"number": 1, "outcome": "restarted"}, {"number": 2, "outcome": "running"}])
+    assert describe_live_replicas([pod])[0]["restarts"] == 2
+    pod["metadata"]["annotations"]["tfjob.io/attempts"] = "not json"
+    assert describe_live_replicas([pod])[0]["restarts"] == 1

@@ -178,10 +178,10 @@ def dag_bag() -> Any:
     return create_dag_bag()
 
 
-def render_refusal_page(status: int, detail: str) -> str:
+def render_refusal_page(status: int, detail: str, css: str = "../../../static/run.css") -> str:
     title = {401: "401 Not signed in", 403: "403 Forbidden"}.get(status, f"{status} Error")
     return ("<!doctype html><html><head><meta charset=utf-8>"
-            f"<title>{title}</title><link rel=stylesheet href=../../../static/run.css>"
+            f"<title>{title}</title><link rel=stylesheet href={css}>"
             f"</head><body><main class=refused><h1>{title}</h1><p>{html.escape(detail)}</p>"
             "</main></body></html>")
 
@@ -189,7 +189,9 @@ def render_refusal_page(status: int, detail: str) -> str:
 async def answer_http_error(request: Request, error: Exception) -> Any:
     assert isinstance(error, HTTPException)
     if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
-        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail)),
+        css = ("../static/run.css" if request.url.path.endswith("/tenants/view")
+               else "../../../static/run.css")
+        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail), css),
                             status_code=error.status_code)
     return await http_exception_handler(request, error)
 

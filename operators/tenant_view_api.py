@@ -135,7 +135,7 @@ def add_tenant_routes(app: FastAPI, live: LiveReads, connect: Any) -> TenantsVie
         return view.answer(session, user)
 
     @app.get("/tenants/view", response_class=HTMLResponse)
-    def view_tenants(user: GetUserDep) -> FileResponse:
+    def view_tenants(user: GetUserDep) -> FileResponse:  # only signed-in users get the page
         return FileResponse(PAGE, media_type="text/html", headers={"Cache-Control": "no-store"})
 
     return view

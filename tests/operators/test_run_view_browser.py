@@ -318,6 +318,11 @@ def test_the_tenants_json_shows_a_running_job_and_its_quota_to_its_tenant_only(a
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(airflow.url + TENANTS_JSON, timeout=30)
     assert refused.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as refused_page:
+        urllib.request.urlopen(airflow.url + TENANTS_JSON + "/view", timeout=30)
+    page = refused_page.value.read().decode()
+    assert refused_page.value.code == 401 and "401 Not signed in" in page
+    assert "href=../static/run.css" in page
 
 
 def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(browser, airflow,

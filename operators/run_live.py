@@ -14,6 +14,7 @@ fakes and a fake clock; run_view_api.py gives it the Kubernetes connection's.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -21,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.replicas import read_replica_status
-from tfjob.naming import run_selector
+from operators.run_view import count_gang_restarts
+from tfjob.naming import ANNOTATION_ATTEMPTS, run_selector
+from tfjob.tenant_usage import count_pod_gpus
 
 TTL_S = 2.0
 MAX_ENTRIES = 512
 LOG_TAIL_LINES = 2000  # a live tail's lines: the curves and the log pane read this many
-GPU_RESOURCE = "nvidia.com/gpu"
 
 PodReader = Callable[[str, str], list[dict[str, Any]]]  # (namespace, selector) -> pods
 LogReader = Callable[[str, str, int], str]  # (namespace, pod, tail lines) -> text
@@ -60,7 +62,9 @@ class LiveReads:
                 entry = self._entries[key] = _Entry()
             return entry
 
-    def _cached(self, key: Hashable, read: Callable[[], Any]) -> Any:
+    def share_read(self, key: Hashable, read: Callable[[], Any]) -> Any:
+        """`read()`'s answer for `key`, read at most once per `ttl_s` (the tenants page's
+        cluster-wide listings go through here too)."""
         entry = self._entry(key)
         with entry.lock:  # a second caller waits for the read in flight and shares it
             now = self._clock()
@@ -72,30 +76,26 @@ class LiveReads:
 
     def list_pods(self, namespace: str, run_key: str) -> list[dict[str, Any]]:
         """The run's pods as the API's dicts, at most `ttl_s` old."""
-        return self._cached(("pods", namespace, run_key),
+        return self.share_read(("pods", namespace, run_key),
                             lambda: self._read_pods(namespace, run_selector(run_key)))
 
     def read_log_tail(self, namespace: str, pod: str) -> str:
         """The last LOG_TAIL_LINES lines of the pod's training container, at most `ttl_s` old."""
-        return self._cached(("log", namespace, pod),
+        return self.share_read(("log", namespace, pod),
                             lambda: self._read_log(namespace, pod, LOG_TAIL_LINES))
 
 
-def count_gpus(pod: dict[str, Any]) -> int:
-    """GPUs the pod's containers ask for (limits, as Kubernetes schedules extended resources)."""
-    total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limit = ((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
-        try:
-            total += int(limit or 0)
-        except (TypeError, ValueError):
-            continue
-    return total
-
-
 def count_restarts(pod: dict[str, Any]) -> int:
+    """The container's own restarts, plus the gang's restarts before this pod was made (the
+    attempts record its pods carry): the same count the tab shows after the run."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(s.get("restartCount") or 0) for s in statuses)
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ATTEMPTS)
+    try:
+        history = json.loads(text) if text else []
+    except ValueError:
+        history = []  # not ours to judge (operators/restart.py reads it the same way)
+    gang = count_gang_restarts(history if isinstance(history, list) else [])
+    return gang + sum(int(s.get("restartCount") or 0) for s in statuses)
 
 
 def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,7 +103,7 @@ def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for pod in pods:
         row = read_replica_status(pod).as_dict()
-        row["gpus"] = count_gpus(pod)
+        row["gpus"] = count_pod_gpus(pod)
         row["restarts"] = count_restarts(pod)
         rows.append(row)
     return rows

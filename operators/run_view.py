@@ -27,6 +27,8 @@ from tfjob.pipeline_ids import (
     TRAIN_TASK,
     VALIDATE_TASK,
 )
+from tfjob.request import DEFAULT_GPU
+from tfjob.restart_policy import AttemptOutcome
 
 PIPELINE = (VALIDATE_TASK, FETCH_BUNDLE_TASK, LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK,
             ARCHIVE_TASK, TEARDOWN_TASK, PUBLISH_TASK)
@@ -69,6 +71,9 @@ def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
     described = described or {"request": run.conf or {}}
     request = described.get("request") or {}
     archived = xcoms.get((ARCHIVE_TASK, RETURN_VALUE)) or {}
+    attempts = xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or []
+    recorded = fill_recorded_replicas(xcoms.get((TRAIN_TASK, "replicas")) or [], request,
+                                      attempts)
     cluster_spec = (xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))  # a restarted gang's
                     or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"))
     return {
@@ -96,8 +101,8 @@ def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
         "launch_failure": xcoms.get((LAUNCH_TASK, LAUNCH_FAILURE_KEY)),
         "cluster_spec": cluster_spec,
         "cluster_rows": list_cluster_rows(cluster_spec),
-        "attempts": xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or [],
-        "replicas": order_replicas(xcoms.get((TRAIN_TASK, "replicas")) or []),
+        "attempts": attempts,
+        "replicas": order_replicas(recorded),
         "replicas_from": "xcom",
         "metrics": xcoms.get((TRAIN_TASK, "metrics")),
         "model": archived.get("model"),
@@ -123,3 +128,30 @@ def order_replicas(replicas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 
     return sorted((dict(r) for r in replicas),
                   key=lambda r: (not failed(r), str(r.get("role")), r.get("index") or 0))
+
+
+def count_gang_restarts(attempts: Sequence[Any]) -> int:
+    """Restarts of every replica so far: each restarted attempt recreated the whole gang."""
+    return sum(1 for attempt in attempts if isinstance(attempt, Mapping)
+               and attempt.get("outcome") == AttemptOutcome.RESTARTED.value)
+
+
+def read_role_gpus(request: Mapping[str, Any], role: Any) -> int:
+    """GPUs of one replica of `role` as the request (validated, so defaults filled) asks."""
+    spec = ((request.get("resources") or {}).get(str(role)) or {})
+    gpus = spec.get("gpu", DEFAULT_GPU) if isinstance(spec, Mapping) else DEFAULT_GPU
+    return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else DEFAULT_GPU
+
+
+def fill_recorded_replicas(replicas: Sequence[Mapping[str, Any]], request: Mapping[str, Any],
+                           attempts: Sequence[Any]) -> list[dict[str, Any]]:
+    """train's `replicas` XCom with what it does not record: each replica's GPUs (from the
+    request, as the manifests set them) and its restarts (from the attempts record)."""
+    restarts = count_gang_restarts(attempts)
+    rows = []
+    for replica in replicas:
+        row = dict(replica)
+        row.setdefault("gpus", read_role_gpus(request, row.get("role")))
+        row.setdefault("restarts", restarts)
+        rows.append(row)
+    return rows

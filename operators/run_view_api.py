@@ -11,6 +11,7 @@ Routes under `/runs/{dag_id}/{run_id}`:
 - `/cancel`      (POST) tshell cancel's semantics (operators/run_view_cancel.py);
 - `/files`, `/files/{path}` the run's archived files (operators/run_files.py: read
   with the run's own S3 connection, never a presigned URL).
+`/tenants` and `/tenants/view` are the tenants page (operators/tenant_view_api.py).
 Every route asks Airflow's auth manager whether the caller may read the DAG's
 XComs (a bearer token, or the UI's `_token` cookie), as the REST API's own
 XCom routes do; cancel asks for the run's edit permission. A refused page
@@ -60,6 +61,7 @@ from operators.run_view_logs import (
     select_log_lines,
 )
 from operators.settings import KUBERNETES_CONN_ID
+from operators.tenant_view_api import add_tenant_routes
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
 CAN_EDIT_RUN = [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
@@ -68,7 +70,9 @@ PAGE_DIR = REPO / "plugins" / "tfjob_view"
 # The only files the app serves as assets: name -> file (the chart library from `npm ci`).
 ASSETS = {
     "run.css": PAGE_DIR / "run.css",
+    "page.js": PAGE_DIR / "page.js",
     "run.js": PAGE_DIR / "run.js",
+    "tenants.js": PAGE_DIR / "tenants.js",
     "chart.umd.min.js": REPO / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js",
 }
 CANCEL_HEADER = "x-tfjob-cancel"  # a cross-site form cannot set it: no CSRF through cookies
@@ -174,10 +178,10 @@ def dag_bag() -> Any:
     return create_dag_bag()
 
 
-def render_refusal_page(status: int, detail: str) -> str:
+def render_refusal_page(status: int, detail: str, css: str = "../../../static/run.css") -> str:
     title = {401: "401 Not signed in", 403: "403 Forbidden"}.get(status, f"{status} Error")
     return ("<!doctype html><html><head><meta charset=utf-8>"
-            f"<title>{title}</title><link rel=stylesheet href=../../../static/run.css>"
+            f"<title>{title}</title><link rel=stylesheet href={css}>"
             f"</head><body><main class=refused><h1>{title}</h1><p>{html.escape(detail)}</p>"
             "</main></body></html>")
 
@@ -185,7 +189,9 @@ def render_refusal_page(status: int, detail: str) -> str:
 async def answer_http_error(request: Request, error: Exception) -> Any:
     assert isinstance(error, HTTPException)
     if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
-        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail)),
+        css = ("../static/run.css" if request.url.path.endswith("/tenants/view")
+               else "../../../static/run.css")
+        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail), css),
                             status_code=error.status_code)
     return await http_exception_handler(request, error)
 
@@ -203,6 +209,7 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
     app = FastAPI(title="TF-on-K8s job view", docs_url=None, redoc_url=None)
     view = RunView(live or LiveReads(read_kubernetes_pods, read_kubernetes_log))
     app.state.run_view = view
+    app.state.tenants_view = add_tenant_routes(app, view.live, connect_kubernetes)
 
     @app.get("/static/{name}", include_in_schema=False)
     def get_asset(name: str) -> FileResponse:

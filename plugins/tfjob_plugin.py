@@ -3,6 +3,8 @@
 Airflow's pages show tasks; a training run's story (its pods, the ClusterSpec
 they got, how each replica ended, where the model and logs went) sits in the
 XComs of eight tasks. The tab puts it on one page (operators/run_view.py).
+A navigation entry "TFJob tenants" shows, per tenant the user may see, its
+active runs, quota use, job slots and nodes (operators/tenant_view_api.py).
 
 Every Airflow process loads plugins (task processes too, for macros), so the
 FastAPI app is built only when the API server asks for it, and once: the plugin
@@ -24,6 +26,11 @@ class TfjobPlugin(AirflowPlugin):
         "href": URL_PREFIX.lstrip("/") + "/runs/{DAG_ID}/{RUN_ID}/view",
         "destination": "dag_run",
         "url_route": "tfjob-run",
+    }, {
+        "name": "TFJob tenants",
+        "href": URL_PREFIX.lstrip("/") + "/tenants/view",
+        "destination": "nav",
+        "url_route": "tfjob-tenants",
     }]
 
     @cached_property

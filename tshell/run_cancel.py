@@ -5,6 +5,9 @@ every task that has not started SKIPPED, teardown tasks included
 (`_set_dag_run_terminal_state` in airflow/api/common/mark_tasks.py), so pods
 launched by the run would stay behind. Failing the active tasks instead lets
 the scheduler run `archive` and `teardown`; the run is marked failed after.
+The procedure is `tfjob.cancellation.cancel_run_tasks`, the same the TFJob
+tab's Cancel runs; here it reads and writes through Airflow's REST API, then
+waits for the cleanup.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import time
 from typing import Any, TextIO
 
+from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
 from tshell.airflow_client import AirflowSession
 from tshell.run_commands import (
     FINISHED_TASK_STATES,
@@ -27,57 +31,35 @@ from tshell.run_commands import (
 from tshell.run_errors import CommandError, ExitCode
 from tshell.run_lookup import RunRef, explain_forbidden_on_run, find_run, quote
 
-ACTIVE_TASK_STATES = {
-    "scheduled",
-    "queued",
-    "running",
-    "deferred",
-    "up_for_retry",
-    "up_for_reschedule",
-    "restarting",
-    "awaiting_input",
-}
-# Trigger rules of tasks that run whatever happened upstream (teardown: all_done_setup_success).
-CLEANUP_TRIGGER_RULES = {"all_done", "all_done_setup_success", "always"}
 CANCEL_NOTE = "cancelled with tshell"
-CANCEL_ROUNDS = 3
 CANCEL_TIMEOUT_S = 600.0
 
 
 def list_cleanup_task_ids(session: AirflowSession, dag_id: str) -> set[str]:
     """Tasks that run whatever happened upstream (teardown, archive): cancel spares them."""
     tasks = session.get_json(f"/api/v2/dags/{quote(dag_id)}/tasks")["tasks"]
-    return {t["task_id"] for t in tasks if t.get("trigger_rule") in CLEANUP_TRIGGER_RULES}
+    return select_cleanup_tasks((t["task_id"], t.get("trigger_rule") or "") for t in tasks)
 
 
-def fail_active_tasks(session: AirflowSession, ref: RunRef, spared: set[str]) -> list[str]:
-    """Mark every started, unfinished task of the run failed, except `spared`; their ids."""
+def list_task_refs(session: AirflowSession, ref: RunRef) -> list[TaskInstanceRef]:
+    return [TaskInstanceRef(t["task_id"], t.get("state"), t.get("map_index", -1))
+            for t in call_patiently(lambda: list_task_instances(session, ref))]
+
+
+def fail_task(session: AirflowSession, ref: RunRef, instance: TaskInstanceRef) -> None:
+    """Mark one task instance failed, with tshell's note."""
     from airflow_client.client.api.task_instance_api import TaskInstanceApi
     from airflow_client.client.models.patch_task_instance_body import PatchTaskInstanceBody
     from airflow_client.client.models.task_instance_state import TaskInstanceState
 
-    failed = []
-    for task in list_task_instances(session, ref):
-        if task["task_id"] in spared or (task.get("state") or "none") not in ACTIVE_TASK_STATES:
-            continue
+    def patch(api: Any) -> Any:
+        body = PatchTaskInstanceBody(new_state=TaskInstanceState.FAILED, note=CANCEL_NOTE)
+        return TaskInstanceApi(api).patch_task_instance(
+            ref.dag_id, ref.run_id, instance.task_id, body,
+            map_index=None if instance.map_index < 0 else instance.map_index)
 
-        def patch(
-            api: Any, task_id: str = task["task_id"], map_index: int = task["map_index"]
-        ) -> Any:
-            body = PatchTaskInstanceBody(new_state=TaskInstanceState.FAILED, note=CANCEL_NOTE)
-            return TaskInstanceApi(api).patch_task_instance(
-                ref.dag_id,
-                ref.run_id,
-                task_id,
-                body,
-                map_index=None if map_index < 0 else map_index,
-            )
-
-        # Setting failed again is harmless: a call whose answer was lost may be repeated.
-        what = f"cancel of task {task['task_id']!r}"
-        call_patiently(lambda p=patch, w=what: session.call(p, w))
-        failed.append(task["task_id"])
-    return failed
+    # Setting failed again is harmless: a call whose answer was lost may be repeated.
+    call_patiently(lambda: session.call(patch, f"cancel of task {instance.task_id!r}"))
 
 
 def cmd_cancel(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -92,16 +74,13 @@ def cmd_cancel(args: argparse.Namespace, out: TextIO) -> ExitCode:
         # started SKIPPED, teardown included, so pods would stay behind. Failing the active
         # tasks lets the scheduler run archive and teardown; the run is marked failed after.
         spared = list_cleanup_task_ids(session, ref.dag_id)
-        failed: list[str] = []
-        for _ in range(CANCEL_ROUNDS):  # a task may be scheduled between listing and patching
-            newly = fail_active_tasks(session, ref, spared)
-            if not newly:
-                break
-            failed += newly
-        if not failed:
-            mark_run_failed(session, ref)
+        outcome = cancel_run_tasks(lambda: list_task_refs(session, ref),
+                                   lambda instance: fail_task(session, ref, instance),
+                                   lambda: mark_run_failed(session, ref), spared)
+        if outcome.run_marked_failed:
             out.write(f"run {ref.run_id} marked failed before any task started\n")
             return ExitCode.OK
+        failed = list(outcome.failed)
         kept = ", ".join(sorted(spared)) or "none"
         out.write(
             f"run {ref.run_id}: failed {', '.join(failed)}; cleanup tasks ({kept}) still run\n"

@@ -10,35 +10,6 @@ const PALETTE = ["#017cee", "#e53e3e", "#38a169", "#d69e2e", "#805ad5", "#dd6b20
                  "#319795", "#d53f8c"];
 const state = { run: null, charts: {}, logReplica: "", logTimer: null, tails: {} };
 
-function readAirflowTheme() {
-  // The Airflow UI (next-themes) marks its <html> with the class "dark" or "light" and keeps
-  // the choice in localStorage "theme"; this frame shares its origin. Else the browser's
-  // prefers-color-scheme decides (run.css).
-  try {
-    const classes = window.parent.document.documentElement.classList;
-    if (classes.contains("dark")) return "dark";
-    if (classes.contains("light")) return "light";
-  } catch (e) { /* not inside the UI */ }
-  try {
-    const stored = localStorage.getItem("theme");
-    if (stored === "dark" || stored === "light") return stored;
-  } catch (e) { /* no storage */ }
-  return null;
-}
-
-function applyTheme() {
-  const theme = readAirflowTheme();
-  if (theme) document.documentElement.dataset.theme = theme;
-  else delete document.documentElement.dataset.theme;
-}
-
-function followAirflowTheme() {
-  try {
-    new MutationObserver(() => { applyTheme(); redrawCharts(); })
-      .observe(window.parent.document.documentElement, { attributes: true, attributeFilter: ["class"] });
-  } catch (e) { /* not inside the UI */ }
-}
-
 function redrawCharts() {
   for (const name of Object.keys(state.charts)) {
     state.charts[name].destroy();
@@ -46,19 +17,6 @@ function redrawCharts() {
   }
   document.getElementById("charts").replaceChildren();
   if (state.curves) drawCurves(state.curves);
-}
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs || {})) {
-    if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
 }
 
 async function getJson(path) {
@@ -317,7 +275,7 @@ async function cancelRun() {
 }
 
 applyTheme();
-followAirflowTheme();
+followAirflowTheme(redrawCharts);
 document.getElementById("cancel").addEventListener("click", cancelRun);
 document.getElementById("log-replica").addEventListener("change", (event) => {
   state.logReplica = event.target.value;

@@ -7,6 +7,8 @@ from operators.run_view import (
     PIPELINE,
     RunTimes,
     TaskTimes,
+    count_gang_restarts,
+    fill_recorded_replicas,
     list_cluster_rows,
     order_replicas,
     summarize_run,
@@ -120,3 +122,26 @@ def test_a_restarted_run_shows_each_attempt_and_the_last_gangs_cluster_spec():
                             times({"train": "success"}))
     assert summary["attempts"] == attempts and summary["cluster_spec"] == restarted
     assert {"role": "worker", "index": 0, "address": "10.77.3.4:2222"} in summary["cluster_rows"]
+
+
+def test_after_the_run_each_replica_shows_its_gpus_from_the_request_and_its_gang_restarts():
+    xcoms = xcoms_of_a_finished_run()
+    xcoms[("validate", "return_value")] = dict(DESCRIBED, request=dict(
+        DESCRIBED["request"], resources={"chief": {"cpu": "1", "gpu": 0},
+                                         "worker": {"cpu": "2", "gpu": 2}}))
+    xcoms[("train", "attempts")] = [
+        {"number": 1, "outcome": "restarted", "failed_replica": "worker-0"},
+        {"number": 2, "outcome": "restarted", "failed_replica": "worker-0"},
+        {"number": 3, "outcome": "failed", "failed_replica": "worker-0"}]
+    summary = summarize_run("tfjob__digits", "manual__1", RunTimes("failed"), xcoms,
+                            times({"train": "failed"}))
+    rows = {f"{r['role']}-{r['index']}": (r["gpus"], r["restarts"]) for r in summary["replicas"]}
+    assert rows == {"worker-0": (2, 2), "chief-0": (0, 2)}
+
+
+def test_a_recorded_row_keeps_its_own_counts_and_a_role_the_request_leaves_out_has_none():
+    rows = fill_recorded_replicas(
+        [{"role": "ps", "index": 0}, {"role": "worker", "index": 0, "gpus": 4, "restarts": 1}],
+        {"resources": {"worker": {"gpu": 1}}}, [])
+    assert [(r["gpus"], r["restarts"]) for r in rows] == [(0, 0), (4, 1)]
+    assert count_gang_restarts([{"outcome": "restarted"}, "junk", {"outcome": "running"}]) == 1

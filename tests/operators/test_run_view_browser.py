@@ -6,6 +6,8 @@ inside the Airflow UI shows every replica Running, then a curve of at least 3
 points, then a chosen replica's live lines within a few seconds of their
 printing; after the run its archived log and its outputs' links work; Cancel
 from the page tears a second run down; another tenant's user gets a 403 page.
+The tenants page (a navigation entry) and its JSON show tenant `test`'s running
+job with its quota use to that tenant's user, and nothing of it to `research`'s.
 Debian's `chromium` is driven by Playwright (its own browser download is not
 reachable), logged in with Airflow's `_token` cookie (the UI accepts the JWT there).
 The tests share one world and run in file order: the first three follow one run.
@@ -18,7 +20,9 @@ import os
 import re
 import shutil
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -252,3 +256,100 @@ def test_another_tenants_user_gets_the_403_page(browser, airflow, running):
                        or tab.locator("main.refused").count(), 60, "a refusal in the UI")
     assert refused and tab.locator("#job-name").count() == 0
     page.context.close()
+
+
+# --- the tenants page (a navigation entry): tenant A's running job, unseen by tenant B ----------
+
+TENANTS_JSON = "/tfjob/tenants"
+TENANTS_PAGE = "/plugin/tfjob-tenants"
+
+
+@pytest.fixture(scope="module")
+def tenant_run(pipeline_world, airflow) -> Iterator[dict[str, Any]]:
+    """A distributed run of tenant `test` that trains for 45 s, in its namespace with the
+    ResourceQuota and LimitRange `tshell tenants apply` makes; awaited and removed after."""
+    from tfjob.tenant_objects import build_limit_range, build_resource_quota
+    from tfjob.tenants import load_tenants
+
+    tenant = load_tenants().find("test")
+    api = pipeline_world.kube.core_v1()
+    quota, limits = build_resource_quota(tenant), build_limit_range(tenant)
+    api.create_namespaced_limit_range(tenant.namespace, limits)
+    api.create_namespaced_resource_quota(tenant.namespace, quota)
+    try:
+        run = trigger(airflow, SUBMIT, distributed_request(pipeline_world, "view-tenants", 45))
+        yield run
+        await_run(airflow, SUBMIT, run["dag_run_id"])
+    finally:
+        api.delete_namespaced_resource_quota(quota["metadata"]["name"], tenant.namespace)
+        api.delete_namespaced_limit_range(limits["metadata"]["name"], tenant.namespace)
+
+
+def card_of(answer: dict[str, Any], tenant: str) -> dict[str, Any] | None:
+    return next((card for card in answer["tenants"] if card["name"] == tenant), None)
+
+
+def test_the_tenants_json_shows_a_running_job_and_its_quota_to_its_tenant_only(airflow,
+                                                                                tenant_run):
+    run_id = tenant_run["dag_run_id"]
+    own = tenant_user(airflow, "test")
+
+    def running_card() -> dict[str, Any] | None:
+        card = card_of(own.request("GET", TENANTS_JSON), "test")
+        runs = [r for r in (card or {}).get("runs", []) if r["run_id"] == run_id]
+        return card if runs and runs[0]["pods"] == 3 and runs[0]["pods_running"] == 3 else None
+
+    card = wait_for(running_card, 150, "the run's 3 pods Running on the tenants JSON", 1.0)
+    row = next(r for r in card["runs"] if r["run_id"] == run_id)
+    assert (row["dag_id"], row["job"], row["state"]) == (SUBMIT, "view-tenants", "running")
+    assert card["jobs_running"] >= 1 and card["max_concurrent_jobs"] == 8
+    quota = {line["resource"]: line for line in card["quota"]}
+    assert card["quota_applied"] and set(quota) == {"cpu", "memory", "nvidia.com/gpu", "pods"}
+    assert int(quota["pods"]["used"]) >= 3 and quota["pods"]["hard"] == "60"
+    assert quota["cpu"]["used"] != "0" and quota["cpu"]["fraction"] > 0
+    held = {pod for node in card["placements"] for pod in node["pods"]}
+    assert sum(pod.endswith(("-chief-0", "-ps-0", "-worker-0")) for pod in held) >= 3
+    assert all(node["node"] for node in card["placements"])  # all scheduled by now
+    # Tenant B's user: its own tenant only, nothing of tenant A's.
+    other = tenant_user(airflow, "research").request("GET", TENANTS_JSON)
+    assert [c["name"] for c in other["tenants"]] == ["research"]
+    assert run_id not in json.dumps(other)
+    # No login: Airflow's 401, no card.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(airflow.url + TENANTS_JSON, timeout=30)
+    assert refused.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as refused_page:
+        urllib.request.urlopen(airflow.url + TENANTS_JSON + "/view", timeout=30)
+    page = refused_page.value.read().decode()
+    assert refused_page.value.code == 401 and "401 Not signed in" in page
+    assert "href=../static/run.css" in page
+
+
+def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(browser, airflow,
+                                                                               tenant_run):
+    run_id = tenant_run["dag_run_id"]
+    page = open_page(browser, tenant_user(airflow, "test"), TENANTS_PAGE)
+    frame = page.frame_locator('iframe[title="TFJob tenants"]')
+    card = frame.locator("section[data-tenant=test]")
+    row = card.locator(f'tr[data-run="{run_id}"]')
+    wait_for(lambda: row.count() and row.locator("td.pods").inner_text() == "3/3", 150,
+             "tenant test's run with 3/3 pods running on the page", interval=0.5)
+    assert row.locator("a").inner_text() == "view-tenants"
+    href = row.locator("a").get_attribute("href")
+    assert href == tab_path(run_id)  # the run's TFJob tab
+    assert card.locator("tr[data-resource=pods] td.used").inner_text() != "0"
+    assert card.locator("tr[data-resource=cpu] td.hard").inner_text() == "16"
+    assert "jobs running" in card.locator(".slots").inner_text()
+    assert card.locator("tr[data-node]").count() >= 1
+    width = frame.locator("html").evaluate("html => [html.scrollWidth, html.clientWidth]")
+    assert width[0] <= width[1], f"horizontal scrolling: {width}"
+    save_screenshot(page, "tenants-page")
+    page.context.close()
+
+    other = open_page(browser, tenant_user(airflow, "research"), TENANTS_PAGE)
+    frame = other.frame_locator('iframe[title="TFJob tenants"]')
+    wait_for(lambda: frame.locator("section[data-tenant=research]").count(), 60,
+             "tenant research's own card")
+    assert frame.locator("section[data-tenant=test]").count() == 0
+    assert run_id not in frame.locator("#tenants").inner_text()
+    other.context.close()

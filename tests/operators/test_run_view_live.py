@@ -11,6 +11,7 @@ tests/test_run_view_browser.py.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from operators.run_live import LiveReads, count_gpus, describe_live_replicas
+from operators.run_live import LiveReads, describe_live_replicas
 from operators.run_view import RunTimes, TaskTimes, summarize_run
 from operators.run_view_logs import (
     LogRequestError,
@@ -29,6 +30,7 @@ from operators.run_view_logs import (
     select_log_lines,
 )
 from tfjob.naming import run_selector
+from tfjob.tenant_usage import count_pod_gpus
 
 DAG, RUN = "tfjob_submit__team-a", "manual__1"
 NAMESPACE, RUN_KEY = "tfjob-team-a", "digits-1234abcd"
@@ -121,7 +123,7 @@ def test_a_live_replica_row_has_node_ip_gpus_and_restarts():
     row = describe_live_replicas([a_pod("worker", 1, gpus=2, restarts=3)])[0]
     assert (row["role"], row["index"], row["phase"]) == ("worker", 1, "Running")
     assert (row["node"], row["ip"], row["gpus"], row["restarts"]) == ("node-1", "10.77.0.3", 2, 3)
-    assert count_gpus({"spec": {"containers": [{"resources": {"limits": {
+    assert count_pod_gpus({"spec": {"containers": [{"resources": {"limits": {
         "nvidia.com/gpu": "x"}}}]}}) == 0
 
 
@@ -245,3 +247,12 @@ def test_tabs_polling_together_read_kubernetes_at_most_once_per_2_s(api_of_a_32_
     allowed = int(elapsed // 2.0) + 1
     assert 1 <= len(kube.pod_reads) <= allowed, (len(kube.pod_reads), len(answers), elapsed)
     assert len(answers) > tabs * 2  # the tabs really polled faster than Kubernetes was read
+
+
+def test_a_live_replica_of_a_restarted_gang_counts_the_gang_restarts_too():
+    pod = a_pod("worker", 0, restarts=1)
+    pod["metadata"].setdefault("annotations", {})["tfjob.io/attempts"] = json.dumps(
+        [{"number": 1, "outcome": "restarted"}, {"number": 2, "outcome": "running"}])
+    assert describe_live_replicas([pod])[0]["restarts"] == 2
+    pod["metadata"]["annotations"]["tfjob.io/attempts"] = "not json"
+    assert describe_live_replicas([pod])[0]["restarts"] == 1

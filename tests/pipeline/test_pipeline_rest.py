@@ -171,11 +171,13 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
     done = await_run(airflow, SUBMIT, run_id)
     assert done["state"] == "success", explain_run(airflow, SUBMIT, run_id)
 
-    # The plugin registers the tab on the DAG run page.
+    # The plugin registers the tab on the DAG run page and the tenants page in the navigation.
     plugins = airflow.request("GET", "/api/v2/plugins")["plugins"]
     views = [v for p in plugins if p["name"] == "tfjob" for v in p["external_views"]]
-    assert [(v["name"], v["destination"]) for v in views] == [("TFJob", "dag_run")], plugins
+    assert [(v["name"], v["destination"]) for v in views] == [
+        ("TFJob", "dag_run"), ("TFJob tenants", "nav")], plugins
     assert views[0]["href"] == "tfjob/runs/{DAG_ID}/{RUN_ID}/view"
+    assert views[1]["href"] == "tfjob/tenants/view"
 
     summary = airflow.request("GET", f"/tfjob/runs/{SUBMIT}/{run_id}")
     assert summary["state"] == "success" and summary["job"]["name"] == "rest-tab"

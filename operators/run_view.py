@@ -28,7 +28,7 @@ from tfjob.pipeline_ids import (
     VALIDATE_TASK,
 )
 from tfjob.request import DEFAULT_GPU
-from tfjob.restart_policy import AttemptOutcome
+from tfjob.attempts import AttemptOutcome
 
 PIPELINE = (VALIDATE_TASK, FETCH_BUNDLE_TASK, LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK,
             ARCHIVE_TASK, TEARDOWN_TASK, PUBLISH_TASK)

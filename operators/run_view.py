@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfjob.attempts import AttemptOutcome
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     ATTEMPTS_KEY,
@@ -28,7 +29,6 @@ from tfjob.pipeline_ids import (
     VALIDATE_TASK,
 )
 from tfjob.request import DEFAULT_GPU
-from tfjob.attempts import AttemptOutcome
 
 PIPELINE = (VALIDATE_TASK, FETCH_BUNDLE_TASK, LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK,
             ARCHIVE_TASK, TEARDOWN_TASK, PUBLISH_TASK)

@@ -152,10 +152,8 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             before = server_counts()
             counter.take()
             started = time.perf_counter()
-            for manifest in build_pod_manifests(run.request, run.identity()):
-                gang.create_replica_pod(
-                    lambda m=manifest: core.create_namespaced_pod(run.namespace, m),
-                    manifest["metadata"]["name"], log)
+            gang.create_replica_pods(lambda m: core.create_namespaced_pod(run.namespace, m),
+                                     build_pod_manifests(run.request, run.identity()), log)
             created = time.perf_counter()
             endpoints = gang.await_gang_start(core, run, None, log)
             running = time.perf_counter()

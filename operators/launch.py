@@ -183,9 +183,10 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
-            for manifest in build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS):
-                self.create_replica_pod(PodGenerator.deserialize_model_dict(manifest))
-                made.append(f"Pod/{manifest['metadata']['name']}")
+            pods = gang.create_replica_pods(
+                lambda m: self.pod_manager.create_pod(PodGenerator.deserialize_model_dict(m)),
+                build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS), self.log)
+            made += [f"Pod/{name}" for name in pods]
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
             endpoints = self.await_gang_start(run, plan)
         except Exception as exc:

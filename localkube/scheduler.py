@@ -157,17 +157,33 @@ class Placement:
     anti_affinity: list[tuple[str, dict, list[dict]]]  # (node, pod, its required anti terms)
 
 
+# Each node's summed requests and anti-affinity holders, by the (uid, resourceVersion) of its
+# active pods: a decision changes one node, and summing every node's pods again for each pod
+# placed made a 1,024-pod gang's placement quadratic (bench/bench_scale.py, issue 18).
+_NODE_SUMMARY: dict[str, tuple[tuple, Counter, list]] = {}
+
+
 def summarise_placement(pods_by_node: dict[str, list[dict]]) -> Placement:
     active = {name: [p for p in pods if is_active(p)] for name, pods in pods_by_node.items()}
     used = {}
     anti = []
     for name, pods in active.items():
-        used[name] = Counter()
+        key = tuple((p["metadata"].get("uid"), p["metadata"].get("resourceVersion"))
+                    for p in pods)
+        cached = _NODE_SUMMARY.get(name)
+        if cached is not None and cached[0] == key:
+            used[name] = cached[1]
+            anti.extend(cached[2])
+            continue
+        used[name], held = Counter(), []
         for other in pods:
             used[name].update(_requests(other))
             terms = _affinity_terms(other, "podAntiAffinity", "required")
             if terms:
-                anti.append((name, other, terms))
+                held.append((name, other, terms))
+        anti.extend(held)
+        if all(uid and version for uid, version in key):
+            _NODE_SUMMARY[name] = (key, used[name], held)
     return Placement(active, used, anti)
 
 

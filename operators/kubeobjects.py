@@ -33,11 +33,11 @@ from operators.transient import (
 
 log = logging.getLogger(__name__)
 
-# (kind, list method, delete method): the kinds a run creates.
+# (kind, list method, delete-by-selector method): the kinds a run creates.
 RUN_OBJECT_KINDS = (
-    ("Pod", "list_namespaced_pod", "delete_namespaced_pod"),
-    ("ConfigMap", "list_namespaced_config_map", "delete_namespaced_config_map"),
-    ("Secret", "list_namespaced_secret", "delete_namespaced_secret"),
+    ("Pod", "list_namespaced_pod", "delete_collection_namespaced_pod"),
+    ("ConfigMap", "list_namespaced_config_map", "delete_collection_namespaced_config_map"),
+    ("Secret", "list_namespaced_secret", "delete_collection_namespaced_secret"),
 )
 
 WATCH_CHUNK_SECONDS = 30
@@ -105,14 +105,13 @@ def delete_run_objects(
     """
     wanted = None if kinds is None else frozenset(kinds)
     deleted = []
-    for kind, _, delete_name in RUN_OBJECT_KINDS:
+    for kind, _, delete_collection in RUN_OBJECT_KINDS:
         if wanted is not None and kind not in wanted:
             continue
         kwargs: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
         if kind == "Pod" and grace_period_seconds is not None:
             kwargs["grace_period_seconds"] = grace_period_seconds
-        collection = delete_name.replace("delete_", "delete_collection_", 1)
-        answer = getattr(api, collection)(namespace, **kwargs)
+        answer = getattr(api, delete_collection)(namespace, **kwargs)
         # The client would read the answer (a list) as a Status and lose the names.
         items = json.loads(answer.data or b"{}").get("items") or []
         deleted += sorted(f"{kind}/{item['metadata']['name']}" for item in items)

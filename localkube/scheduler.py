@@ -126,14 +126,24 @@ def untolerated_taint(pod: dict, node: dict) -> dict | None:
     return None
 
 
-def _term_selects(term: dict, owner: dict, other: dict) -> bool:
-    """Does an affinity term of `owner` select pod `other` (namespaces default to owner's)?"""
+def _term_selector(term: dict, owner: dict):
+    """Which pods an affinity term of `owner` selects (namespaces default to owner's), parsed
+    once: a score walks every placed pod with it (issue 18)."""
     namespaces = term.get("namespaces") or [owner["metadata"].get("namespace")]
-    if other["metadata"].get("namespace") not in namespaces and \
-            term.get("namespaceSelector") is None:
-        return False
+    any_namespace = term.get("namespaceSelector") is not None
     selector = label_selector_from_object(term.get("labelSelector"))
-    return selector(other["metadata"].get("labels") or {})
+
+    def selects(other: dict) -> bool:
+        meta = other["metadata"]
+        if not any_namespace and meta.get("namespace") not in namespaces:
+            return False
+        return selector(meta.get("labels") or {})
+    return selects
+
+
+def _term_selects(term: dict, owner: dict, other: dict) -> bool:
+    """Does an affinity term of `owner` select pod `other`?"""
+    return _term_selector(term, owner)(other)
 
 
 def _same_domain(nodes: dict[str, dict], a: str, b: str, key: str) -> bool:
@@ -265,8 +275,9 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement)
         for weighted in _affinity_terms(pod, kind, "preferred"):
             term = weighted.get("podAffinityTerm") or {}
             key = term.get("topologyKey", "kubernetes.io/hostname")
+            selects = _term_selector(term, pod)
             matches = sum(1 for p in _pods_in_domain(name, key, nodes, placed.active)
-                          if _term_selects(term, pod, p))
+                          if selects(p))
             preference += sign * weighted.get("weight", 1) * matches
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     used = placed.used.get(name) or Counter()

@@ -9,8 +9,8 @@ product's clients do their real work, the pods only pretend to run, and exec (th
 delivery) writes real files into each pod's simulated filesystem. Each job gets a fresh
 localkube of `--nodes` simulated nodes (so counts and memory are the job's own) and goes through
 the product's own gang code in this process, as the launch and train tasks call it:
-`gang.create_replica_pod` for each manifest of `tfjob.manifests.build_pod_manifests` (one after
-another, as `TrainingLaunchOperator.execute`), `gang.await_gang_start` (→ all Running),
+`gang.create_replica_pods` for the manifests of `tfjob.manifests.build_pod_manifests` (its
+bounded pool, as `TrainingLaunchOperator.execute`), `gang.await_gang_start` (→ all Running),
 `delivery.deliver_run_cluster_spec` (→ every cluster.json written; each is then read back from
 the pod's files and checked), `gang.stop_gang` (→ every pod gone). Not driven here: the
 ConfigMap/Secrets/NetworkPolicy of a launch (a handful of requests per run, not per replica),
@@ -20,7 +20,9 @@ Figures per job: the three latencies; API requests by verb and resource as the A
 counted them (localkube's `GET /localkube/v1/requests`: the product's and the simulated
 kubelets' together) and as the product's clients sent them (bench/apicount.py), per phase;
 the API server's resident memory (VmRSS after each phase, VmHWM peak) and the simulated
-kubelet's. Writes bench/out/scale.json (or `--out`).
+kubelet's; the machine's 1-minute load average when the job starts (the machine is shared,
+and every latency here is CPU time of one API server process). Writes bench/out/scale.json
+(or `--out`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -133,6 +136,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     from operators.delivery import deliver_run_cluster_spec
     from tfjob.manifests import build_pod_manifests
 
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         nodes_file = build_nodes_file(Path(folder) / "nodes.yaml", nodes)
         handle = start_localkube(Path(folder), nodes_file=str(nodes_file))
@@ -191,7 +195,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     server_total = sum(sum(p["server"].values()) for p in phases.values())
     client_total = sum(sum(p["client"].values()) for p in phases.values())
     return {
-        "replicas": count, "nodes": nodes,
+        "replicas": count, "nodes": nodes, "load_average_1m": load,
         "launch_to_running_s": running - started,
         "launch_create_pods_s": created - started,
         "running_to_delivered_s": delivered - running,
@@ -231,7 +235,7 @@ NOTES = (
 )
 SUMMARISED = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
               "decision_to_gone_s", "server_requests_per_replica", "client_requests_per_replica",
-              "apiserver_peak_kib")
+              "apiserver_peak_kib", "load_average_1m")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{job['running_to_delivered_s']:.1f}s, gone {job['decision_to_gone_s']:.1f}s,"
                   f" requests {job['server_requests_per_replica']:.1f}/replica (server), "
                   f"{job['client_requests_per_replica']:.1f}/replica (product), API server peak "
-                  f"{job['apiserver_peak_kib'] / 1024:.0f} MiB", flush=True)
+                  f"{job['apiserver_peak_kib'] / 1024:.0f} MiB, load {job['load_average_1m']:.1f}",
+                  flush=True)
     summary = {
         str(count): {key: summarise(j[key] for j in jobs if j["replicas"] == count).as_dict()
                      for key in SUMMARISED}

@@ -209,29 +209,47 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     }
 
 
-# What the code shows grows faster than the gang, or serialises it (issue 18, found with this
-# step and cProfile of the API server); RESULTS.md prints them under the figures.
+# What grows faster than the gang, or serialises it (issue 18, found with this step and
+# cProfile of the API server, the simulated kubelet and the product's delivery); RESULTS.md
+# prints them under the figures.
 NOTES = (
-    "ClusterSpec delivery moves O(n²) bytes: every replica's cluster.json lists all n "
-    "endpoints (~37 KB at 1,024 replicas) and travels in its exec's URL (~51 KB encoded), so a "
-    "1,024-replica gang sends ~52 MB through the API server (0.6 MB at 128). A design that "
-    "scales: the ClusterSpec once per run (a ConfigMap the pods mount, each replica's task from "
-    "its own environment), not once per replica.",
-    "The gang-start watch (operators/kubeobjects.watch_run_pods) judges every pod again "
-    "(replicas.judge_gang_start) on each event: O(n) per event, O(n²) per start when the pods "
-    "start one by one (here they are mostly Running before the watch opens, so it hardly "
-    "shows); keeping each pod's verdict and counting makes it O(1) per event.",
-    "Creation and teardown are one request per pod sent one after another (the launch's "
-    "creates, kubeobjects.delete_run_objects): linear in requests, but n round trips of wall "
-    "time; a bounded pool (as delivery has) for creates, and one DELETE of the collection by "
-    "the run's label selector for teardown, would take them off the critical path.",
-    "localkube's own share, fixed while measuring: its scheduler re-parsed every placed pod's "
-    "requests for every node on each decision (85% of the API server's busy time when 384 "
-    "pods were created one by one), and its garbage collector scanned the namespace for "
-    "dependents on each removal (a third of the time to remove 512 pods). Left: each "
-    "scheduling decision still walks every placed pod once (O(n) per pod), and the API "
-    "server's memory grows ~0.3 MB per replica and is not given back after teardown (its watch "
-    "history keeps up to 50,000 events, each with its whole object).",
+    "Fixed: the gang-start watch judged every pod again on each event (O(n) per event, O(n²) "
+    "per start); gang.GangStartTracker judges only the pod whose resourceVersion changed "
+    "and counts the verdicts. Creates were one request after another; "
+    "gang.create_replica_pods sends 8 at once. Teardown deleted and listed pod by pod; "
+    "kubeobjects.delete_run_objects sends one deletecollection per kind by the run's label "
+    "selector (pods keep their grace period): the product's teardown is 7 requests at any "
+    "size (1 deletecollection, 5 lists, 1 watch).",
+    "Left, and what limits it — ClusterSpec delivery moves O(n²) bytes: every replica's "
+    "cluster.json lists all n endpoints (~37 KB at 1,024 replicas) and travels in its own "
+    "exec's URL, ~52 MB for a 1,024-replica gang through one API server. Per exec the "
+    "product's client URL-encodes the JSON (kubernetes' urlencode: 3 ms of CPU per exec at "
+    "256 replicas, growing with n) and opens a new TLS WebSocket (~4 ms of CPU); the API "
+    "server and the simulated kubelet parse and write it; on 2 shared cores the execs are "
+    "CPU-bound, so more threads do not help. Not changed here because the cure is a "
+    "protocol change (docs/pod-protocol.md): the ClusterSpec once per run rather than once "
+    "per replica. A ConfigMap the pods mount reaches a real kubelet's pod only after up to "
+    "a minute (its sync period plus cache), so it would have to exist before the pods start, "
+    "i.e. name the replicas by stable DNS names (a headless Service per run, as Kubeflow's "
+    "training operator does) instead of pod IPs known only once they run.",
+    "Left — all Running and all gone are the API server's CPU time: each pod costs ~8 "
+    "requests in all (the product ~2: its create and exec; the simulated kubelets the rest: "
+    "the status PATCHes, events and final DELETE that a real kubelet also sends), one "
+    "Python process serves them all, and the machine is shared (see the load average). "
+    "Teardown's own requests are now constant; its ~4 per pod are the kubelets confirming "
+    "that each pod ended (2 status PATCHes, an event, the final DELETE).",
+    "localkube's share, fixed while measuring: the scheduler re-parsed every placed pod's "
+    "requests for every node on each decision, and re-summed every node's pods for each "
+    "pod placed (17.8 of ~70 s of the API server's profile at 1,024); now each node's sum "
+    "is kept by its pods' uid and resourceVersion, and an affinity term's selector is "
+    "parsed once per score. Its merge patch copied the pod once per level of the patch "
+    "(now once). Left: each decision still walks every placed pod (the preferred "
+    "anti-affinity count of the product's spread placement, the active filter): O(n) per "
+    "pod, O(n²) per gang (scoring took 13.9 of the API server's ~87 busy seconds at 1,024, "
+    "2.9 s of it re-parsing selectors, before the parse was hoisted); an index of "
+    "placed pods by label would remove it. The API server's memory grows ~0.3 MB per "
+    "replica and is not given back after teardown (its watch history keeps up to 50,000 "
+    "events, each with its whole object).",
 )
 SUMMARISED = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
               "decision_to_gone_s", "server_requests_per_replica", "client_requests_per_replica",

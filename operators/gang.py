@@ -2,8 +2,8 @@
 
 Two tasks start gangs: `launch` starts a run's first one, and `train` starts
 another when the restart policy restarts the run (operators/restart.py). Both
-must create the pods the same way (a create answered 409 after a try whose
-answer was lost counts as made), judge the start by the same verdict
+must create the pods the same way (a bounded pool of creates; a create answered
+409 after a try whose answer was lost counts as made), judge the start by the same verdict
 (`operators.replicas.judge_gang_start`, with the scheduler's and the
 kubelet's reasons when it fails) and stop a gang the same way, so this module
 is the one place for it. The functions take the client and the logger: the

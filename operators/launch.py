@@ -26,7 +26,8 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    no credential, goes to XCom `grants` for train's refreshes), then create
    every replica pod. With `warm_start`, the access Secret also lists the
    checkpoints the replicas restore (operators/restore.py), looked up before
-   step 2 so that a warm start that cannot be had starts nothing;
+   step 2 so that a warm start that cannot be had starts nothing. The pods are
+   created a few at once (`gang.create_replica_pods`), not one round trip after another;
 4. watch the pods until every one runs with an IP (gang start), signing the
    grants anew every `refresh_every` seconds while it waits. A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails

@@ -184,8 +184,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
+            manager = self.pod_manager  # made once here, not by each create thread
             pods = gang.create_replica_pods(
-                lambda m: self.pod_manager.create_pod(PodGenerator.deserialize_model_dict(m)),
+                lambda m: manager.create_pod(PodGenerator.deserialize_model_dict(m)),
                 build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS), self.log)
             made += [f"Pod/{name}" for name in pods]
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))

@@ -231,7 +231,10 @@ NOTES = (
     "per replica. A ConfigMap the pods mount reaches a real kubelet's pod only after up to "
     "a minute (its sync period plus cache), so it would have to exist before the pods start, "
     "i.e. name the replicas by stable DNS names (a headless Service per run, as Kubeflow's "
-    "training operator does) instead of pod IPs known only once they run.",
+    "training operator does) instead of pod IPs known only once they run. A smaller step: "
+    "each cluster.json carries the cluster twice (tf_config's cluster and the legacy "
+    "*_HOSTS variables); the runtime could derive the legacy ones from TF_CONFIG, halving "
+    "the bytes (also a pod-protocol change).",
     "Left — all Running and all gone are the API server's CPU time: each pod costs ~8 "
     "requests in all (the product ~2: its create and exec; the simulated kubelets the rest: "
     "the status PATCHes, events and final DELETE that a real kubelet also sends), one "

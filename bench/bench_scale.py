@@ -9,8 +9,8 @@ product's clients do their real work, the pods only pretend to run, and exec (th
 delivery) writes real files into each pod's simulated filesystem. Each job gets a fresh
 localkube of `--nodes` simulated nodes (so counts and memory are the job's own) and goes through
 the product's own gang code in this process, as the launch and train tasks call it:
-`gang.create_replica_pod` for each manifest of `tfjob.manifests.build_pod_manifests` (one after
-another, as `TrainingLaunchOperator.execute`), `gang.await_gang_start` (→ all Running),
+`gang.create_replica_pods` for the manifests of `tfjob.manifests.build_pod_manifests` (its
+bounded pool, as `TrainingLaunchOperator.execute`), `gang.await_gang_start` (→ all Running),
 `delivery.deliver_run_cluster_spec` (→ every cluster.json written; each is then read back from
 the pod's files and checked), `gang.stop_gang` (→ every pod gone). Not driven here: the
 ConfigMap/Secrets/NetworkPolicy of a launch (a handful of requests per run, not per replica),
@@ -20,7 +20,9 @@ Figures per job: the three latencies; API requests by verb and resource as the A
 counted them (localkube's `GET /localkube/v1/requests`: the product's and the simulated
 kubelets' together) and as the product's clients sent them (bench/apicount.py), per phase;
 the API server's resident memory (VmRSS after each phase, VmHWM peak) and the simulated
-kubelet's. Writes bench/out/scale.json (or `--out`).
+kubelet's; the machine's 1-minute load average when the job starts (the machine is shared,
+and every latency here is CPU time of one API server process). Writes bench/out/scale.json
+(or `--out`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -133,6 +136,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     from operators.delivery import deliver_run_cluster_spec
     from tfjob.manifests import build_pod_manifests
 
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         nodes_file = build_nodes_file(Path(folder) / "nodes.yaml", nodes)
         handle = start_localkube(Path(folder), nodes_file=str(nodes_file))
@@ -152,10 +156,8 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             before = server_counts()
             counter.take()
             started = time.perf_counter()
-            for manifest in build_pod_manifests(run.request, run.identity()):
-                gang.create_replica_pod(
-                    lambda m=manifest: core.create_namespaced_pod(run.namespace, m),
-                    manifest["metadata"]["name"], log)
+            gang.create_replica_pods(lambda m: core.create_namespaced_pod(run.namespace, m),
+                                     build_pod_manifests(run.request, run.identity()), log)
             created = time.perf_counter()
             endpoints = gang.await_gang_start(core, run, None, log)
             running = time.perf_counter()
@@ -193,7 +195,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     server_total = sum(sum(p["server"].values()) for p in phases.values())
     client_total = sum(sum(p["client"].values()) for p in phases.values())
     return {
-        "replicas": count, "nodes": nodes,
+        "replicas": count, "nodes": nodes, "load_average_1m": load,
         "launch_to_running_s": running - started,
         "launch_create_pods_s": created - started,
         "running_to_delivered_s": delivered - running,
@@ -207,33 +209,54 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     }
 
 
-# What the code shows grows faster than the gang, or serialises it (issue 18, found with this
-# step and cProfile of the API server); RESULTS.md prints them under the figures.
+# What grows faster than the gang, or serialises it (issue 18, found with this step and
+# cProfile of the API server, the simulated kubelet and the product's delivery); RESULTS.md
+# prints them under the figures.
 NOTES = (
-    "ClusterSpec delivery moves O(n²) bytes: every replica's cluster.json lists all n "
-    "endpoints (~37 KB at 1,024 replicas) and travels in its exec's URL (~51 KB encoded), so a "
-    "1,024-replica gang sends ~52 MB through the API server (0.6 MB at 128). A design that "
-    "scales: the ClusterSpec once per run (a ConfigMap the pods mount, each replica's task from "
-    "its own environment), not once per replica.",
-    "The gang-start watch (operators/kubeobjects.watch_run_pods) judges every pod again "
-    "(replicas.judge_gang_start) on each event: O(n) per event, O(n²) per start when the pods "
-    "start one by one (here they are mostly Running before the watch opens, so it hardly "
-    "shows); keeping each pod's verdict and counting makes it O(1) per event.",
-    "Creation and teardown are one request per pod sent one after another (the launch's "
-    "creates, kubeobjects.delete_run_objects): linear in requests, but n round trips of wall "
-    "time; a bounded pool (as delivery has) for creates, and one DELETE of the collection by "
-    "the run's label selector for teardown, would take them off the critical path.",
-    "localkube's own share, fixed while measuring: its scheduler re-parsed every placed pod's "
-    "requests for every node on each decision (85% of the API server's busy time when 384 "
-    "pods were created one by one), and its garbage collector scanned the namespace for "
-    "dependents on each removal (a third of the time to remove 512 pods). Left: each "
-    "scheduling decision still walks every placed pod once (O(n) per pod), and the API "
-    "server's memory grows ~0.3 MB per replica and is not given back after teardown (its watch "
-    "history keeps up to 50,000 events, each with its whole object).",
+    "Fixed: the gang-start watch judged every pod again on each event (O(n) per event, O(n²) "
+    "per start); gang.GangStartTracker judges only the pod whose resourceVersion changed "
+    "and counts the verdicts. Creates were one request after another; "
+    "gang.create_replica_pods sends 8 at once. Teardown deleted and listed pod by pod; "
+    "kubeobjects.delete_run_objects sends one deletecollection per kind by the run's label "
+    "selector (pods keep their grace period): the product's teardown is 7 requests at any "
+    "size (1 deletecollection, 5 lists, 1 watch).",
+    "Left, and what limits it — ClusterSpec delivery moves O(n²) bytes: every replica's "
+    "cluster.json lists all n endpoints (~37 KB at 1,024 replicas) and travels in its own "
+    "exec's URL, ~52 MB for a 1,024-replica gang through one API server. Per exec the "
+    "product's client URL-encodes the JSON (kubernetes' urlencode: 3 ms of CPU per exec at "
+    "256 replicas, growing with n) and opens a new TLS WebSocket (~4 ms of CPU); the API "
+    "server and the simulated kubelet parse and write it; on 2 shared cores the execs are "
+    "CPU-bound, so more threads do not help. Not changed here because the cure is a "
+    "protocol change (docs/pod-protocol.md): the ClusterSpec once per run rather than once "
+    "per replica. A ConfigMap the pods mount reaches a real kubelet's pod only after up to "
+    "a minute (its sync period plus cache), so it would have to exist before the pods start, "
+    "i.e. name the replicas by stable DNS names (a headless Service per run, as Kubeflow's "
+    "training operator does) instead of pod IPs known only once they run. A smaller step: "
+    "each cluster.json carries the cluster twice (tf_config's cluster and the legacy "
+    "*_HOSTS variables); the runtime could derive the legacy ones from TF_CONFIG, halving "
+    "the bytes (also a pod-protocol change).",
+    "Left — all Running and all gone are the API server's CPU time: each pod costs ~8 "
+    "requests in all (the product ~2: its create and exec; the simulated kubelets the rest: "
+    "the status PATCHes, events and final DELETE that a real kubelet also sends), one "
+    "Python process serves them all, and the machine is shared (see the load average). "
+    "Teardown's own requests are now constant; its ~4 per pod are the kubelets confirming "
+    "that each pod ended (2 status PATCHes, an event, the final DELETE).",
+    "localkube's share, fixed while measuring: the scheduler re-parsed every placed pod's "
+    "requests for every node on each decision, and re-summed every node's pods for each "
+    "pod placed (17.8 of ~70 s of the API server's profile at 1,024); now each node's sum "
+    "is kept by its pods' uid and resourceVersion, and an affinity term's selector is "
+    "parsed once per score. Its merge patch copied the pod once per level of the patch "
+    "(now once). Left: each decision still walks every placed pod (the preferred "
+    "anti-affinity count of the product's spread placement, the active filter): O(n) per "
+    "pod, O(n²) per gang (scoring took 13.9 of the API server's ~87 busy seconds at 1,024, "
+    "2.9 s of it re-parsing selectors, before the parse was hoisted); an index of "
+    "placed pods by label would remove it. The API server's memory grows ~0.3 MB per "
+    "replica and is not given back after teardown (its watch history keeps up to 50,000 "
+    "events, each with its whole object).",
 )
 SUMMARISED = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
               "decision_to_gone_s", "server_requests_per_replica", "client_requests_per_replica",
-              "apiserver_peak_kib")
+              "apiserver_peak_kib", "load_average_1m")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{job['running_to_delivered_s']:.1f}s, gone {job['decision_to_gone_s']:.1f}s,"
                   f" requests {job['server_requests_per_replica']:.1f}/replica (server), "
                   f"{job['client_requests_per_replica']:.1f}/replica (product), API server peak "
-                  f"{job['apiserver_peak_kib'] / 1024:.0f} MiB", flush=True)
+                  f"{job['apiserver_peak_kib'] / 1024:.0f} MiB, load {job['load_average_1m']:.1f}",
+                  flush=True)
     summary = {
         str(count): {key: summarise(j[key] for j in jobs if j["replicas"] == count).as_dict()
                      for key in SUMMARISED}

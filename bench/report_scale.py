@@ -82,7 +82,9 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
                      format_summary(s["decision_to_gone_s"]),
                      format_summary(s["client_requests_per_replica"], "", 1),
                      format_summary(s["server_requests_per_replica"], "", 1),
-                     f"{s['apiserver_peak_kib']['median'] / 1024:.0f} MiB"])
+                     f"{s['apiserver_peak_kib']['median'] / 1024:.0f} MiB",
+                     format_summary(s["load_average_1m"], "", 1) if "load_average_1m" in s
+                     else "–"])
     largest = max(sizes)
     job = next(j for j in data["jobs"] if j["replicas"] == largest)
     out = [
@@ -93,17 +95,20 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
         "scheduler and the product's clients are real, the pods only pretend to run, and the "
         "ClusterSpec delivery execs write real files into each pod's simulated filesystem, read "
         "back and checked for every pod). A fresh localkube per job; the product's own gang "
-        "code (`gang.create_replica_pod` per manifest, `gang.await_gang_start`, "
+        "code (`gang.create_replica_pods`, `gang.await_gang_start`, "
         "`delivery.deliver_run_cluster_spec`, `gang.stop_gang`) in one process. Not driven: "
         "S3, Airflow, the triggerer, the run's ConfigMap/Secrets/NetworkPolicy (a few "
         "requests per run). Requests: \"product\" counted by its clients (bench/apicount.py), "
         "\"all\" by the API server (`GET /localkube/v1/requests`: the simulated kubelets' "
         f"status PATCHes, events and final DELETEs included). Medians of {data['repeat']} "
-        "jobs per size.",
+        "jobs per size. The machine is shared (2 cores): every latency here is mostly CPU "
+        "time of one API server process, so the 1-minute load average at each job's start "
+        "is shown with them.",
         "",
         markdown_table(["replicas", "launch → all Running", "of which creating pods",
                         "Running → delivered", "teardown → all gone", "product requests / "
-                        "replica", "all requests / replica", "API server peak RSS"], rows),
+                        "replica", "all requests / replica", "API server peak RSS",
+                        "load average"], rows),
         "",
         f"Targets at {largest} replicas (issue 18):",
         "",

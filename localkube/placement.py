@@ -118,14 +118,24 @@ def untolerated_taint(pod: dict, node: dict) -> dict | None:
     return None
 
 
-def _term_selects(term: dict, owner: dict, other: dict) -> bool:
-    """Does an affinity term of `owner` select pod `other` (namespaces default to owner's)?"""
+def _term_selector(term: dict, owner: dict):
+    """Which pods an affinity term of `owner` selects (namespaces default to owner's), parsed
+    once: a score walks every placed pod with it (issue 18)."""
     namespaces = term.get("namespaces") or [owner["metadata"].get("namespace")]
-    if other["metadata"].get("namespace") not in namespaces and \
-            term.get("namespaceSelector") is None:
-        return False
+    any_namespace = term.get("namespaceSelector") is not None
     selector = label_selector_from_object(term.get("labelSelector"))
-    return selector(other["metadata"].get("labels") or {})
+
+    def selects(other: dict) -> bool:
+        meta = other["metadata"]
+        if not any_namespace and meta.get("namespace") not in namespaces:
+            return False
+        return selector(meta.get("labels") or {})
+    return selects
+
+
+def _term_selects(term: dict, owner: dict, other: dict) -> bool:
+    """Does an affinity term of `owner` select pod `other`?"""
+    return _term_selector(term, owner)(other)
 
 
 def _same_domain(nodes: dict[str, dict], a: str, b: str, key: str) -> bool:
@@ -149,17 +159,33 @@ class Placement:
     anti_affinity: list[tuple[str, dict, list[dict]]]  # (node, pod, its required anti terms)
 
 
+# Each node's summed requests and anti-affinity holders, by the (uid, resourceVersion) of its
+# active pods: a decision changes one node, and summing every node's pods again for each pod
+# placed made a 1,024-pod gang's placement quadratic (bench/bench_scale.py, issue 18).
+_NODE_SUMMARY: dict[str, tuple[tuple, Counter, list]] = {}
+
+
 def summarise_placement(pods_by_node: dict[str, list[dict]]) -> Placement:
     active = {name: [p for p in pods if is_active(p)] for name, pods in pods_by_node.items()}
     used = {}
     anti = []
     for name, pods in active.items():
-        used[name] = Counter()
+        key = tuple((p["metadata"].get("uid"), p["metadata"].get("resourceVersion"))
+                    for p in pods)
+        cached = _NODE_SUMMARY.get(name)
+        if cached is not None and cached[0] == key:
+            used[name] = cached[1]
+            anti.extend(cached[2])
+            continue
+        used[name], held = Counter(), []
         for other in pods:
             used[name].update(pod_requests(other))
             terms = _affinity_terms(other, "podAntiAffinity", "required")
             if terms:
-                anti.append((name, other, terms))
+                held.append((name, other, terms))
+        anti.extend(held)
+        if all(uid and version for uid, version in key):
+            _NODE_SUMMARY[name] = (key, used[name], held)
     return Placement(active, used, anti)
 
 
@@ -241,8 +267,9 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement)
         for weighted in _affinity_terms(pod, kind, "preferred"):
             term = weighted.get("podAffinityTerm") or {}
             key = term.get("topologyKey", "kubernetes.io/hostname")
+            selects = _term_selector(term, pod)
             matches = sum(1 for p in _pods_in_domain(name, key, nodes, placed.active)
-                          if _term_selects(term, pod, p))
+                          if selects(p))
             preference += sign * weighted.get("weight", 1) * matches
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     used = placed.used.get(name) or Counter()

@@ -12,6 +12,7 @@ and a relist, until the wait's own deadline.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,11 +33,11 @@ from operators.transient import (
 
 log = logging.getLogger(__name__)
 
-# (kind, list method, delete method): the kinds a run creates.
+# (kind, list method, delete-by-selector method): the kinds a run creates.
 RUN_OBJECT_KINDS = (
-    ("Pod", "list_namespaced_pod", "delete_namespaced_pod"),
-    ("ConfigMap", "list_namespaced_config_map", "delete_namespaced_config_map"),
-    ("Secret", "list_namespaced_secret", "delete_namespaced_secret"),
+    ("Pod", "list_namespaced_pod", "delete_collection_namespaced_pod"),
+    ("ConfigMap", "list_namespaced_config_map", "delete_collection_namespaced_config_map"),
+    ("Secret", "list_namespaced_secret", "delete_collection_namespaced_secret"),
 )
 
 WATCH_CHUNK_SECONDS = 30
@@ -95,24 +96,25 @@ def delete_run_objects(
     kinds: Iterable[str] | None = None,
 ) -> list[str]:
     """Delete every pod, ConfigMap and Secret matching `selector` (only `kinds`, e.g.
-    ("Pod",), when given); return `Kind/name` of each."""
+    ("Pod",), when given); return `Kind/name` of each.
+
+    One `deletecollection` by the selector per kind, not a list and a DELETE per object
+    (a 1,024-pod gang took 1,024 round trips to delete): the API server deletes each
+    match as a DELETE would, pods with their own grace period unless
+    `grace_period_seconds` is given, and answers with the objects it deleted.
+    """
     wanted = None if kinds is None else frozenset(kinds)
     deleted = []
-    for kind, list_name, delete_name in RUN_OBJECT_KINDS:
+    for kind, _, delete_collection in RUN_OBJECT_KINDS:
         if wanted is not None and kind not in wanted:
             continue
-        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
-            name = item.metadata.name
-            kwargs = {}
-            if kind == "Pod" and grace_period_seconds is not None:
-                kwargs["grace_period_seconds"] = grace_period_seconds
-            try:
-                getattr(api, delete_name)(name, namespace, **kwargs)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                continue
-            deleted.append(f"{kind}/{name}")
+        kwargs: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
+        if kind == "Pod" and grace_period_seconds is not None:
+            kwargs["grace_period_seconds"] = grace_period_seconds
+        answer = getattr(api, delete_collection)(namespace, **kwargs)
+        # The client would read the answer (a list) as a Status and lose the names.
+        items = json.loads(answer.data or b"{}").get("items") or []
+        deleted += sorted(f"{kind}/{item['metadata']['name']}" for item in items)
     return deleted
 
 

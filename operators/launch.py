@@ -26,7 +26,8 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    no credential, goes to XCom `grants` for train's refreshes), then create
    every replica pod. With `warm_start`, the access Secret also lists the
    checkpoints the replicas restore (operators/restore.py), looked up before
-   step 2 so that a warm start that cannot be had starts nothing;
+   step 2 so that a warm start that cannot be had starts nothing. The pods are
+   created a few at once (`gang.create_replica_pods`), not one round trip after another;
 4. watch the pods until every one runs with an IP (gang start), signing the
    grants anew every `refresh_every` seconds while it waits. A pod that
    fails, or a gang still incomplete at the request's `startup_timeout`, fails
@@ -183,9 +184,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
-            for manifest in build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS):
-                self.create_replica_pod(PodGenerator.deserialize_model_dict(manifest))
-                made.append(f"Pod/{manifest['metadata']['name']}")
+            manager = self.pod_manager  # made once here, not by each create thread
+            pods = gang.create_replica_pods(
+                lambda m: manager.create_pod(PodGenerator.deserialize_model_dict(m)),
+                build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS), self.log)
+            made += [f"Pod/{name}" for name in pods]
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
             endpoints = self.await_gang_start(run, plan)
         except Exception as exc:

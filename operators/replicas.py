@@ -206,26 +206,31 @@ def _has_failed_to_start(replica: ReplicaStatus) -> bool:
     return replica.reason in HOPELESS_WAITING_REASONS
 
 
+def judge_replica_start(replica: ReplicaStatus) -> GangState:
+    """One pod's share of the gang start: READY (runs with an IP, or already
+    succeeded), FAILED (cannot start), or STARTING."""
+    if _has_failed_to_start(replica):
+        return GangState.FAILED
+    if replica.phase is PodPhase.SUCCEEDED or (replica.phase is PodPhase.RUNNING and replica.ip):
+        return GangState.READY
+    return GangState.STARTING
+
+
 def judge_gang_start(pods: Iterable[Mapping[str, Any]], expected: Iterable[str]) -> GangVerdict:
     """Decide whether every expected pod (by name) runs with an IP, still starts, or failed.
 
     A pod that already finished successfully counts as started (a single
     replica may finish before we look); a pod that is missing counts as waiting.
     """
-    by_name = {read_replica_status(p).pod: read_replica_status(p) for p in pods}
+    by_name = {replica.pod: replica for replica in map(read_replica_status, pods)}
     ready, waiting, failed = [], [], []
+    verdicts = {GangState.READY: ready, GangState.STARTING: waiting, GangState.FAILED: failed}
     for name in expected:
         replica = by_name.get(name)
         if replica is None:
             waiting.append(ReplicaStatus(role="", index=0, pod=name, phase=PodPhase.GONE))
-        elif _has_failed_to_start(replica):
-            failed.append(replica)
-        elif replica.phase is PodPhase.SUCCEEDED or (
-            replica.phase is PodPhase.RUNNING and replica.ip
-        ):
-            ready.append(replica)
         else:
-            waiting.append(replica)
+            verdicts[judge_replica_start(replica)].append(replica)
     if failed:
         state = GangState.FAILED
     elif waiting:

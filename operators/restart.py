@@ -194,15 +194,10 @@ def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> li
     from operators.settings import UPLOAD_PATIENCE_SECONDS
     from tfjob.manifests import build_pod_manifests
 
-    made = []
-    for manifest in build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS):
-        body = annotate_attempts(manifest, attempts)
-        name = body["metadata"]["name"]
-        gang.create_replica_pod(
-            lambda body=body: api.create_namespaced_pod(run.namespace, body), name, log
-        )
-        made.append(name)
-    return made
+    bodies = [annotate_attempts(manifest, attempts) for manifest in
+              build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS)]
+    return gang.create_replica_pods(
+        lambda body: api.create_namespaced_pod(run.namespace, body), bodies, log)
 
 
 @dataclass(frozen=True)

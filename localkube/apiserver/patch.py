@@ -46,16 +46,27 @@ def apply_patch(content_type: str, target: dict, patch: Any) -> dict:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
+    """RFC 7386. The target is copied once, then merged into in place: copying it again at
+    every level of the patch made a pod's status patch copy the pod once per level (cProfile
+    of a 1,024-pod gang's start, delivery and teardown: 5.9 s of the API server's ~70 s)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    _merge_into(result, patch)
+    return result
+
+
+def _merge_into(result: dict, patch: dict) -> None:
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
+        elif isinstance(value, dict):
+            inner = result.get(key)
+            if not isinstance(inner, dict):
+                inner = result[key] = {}
+            _merge_into(inner, value)
         else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+            result[key] = copy.deepcopy(value)
 
 
 def _pointer(path: str) -> list[str]:

@@ -359,3 +359,9 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
     assert "| launch | CREATE pods | 1024 | 1.00 | – | 0.00 |" in text
     assert "| launch | POST pods | – | 0.00 | 1024 | 1.00 |" in text
     assert "or serialises the gang, and why:\n\n- delivery is O(n²)" in text
+    # Jobs measured before the load average was recorded show none; later ones show it.
+    assert "| API server peak RSS | load average |" in text and "| 100 MiB | – |" in text
+    summary["1024"]["load_average_1m"] = stats.summarise([3.25]).as_dict()
+    text = "\n".join(report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary,
+                                                  "jobs": jobs}))
+    assert "| 100 MiB | 3.2 (n=1) |" in text

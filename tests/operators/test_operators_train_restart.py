@@ -10,6 +10,7 @@ attempts, the manifests, the order of stop and start) is the real code.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -54,6 +55,7 @@ class FakeCluster:
         self.journal: list[tuple[str, str]] = []
         self.logs: dict[str, str] = {}
         self.stuck: set[str] = set()  # pods whose kubelet never confirms they ended
+        self.lock = threading.Lock()
 
     # Listed pods are client models, turned into the API's dicts by the client.
     api_client = SimpleNamespace(sanitize_for_serialization=lambda model: model.raw)
@@ -69,12 +71,14 @@ class FakeCluster:
 
     list_namespaced_config_map = list_namespaced_secret = _empty
 
-    def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> None:
+    def delete_collection_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        """Every pod marked deleted; the answer is the raw list the API server sends."""
         assert "grace_period_seconds" not in kwargs, "a gang is stopped with its own grace"
-        if name not in self.pods:
-            raise ApiException(status=404)
-        self.pods[name]["metadata"]["deletionTimestamp"] = "2026-12-03T06:10:00Z"
-        self.journal.append(("delete", name))
+        assert kwargs.get("_preload_content") is False and kwargs.get("label_selector")
+        for name, pod in self.pods.items():
+            pod["metadata"]["deletionTimestamp"] = "2026-12-03T06:10:00Z"
+            self.journal.append(("delete", name))
+        return SimpleNamespace(data=json.dumps({"items": list(self.pods.values())}).encode())
 
     def confirm_gone(self) -> list[str]:
         """The kubelets confirm the deleted pods' containers ended; what is left."""
@@ -89,9 +93,10 @@ class FakeCluster:
         if name in self.pods:
             raise ApiException(status=409, reason="AlreadyExists")
         pod = json.loads(json.dumps(body))
-        pod["status"] = {"phase": "Running", "podIP": f"10.0.9.{len(self.journal)}"}
-        self.pods[name] = pod
-        self.journal.append(("create", name))
+        with self.lock:  # a gang's pods are created by several threads at once
+            pod["status"] = {"phase": "Running", "podIP": f"10.0.9.{len(self.journal)}"}
+            self.pods[name] = pod
+            self.journal.append(("create", name))
 
     def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Any:
         return SimpleNamespace(data=self.logs.get(pod, "").encode())

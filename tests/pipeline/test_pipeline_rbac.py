@@ -30,6 +30,10 @@ def test_the_role_grants_every_verb_the_pipeline_uses():
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "pods", "delete"),
+        # a run's objects go by one deletecollection per kind (operators/kubeobjects.py)
+        ("", "pods", "deletecollection"),
+        ("", "configmaps", "deletecollection"),
+        ("", "secrets", "deletecollection"),
         ("", "pods/log", "get"),
         ("", "pods/exec", "create"),
         ("", "configmaps", "create"),
@@ -51,7 +55,7 @@ def test_the_role_grants_every_verb_the_pipeline_uses():
 
 # Kubernetes client methods -> (apiGroup, resource, verb) for what operators/ calls.
 CLIENT_VERBS = {"create": "create", "read": "get", "list": "list", "replace": "update",
-                "patch": "patch", "delete": "delete"}
+                "patch": "patch", "delete": "delete", "delete_collection": "deletecollection"}
 CLIENT_RESOURCES = {
     "pod": ("", "pods"), "pod_log": ("", "pods/log"), "config_map": ("", "configmaps"),
     "secret": ("", "secrets"), "event": ("", "events"), "resource_quota": ("", "resourcequotas"),
@@ -77,8 +81,8 @@ def test_the_role_grants_every_namespaced_call_in_operators():
                       ("read", "config_map"), ("create", "network_policy"),
                       ("replace", "network_policy")}
             continue
-        calls |= set(re.findall(r"\b(create|read|list|replace|patch|delete)_namespaced_"
-                                r"([a-z_]+?)(?:_status)?\b", path.read_text()))
+        calls |= set(re.findall(r"\b(create|read|list|replace|patch|delete|delete_collection)"
+                                r"_namespaced_([a-z_]+?)(?:_status)?\b", path.read_text()))
     calls |= {(verb, kind) for kind in JANITOR_KINDS for verb in ("list", "delete")}
     needed = {(*CLIENT_RESOURCES[kind], CLIENT_VERBS[verb]) for verb, kind in calls}
     assert needed - granted_by(role) == set()

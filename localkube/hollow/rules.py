@@ -66,9 +66,28 @@ def read_exit_code(annotations: dict) -> int:
     return code
 
 
+def env_annotation_name(key: str) -> str:
+    """The environment variable that stands for annotation `key` when the pod lacks it:
+    `localkube.io/simulate-run-seconds` → `LOCALKUBE_SIMULATE_RUN_SECONDS`."""
+    return "LOCALKUBE_" + key.split("/", 1)[1].replace("-", "_").upper()
+
+
+def read_annotations(pod: dict) -> dict:
+    """The pod's simulation annotations; one it lacks is taken from the same-named environment
+    variable of its containers (`env_annotation_name`), so a client that can set environment
+    variables but not annotations (a training request's `env`) can still say how a pod behaves."""
+    annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        for key in (RUN_SECONDS, EXIT_CODE, STOP_SECONDS, START_SECONDS):
+            if key not in annotations and env.get(env_annotation_name(key)) is not None:
+                annotations[key] = env[env_annotation_name(key)]
+    return annotations
+
+
 def read_rule(pod: dict) -> SimulationRule:
     """The pod's rule; RuleError when an annotation's value is not allowed."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = read_annotations(pod)
     return SimulationRule(
         start_seconds=read_seconds(annotations, START_SECONDS) or 0.0,
         run_seconds=read_seconds(annotations, RUN_SECONDS),

@@ -39,3 +39,16 @@ def test_without_either_the_pod_runs_until_stopped() -> None:
 def test_a_bad_environment_value_names_the_annotation_it_stands_for() -> None:
     with pytest.raises(rules.RuleError, match="simulate-run-seconds: '-1' given"):
         rules.read_rule(build_pod(env={"LOCALKUBE_SIMULATE_RUN_SECONDS": "-1"}))
+
+
+def test_a_run_after_file_comes_from_the_annotation_or_the_environment() -> None:
+    pod = build_pod(env={"LOCALKUBE_SIMULATE_RUN_AFTER_FILE": "/tfjob/config/cluster.json"})
+    assert rules.read_rule(pod).run_after_file == "/tfjob/config/cluster.json"
+    pod = build_pod({rules.RUN_AFTER_FILE: "/ready"}, {"LOCALKUBE_SIMULATE_RUN_AFTER_FILE": "/x"})
+    assert rules.read_rule(pod).run_after_file == "/ready"
+
+
+def test_a_relative_run_after_file_is_refused_naming_what_is_allowed() -> None:
+    with pytest.raises(rules.RuleError, match="simulate-run-after-file: 'ready' given; an "
+                                              "absolute path"):
+        rules.read_rule(build_pod({rules.RUN_AFTER_FILE: "ready"}))

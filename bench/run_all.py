@@ -107,11 +107,14 @@ class Sizes:
     restart_repeat: int
     scale_replicas: tuple[int, ...]  # bench_scale.py: one gang of each size, simulated nodes
     scale_repeat: int
+    # bench_concurrent_scale.py (7b): batches of concurrent 8-replica jobs through Airflow
+    scale_jobs: tuple[int, ...] = (10, 50, 100)
 
 
 FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
              ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
-QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1)
+QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1,
+              (4,))
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:
@@ -273,7 +276,7 @@ def main() -> int:
     steps = run["steps"]
     steps["bytecode"] = compile_bytecode()
     for old in out.glob("*.json"):
-        if old.stem in wanted:
+        if old.stem in wanted or (old.stem == "concurrent_scale" and "scale" in wanted):
             old.unlink()
     if "pack_upload" in wanted:
         steps["pack_upload"] = run_measurement(
@@ -318,6 +321,15 @@ def main() -> int:
             None,
             out,
         )
+        # 7b: concurrent jobs through Airflow on simulated nodes, its own world (Airflow too)
+        steps["concurrent_scale"] = run_measurement(
+            "concurrent_scale",
+            [PY, str(BENCH / "bench_concurrent_scale.py"),
+             "--jobs", *map(str, sizes.scale_jobs),
+             "--out", str(out / "concurrent_scale.json")],
+            None,
+            out,
+        )
     if wanted & {"startup", "naive", "restart", "wholerun", "concurrency"}:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
@@ -343,7 +355,8 @@ def main() -> int:
 def write_results(path: Path, run: dict[str, Any], out: Path) -> int:
     """The report of `run`; after `--only` (not --quick), merged into the existing one."""
     steps = run["steps"]
-    results = {name: read_result(name, steps.get(name), out) for name in MEASUREMENTS}
+    results = {name: read_result(name, steps.get(name), out)
+               for name in (*MEASUREMENTS, "concurrent_scale")}
     text = build_report(results, describe_machine(), run)
     measured = run.get("measured", list(MEASUREMENTS))
     partial = set(measured) != set(MEASUREMENTS) and not run.get("quick")

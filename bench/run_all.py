@@ -114,7 +114,7 @@ class Sizes:
 FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
              ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
 QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1,
-              (4,))
+              (2,))
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:

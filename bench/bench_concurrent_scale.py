@@ -297,7 +297,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--run-seconds", type=int, default=30)
+    # Training must outlast the batch's spread of ClusterSpec deliveries (and train's own start),
+    # or no trigger ever waits: at 20 s, 10 jobs never had a train task deferred.
+    parser.add_argument("--run-seconds", type=int, default=150)
     parser.add_argument("--batch-timeout-s", type=float, default=1500.0)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrent_scale.json")
     args = parser.parse_args()

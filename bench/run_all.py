@@ -109,12 +109,13 @@ class Sizes:
     scale_repeat: int
     # bench_concurrent_scale.py (7b): batches of concurrent 8-replica jobs through Airflow
     scale_jobs: tuple[int, ...] = (10, 50, 100)
+    scale_run_seconds: int = 150  # how long each hollow replica "trains" (see the bench)
 
 
 FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
              ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
 QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1,
-              (2,))
+              (2,), 30)
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:
@@ -326,6 +327,7 @@ def main() -> int:
             "concurrent_scale",
             [PY, str(BENCH / "bench_concurrent_scale.py"),
              "--jobs", *map(str, sizes.scale_jobs),
+             "--run-seconds", str(sizes.scale_run_seconds),
              "--out", str(out / "concurrent_scale.json")],
             None,
             out,

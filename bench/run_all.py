@@ -5,8 +5,9 @@
 
 Order (each measurement is its own process, see bench/world.py for why):
 pack+upload, DAG parse and the scale step (7: gangs of 128-1,024 replicas on
-simulated nodes, its own localkube per job; 32 replicas in --quick) first (no
-shared services), then the shared world (S3,
+simulated nodes, its own localkube per job; 32 replicas in --quick; then 7b:
+10, 50 and 100 concurrent 8-replica jobs through an Airflow of its own on
+simulated nodes, 2 in --quick) first (no shared services), then the shared world (S3,
 localkube, PostgreSQL, Airflow DB) for start-up (1), naive (2) and gang
 restarts (6), then `airflow standalone` for whole-run (3) and concurrency
 (5); Airflow starts only after 1, 2 and 6 so its idle work does not disturb

@@ -104,7 +104,8 @@ def section_concurrent_scale(result: Mapping[str, Any]) -> list[str]:
         f"once through the REST API of {len(result['tenants'])} tenants' submit DAGs, real "
         f"`airflow standalone` (LocalExecutor, triggerer, PostgreSQL), S3 and localkube with "
         f"{result['nodes']} simulated nodes; every replica \"runs\" {largest['run_seconds']} s "
-        "(`LOCALKUBE_SIMULATE_RUN_SECONDS` in the request's `env`). Latencies: median "
+        "once its ClusterSpec is delivered (`LOCALKUBE_SIMULATE_RUN_SECONDS` and "
+        "`..._RUN_AFTER_FILE` in the request's `env`). Latencies: median "
         "(min–max, n runs) of the batch; peaks: sampled every 2 s.", "",
         markdown_table(COLUMNS, [build_row(b) for b in batches]), "",
         f"The triggerer stays under 1 GiB: {verdict(peak_rss < TRIGGERER_LIMIT_MIB)} "

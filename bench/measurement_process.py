@@ -32,11 +32,13 @@ STEP_TIMEOUT_S = {
     "concurrency": 720,  # bench_concurrency.RUN_TIMEOUT_S (660) and the triggers
     "restart": 1200,
     "scale": 900,
+    # bench_concurrent_scale.py: its own world (~2 min) and batches of 10, 50 and 100 jobs
+    "concurrent_scale": 2400,
 }
 STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
 # The lines of a measurement's log that the run's own output repeats.
 SHOWN_LINE_PREFIXES = ("startup ", "naive ", "restart ", "parse ", "digits-ps ", "concurrency:",
-                       "scale ", "median ratio", "tree ")
+                       "scale ", "concurrent-scale ", "median ratio", "tree ")
 
 
 def describe_machine() -> dict[str, Any]:

@@ -88,7 +88,9 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
     largest = max(sizes)
     job = next(j for j in data["jobs"] if j["replicas"] == largest)
     out = [
-        "## 7. Scale: one gang of hundreds of replicas on simulated nodes",
+        "## 7. Scale (issue 18)",
+        "",
+        "### 7a. One gang of hundreds of replicas on simulated nodes",
         "",
         f"`bench/bench_scale.py`: one parameter-server gang per size on {data['nodes']} "
         "simulated localkube nodes (localkube/README.md, \"Simulated nodes\": the API server, "

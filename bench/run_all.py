@@ -5,14 +5,16 @@
 
 Order (each measurement is its own process, see bench/world.py for why):
 pack+upload, DAG parse and the scale step (7: gangs of 128-1,024 replicas on
-simulated nodes, its own localkube per job; 32 replicas in --quick) first (no
-shared services), then the shared world (S3,
+simulated nodes, its own localkube per job; 32 replicas in --quick; then 7b:
+10, 50 and 100 concurrent 8-replica jobs through an Airflow of its own on
+simulated nodes, not in --quick) first (no shared services), then the shared world (S3,
 localkube, PostgreSQL, Airflow DB) for start-up (1), naive (2) and gang
 restarts (6), then `airflow standalone` for whole-run (3) and concurrency
 (5); Airflow starts only after 1, 2 and 6 so its idle work does not disturb
 them. A measurement that fails is reported as failed in RESULTS.md, the
-others still run, and the exit status is 1. The whole run is sized to stay
-under 30 minutes on 2 cores: 5 repetitions everywhere except the TensorFlow
+others still run, and the exit status is 1. Without 7b (`--only` the
+others), the run is sized to stay under 30 minutes on 2 cores; 7b's 100 jobs
+alone take most of an hour there. Sizes: 5 repetitions everywhere except the TensorFlow
 whole run (5 runs, fewer only if the budget left when it starts runs out: it
 says so), concurrency (one burst of 20 jobs) and restarts (3 of each case,
 ~9 min: a 60 s checkpoint interval needs over a minute of training per job);
@@ -25,7 +27,7 @@ stay as they were (report.merge_report).
 `--quick` (`make bench-quick`, run by .ci/run) is a check that every
 measurement still runs, not a measurement: 1 repetition, small sizes (an 8
 MiB pack, 100 request files, 2 and 8 replicas, one TensorFlow run without the
-import profile, 2 concurrent jobs), about 3 minutes on 2 cores. It writes its
+import profile; no 7b, which make test runs), about 3 minutes on 2 cores. It writes its
 logs, JSON and report to bench/out/quick/ and refuses to write
 bench/RESULTS.md or bench/out/*.json, so it never replaces the figures of a
 full run; it exits 1 when any measurement failed (a 5xx from Airflow fails
@@ -107,11 +109,17 @@ class Sizes:
     restart_repeat: int
     scale_replicas: tuple[int, ...]  # bench_scale.py: one gang of each size, simulated nodes
     scale_repeat: int
+    # bench_concurrent_scale.py (7b): batches of concurrent 8-replica jobs through Airflow
+    scale_jobs: tuple[int, ...] = (10, 50, 100)
+    scale_run_seconds: int = 150  # how long each hollow replica "trains" (see the bench)
 
 
 FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
              ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
-QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1)
+# No 7b in --quick: its own Airflow takes ~3 min to start, and make test runs its smallest
+# batch end to end (tests/bench/test_bench_concurrent_scale.py).
+QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1,
+              (), 30)
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:
@@ -273,7 +281,7 @@ def main() -> int:
     steps = run["steps"]
     steps["bytecode"] = compile_bytecode()
     for old in out.glob("*.json"):
-        if old.stem in wanted:
+        if old.stem in wanted or (old.stem == "concurrent_scale" and "scale" in wanted):
             old.unlink()
     if "pack_upload" in wanted:
         steps["pack_upload"] = run_measurement(
@@ -318,6 +326,17 @@ def main() -> int:
             None,
             out,
         )
+    if "scale" in wanted and sizes.scale_jobs:
+        # 7b: concurrent jobs through Airflow on simulated nodes, its own world (Airflow too)
+        steps["concurrent_scale"] = run_measurement(
+            "concurrent_scale",
+            [PY, str(BENCH / "bench_concurrent_scale.py"),
+             "--jobs", *map(str, sizes.scale_jobs),
+             "--run-seconds", str(sizes.scale_run_seconds),
+             "--out", str(out / "concurrent_scale.json")],
+            None,
+            out,
+        )
     if wanted & {"startup", "naive", "restart", "wholerun", "concurrency"}:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
@@ -343,7 +362,8 @@ def main() -> int:
 def write_results(path: Path, run: dict[str, Any], out: Path) -> int:
     """The report of `run`; after `--only` (not --quick), merged into the existing one."""
     steps = run["steps"]
-    results = {name: read_result(name, steps.get(name), out) for name in MEASUREMENTS}
+    results = {name: read_result(name, steps.get(name), out)
+               for name in (*MEASUREMENTS, "concurrent_scale")}
     text = build_report(results, describe_machine(), run)
     measured = run.get("measured", list(MEASUREMENTS))
     partial = set(measured) != set(MEASUREMENTS) and not run.get("quick")

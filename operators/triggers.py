@@ -7,9 +7,14 @@ resourceVersion is too old) and fires once the run is decided, using the same
 verdict as everything else (`operators.replicas.judge_training`): success by
 the success policy, failure as soon as a chief or worker fails.
 
-Live logs: while it waits, the trigger follows every replica's main container
-log (`follow=True`, one stream per replica, started once the pod's container
-has started) and logs each line as `[role-index] line`. Airflow's triggerer
+Live logs: while it waits, the trigger follows the main container log of the
+deciding replicas (the chief, or the first workers: at most `LIVE_LOG_REPLICAS`;
+`follow=True`, one stream each, started once the pod's container has started)
+and logs each line as `[role-index] line`. Not every replica's: a stream per
+replica held a connection per pod open in the triggerer for the whole training
+(issue 18: 900 open connections for 100 jobs of 8); the other replicas' logs
+are written by `train` when it resumes, and can be read live, while someone
+needs them, in the TFJob tab or with `tshell logs`. Airflow's triggerer
 writes what a trigger logs into the deferred task's log (the
 `*.trigger.<job>.log` file next to it), which the UI and the REST log
 endpoint show while the task is deferred. The event carries how many lines of
@@ -44,6 +49,8 @@ from operators.replicas import TrainingState, judge_training, read_replica_statu
 from runtime.protocol import MAIN_CONTAINER
 
 WATCH_CHUNK_SECONDS = 60
+# Replicas whose log the trigger follows live: the first of `deciding` (see the docstring).
+LIVE_LOG_REPLICAS = 2
 # After a failed refresh of the grants: try again this soon (or at the next refresh).
 GRANT_RETRY_SECONDS = 15.0
 # Once the run is decided: how long a replica whose container ended may take to
@@ -230,9 +237,12 @@ class TrainingTrigger(BaseTrigger):
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
     ) -> None:
+        live = set(self.deciding[:LIVE_LOG_REPLICAS])
         for name, pod in pods.items():
             if name not in followers and has_main_container_started(pod):
                 replica = read_replica_status(pod)
+                if replica.replica_id not in live:
+                    continue
                 followers[name] = asyncio.create_task(
                     self._follow_log(core, name, replica.replica_id, streamed)
                 )

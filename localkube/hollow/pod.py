@@ -45,6 +45,7 @@ from localkube.kubelet.termination import read_grace_period
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 1.0
+RUN_AFTER_FILE_POLL_S = 0.5  # how often a container waiting for its file looks for it
 NODE_RESTART_MESSAGE = "the simulated kubelet restarted; the pod's simulated containers are lost"
 
 
@@ -176,6 +177,11 @@ class HollowPod:
                                for c in self.main_specs))
 
     async def run_container(self, record: ContainerRecord, rule: SimulationRule) -> None:
+        if rule.run_after_file and rule.run_seconds is not None:
+            # as a program that waits for its configuration (the ClusterSpec) before it works
+            path = podfs.host_path(podfs.build_root(self.dir), "/", rule.run_after_file)
+            while not await asyncio.to_thread(os.path.exists, path):
+                await asyncio.sleep(RUN_AFTER_FILE_POLL_S)
         while rule.run_seconds is not None:
             await asyncio.sleep(rule.run_seconds)
             self.end(record, rule.exit_code)

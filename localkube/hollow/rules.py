@@ -17,6 +17,7 @@ RUN_SECONDS = "localkube.io/simulate-run-seconds"
 EXIT_CODE = "localkube.io/simulate-exit-code"
 STOP_SECONDS = "localkube.io/simulate-stop-seconds"
 START_SECONDS = "localkube.io/simulate-start-seconds"
+RUN_AFTER_FILE = "localkube.io/simulate-run-after-file"
 MAX_SECONDS = 7 * 24 * 3600.0
 # A container stopped by SIGTERM ends as a process killed by that signal (128 + 15), one still
 # running at the grace period's end as one killed by SIGKILL (128 + 9).
@@ -36,6 +37,7 @@ class SimulationRule:
     run_seconds: float | None = None
     exit_code: int = 0
     stop_seconds: float = 0.0
+    run_after_file: str | None = None  # the run's clock starts once this file is in the pod
 
 
 def read_seconds(annotations: dict, key: str) -> float | None:
@@ -66,14 +68,44 @@ def read_exit_code(annotations: dict) -> int:
     return code
 
 
+def env_annotation_name(key: str) -> str:
+    """The environment variable that stands for annotation `key` when the pod lacks it:
+    `localkube.io/simulate-run-seconds` → `LOCALKUBE_SIMULATE_RUN_SECONDS`."""
+    return "LOCALKUBE_" + key.split("/", 1)[1].replace("-", "_").upper()
+
+
+def read_annotations(pod: dict) -> dict:
+    """The pod's simulation annotations; one it lacks is taken from the same-named environment
+    variable of its containers (`env_annotation_name`), so a client that can set environment
+    variables but not annotations (a training request's `env`) can still say how a pod behaves."""
+    annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        for key in (RUN_SECONDS, EXIT_CODE, STOP_SECONDS, START_SECONDS, RUN_AFTER_FILE):
+            if key not in annotations and env.get(env_annotation_name(key)) is not None:
+                annotations[key] = env[env_annotation_name(key)]
+    return annotations
+
+
+def read_file_path(annotations: dict) -> str | None:
+    text = annotations.get(RUN_AFTER_FILE)
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.startswith("/") or "\0" in text or len(text) > 4096:
+        raise RuleError(f"annotation {RUN_AFTER_FILE}: {text!r} given; an absolute path in the "
+                        "pod's filesystem is allowed")
+    return text
+
+
 def read_rule(pod: dict) -> SimulationRule:
     """The pod's rule; RuleError when an annotation's value is not allowed."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = read_annotations(pod)
     return SimulationRule(
         start_seconds=read_seconds(annotations, START_SECONDS) or 0.0,
         run_seconds=read_seconds(annotations, RUN_SECONDS),
         exit_code=read_exit_code(annotations),
         stop_seconds=read_seconds(annotations, STOP_SECONDS) or 0.0,
+        run_after_file=read_file_path(annotations),
     )
 
 

@@ -78,8 +78,11 @@ class PodWatch(threading.Thread):
         while not self.stopping:
             stream = watch.Watch()
             try:
-                for event in stream.stream(self.core.list_pod_for_all_namespaces,
-                                           label_selector=naming.LABEL_RUN, timeout_seconds=30):
+                for event in stream.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    label_selector=naming.LABEL_RUN,
+                    timeout_seconds=30,
+                ):
                     self.record(event["type"], event["object"], time.time())
                     if self.stopping:
                         break
@@ -90,10 +93,16 @@ class PodWatch(threading.Thread):
     def record(self, kind: str, pod: Any, now: float) -> None:
         meta = pod.metadata
         key = f"{meta.namespace}/{meta.name}/{meta.uid}"
-        seen = self.pods.setdefault(key, {
-            "run_id": (meta.annotations or {}).get(naming.ANNOTATION_RUN_ID),
-            "role": (meta.labels or {}).get(naming.LABEL_ROLE),
-            "running": None, "ended": None, "deleted": None})
+        seen = self.pods.setdefault(
+            key,
+            {
+                "run_id": (meta.annotations or {}).get(naming.ANNOTATION_RUN_ID),
+                "role": (meta.labels or {}).get(naming.LABEL_ROLE),
+                "running": None,
+                "ended": None,
+                "deleted": None,
+            },
+        )
         phase = pod.status.phase if pod.status else None
         if phase == "Running" and seen["running"] is None:
             seen["running"] = now
@@ -113,7 +122,8 @@ class Sampler(threading.Thread):
         self.engine = sqlalchemy.create_engine(database_url)
         self.query = sqlalchemy.text(
             "SELECT state, count(*) FROM task_instance WHERE state IN "
-            "('running', 'deferred', 'queued', 'scheduled') GROUP BY state")
+            "('running', 'deferred', 'queued', 'scheduled') GROUP BY state"
+        )
         self.triggerer, self.apiserver, self.port = triggerer, apiserver, port
         self.samples: list[dict[str, Any]] = []
         self.stopping = threading.Event()
@@ -128,8 +138,9 @@ class Sampler(threading.Thread):
             "triggerer_connections": procprobe.count_connections(tree, self.port),
             "triggerer_rss_kib": procprobe.read_rss_kib(tree),
             "apiserver_rss_kib": procprobe.read_rss_kib([self.apiserver]),
-            "apiserver_connections": procprobe.count_connections([self.apiserver], self.port,
-                                                                 remote=False),
+            "apiserver_connections": procprobe.count_connections(
+                [self.apiserver], self.port, remote=False
+            ),
         }
 
     def run(self) -> None:
@@ -143,15 +154,23 @@ class Sampler(threading.Thread):
 
 def build_conf(world: Any, tenant: str, name: str, run_seconds: int) -> dict[str, Any]:
     return world.request(
-        name, tenant=tenant, output=scale_world.output_prefix(world.bucket, tenant) + name,
-        mode="distributed", strategy="parameter_server",
-        replicas=dict(REPLICAS), success_policy="chief", startup_timeout=600,
+        name,
+        tenant=tenant,
+        output=scale_world.output_prefix(world.bucket, tenant) + name,
+        mode="distributed",
+        strategy="parameter_server",
+        replicas=dict(REPLICAS),
+        success_policy="chief",
+        startup_timeout=600,
         active_deadline=1800,
         resources={role: {"cpu": "10m", "memory": "16Mi"} for role in REPLICAS},
         # every replica "runs" run_seconds once its ClusterSpec is delivered, as the real
         # program waits for it (a clock from the container's start would end before delivery)
-        env={"LOCALKUBE_SIMULATE_RUN_SECONDS": str(run_seconds),
-             "LOCALKUBE_SIMULATE_RUN_AFTER_FILE": f"{CONFIG_DIR}/{CLUSTERSPEC_FILE}"})
+        env={
+            "LOCALKUBE_SIMULATE_RUN_SECONDS": str(run_seconds),
+            "LOCALKUBE_SIMULATE_RUN_AFTER_FILE": f"{CONFIG_DIR}/{CLUSTERSPEC_FILE}",
+        },
+    )
 
 
 def await_runs(airflow: Any, runs: dict[str, dict[str, Any]], timeout: float) -> None:
@@ -173,8 +192,9 @@ def await_runs(airflow: Any, runs: dict[str, dict[str, Any]], timeout: float) ->
         time.sleep(3.0)
 
 
-def measure_run(run_id: str, run: dict[str, Any], spans: dict[str, Any],
-                pods: list[dict[str, Any]]) -> dict[str, Any]:
+def measure_run(
+    run_id: str, run: dict[str, Any], spans: dict[str, Any], pods: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The four figures of one run (None where the run did not get that far)."""
     sent = run["sent"]
     running = [p["running"] for p in pods]
@@ -185,15 +205,19 @@ def measure_run(run_id: str, run: dict[str, Any], spans: dict[str, Any],
     all_gone = max(gone + [teardown]) if None not in gone and teardown and gone else None
     expected = sum(REPLICAS.values())
     return {
-        "run_id": run_id, "dag_id": run["dag_id"], "state": run.get("state"),
+        "run_id": run_id,
+        "dag_id": run["dag_id"],
+        "state": run.get("state"),
         "pods_seen": len(pods),
-        "to_all_running_s": (max(running) - sent) if len(running) >= expected and
-        None not in running else None,
+        "to_all_running_s": (max(running) - sent)
+        if len(running) >= expected and None not in running
+        else None,
         "to_clusterspec_s": clusterspec - sent if clusterspec else None,
         "chief_exit_to_gone_s": all_gone - min(chief) if chief and all_gone else None,
         "to_end_s": run["end"] - sent if run.get("end") else None,
-        "tasks_not_succeeded": {t: s["state"] for t, s in spans.items()
-                                if s.get("state") != "success"},
+        "tasks_not_succeeded": {
+            t: s["state"] for t, s in spans.items() if s.get("state") != "success"
+        },
     }
 
 
@@ -204,9 +228,14 @@ def diff_counts(after: dict[str, int], before: dict[str, int]) -> dict[str, int]
 def count_left_objects(core: Any) -> int:
     """Run objects (pods, ConfigMaps, Secrets) still in any namespace."""
     selector = naming.LABEL_RUN
-    return sum(len(list_all(label_selector=selector).items) for list_all in (
-        core.list_pod_for_all_namespaces, core.list_config_map_for_all_namespaces,
-        core.list_secret_for_all_namespaces))
+    return sum(
+        len(list_all(label_selector=selector).items)
+        for list_all in (
+            core.list_pod_for_all_namespaces,
+            core.list_config_map_for_all_namespaces,
+            core.list_secret_for_all_namespaces,
+        )
+    )
 
 
 def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> dict[str, Any]:
@@ -223,8 +252,7 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
     from postgres_fixtures import airflow_database_url
 
     home = json.loads((folder / "airflow.json").read_text())["home"]
-    sampler = Sampler(airflow_database_url(Path(home)), triggerer,
-                      pids["apiserver"], pids["port"])
+    sampler = Sampler(airflow_database_url(Path(home)), triggerer, pids["apiserver"], pids["port"])
     counts_before = world.kube.request("GET", "/localkube/v1/requests")["counts"]
     sampler.start()
     stamp = time.strftime("%H%M%S")
@@ -233,7 +261,8 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
         tenant = scale_world.TENANTS[index % len(scale_world.TENANTS)]
         dag_id = submit_dag_id(tenant)
         run_id, sent = trigger_run(
-            airflow, build_conf(world, tenant, f"cs{jobs}-{stamp}-{index}", run_seconds), dag_id)
+            airflow, build_conf(world, tenant, f"cs{jobs}-{stamp}-{index}", run_seconds), dag_id
+        )
         runs[run_id] = {"dag_id": dag_id, "sent": sent}
     try:
         await_runs(airflow, runs, timeout)
@@ -242,18 +271,20 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
         sampler.stopping.set()
         sampler.join()
         watcher.stopping = True
-    counts = diff_counts(world.kube.request("GET", "/localkube/v1/requests")["counts"],
-                         counts_before)
+    counts = diff_counts(
+        world.kube.request("GET", "/localkube/v1/requests")["counts"], counts_before
+    )
     spans: dict[str, dict[str, Any]] = {}
     for dag_id in sorted({r["dag_id"] for r in runs.values()}):
         for ti in read_task_instances(airflow, "~", dag_id):
             spans.setdefault(ti["dag_run_id"], {})[ti["task_id"]] = {
-                "end": parse_time(ti.get("end_date")), "state": ti.get("state")}
+                "end": parse_time(ti.get("end_date")),
+                "state": ti.get("state"),
+            }
     by_run: dict[str, list[dict[str, Any]]] = {}
     for pod in watcher.pods.values():
         by_run.setdefault(pod["run_id"], []).append(pod)
-    per_run = [measure_run(r, run, spans.get(r, {}), by_run.get(r, [])) for r, run in
-               runs.items()]
+    per_run = [measure_run(r, run, spans.get(r, {}), by_run.get(r, [])) for r, run in runs.items()]
     replicas = jobs * sum(REPLICAS.values())
     samples = sampler.samples
     first = min(r["sent"] for r in runs.values())
@@ -267,20 +298,29 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
         return max((s[key] for s in samples), default=0)
 
     return {
-        "jobs": jobs, "replicas": replicas, "run_seconds": run_seconds,
+        "jobs": jobs,
+        "replicas": replicas,
+        "run_seconds": run_seconds,
         # every task but `publish` succeeded: hollow pods upload no model, so publish fails
-        "succeeded": sum(1 for r in per_run if set(r["tasks_not_succeeded"]) <= {PUBLISH_TASK}
-                         and r["state"] in FINISHED),
-        "states": {s: sum(1 for r in per_run if r["state"] == s) for s in
-                   sorted({str(r["state"]) for r in per_run})},
+        "succeeded": sum(
+            1
+            for r in per_run
+            if set(r["tasks_not_succeeded"]) <= {PUBLISH_TASK} and r["state"] in FINISHED
+        ),
+        "states": {
+            s: sum(1 for r in per_run if r["state"] == s)
+            for s in sorted({str(r["state"]) for r in per_run})
+        },
         "makespan_s": max(ends) - first if ends else None,
         "to_all_running_s": median_of("to_all_running_s"),
         "to_clusterspec_s": median_of("to_clusterspec_s"),
         "chief_exit_to_gone_s": median_of("chief_exit_to_gone_s"),
         "to_end_s": median_of("to_end_s"),
-        "api_requests": counts, "api_requests_total": sum(counts.values()),
+        "api_requests": counts,
+        "api_requests_total": sum(counts.values()),
         "api_requests_per_replica": sum(counts.values()) / replicas,
-        "peak_running_slots": peak("running"), "peak_deferred": peak("deferred"),
+        "peak_running_slots": peak("running"),
+        "peak_deferred": peak("deferred"),
         "peak_waiting": max((s["queued"] + s["scheduled"] for s in samples), default=0),
         "peak_triggerer_connections": peak("triggerer_connections"),
         "peak_apiserver_connections": peak("apiserver_connections"),
@@ -304,8 +344,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "concurrent_scale.json")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-cscale-"))
-    result: dict[str, Any] = {"nodes": args.nodes, "tenants": list(scale_world.TENANTS),
-                              "replicas_per_job": dict(REPLICAS), "batches": []}
+    result: dict[str, Any] = {
+        "nodes": args.nodes,
+        "tenants": list(scale_world.TENANTS),
+        "replicas_per_job": dict(REPLICAS),
+        "batches": [],
+    }
     started = time.monotonic()
     ok = True
     try:
@@ -315,12 +359,15 @@ def main() -> int:
             batch = measure_batch(folder, jobs, args.run_seconds, args.batch_timeout_s)
             result["batches"].append(batch)
             ok = ok and batch["succeeded"] == jobs and not batch["objects_left"]
-            print(f"concurrent-scale {jobs} jobs: {batch['succeeded']}/{jobs} succeeded "
-                  f"{batch['states']}, makespan {batch['makespan_s']:.0f}s, "
-                  f"{batch['api_requests_per_replica']:.1f} API requests/replica, triggerer "
-                  f"peak {batch['peak_triggerer_connections']} connections "
-                  f"{batch['peak_triggerer_rss_mib']:.0f} MiB, slots peak "
-                  f"{batch['peak_running_slots']}", flush=True)
+            print(
+                f"concurrent-scale {jobs} jobs: {batch['succeeded']}/{jobs} succeeded "
+                f"{batch['states']}, makespan {batch['makespan_s']:.0f}s, "
+                f"{batch['api_requests_per_replica']:.1f} API requests/replica, triggerer "
+                f"peak {batch['peak_triggerer_connections']} connections "
+                f"{batch['peak_triggerer_rss_mib']:.0f} MiB, slots peak "
+                f"{batch['peak_running_slots']}",
+                flush=True,
+            )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1))
     finally:

@@ -41,8 +41,9 @@ def measure_watch_latency(core, events: int) -> list[float]:
     def consume() -> None:
         stream = watch.Watch()
         connected.set()
-        for event in stream.stream(core.list_namespaced_config_map, "default",
-                                   resource_version=since, timeout_seconds=60):
+        for event in stream.stream(
+            core.list_namespaced_config_map, "default", resource_version=since, timeout_seconds=60
+        ):
             name = event["object"].metadata.name
             if event["type"] == "ADDED" and name in sent:
                 latencies.append(time.monotonic() - sent[name])
@@ -65,11 +66,17 @@ def measure_watch_latency(core, events: int) -> list[float]:
 def measure_pods(core, count: int) -> dict[str, float]:
     start = time.monotonic()
     for i in range(count):
-        core.create_namespaced_pod("default", {
-            "metadata": {"name": f"bench-{i}", "labels": {"bench": "1"}},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "c", "image": "busybox:1",
-                                     "command": ["sleep", "30"]}]}})
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": f"bench-{i}", "labels": {"bench": "1"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": "busybox:1", "command": ["sleep", "30"]}],
+                },
+            },
+        )
     created = time.monotonic() - start
     running = 0
     while time.monotonic() - start < TIMEOUT_S:
@@ -81,11 +88,17 @@ def measure_pods(core, count: int) -> dict[str, float]:
     all_running = time.monotonic() - start
     start = time.monotonic()
     core.delete_collection_namespaced_pod("default", label_selector="bench=1")
-    while time.monotonic() - start < TIMEOUT_S and core.list_namespaced_pod(
-            "default", label_selector="bench=1").items:
+    while (
+        time.monotonic() - start < TIMEOUT_S
+        and core.list_namespaced_pod("default", label_selector="bench=1").items
+    ):
         time.sleep(0.1)
-    return {"created_s": created, "all_running_s": all_running, "running": running,
-            "all_deleted_s": time.monotonic() - start}
+    return {
+        "created_s": created,
+        "all_running_s": all_running,
+        "running": running,
+        "all_deleted_s": time.monotonic() - start,
+    }
 
 
 def main() -> int:
@@ -95,32 +108,45 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lk-bench-") as tmp:
         state_dir = Path(tmp) / "localkube"
-        subprocess.run([sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir),
-                        "--port", "0"], check=True, cwd=REPO)
+        subprocess.run(
+            [sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir), "--port", "0"],
+            check=True,
+            cwd=REPO,
+        )
         try:
             info = json.loads((state_dir / "localkube.json").read_text())
             configuration = kubernetes.client.Configuration()
             # The kubeconfig carries the server, its CA and the bearer token.
-            kubernetes.config.load_kube_config(config_file=info["kubeconfig"],
-                                               client_configuration=configuration)
+            kubernetes.config.load_kube_config(
+                config_file=info["kubeconfig"], client_configuration=configuration
+            )
             core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
             latencies = measure_watch_latency(core, args.events)
             pods = measure_pods(core, args.pods)
         finally:
-            subprocess.run([sys.executable, "-m", "localkube", "down", "--state-dir",
-                            str(state_dir)], cwd=REPO)
-    result = {"watch_latency_ms": {"median": statistics.median(latencies) * 1000,
-                                   "p90": sorted(latencies)[int(len(latencies) * 0.9)] * 1000,
-                                   "events": len(latencies)},
-              "pods": {"count": args.pods, **pods}}
+            subprocess.run(
+                [sys.executable, "-m", "localkube", "down", "--state-dir", str(state_dir)], cwd=REPO
+            )
+    result = {
+        "watch_latency_ms": {
+            "median": statistics.median(latencies) * 1000,
+            "p90": sorted(latencies)[int(len(latencies) * 0.9)] * 1000,
+            "events": len(latencies),
+        },
+        "pods": {"count": args.pods, **pods},
+    }
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "localkube.json").write_text(json.dumps(result, indent=2))
-    print(f"watch latency: median {result['watch_latency_ms']['median']:.1f} ms, "
-          f"p90 {result['watch_latency_ms']['p90']:.1f} ms over {len(latencies)} events")
-    print(f"{args.pods} pods: created in {pods['created_s']:.1f} s, {pods['running']} Running "
-          f"after {pods['all_running_s']:.1f} s, all deleted {pods['all_deleted_s']:.1f} s "
-          "after one deletecollection")
+    print(
+        f"watch latency: median {result['watch_latency_ms']['median']:.1f} ms, "
+        f"p90 {result['watch_latency_ms']['p90']:.1f} ms over {len(latencies)} events"
+    )
+    print(
+        f"{args.pods} pods: created in {pods['created_s']:.1f} s, {pods['running']} Running "
+        f"after {pods['all_running_s']:.1f} s, all deleted {pods['all_deleted_s']:.1f} s "
+        "after one deletecollection"
+    )
     return 0
 
 

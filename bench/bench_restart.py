@@ -83,11 +83,14 @@ class Case:
             how, replicas, interval = text.split(":")
             case = cls(how, int(replicas), int(interval))
         except ValueError:
-            raise SystemExit(f"--cases: {text!r} given; each is how:replicas:interval, "
-                             "e.g. drain:4:10") from None
+            raise SystemExit(
+                f"--cases: {text!r} given; each is how:replicas:interval, e.g. drain:4:10"
+            ) from None
         if case.how not in HOWS or case.replicas < 3 or case.interval < 1:
-            raise SystemExit(f"--cases: {text!r} given; how is one of {', '.join(HOWS)}, "
-                             "replicas at least 3 (chief, ps, worker), interval at least 1 s")
+            raise SystemExit(
+                f"--cases: {text!r} given; how is one of {', '.join(HOWS)}, "
+                "replicas at least 3 (chief, ps, worker), interval at least 1 s"
+            )
         return case
 
     @property
@@ -131,16 +134,27 @@ def exec_in(api: Any, namespace: str, pod: str, script: str) -> str:
 
     from runtime.protocol import MAIN_CONTAINER
 
-    return stream(api.connect_get_namespaced_pod_exec, pod, namespace,
-                  command=["sh", "-c", script], container=MAIN_CONTAINER,
-                  stdin=False, stdout=True, stderr=True, tty=False)
+    return stream(
+        api.connect_get_namespaced_pod_exec,
+        pod,
+        namespace,
+        command=["sh", "-c", script],
+        container=MAIN_CONTAINER,
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+    )
 
 
 def read_chief_step(api: Any, namespace: str, pod: str) -> int:
     """The chief's latest checkpoint step (0 before its first), from its CHECKPOINT_DIR."""
-    text = exec_in(api, namespace, pod,
-                   'cat "${TFJOB_WORKSPACE:-/tfjob/workspace}/checkpoints/checkpoint" '
-                   "2>/dev/null || true")
+    text = exec_in(
+        api,
+        namespace,
+        pod,
+        'cat "${TFJOB_WORKSPACE:-/tfjob/workspace}/checkpoints/checkpoint" 2>/dev/null || true',
+    )
     if '"ckpt-' not in text:
         return 0
     return int(text.split('"ckpt-', 1)[1].split('"', 1)[0])
@@ -165,8 +179,9 @@ def lose_replica(api: Any, namespace: str, pods: dict[str, str], how: str) -> in
         last = max((r for r in pods if r.startswith("worker-")), key=lambda r: int(r[7:]))
         api.delete_namespaced_pod(pods[last], namespace)  # its own grace period
     else:
-        api.delete_namespaced_pod(pods["chief-0"], namespace, body=k8s.V1DeleteOptions(
-            grace_period_seconds=0))
+        api.delete_namespaced_pod(
+            pods["chief-0"], namespace, body=k8s.V1DeleteOptions(grace_period_seconds=0)
+        )
     return step
 
 
@@ -205,8 +220,10 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
     driver.deliver_cluster_spec(run)
     info = read_run(run.store[(VALIDATE_TASK, "return_value")])
     api = KubernetesHook(conn_id=KUBERNETES_CONN_ID).core_v1_client
-    pods = {f"{role}-{index}": pod
-            for (role, index), pod in zip(info.replica_ids(), info.pod_names(), strict=True)}
+    pods = {
+        f"{role}-{index}": pod
+        for (role, index), pod in zip(info.replica_ids(), info.pod_names(), strict=True)
+    }
     try:
         target = rng.randint(case.interval + 2, 2 * case.interval + 2)
         await_chief_step(api, info.namespace, pods["chief-0"], target)
@@ -217,8 +234,9 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         if event.state != "failed":
             raise RuntimeError(f"job {name}: the trigger reported {event.state}, not the loss")
         history = restart.first_attempt(run.store.get((LAUNCH_TASK, "ready_at")))
-        verdict, history = restart.judge_failed_attempt(RestartPolicy.of(info.request),
-                                                        history, event)
+        verdict, history = restart.judge_failed_attempt(
+            RestartPolicy.of(info.request), history, event
+        )
         if verdict.decision is not Decision.RESTART:
             raise RuntimeError(f"job {name}: not restarted: {verdict.reason}")
         log = logging.getLogger(f"bench.restart.{name}")
@@ -248,9 +266,11 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         "restart_latency_s": ready - noticed,
         "stop_and_stage_s": (phases.get("staged_s", ready) - noticed),
         "stage_to_created_s": (phases["created_s"] - phases["staged_s"])
-        if "created_s" in phases and "staged_s" in phases else None,
+        if "created_s" in phases and "staged_s" in phases
+        else None,
         "created_to_running_s": (phases["running_s"] - phases["created_s"])
-        if "running_s" in phases and "created_s" in phases else None,
+        if "running_s" in phases and "created_s" in phases
+        else None,
         "delivery_s": ready - phases["running_s"] if "running_s" in phases else None,
         "step_at_failure": step_at_failure,
         "restored_step": restored,
@@ -266,8 +286,15 @@ def summarise_restart(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     for label in dict.fromkeys(job["case"] for job in jobs):
         group = [job for job in jobs if job["case"] == label]
         row: dict[str, Any] = {key: group[0][key] for key in ("how", "replicas", "interval_s")}
-        for key in ("loss_to_noticed_s", "restart_latency_s", "stop_and_stage_s",
-                    "stage_to_created_s", "created_to_running_s", "delivery_s", "steps_lost"):
+        for key in (
+            "loss_to_noticed_s",
+            "restart_latency_s",
+            "stop_and_stage_s",
+            "stage_to_created_s",
+            "created_to_running_s",
+            "delivery_s",
+            "steps_lost",
+        ):
             values = [job[key] for job in group if job[key] is not None]
             row[key] = summarise(values).as_dict() if values else None
         row["restored_steps"] = [job["restored_step"] for job in group]
@@ -279,9 +306,12 @@ def summarise_restart(jobs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", required=True, type=Path)
-    parser.add_argument("--cases", nargs="+", type=Case.parse,
-                        default=[Case.parse(c) for c in
-                                 ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60")])
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        type=Case.parse,
+        default=[Case.parse(c) for c in ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60")],
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--out", type=Path, default=BENCH / "out" / "restart.json")
@@ -302,8 +332,12 @@ def main() -> int:
                 f"step {job['restored_step']} ({job['steps_lost']} lost)",
                 flush=True,
             )
-    report = {"jobs": jobs, "summary": summarise_restart(jobs),
-              "wall_s": time.monotonic() - began, "seed": args.seed}
+    report = {
+        "jobs": jobs,
+        "summary": summarise_restart(jobs),
+        "wall_s": time.monotonic() - began,
+        "seed": args.seed,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     return 0

@@ -56,8 +56,11 @@ log = logging.getLogger("bench.scale")
 def build_nodes_file(path: Path, count: int) -> Path:
     lines = []
     for i in range(1, count + 1):
-        lines += [f"- name: sim-{i}", "  simulated: true",
-                  "  capacity: " + json.dumps(NODE_CAPACITY)]
+        lines += [
+            f"- name: sim-{i}",
+            "  simulated: true",
+            "  capacity: " + json.dumps(NODE_CAPACITY),
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -76,18 +79,32 @@ def build_run(name: str, count: int) -> Any:
     from tfjob.request import load_request
 
     small = {"cpu": "10m", "memory": "16Mi"}
-    request = load_request({
-        "name": name, "tenant": TENANT, "mode": "distributed",
-        "strategy": "parameter_server", "replicas": replica_shape(count),
-        "success_policy": "chief", "image": "python:3.11",
-        "entrypoint": ["python3", "train.py"], "bundle": "s3://bench/bundle.tar.gz",
-        "output": f"s3://bench/outputs/{name}", "startup_timeout": 600, "active_deadline": 3600,
-        "resources": {"chief": small, "ps": small, "worker": small},
-    })
+    request = load_request(
+        {
+            "name": name,
+            "tenant": TENANT,
+            "mode": "distributed",
+            "strategy": "parameter_server",
+            "replicas": replica_shape(count),
+            "success_policy": "chief",
+            "image": "python:3.11",
+            "entrypoint": ["python3", "train.py"],
+            "bundle": "s3://bench/bundle.tar.gz",
+            "output": f"s3://bench/outputs/{name}",
+            "startup_timeout": 600,
+            "active_deadline": 3600,
+            "resources": {"chief": small, "ps": small, "worker": small},
+        }
+    )
     run_id, dag_id = f"bench__{uuid.uuid4().hex[:8]}", f"tfjob__{name}"
-    return RunInfo(request=request, run_id=run_id, dag_id=dag_id,
-                   namespace=naming.tenant_namespace(TENANT),
-                   run_key=naming.run_key(name, dag_id, run_id), aws_conn_id="aws_default")
+    return RunInfo(
+        request=request,
+        run_id=run_id,
+        dag_id=dag_id,
+        namespace=naming.tenant_namespace(TENANT),
+        run_key=naming.run_key(name, dag_id, run_id),
+        aws_conn_id="aws_default",
+    )
 
 
 def read_memory_kib(pid: int) -> dict[str, int]:
@@ -119,8 +136,16 @@ def check_delivered(state_dir: str, core: Any, run: Any) -> int:
     pods = core.list_namespaced_pod(run.namespace, label_selector=run.selector).items
     good = 0
     for pod in pods:
-        path = Path(state_dir) / "kubelet" / "pods" / pod.metadata.uid / "rootfs" / "tfjob" / \
-            "config" / "cluster.json"
+        path = (
+            Path(state_dir)
+            / "kubelet"
+            / "pods"
+            / pod.metadata.uid
+            / "rootfs"
+            / "tfjob"
+            / "config"
+            / "cluster.json"
+        )
         try:
             task = json.loads(path.read_text())["tf_config"]["task"]
         except (OSError, ValueError, KeyError):
@@ -156,21 +181,28 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             before = server_counts()
             counter.take()
             started = time.perf_counter()
-            gang.create_replica_pods(lambda m: core.create_namespaced_pod(run.namespace, m),
-                                     build_pod_manifests(run.request, run.identity()), log)
+            gang.create_replica_pods(
+                lambda m: core.create_namespaced_pod(run.namespace, m),
+                build_pod_manifests(run.request, run.identity()),
+                log,
+            )
             created = time.perf_counter()
             endpoints = gang.await_gang_start(core, run, None, log)
             running = time.perf_counter()
             after = server_counts()
-            phases["launch"] = {"server": diff_counts(after, before),
-                                "client": count_client_calls(counter.take())}
+            phases["launch"] = {
+                "server": diff_counts(after, before),
+                "client": count_client_calls(counter.take()),
+            }
             before = after
             memory["running"] = read_memory_kib(apiserver)
             deliver_run_cluster_spec(core, run, endpoints)
             delivered = time.perf_counter()
             after = server_counts()
-            phases["clusterspec"] = {"server": diff_counts(after, before),
-                                     "client": count_client_calls(counter.take())}
+            phases["clusterspec"] = {
+                "server": diff_counts(after, before),
+                "client": count_client_calls(counter.take()),
+            }
             before = after
             memory["delivered"] = read_memory_kib(apiserver)
             holding = check_delivered(handle.state_dir, core, run)
@@ -186,8 +218,10 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             if left:
                 raise RuntimeError(f"{len(left)} pods left after stop_gang")
             after = server_counts()
-            phases["teardown"] = {"server": diff_counts(after, before),
-                                  "client": count_client_calls(counter.take())}
+            phases["teardown"] = {
+                "server": diff_counts(after, before),
+                "client": count_client_calls(counter.take()),
+            }
             memory["gone"] = read_memory_kib(apiserver)
             hollow_memory = read_memory_kib(hollow)
         finally:
@@ -195,16 +229,20 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
     server_total = sum(sum(p["server"].values()) for p in phases.values())
     client_total = sum(sum(p["client"].values()) for p in phases.values())
     return {
-        "replicas": count, "nodes": nodes, "load_average_1m": load,
+        "replicas": count,
+        "nodes": nodes,
+        "load_average_1m": load,
         "launch_to_running_s": running - started,
         "launch_create_pods_s": created - started,
         "running_to_delivered_s": delivered - running,
         "decision_to_gone_s": gone - decided,
         "phases": phases,
-        "server_requests": server_total, "client_requests": client_total,
+        "server_requests": server_total,
+        "client_requests": client_total,
         "server_requests_per_replica": server_total / count,
         "client_requests_per_replica": client_total / count,
-        "apiserver_memory_kib": memory, "apiserver_peak_kib": memory["gone"].get("VmHWM"),
+        "apiserver_memory_kib": memory,
+        "apiserver_peak_kib": memory["gone"].get("VmHWM"),
         "hollow_kubelet_memory_kib": hollow_memory,
     }
 
@@ -254,9 +292,16 @@ NOTES = (
     "replica and is not given back after teardown (its watch history keeps up to 50,000 "
     "events, each with its whole object).",
 )
-SUMMARISED = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
-              "decision_to_gone_s", "server_requests_per_replica", "client_requests_per_replica",
-              "apiserver_peak_kib", "load_average_1m")
+SUMMARISED = (
+    "launch_to_running_s",
+    "launch_create_pods_s",
+    "running_to_delivered_s",
+    "decision_to_gone_s",
+    "server_requests_per_replica",
+    "client_requests_per_replica",
+    "apiserver_peak_kib",
+    "load_average_1m",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,21 +318,35 @@ def main(argv: list[str] | None = None) -> int:
         for attempt in range(args.repeat):
             job = measure_job(count, args.nodes, attempt, counter)
             jobs.append(job)
-            print(f"scale n={count} r={attempt}: running {job['launch_to_running_s']:.1f}s "
-                  f"(creates {job['launch_create_pods_s']:.1f}s), delivered "
-                  f"{job['running_to_delivered_s']:.1f}s, gone {job['decision_to_gone_s']:.1f}s,"
-                  f" requests {job['server_requests_per_replica']:.1f}/replica (server), "
-                  f"{job['client_requests_per_replica']:.1f}/replica (product), API server peak "
-                  f"{job['apiserver_peak_kib'] / 1024:.0f} MiB, load {job['load_average_1m']:.1f}",
-                  flush=True)
+            print(
+                f"scale n={count} r={attempt}: running {job['launch_to_running_s']:.1f}s "
+                f"(creates {job['launch_create_pods_s']:.1f}s), delivered "
+                f"{job['running_to_delivered_s']:.1f}s, gone {job['decision_to_gone_s']:.1f}s,"
+                f" requests {job['server_requests_per_replica']:.1f}/replica (server), "
+                f"{job['client_requests_per_replica']:.1f}/replica (product), API server peak "
+                f"{job['apiserver_peak_kib'] / 1024:.0f} MiB, load {job['load_average_1m']:.1f}",
+                flush=True,
+            )
     summary = {
-        str(count): {key: summarise(j[key] for j in jobs if j["replicas"] == count).as_dict()
-                     for key in SUMMARISED}
-        for count in args.replicas}
+        str(count): {
+            key: summarise(j[key] for j in jobs if j["replicas"] == count).as_dict()
+            for key in SUMMARISED
+        }
+        for count in args.replicas
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"nodes": args.nodes, "repeat": args.repeat,
-                                    "summary": summary, "jobs": jobs, "notes": list(NOTES)},
-                                   indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "nodes": args.nodes,
+                "repeat": args.repeat,
+                "summary": summary,
+                "jobs": jobs,
+                "notes": list(NOTES),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -37,8 +37,18 @@ STEP_TIMEOUT_S = {
 }
 STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
 # The lines of a measurement's log that the run's own output repeats.
-SHOWN_LINE_PREFIXES = ("startup ", "naive ", "restart ", "parse ", "digits-ps ", "concurrency:",
-                       "scale ", "concurrent-scale ", "median ratio", "tree ")
+SHOWN_LINE_PREFIXES = (
+    "startup ",
+    "naive ",
+    "restart ",
+    "parse ",
+    "digits-ps ",
+    "concurrency:",
+    "scale ",
+    "concurrent-scale ",
+    "median ratio",
+    "tree ",
+)
 
 
 def describe_machine() -> dict[str, Any]:

@@ -25,8 +25,9 @@ def read_parent(pid: int) -> int | None:
 
 def read_cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -98,7 +99,10 @@ def count_connections(pids: list[int], port: int, remote: bool = True) -> int:
             for line in lines:
                 fields = line.split()
                 address = fields[2] if remote else fields[1]
-                if fields[3] == ESTABLISHED and fields[9] in inodes and \
-                        int(address.rsplit(":", 1)[1], 16) == port:
+                if (
+                    fields[3] == ESTABLISHED
+                    and fields[9] in inodes
+                    and int(address.rsplit(":", 1)[1], 16) == port
+                ):
                     total += 1
     return total

@@ -129,13 +129,10 @@ def build_report(
         else missing("6. Gang restarts", "restart")
     )
     out += (
-        section_scale(results["scale"])
-        if has("scale")
-        else missing("7. Scale (issue 18)", "scale")
+        section_scale(results["scale"]) if has("scale") else missing("7. Scale (issue 18)", "scale")
     )
     if "concurrent_scale" in results:  # 7b sits inside section 7: `--only scale` redoes both
-        out += section_concurrent_scale(results.get("concurrent_scale") or
-                                        {"error": "not run"})
+        out += section_concurrent_scale(results.get("concurrent_scale") or {"error": "not run"})
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))
     return "\n".join(out).rstrip() + "\n"

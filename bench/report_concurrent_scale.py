@@ -21,10 +21,21 @@ TRIGGERER_LIMIT_MIB = 1024.0
 # the margin absorbs the noise of a shared machine).
 SUPERLINEAR_EXPONENT = 1.15
 COLUMNS = (
-    "jobs", "replicas", "succeeded", "trigger → all Running", "→ ClusterSpec delivered",
-    "chief exit → all gone", "trigger → run end", "makespan", "API requests / replica",
-    "peak triggerer connections", "peak task slots running", "peak deferred",
-    "peak triggerer RSS", "peak API server RSS", "objects left",
+    "jobs",
+    "replicas",
+    "succeeded",
+    "trigger → all Running",
+    "→ ClusterSpec delivered",
+    "chief exit → all gone",
+    "trigger → run end",
+    "makespan",
+    "API requests / replica",
+    "peak triggerer connections",
+    "peak task slots running",
+    "peak deferred",
+    "peak triggerer RSS",
+    "peak API server RSS",
+    "objects left",
 )
 # Totals per batch (not per run) whose growth against the job count is judged.
 GROWING = {
@@ -51,7 +62,9 @@ def growth_exponent(small: tuple[int, float], large: tuple[int, float]) -> float
 
 def build_row(batch: Mapping[str, Any]) -> list[str]:
     return [
-        str(batch["jobs"]), str(batch["replicas"]), f"{batch['succeeded']}/{batch['jobs']}",
+        str(batch["jobs"]),
+        str(batch["replicas"]),
+        f"{batch['succeeded']}/{batch['jobs']}",
         format_summary(batch.get("to_all_running_s")),
         format_summary(batch.get("to_clusterspec_s")),
         format_summary(batch.get("chief_exit_to_gone_s")),
@@ -59,8 +72,10 @@ def build_row(batch: Mapping[str, Any]) -> list[str]:
         "–" if batch.get("makespan_s") is None else f"{batch['makespan_s']:.0f} s",
         f"{batch['api_requests_per_replica']:.1f}",
         str(batch["peak_triggerer_connections"]),
-        str(batch["peak_running_slots"]), str(batch["peak_deferred"]),
-        f"{batch['peak_triggerer_rss_mib']:.0f} MiB", f"{batch['peak_apiserver_rss_mib']:.0f} MiB",
+        str(batch["peak_running_slots"]),
+        str(batch["peak_deferred"]),
+        f"{batch['peak_triggerer_rss_mib']:.0f} MiB",
+        f"{batch['peak_apiserver_rss_mib']:.0f} MiB",
         str(batch["objects_left"]),
     ]
 
@@ -72,8 +87,10 @@ def describe_growth(batches: list[Mapping[str, Any]]) -> list[str]:
     small, large = batches[0], batches[-1]
     lines = []
     pairs = [(key, words, small.get(key), large.get(key)) for key, words in GROWING.items()]
-    pairs += [(key, words, (small.get(key) or {}).get("median"),
-               (large.get(key) or {}).get("median")) for key, words in PER_RUN.items()]
+    pairs += [
+        (key, words, (small.get(key) or {}).get("median"), (large.get(key) or {}).get("median"))
+        for key, words in PER_RUN.items()
+    ]
     for _key, words, v1, v2 in pairs:
         if v1 is None or v2 is None:
             continue
@@ -81,8 +98,10 @@ def describe_growth(batches: list[Mapping[str, Any]]) -> list[str]:
         if k is None:
             continue
         shape = "faster than linearly" if k > SUPERLINEAR_EXPONENT else "linearly or less"
-        lines.append(f"- {words}: {float(v1):.1f} at {small['jobs']} jobs → {float(v2):.1f} at "
-                     f"{large['jobs']}, ∝ jobs^{k:.2f}: grows {shape}.")
+        lines.append(
+            f"- {words}: {float(v1):.1f} at {small['jobs']} jobs → {float(v2):.1f} at "
+            f"{large['jobs']}, ∝ jobs^{k:.2f}: grows {shape}."
+        )
     return lines
 
 
@@ -97,27 +116,39 @@ def section_concurrent_scale(result: Mapping[str, Any]) -> list[str]:
     peak_rss = max(b["peak_triggerer_rss_mib"] for b in batches)
     sizes = ", ".join(str(b["jobs"]) for b in batches)
     out = [
-        HEADING, "",
+        HEADING,
+        "",
         f"`bench/bench_concurrent_scale.py`: batches of {sizes}"
         f" jobs of {sum(result['replicas_per_job'].values())} replicas "
         f"({', '.join(f'{n} {r}' for r, n in result['replicas_per_job'].items())}) triggered at "
         f"once through the REST API of {len(result['tenants'])} tenants' submit DAGs, real "
         f"`airflow standalone` (LocalExecutor, triggerer, PostgreSQL), S3 and localkube with "
-        f"{result['nodes']} simulated nodes; every replica \"runs\" {largest['run_seconds']} s "
+        f'{result["nodes"]} simulated nodes; every replica "runs" {largest["run_seconds"]} s '
         "once its ClusterSpec is delivered (`LOCALKUBE_SIMULATE_RUN_SECONDS` and "
         "`..._RUN_AFTER_FILE` in the request's `env`). Latencies: median "
-        "(min–max, n runs) of the batch; peaks: sampled every 2 s.", "",
-        markdown_table(COLUMNS, [build_row(b) for b in batches]), "",
+        "(min–max, n runs) of the batch; peaks: sampled every 2 s.",
+        "",
+        markdown_table(COLUMNS, [build_row(b) for b in batches]),
+        "",
         f"The triggerer stays under 1 GiB: {verdict(peak_rss < TRIGGERER_LIMIT_MIB)} "
-        f"(peak {peak_rss:.0f} MiB, its whole process tree).", "",
+        f"(peak {peak_rss:.0f} MiB, its whole process tree).",
+        "",
         f"API requests of the {largest['jobs']}-job batch by verb and resource (localkube's "
         "count: the product's, the simulated kubelet's, Airflow's and the bench's own pod "
-        "watch together):", "",
-        markdown_table(("request", "count", "per replica"), [
-            (kind, n, f"{n / largest['replicas']:.2f}")
-            for kind, n in sorted(largest["api_requests"].items(), key=lambda kv: -kv[1])]),
-        "", "Growth from the smallest to the largest batch:", "",
-        *describe_growth(batches), "",
+        "watch together):",
+        "",
+        markdown_table(
+            ("request", "count", "per replica"),
+            [
+                (kind, n, f"{n / largest['replicas']:.2f}")
+                for kind, n in sorted(largest["api_requests"].items(), key=lambda kv: -kv[1])
+            ],
+        ),
+        "",
+        "Growth from the smallest to the largest batch:",
+        "",
+        *describe_growth(batches),
+        "",
     ]
     if result.get("notes"):
         out += [*result["notes"], ""]

@@ -22,8 +22,9 @@ HOW_WORDS = {
 
 def describe_growth(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The latency of the largest drained gang against the smallest, per replica."""
-    drained = sorted((row for row in rows.values() if row["how"] == "drain"),
-                     key=lambda row: row["replicas"])
+    drained = sorted(
+        (row for row in rows.values() if row["how"] == "drain"), key=lambda row: row["replicas"]
+    )
     if len(drained) < 2 or not drained[0]["restart_latency_s"]:
         return []
     small, large = drained[0], drained[-1]
@@ -66,26 +67,50 @@ def describe_loss(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
             )
     if not lines:
         return []
-    return ["Training lost per restart (the stand-in trains a step a second, so a step is a "
-            "second of training):", "", *lines, ""]
+    return [
+        "Training lost per restart (the stand-in trains a step a second, so a step is a "
+        "second of training):",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def section_restart(data: Mapping[str, Any]) -> list[str]:
     rows = data["summary"]
     table = markdown_table(
-        ["case", "replica lost", "replicas", "checkpoint interval", "loss → noticed",
-         "noticed → new gang running with its ClusterSpec", "of which: stop + stage checkpoints",
-         "create", "pods start", "ClusterSpec delivery", "steps lost",
-         "steps at the loss → restored"],
         [
-            [label, HOW_WORDS.get(row["how"], row["how"]), row["replicas"],
-             f"{row['interval_s']} s", format_summary(row["loss_to_noticed_s"]),
-             format_summary(row["restart_latency_s"]), format_summary(row["stop_and_stage_s"]),
-             format_summary(row["stage_to_created_s"]),
-             format_summary(row["created_to_running_s"]), format_summary(row["delivery_s"]),
-             format_summary(row["steps_lost"], unit="", digits=0),
-             ", ".join(f"{a}→{b}" for a, b in zip(row["steps_at_failure"],
-                                                   row["restored_steps"], strict=True))]
+            "case",
+            "replica lost",
+            "replicas",
+            "checkpoint interval",
+            "loss → noticed",
+            "noticed → new gang running with its ClusterSpec",
+            "of which: stop + stage checkpoints",
+            "create",
+            "pods start",
+            "ClusterSpec delivery",
+            "steps lost",
+            "steps at the loss → restored",
+        ],
+        [
+            [
+                label,
+                HOW_WORDS.get(row["how"], row["how"]),
+                row["replicas"],
+                f"{row['interval_s']} s",
+                format_summary(row["loss_to_noticed_s"]),
+                format_summary(row["restart_latency_s"]),
+                format_summary(row["stop_and_stage_s"]),
+                format_summary(row["stage_to_created_s"]),
+                format_summary(row["created_to_running_s"]),
+                format_summary(row["delivery_s"]),
+                format_summary(row["steps_lost"], unit="", digits=0),
+                ", ".join(
+                    f"{a}→{b}"
+                    for a, b in zip(row["steps_at_failure"], row["restored_steps"], strict=True)
+                ),
+            ]
             for label, row in rows.items()
         ],
     )

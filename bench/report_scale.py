@@ -53,8 +53,10 @@ def describe_growth(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if k is None:
             continue
         shape = "faster than linearly" if k > SUPERLINEAR_EXPONENT else "about linearly or less"
-        lines.append(f"- {words}: {v1:.2f} s at {small} → {v2:.2f} s at {large} replicas, "
-                     f"∝ n^{k:.2f}: grows {shape}.")
+        lines.append(
+            f"- {words}: {v1:.2f} s at {small} → {v2:.2f} s at {large} replicas, "
+            f"∝ n^{k:.2f}: grows {shape}."
+        )
     return lines
 
 
@@ -64,10 +66,27 @@ def kinds_table(job: Mapping[str, Any]) -> str:
         for kind in sorted(set(counts["server"]) | set(counts["client"])):
             server, client = counts["server"].get(kind, 0), counts["client"].get(kind, 0)
             n = job["replicas"]
-            rows.append([phase, kind, server or "–", f"{server / n:.2f}", client or "–",
-                         f"{client / n:.2f}"])
-    return markdown_table(["phase", "verb resource", "API server counted (all)", "per replica",
-                           "product sent", "per replica"], rows)
+            rows.append(
+                [
+                    phase,
+                    kind,
+                    server or "–",
+                    f"{server / n:.2f}",
+                    client or "–",
+                    f"{client / n:.2f}",
+                ]
+            )
+    return markdown_table(
+        [
+            "phase",
+            "verb resource",
+            "API server counted (all)",
+            "per replica",
+            "product sent",
+            "per replica",
+        ],
+        rows,
+    )
 
 
 def section_scale(data: Mapping[str, Any]) -> list[str]:
@@ -76,15 +95,19 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
     rows = []
     for n in sizes:
         s = summary[str(n)]
-        rows.append([n, format_summary(s["launch_to_running_s"]),
-                     format_summary(s["launch_create_pods_s"]),
-                     format_summary(s["running_to_delivered_s"]),
-                     format_summary(s["decision_to_gone_s"]),
-                     format_summary(s["client_requests_per_replica"], "", 1),
-                     format_summary(s["server_requests_per_replica"], "", 1),
-                     f"{s['apiserver_peak_kib']['median'] / 1024:.0f} MiB",
-                     format_summary(s["load_average_1m"], "", 1) if "load_average_1m" in s
-                     else "–"])
+        rows.append(
+            [
+                n,
+                format_summary(s["launch_to_running_s"]),
+                format_summary(s["launch_create_pods_s"]),
+                format_summary(s["running_to_delivered_s"]),
+                format_summary(s["decision_to_gone_s"]),
+                format_summary(s["client_requests_per_replica"], "", 1),
+                format_summary(s["server_requests_per_replica"], "", 1),
+                f"{s['apiserver_peak_kib']['median'] / 1024:.0f} MiB",
+                format_summary(s["load_average_1m"], "", 1) if "load_average_1m" in s else "–",
+            ]
+        )
     largest = max(sizes)
     job = next(j for j in data["jobs"] if j["replicas"] == largest)
     out = [
@@ -93,24 +116,34 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
         "### 7a. One gang of hundreds of replicas on simulated nodes",
         "",
         f"`bench/bench_scale.py`: one parameter-server gang per size on {data['nodes']} "
-        "simulated localkube nodes (localkube/README.md, \"Simulated nodes\": the API server, "
+        'simulated localkube nodes (localkube/README.md, "Simulated nodes": the API server, '
         "scheduler and the product's clients are real, the pods only pretend to run, and the "
         "ClusterSpec delivery execs write real files into each pod's simulated filesystem, read "
         "back and checked for every pod). A fresh localkube per job; the product's own gang "
         "code (`gang.create_replica_pods`, `gang.await_gang_start`, "
         "`delivery.deliver_run_cluster_spec`, `gang.stop_gang`) in one process. Not driven: "
         "S3, Airflow, the triggerer, the run's ConfigMap/Secrets/NetworkPolicy (a few "
-        "requests per run). Requests: \"product\" counted by its clients (bench/apicount.py), "
-        "\"all\" by the API server (`GET /localkube/v1/requests`: the simulated kubelets' "
+        'requests per run). Requests: "product" counted by its clients (bench/apicount.py), '
+        '"all" by the API server (`GET /localkube/v1/requests`: the simulated kubelets\' '
         f"status PATCHes, events and final DELETEs included). Medians of {data['repeat']} "
         "jobs per size. The machine is shared (2 cores): every latency here is mostly CPU "
         "time of one API server process, so the 1-minute load average at each job's start "
         "is shown with them.",
         "",
-        markdown_table(["replicas", "launch → all Running", "of which creating pods",
-                        "Running → delivered", "teardown → all gone", "product requests / "
-                        "replica", "all requests / replica", "API server peak RSS",
-                        "load average"], rows),
+        markdown_table(
+            [
+                "replicas",
+                "launch → all Running",
+                "of which creating pods",
+                "Running → delivered",
+                "teardown → all gone",
+                "product requests / replica",
+                "all requests / replica",
+                "API server peak RSS",
+                "load average",
+            ],
+            rows,
+        ),
         "",
         f"Targets at {largest} replicas (issue 18):",
         "",
@@ -118,12 +151,23 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
     for key, (limit, words) in TARGETS.items():
         value = summary[str(largest)][key]["median"]
         out.append(f"- {words}: {value:.2f} — {verdict(value <= limit)}")
-    out += ["", "Growth between the smallest and the largest gang:", "",
-            *describe_growth(summary), "",
-            f"Requests of one {largest}-replica job by phase, verb and resource:", "",
-            kinds_table(job), ""]
+    out += [
+        "",
+        "Growth between the smallest and the largest gang:",
+        "",
+        *describe_growth(summary),
+        "",
+        f"Requests of one {largest}-replica job by phase, verb and resource:",
+        "",
+        kinds_table(job),
+        "",
+    ]
     notes = data.get("notes") or []
     if notes:
-        out += ["What grows faster than linearly, or serialises the gang, and why:", "",
-                *(f"- {note}" for note in notes), ""]
+        out += [
+            "What grows faster than linearly, or serialises the gang, and why:",
+            "",
+            *(f"- {note}" for note in notes),
+            "",
+        ]
     return out

@@ -88,8 +88,16 @@ BUDGET_S = 30 * 60
 # other work on the machine included); 10 jobs at parallelism 4 on SQLite took 98 s.
 CONCURRENCY_ESTIMATE_S = 390
 WHOLERUN_MAX_RUNS = 5
-MEASUREMENTS = ("pack_upload", "parse", "scale", "startup", "naive", "restart", "wholerun",
-                "concurrency")
+MEASUREMENTS = (
+    "pack_upload",
+    "parse",
+    "scale",
+    "startup",
+    "naive",
+    "restart",
+    "wholerun",
+    "concurrency",
+)
 
 
 @dataclass(frozen=True)
@@ -114,12 +122,26 @@ class Sizes:
     scale_run_seconds: int = 150  # how long each hollow replica "trains" (see the bench)
 
 
-FULL = Sizes(5, 40, 1000, (2, 8, 32), (8, 32), WHOLERUN_MAX_RUNS, True, 20, 15,
-             ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"), 3, (128, 512, 1024), 3)
+FULL = Sizes(
+    5,
+    40,
+    1000,
+    (2, 8, 32),
+    (8, 32),
+    WHOLERUN_MAX_RUNS,
+    True,
+    20,
+    15,
+    ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"),
+    3,
+    (128, 512, 1024),
+    3,
+)
 # No 7b in --quick: its own Airflow takes ~3 min to start, and make test runs its smallest
 # batch end to end (tests/bench/test_bench_concurrent_scale.py).
-QUICK = Sizes(1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1,
-              (), 30)
+QUICK = Sizes(
+    1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1, (), 30
+)
 
 
 def plan_wholerun_budget(elapsed_s: float) -> float:
@@ -162,8 +184,15 @@ def run_world_measurements(
         """bench_<name>.py against the world, its figures into <out>/<name>.json."""
         steps[name] = run_measurement(
             name,
-            [PY, str(BENCH / f"bench_{name}.py"), "--world", str(folder), *options,
-             "--out", str(out / f"{name}.json")],
+            [
+                PY,
+                str(BENCH / f"bench_{name}.py"),
+                "--world",
+                str(folder),
+                *options,
+                "--out",
+                str(out / f"{name}.json"),
+            ],
             env,
             out,
         )
@@ -173,8 +202,7 @@ def run_world_measurements(
     if "naive" in wanted:
         measure("naive", "--replicas", *map(str, sizes.naive_replicas), "--repeat", reps)
     if "restart" in wanted:
-        measure("restart", "--cases", *sizes.restart_cases,
-                "--repeat", str(sizes.restart_repeat))
+        measure("restart", "--cases", *sizes.restart_cases, "--repeat", str(sizes.restart_repeat))
     if not wanted & {"wholerun", "concurrency"}:
         return
     print("==> airflow standalone", flush=True)
@@ -182,12 +210,22 @@ def run_world_measurements(
     start_world_airflow(folder)
     steps["airflow up"] = {"status": "ok", "seconds": time.monotonic() - started}
     if "wholerun" in wanted:
-        measure("wholerun", "--repeat", str(sizes.wholerun_runs),
-                "--budget-s", f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
-                *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]))
+        measure(
+            "wholerun",
+            "--repeat",
+            str(sizes.wholerun_runs),
+            "--budget-s",
+            f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
+            *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]),
+        )
     if "concurrency" in wanted:
-        measure("concurrency", "--jobs", str(sizes.concurrency_jobs),
-                "--train-seconds", str(sizes.train_seconds))
+        measure(
+            "concurrency",
+            "--jobs",
+            str(sizes.concurrency_jobs),
+            "--train-seconds",
+            str(sizes.train_seconds),
+        )
 
 
 def stop_and_check_world(folder: Path, steps: dict[str, Any]) -> None:
@@ -320,9 +358,16 @@ def main() -> int:
         # Its own localkube of simulated nodes per job: no shared world, no Airflow.
         steps["scale"] = run_measurement(
             "scale",
-            [PY, str(BENCH / "bench_scale.py"),
-             "--replicas", *map(str, sizes.scale_replicas), "--repeat", str(sizes.scale_repeat),
-             "--out", str(out / "scale.json")],
+            [
+                PY,
+                str(BENCH / "bench_scale.py"),
+                "--replicas",
+                *map(str, sizes.scale_replicas),
+                "--repeat",
+                str(sizes.scale_repeat),
+                "--out",
+                str(out / "scale.json"),
+            ],
             None,
             out,
         )
@@ -330,10 +375,16 @@ def main() -> int:
         # 7b: concurrent jobs through Airflow on simulated nodes, its own world (Airflow too)
         steps["concurrent_scale"] = run_measurement(
             "concurrent_scale",
-            [PY, str(BENCH / "bench_concurrent_scale.py"),
-             "--jobs", *map(str, sizes.scale_jobs),
-             "--run-seconds", str(sizes.scale_run_seconds),
-             "--out", str(out / "concurrent_scale.json")],
+            [
+                PY,
+                str(BENCH / "bench_concurrent_scale.py"),
+                "--jobs",
+                *map(str, sizes.scale_jobs),
+                "--run-seconds",
+                str(sizes.scale_run_seconds),
+                "--out",
+                str(out / "concurrent_scale.json"),
+            ],
             None,
             out,
         )
@@ -362,8 +413,10 @@ def main() -> int:
 def write_results(path: Path, run: dict[str, Any], out: Path) -> int:
     """The report of `run`; after `--only` (not --quick), merged into the existing one."""
     steps = run["steps"]
-    results = {name: read_result(name, steps.get(name), out)
-               for name in (*MEASUREMENTS, "concurrent_scale")}
+    results = {
+        name: read_result(name, steps.get(name), out)
+        for name in (*MEASUREMENTS, "concurrent_scale")
+    }
     text = build_report(results, describe_machine(), run)
     measured = run.get("measured", list(MEASUREMENTS))
     partial = set(measured) != set(MEASUREMENTS) and not run.get("quick")

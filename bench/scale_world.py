@@ -42,8 +42,12 @@ def write_tenants_file(path: Path, bucket: str, jobs_per_tenant: int) -> Path:
         {
             "name": name,
             "description": "bench/bench_concurrent_scale.py (issue 18)",
-            "quota": {"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": "0",
-                      "pods": str(16 * jobs_per_tenant)},
+            "quota": {
+                "cpu": "1000",
+                "memory": "4Ti",
+                "nvidia.com/gpu": "0",
+                "pods": str(16 * jobs_per_tenant),
+            },
             "defaults": {"cpu": "10m", "memory": "16Mi"},
             "max_concurrent_jobs": jobs_per_tenant,
             "bundle_prefixes": [f"s3://{bucket}/bundles/"],
@@ -63,8 +67,10 @@ def output_prefix(bucket: str, tenant: str) -> str:
 
 
 def write_nodes_file(path: Path, count: int) -> Path:
-    nodes = [{"name": f"sim-{i}", "simulated": True, "capacity": NODE_CAPACITY}
-             for i in range(1, count + 1)]
+    nodes = [
+        {"name": f"sim-{i}", "simulated": True, "capacity": NODE_CAPACITY}
+        for i in range(1, count + 1)
+    ]
     path.write_text(yaml.safe_dump(nodes))
     return path
 
@@ -92,8 +98,9 @@ def start_scale_world(folder: Path, nodes: int, jobs_per_tenant: int) -> dict[st
         pipeline_fixtures.start_localkube = original
     world, _ = load_world(folder)
     if world.bucket != bucket:
-        raise RuntimeError(f"the world's bucket is {world.bucket!r}, the tenants file names "
-                           f"{bucket!r}")
+        raise RuntimeError(
+            f"the world's bucket is {world.bucket!r}, the tenants file names {bucket!r}"
+        )
     config = load_tenants(tenants_file)
     api = world.kube.core_v1()
     for name in TENANTS[1:]:
@@ -112,8 +119,9 @@ def apply_pools(folder: Path) -> None:
     # fails: Airflow 3.3 answers the PATCH of operators/pool_clients.py with 422 ("pool" field
     # required in the body), a bug left to that module's owner.
     for name in TENANTS[1:]:
-        apply_pool(RestPoolClient(client.url, client.login), PoolSpec(pool_name(name),
-                                                                        POOL_SLOTS, ""))
+        apply_pool(
+            RestPoolClient(client.url, client.login), PoolSpec(pool_name(name), POOL_SLOTS, "")
+        )
 
 
 def read_localkube_pids(folder: Path) -> dict[str, Any]:
@@ -121,6 +129,8 @@ def read_localkube_pids(folder: Path) -> dict[str, Any]:
     _, record = load_world(folder)
     info = json.loads((Path(record["kube"]["state_dir"]) / "localkube.json").read_text())
     kubelets = info["pids"].get("kubelets") or {}
-    return {"apiserver": info["pids"]["apiserver"],
-            "hollow": next(iter(kubelets.values()), None),
-            "port": int(record["kube"]["api_url"].rsplit(":", 1)[1].strip("/"))}
+    return {
+        "apiserver": info["pids"]["apiserver"],
+        "hollow": next(iter(kubelets.values()), None),
+        "port": int(record["kube"]["api_url"].rsplit(":", 1)[1].strip("/")),
+    }

@@ -72,14 +72,18 @@ def check_serving_files(files: ServingFiles) -> ServingFiles:
     saying what to do otherwise."""
     missing = [str(p) for p in (files.ca, files.cert, files.key) if not p.exists()]
     if missing:
-        raise CertificateError(f"{', '.join(missing)} missing; remove {files.ca.parent} and run "
-                               f"`python -m localkube up` again to make a new CA and "
-                               f"certificate")
+        raise CertificateError(
+            f"{', '.join(missing)} missing; remove {files.ca.parent} and run "
+            f"`python -m localkube up` again to make a new CA and "
+            f"certificate"
+        )
     cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
     if cert.not_valid_after_utc <= datetime.datetime.now(datetime.UTC):
-        raise CertificateError(f"{files.cert} expired on {cert.not_valid_after_utc:%Y-%m-%d}; "
-                               f"run `python -m localkube down`, remove {files.ca.parent}, then "
-                               f"`up` (it writes a new kubeconfig)")
+        raise CertificateError(
+            f"{files.cert} expired on {cert.not_valid_after_utc:%Y-%m-%d}; "
+            f"run `python -m localkube down`, remove {files.ca.parent}, then "
+            f"`up` (it writes a new kubeconfig)"
+        )
     return files
 
 
@@ -89,8 +93,10 @@ def read_ca_pem(state_dir: str | os.PathLike) -> str:
     try:
         return path.read_text()
     except OSError as error:
-        raise CertificateError(f"cannot read the cluster CA {path}: {error}; start the cluster "
-                               f"with `python -m localkube up` first") from None
+        raise CertificateError(
+            f"cannot read the cluster CA {path}: {error}; start the cluster "
+            f"with `python -m localkube up` first"
+        ) from None
 
 
 def build_server_ssl_context(files: ServingFiles) -> ssl.SSLContext:
@@ -114,8 +120,7 @@ def create_pki_dir(pki: Path) -> None:
     building = Path(tempfile.mkdtemp(prefix=".pki-", dir=pki.parent))  # 0700
     try:
         for name, data in ((CA_FILE, ca_pem), (CERT_FILE, cert_pem), (KEY_FILE, key_pem)):
-            fd = os.open(building / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                         PRIVATE_FILE_MODE)
+            fd = os.open(building / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
         try:
@@ -134,37 +139,73 @@ def generate_serving_pems() -> tuple[bytes, bytes, bytes]:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localkube-ca")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(now + VALIDITY)
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False,
-            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256()))
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localkube-apiserver")]))
-        .issuer_name(ca_name).public_key(key.public_key())
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(now + VALIDITY)
+        .not_valid_before(now)
+        .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=False, crl_sign=False,
-            content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address(SERVER_ADDRESS)), x509.DNSName("localhost")]),
-            critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-                       critical=False)
-        .sign(ca_key, hashes.SHA256()))
-    return (ca_cert.public_bytes(serialization.Encoding.PEM),
-            cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM,
-                              serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(SERVER_ADDRESS)), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (
+        ca_cert.public_bytes(serialization.Encoding.PEM),
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )

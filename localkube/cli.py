@@ -46,12 +46,14 @@ def seconds_argument(text: str) -> float:
         seconds = -1.0
     if not 0 <= seconds <= MAX_OUTAGE_SECONDS:
         raise argparse.ArgumentTypeError(
-            f"{text!r} given; a number of seconds from 0 to {MAX_OUTAGE_SECONDS:g} is required")
+            f"{text!r} given; a number of seconds from 0 to {MAX_OUTAGE_SECONDS:g} is required"
+        )
     return seconds
 
 
 def grace_period_argument(text: str) -> float:
     from localkube.kubelet.agent import HEARTBEAT_S
+
     try:
         seconds = float(text)
     except ValueError:
@@ -59,7 +61,8 @@ def grace_period_argument(text: str) -> float:
     if seconds != 0 and not seconds > HEARTBEAT_S:
         raise argparse.ArgumentTypeError(
             f"{text!r} given; more seconds than the kubelets' heartbeat interval "
-            f"({HEARTBEAT_S} s) are required, or 0 to never mark a node lost")
+            f"({HEARTBEAT_S} s) are required, or 0 to never mark a node lost"
+        )
     return seconds
 
 
@@ -71,41 +74,67 @@ def forward_argument(text: str) -> Forward:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m localkube",
-                                     description="A local Kubernetes-API cluster.")
+    parser = argparse.ArgumentParser(
+        prog="python -m localkube", description="A local Kubernetes-API cluster."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     up_cmd = commands.add_parser("up", help="start localkube in the background")
     up_cmd.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    up_cmd.add_argument("--nodes", default=DEFAULT_NODES_FILE,
-                        help="YAML list of nodes {name, capacity, labels, taints}")
-    up_cmd.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help="API server port on 127.0.0.1 (0: a free one)")
-    up_cmd.add_argument("--forward", type=forward_argument, nargs="*", action="extend",
-                        default=[], metavar="PORT[=ADDRESS:PORT]",
-                        help="relay every pod's 127.0.0.1:PORT to the host's 127.0.0.1:PORT, "
-                             "or to ADDRESS:PORT (an IPv4 loopback address, e.g. "
-                             "9000=127.0.0.2:9000)")
-    up_cmd.add_argument("--no-kubelets", action="store_true",
-                        help="start only the API server (for API tests)")
-    up_cmd.add_argument("--node-monitor-grace-period", type=grace_period_argument,
-                        default=None, metavar="SECONDS",
-                        help="a node whose kubelet posts no status for this long is lost and "
-                             "its pods fail with reason NodeLost (default "
-                             f"{DEFAULT_GRACE_PERIOD_S:g}; 0: never, the default with "
-                             "--no-kubelets)")
-    for name, text in (("down", "stop localkube and everything it started"),
-                       ("status", "say whether localkube runs")):
+    up_cmd.add_argument(
+        "--nodes",
+        default=DEFAULT_NODES_FILE,
+        help="YAML list of nodes {name, capacity, labels, taints}",
+    )
+    up_cmd.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="API server port on 127.0.0.1 (0: a free one)",
+    )
+    up_cmd.add_argument(
+        "--forward",
+        type=forward_argument,
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="PORT[=ADDRESS:PORT]",
+        help="relay every pod's 127.0.0.1:PORT to the host's 127.0.0.1:PORT, "
+        "or to ADDRESS:PORT (an IPv4 loopback address, e.g. "
+        "9000=127.0.0.2:9000)",
+    )
+    up_cmd.add_argument(
+        "--no-kubelets", action="store_true", help="start only the API server (for API tests)"
+    )
+    up_cmd.add_argument(
+        "--node-monitor-grace-period",
+        type=grace_period_argument,
+        default=None,
+        metavar="SECONDS",
+        help="a node whose kubelet posts no status for this long is lost and "
+        "its pods fail with reason NodeLost (default "
+        f"{DEFAULT_GRACE_PERIOD_S:g}; 0: never, the default with "
+        "--no-kubelets)",
+    )
+    for name, text in (
+        ("down", "stop localkube and everything it started"),
+        ("status", "say whether localkube runs"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     blink_cmd = commands.add_parser(
-        "blink", help="make the API server answer 503 for a while (a test switch)")
+        "blink", help="make the API server answer 503 for a while (a test switch)"
+    )
     blink_cmd.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    blink_cmd.add_argument("--seconds", type=seconds_argument, required=True,
-                           help="how long every request but the health checks gets 503; "
-                                "0 ends an outage")
-    for name, text in (("node-stop", "power a node off: SIGKILL its kubelet and its pods' "
-                                      "processes"),
-                       ("node-start", "start a stopped node's kubelet again")):
+    blink_cmd.add_argument(
+        "--seconds",
+        type=seconds_argument,
+        required=True,
+        help="how long every request but the health checks gets 503; 0 ends an outage",
+    )
+    for name, text in (
+        ("node-stop", "power a node off: SIGKILL its kubelet and its pods' processes"),
+        ("node-start", "start a stopped node's kubelet again"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("node", help="the node's name, e.g. node-1")
         sub.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
@@ -117,8 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     state_dir = Path(args.state_dir).resolve()
     if args.command == "up":
         try:
-            info = up(state_dir, os.path.abspath(args.nodes), args.port, args.forward,
-                      not args.no_kubelets, args.node_monitor_grace_period)
+            info = up(
+                state_dir,
+                os.path.abspath(args.nodes),
+                args.port,
+                args.forward,
+                not args.no_kubelets,
+                args.node_monitor_grace_period,
+            )
         except (UpError, TokenError, CertificateError, ValueError, OSError) as error:
             print(f"localkube up failed: {error}", file=sys.stderr)
             return 1

@@ -96,15 +96,22 @@ def all_pids(info: dict) -> list[int]:
 
 def fetch_json(url: str, credentials: ClusterCredentials, timeout: float = 2.0) -> dict:
     request = urllib.request.Request(url, headers=credentials.auth_headers())
-    with urllib.request.urlopen(request, timeout=timeout,
-                                context=credentials.ssl_context()) as response:
+    with urllib.request.urlopen(
+        request, timeout=timeout, context=credentials.ssl_context()
+    ) as response:
         return json.loads(response.read())
 
 
 def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -114,29 +121,36 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def wait_for_api(state_dir: Path, process: subprocess.Popen,
-                 credentials: ClusterCredentials) -> int:
+def wait_for_api(
+    state_dir: Path, process: subprocess.Popen, credentials: ClusterCredentials
+) -> int:
     deadline = time.monotonic() + API_START_TIMEOUT_S
     info_file = state_dir / "apiserver.json"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise UpError(f"the API server exited with code {process.returncode}; its log "
-                          f"({state_dir / 'apiserver.log'}) ends with:\n"
-                          f"{log_tail(state_dir / 'apiserver.log')}")
+            raise UpError(
+                f"the API server exited with code {process.returncode}; its log "
+                f"({state_dir / 'apiserver.log'}) ends with:\n"
+                f"{log_tail(state_dir / 'apiserver.log')}"
+            )
         try:
             port = json.loads(info_file.read_text())["port"]
             fetch_json(f"{api_url_of(port)}/version", credentials)
             return port
         except urllib.error.HTTPError as error:
             if error.code == 401:
-                raise UpError(f"the API server on port {port} refused the token of "
-                              f"{state_dir / 'token'} (401 Unauthorized): was the file replaced "
-                              f"while it started? Run `down`, then `up` again") from None
+                raise UpError(
+                    f"the API server on port {port} refused the token of "
+                    f"{state_dir / 'token'} (401 Unauthorized): was the file replaced "
+                    f"while it started? Run `down`, then `up` again"
+                ) from None
             time.sleep(POLL_S)
         except (OSError, ValueError, KeyError, urllib.error.URLError):
             time.sleep(POLL_S)
-    raise UpError(f"the API server did not answer /version within {API_START_TIMEOUT_S:.0f} s; "
-                  f"see {state_dir / 'apiserver.log'}")
+    raise UpError(
+        f"the API server did not answer /version within {API_START_TIMEOUT_S:.0f} s; "
+        f"see {state_dir / 'apiserver.log'}"
+    )
 
 
 def api_url_of(port: int) -> str:
@@ -171,28 +185,42 @@ class RunningPid:
         return self.returncode
 
 
-def wait_for_nodes(state_dir: Path, api_url: str, credentials: ClusterCredentials,
-                   kubelets: dict[str, subprocess.Popen | RunningPid]) -> None:
+def wait_for_nodes(
+    state_dir: Path,
+    api_url: str,
+    credentials: ClusterCredentials,
+    kubelets: dict[str, subprocess.Popen | RunningPid],
+) -> None:
     deadline = time.monotonic() + NODES_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         for name, process in kubelets.items():
             if process.poll() is not None:
                 log = kubelet_log_path(state_dir, name)
-                raise UpError(f"the kubelet of node {name} exited with code "
-                              f"{process.returncode}; its log ({log}) ends with:\n"
-                              f"{log_tail(log)}")
+                raise UpError(
+                    f"the kubelet of node {name} exited with code "
+                    f"{process.returncode}; its log ({log}) ends with:\n"
+                    f"{log_tail(log)}"
+                )
         try:
             if set(kubelets) <= ready_nodes(api_url, credentials):
                 return
         except (OSError, ValueError, urllib.error.URLError):
             pass
         time.sleep(POLL_S)
-    raise UpError(f"nodes {sorted(kubelets)} did not all report Ready within "
-                  f"{NODES_READY_TIMEOUT_S:.0f} s; see {state_dir}/kubelet-*.log")
+    raise UpError(
+        f"nodes {sorted(kubelets)} did not all report Ready within "
+        f"{NODES_READY_TIMEOUT_S:.0f} s; see {state_dir}/kubelet-*.log"
+    )
 
 
-def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int],
-       start_kubelets: bool = True, node_monitor_grace_period_s: float | None = None) -> dict:
+def up(
+    state_dir: Path,
+    nodes_file: str,
+    port: int,
+    forward: list[Forward | int],
+    start_kubelets: bool = True,
+    node_monitor_grace_period_s: float | None = None,
+) -> dict:
     """Start localkube in the background; returns the contents of DIR/localkube.json.
 
     `node_monitor_grace_period_s`: how long a node may go without a kubelet heartbeat before it
@@ -206,13 +234,20 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     credentials = ensure_credentials(state_dir)
     info = read_cluster_info(state_dir)
     recorded = [pid for pid in all_pids(info) if pid]
-    if recorded and all(is_alive(pid) for pid in recorded) and \
-            len(recorded) == 1 + (len(info.get("nodes") or []) if start_kubelets else 0):
+    if (
+        recorded
+        and all(is_alive(pid) for pid in recorded)
+        and len(recorded) == 1 + (len(info.get("nodes") or []) if start_kubelets else 0)
+    ):
         return info
     kubelet_pids = (info.get("pids") or {}).get("kubelets") or {}
-    if start_kubelets and (info.get("api_url") or "").startswith("https://") and kubelet_pids \
-            and set(kubelet_pids) == set(info.get("nodes") or []) and \
-            all(is_alive(pid) for pid in kubelet_pids.values()):
+    if (
+        start_kubelets
+        and (info.get("api_url") or "").startswith("https://")
+        and kubelet_pids
+        and set(kubelet_pids) == set(info.get("nodes") or [])
+        and all(is_alive(pid) for pid in kubelet_pids.values())
+    ):
         # Only the API server died: start a new one where the kubelets expect it; their pods
         # keep running and they report again on their next heartbeat. (Kubelets of a plain-HTTP
         # cluster from before authentication could not talk to it: those start afresh below.)
@@ -231,12 +266,16 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
         raise
     api_url = api_url_of(actual_port)
     forwards = forwards_of_cluster({"forwards": [f.to_json() for f in forwards]}, actual_port)
-    info = {"api_url": api_url, "pids": {"apiserver": apiserver.pid, "kubelets": {}},
-            "nodes": node_names, "forward_ports": [f.pod_port for f in forwards],
-            "forwards": [f.to_json() for f in forwards],
-            "kubeconfig": str(state_dir / "kubeconfig"),
-            "node_monitor_grace_period": node_monitor_grace_period_s,
-            "simulated_nodes": simulated}
+    info = {
+        "api_url": api_url,
+        "pids": {"apiserver": apiserver.pid, "kubelets": {}},
+        "nodes": node_names,
+        "forward_ports": [f.pod_port for f in forwards],
+        "forwards": [f.to_json() for f in forwards],
+        "kubeconfig": str(state_dir / "kubeconfig"),
+        "node_monitor_grace_period": node_monitor_grace_period_s,
+        "simulated_nodes": simulated,
+    }
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url, credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
     if not start_kubelets:
@@ -259,35 +298,69 @@ def up(state_dir: Path, nodes_file: str, port: int, forward: list[Forward | int]
     return info
 
 
-def start_api_server(state_dir: Path, nodes_file: str, port: int,
-                     node_monitor_grace_period_s: float) -> subprocess.Popen:
+def start_api_server(
+    state_dir: Path, nodes_file: str, port: int, node_monitor_grace_period_s: float
+) -> subprocess.Popen:
     (state_dir / "apiserver.json").unlink(missing_ok=True)
-    return spawn([sys.executable, "-m", "localkube.apiserver", "--state-dir", str(state_dir),
-                  "--port", str(port), "--nodes", nodes_file,
-                  "--node-monitor-grace-period", f"{node_monitor_grace_period_s:g}"],
-                 state_dir / "apiserver.log")
+    return spawn(
+        [
+            sys.executable,
+            "-m",
+            "localkube.apiserver",
+            "--state-dir",
+            str(state_dir),
+            "--port",
+            str(port),
+            "--nodes",
+            nodes_file,
+            "--node-monitor-grace-period",
+            f"{node_monitor_grace_period_s:g}",
+        ],
+        state_dir / "apiserver.log",
+    )
 
 
 def start_kubelet(state_dir: Path, api_url: str, node: str) -> subprocess.Popen:
-    return spawn([sys.executable, "-m", "localkube.kubelet", "--api", api_url, "--node", node,
-                  "--state-dir", str(state_dir)], state_dir / f"kubelet-{node}.log")
+    return spawn(
+        [
+            sys.executable,
+            "-m",
+            "localkube.kubelet",
+            "--api",
+            api_url,
+            "--node",
+            node,
+            "--state-dir",
+            str(state_dir),
+        ],
+        state_dir / f"kubelet-{node}.log",
+    )
 
 
 def start_hollow_kubelet(state_dir: Path, api_url: str, nodes: list[str]) -> subprocess.Popen:
     """The kubelet of the simulated nodes (localkube/hollow/): one process for all of them."""
-    argv = [sys.executable, "-m", "localkube.hollow", "--api", api_url,
-            "--state-dir", str(state_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "localkube.hollow",
+        "--api",
+        api_url,
+        "--state-dir",
+        str(state_dir),
+    ]
     for node in nodes:
         argv += ["--node", node]
     return spawn(argv, state_dir / "kubelet-simulated.log")
 
 
-def restart_api_server(state_dir: Path, nodes_file: str, info: dict,
-                       credentials: ClusterCredentials) -> dict:
+def restart_api_server(
+    state_dir: Path, nodes_file: str, info: dict, credentials: ClusterCredentials
+) -> dict:
     port = int(info["api_url"].rsplit(":", 1)[1])
     # A cluster from before the node lifecycle controller: the default it would have had.
-    apiserver = start_api_server(state_dir, nodes_file, port,
-                                 info.get("node_monitor_grace_period", DEFAULT_GRACE_PERIOD_S))
+    apiserver = start_api_server(
+        state_dir, nodes_file, port, info.get("node_monitor_grace_period", DEFAULT_GRACE_PERIOD_S)
+    )
     try:
         wait_for_api(state_dir, apiserver, credentials)
     except UpError:
@@ -296,8 +369,12 @@ def restart_api_server(state_dir: Path, nodes_file: str, info: dict,
     info["pids"]["apiserver"] = apiserver.pid
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(info["api_url"], credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))
-    wait_for_nodes(state_dir, info["api_url"], credentials, {
-        name: RunningPid(pid) for name, pid in info["pids"]["kubelets"].items()})
+    wait_for_nodes(
+        state_dir,
+        info["api_url"],
+        credentials,
+        {name: RunningPid(pid) for name, pid in info["pids"]["kubelets"].items()},
+    )
     return info
 
 
@@ -337,8 +414,12 @@ def down(state_dir: Path) -> None:
 def status(state_dir: Path) -> dict:
     info = read_cluster_info(state_dir)
     running = [p for p in all_pids(info) if is_alive(p)]
-    return {"state_dir": str(state_dir), "api_url": info.get("api_url"),
-            "running_pids": running, "up": bool(running)}
+    return {
+        "state_dir": str(state_dir),
+        "api_url": info.get("api_url"),
+        "running_pids": running,
+        "up": bool(running),
+    }
 
 
 def blink(state_dir: Path, seconds: float) -> dict:
@@ -348,8 +429,10 @@ def blink(state_dir: Path, seconds: float) -> dict:
         raise UpError(f"no running localkube in {state_dir} (no api_url in localkube.json)")
     credentials = read_credentials(state_dir)
     request = urllib.request.Request(
-        api_url + OUTAGE_PATH, data=json.dumps({"seconds": seconds}).encode(), method="POST",
-        headers={"Content-Type": "application/json", **credentials.auth_headers()})
-    with urllib.request.urlopen(request, timeout=10,
-                                context=credentials.ssl_context()) as response:
+        api_url + OUTAGE_PATH,
+        data=json.dumps({"seconds": seconds}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **credentials.auth_headers()},
+    )
+    with urllib.request.urlopen(request, timeout=10, context=credentials.ssl_context()) as response:
         return json.loads(response.read())

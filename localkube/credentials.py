@@ -84,14 +84,18 @@ def read_token(state_dir: str | os.PathLike) -> str:
     try:
         token = path.read_text().strip()
     except FileNotFoundError:
-        raise TokenError(f"{path} does not exist: the cluster's token is made by "
-                         f"`python -m localkube up --state-dir {Path(state_dir)}`; start the "
-                         f"cluster (or its API server) first") from None
+        raise TokenError(
+            f"{path} does not exist: the cluster's token is made by "
+            f"`python -m localkube up --state-dir {Path(state_dir)}`; start the "
+            f"cluster (or its API server) first"
+        ) from None
     except OSError as error:
         raise TokenError(f"cannot read the cluster's token {path}: {error}") from None
     if not token:
-        raise TokenError(f"{path} is empty; remove it and run `python -m localkube up` again "
-                         f"to make a new token (kubeconfigs written before stop working)")
+        raise TokenError(
+            f"{path} is empty; remove it and run `python -m localkube up` again "
+            f"to make a new token (kubeconfigs written before stop working)"
+        )
     return token
 
 

@@ -36,11 +36,15 @@ def running_cluster(state_dir: Path, node: str) -> dict:
     if not info.get("api_url") or not is_alive((info.get("pids") or {}).get("apiserver")):
         raise UpError(f"no running localkube in {state_dir}: start it with `up`")
     if node not in (info.get("nodes") or []):
-        raise UpError(f"node {node!r} given; this cluster's nodes are "
-                      f"{', '.join(info.get('nodes') or []) or 'none'}")
+        raise UpError(
+            f"node {node!r} given; this cluster's nodes are "
+            f"{', '.join(info.get('nodes') or []) or 'none'}"
+        )
     if node in (info.get("simulated_nodes") or []):
-        raise UpError(f"node {node!r} is simulated (one process serves every simulated node): "
-                      f"only nodes with a kubelet of their own can be stopped and started")
+        raise UpError(
+            f"node {node!r} is simulated (one process serves every simulated node): "
+            f"only nodes with a kubelet of their own can be stopped and started"
+        )
     return info
 
 
@@ -86,6 +90,7 @@ def node_stop(state_dir: Path, node: str) -> list[int]:
 
 def pids_below(top: str) -> list[int]:
     from localkube.kubelet.cgroups import list_pids
+
     return [pid for dirpath, _dirs, _files in os.walk(top) for pid in list_pids(dirpath)]
 
 

@@ -91,8 +91,9 @@ def matches_node_selector(pod: dict, node: dict) -> bool:
     labels = node["metadata"].get("labels") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms")
     if terms:
         return any(_term_matches_node(node, t) for t in terms)
@@ -104,8 +105,9 @@ def _tolerates(toleration: dict, taint: dict) -> bool:
         return False
     if toleration.get("operator") == "Exists":
         return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and \
-        toleration.get("value", "") == taint.get("value", "")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
 
 
 def untolerated_taint(pod: dict, node: dict) -> dict | None:
@@ -130,6 +132,7 @@ def _term_selector(term: dict, owner: dict):
         if not any_namespace and meta.get("namespace") not in namespaces:
             return False
         return selector(meta.get("labels") or {})
+
     return selects
 
 
@@ -170,8 +173,7 @@ def summarise_placement(pods_by_node: dict[str, list[dict]]) -> Placement:
     used = {}
     anti = []
     for name, pods in active.items():
-        key = tuple((p["metadata"].get("uid"), p["metadata"].get("resourceVersion"))
-                    for p in pods)
+        key = tuple((p["metadata"].get("uid"), p["metadata"].get("resourceVersion")) for p in pods)
         cached = _NODE_SUMMARY.get(name)
         if cached is not None and cached[0] == key:
             used[name] = cached[1]
@@ -189,10 +191,15 @@ def summarise_placement(pods_by_node: dict[str, list[dict]]) -> Placement:
     return Placement(active, used, anti)
 
 
-def _pods_in_domain(node_name: str, key: str, nodes: dict[str, dict],
-                    pods_by_node: dict[str, list[dict]]) -> list[dict]:
-    return [p for other, pods in pods_by_node.items()
-            if _same_domain(nodes, node_name, other, key) for p in pods]
+def _pods_in_domain(
+    node_name: str, key: str, nodes: dict[str, dict], pods_by_node: dict[str, list[dict]]
+) -> list[dict]:
+    return [
+        p
+        for other, pods in pods_by_node.items()
+        if _same_domain(nodes, node_name, other, key)
+        for p in pods
+    ]
 
 
 def filter_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement) -> list[str]:
@@ -223,8 +230,9 @@ def filter_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement
     return reasons
 
 
-def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
-                          placed: Placement) -> list[str]:
+def _pod_affinity_reasons(
+    pod: dict, node_name: str, nodes: dict[str, dict], placed: Placement
+) -> list[str]:
     reasons = []
     required = _affinity_terms(pod, "podAffinity", "required")
     all_pods = [p for pods in placed.active.values() for p in pods] if required else []
@@ -234,8 +242,11 @@ def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
         if any(_term_selects(term, pod, p) for p in in_domain):
             continue
         # The first pod of a group that selects itself may go anywhere (as in kube-scheduler).
-        if not any(_term_selects(term, pod, p) for p in all_pods) and \
-                _term_selects(term, pod, pod) and node_label(nodes[node_name], key) is not None:
+        if (
+            not any(_term_selects(term, pod, p) for p in all_pods)
+            and _term_selects(term, pod, pod)
+            and node_label(nodes[node_name], key) is not None
+        ):
             continue
         reasons.append("node(s) didn't match pod affinity rules")
         break
@@ -250,8 +261,9 @@ def _pod_affinity_reasons(pod: dict, node_name: str, nodes: dict[str, dict],
         for other_node, other, terms in placed.anti_affinity:
             for term in terms:
                 key = term.get("topologyKey", "kubernetes.io/hostname")
-                if _same_domain(nodes, node_name, other_node, key) and \
-                        _term_selects(term, other, pod):
+                if _same_domain(nodes, node_name, other_node, key) and _term_selects(
+                    term, other, pod
+                ):
                     reasons.append("node(s) didn't match pod anti-affinity rules")
                     return reasons
     return reasons
@@ -268,8 +280,7 @@ def score_node(pod: dict, node: dict, nodes: dict[str, dict], placed: Placement)
             term = weighted.get("podAffinityTerm") or {}
             key = term.get("topologyKey", "kubernetes.io/hostname")
             selects = _term_selector(term, pod)
-            matches = sum(1 for p in _pods_in_domain(name, key, nodes, placed.active)
-                          if selects(p))
+            matches = sum(1 for p in _pods_in_domain(name, key, nodes, placed.active) if selects(p))
             preference += sign * weighted.get("weight", 1) * matches
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     used = placed.used.get(name) or Counter()
@@ -296,16 +307,20 @@ def not_ready_reason(node: dict) -> str:
     return NOT_READY_REASON
 
 
-def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]],
-                not_ready: int | Counter = 0) -> Decision:
+def choose_node(
+    pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]], not_ready: int | Counter = 0
+) -> Decision:
     """The best node for `pod`, or why none fits; `not_ready` counts nodes left out because
     their kubelet is not Ready (reported like the not-ready taint kube-scheduler sees), or
     is a Counter of such reasons (not_ready_reason)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
     placed = summarise_placement(pods_by_node)
     feasible, reasons = [], Counter()
-    left_out = not_ready if isinstance(not_ready, Counter) else \
-        Counter({NOT_READY_REASON: not_ready} if not_ready else {})
+    left_out = (
+        not_ready
+        if isinstance(not_ready, Counter)
+        else Counter({NOT_READY_REASON: not_ready} if not_ready else {})
+    )
     reasons.update(left_out)
     for node in nodes:
         node_reasons = filter_node(pod, node, by_name, placed)
@@ -314,10 +329,8 @@ def choose_node(pod: dict, nodes: list[dict], pods_by_node: dict[str, list[dict]
         else:
             feasible.append(node)
     if not feasible:
-        return Decision(None, unschedulable_message(len(nodes) + sum(left_out.values()),
-                                                    reasons))
-    best = max(feasible, key=lambda n: (score_node(pod, n, by_name, placed),
-                                        -nodes.index(n)))
+        return Decision(None, unschedulable_message(len(nodes) + sum(left_out.values()), reasons))
+    best = max(feasible, key=lambda n: (score_node(pod, n, by_name, placed), -nodes.index(n)))
     return Decision(best["metadata"]["name"], "")
 
 

@@ -32,16 +32,18 @@ def allocate_gpu_ids(pod: dict, node: dict, pods_on_node: list[dict]) -> list[in
         if is_active(other):
             ids = (other["metadata"].get("annotations") or {}).get(GPU_IDS_ANNOTATION, "")
             taken.update(int(i) for i in ids.split(",") if i.strip().isdigit())
-    capacity = int(parse_quantity(((node.get("status") or {}).get("capacity") or {})
-                                  .get(GPU, "0")))
+    capacity = int(parse_quantity(((node.get("status") or {}).get("capacity") or {}).get(GPU, "0")))
     free = [i for i in range(capacity) if i not in taken]
     return free[:wanted]
 
 
 def is_pending(pod: dict) -> bool:
-    return not (pod.get("spec") or {}).get("nodeName") and \
-        not pod["metadata"].get("deletionTimestamp") and is_active(pod) and \
-        (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == "default-scheduler"
+    return (
+        not (pod.get("spec") or {}).get("nodeName")
+        and not pod["metadata"].get("deletionTimestamp")
+        and is_active(pod)
+        and (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == "default-scheduler"
+    )
 
 
 class Scheduler:
@@ -56,7 +58,9 @@ class Scheduler:
         # nothing pending must not walk every pod (a gang's start and teardown wake it per event).
         self._pending: set[tuple[str, str]] = {
             (p["metadata"].get("namespace", ""), p["metadata"]["name"])
-            for p in self.store.list("pods") if is_pending(p)}
+            for p in self.store.list("pods")
+            if is_pending(p)
+        }
         self.store.listeners.append(self._on_event)
 
     def _on_event(self, event) -> None:
@@ -66,18 +70,25 @@ class Scheduler:
                 self._pending.add(key)
             else:
                 self._pending.discard(key)
-        if event.resource == "nodes" or (event.resource == "pods" and (
-                event.type != "MODIFIED" or is_pending(event.obj) or
-                (event.old or {}).get("status", {}).get("phase") !=
-                event.obj.get("status", {}).get("phase"))):
+        if event.resource == "nodes" or (
+            event.resource == "pods"
+            and (
+                event.type != "MODIFIED"
+                or is_pending(event.obj)
+                or (event.old or {}).get("status", {}).get("phase")
+                != event.obj.get("status", {}).get("phase")
+            )
+        ):
             self._wake.set()
 
     def schedule_pending(self) -> None:
         if not self._pending:
             return
         found = (self.store.get("pods", namespace, name) for namespace, name in self._pending)
-        pending = sorted((p for p in found if p is not None and is_pending(p)),
-                         key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        pending = sorted(
+            (p for p in found if p is not None and is_pending(p)),
+            key=lambda p: p["metadata"].get("creationTimestamp", ""),
+        )
         if not pending:
             return
         every_node = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"])
@@ -97,8 +108,9 @@ class Scheduler:
             if bound is not None:
                 pods_by_node[decision.node].append(bound)
 
-    def _bind(self, pod: dict, node_name: str, nodes: list[dict],
-              pods_by_node: dict[str, list[dict]]) -> dict | None:
+    def _bind(
+        self, pod: dict, node_name: str, nodes: list[dict], pods_by_node: dict[str, list[dict]]
+    ) -> dict | None:
         meta = pod["metadata"]
         node = next(n for n in nodes if n["metadata"]["name"] == node_name)
         annotations = {}
@@ -106,15 +118,22 @@ class Scheduler:
         if gpu_ids:
             annotations[GPU_IDS_ANNOTATION] = ",".join(str(i) for i in gpu_ids)
         try:
-            bound = self.api.bind(meta["namespace"], meta["name"],
-                                  {"target": {"kind": "Node", "name": node_name}}, annotations)
+            bound = self.api.bind(
+                meta["namespace"],
+                meta["name"],
+                {"target": {"kind": "Node", "name": node_name}},
+                annotations,
+            )
         except ApiError as error:
             log.info("binding %s/%s failed: %s", meta["namespace"], meta["name"], error.message)
             return None
         self._reported.pop(meta.get("uid", ""), None)
-        self._record_event(pod, "Normal", "Scheduled",
-                           f"Successfully assigned {meta['namespace']}/{meta['name']} to "
-                           f"{node_name}")
+        self._record_event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name}",
+        )
         return bound
 
     def _report_unschedulable(self, pod: dict, message: str) -> None:
@@ -125,13 +144,25 @@ class Scheduler:
         meta = pod["metadata"]
         status = dict(pod.get("status") or {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                           "lastTransitionTime": now_rfc3339(), "reason": "Unschedulable",
-                           "message": message})
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        )
         try:
-            self.api.patch("pods", meta["namespace"], meta["name"],
-                           "application/merge-patch+json",
-                           {"status": {"conditions": conditions}}, subresource="status")
+            self.api.patch(
+                "pods",
+                meta["namespace"],
+                meta["name"],
+                "application/merge-patch+json",
+                {"status": {"conditions": conditions}},
+                subresource="status",
+            )
         except ApiError:
             return
         self._record_event(pod, "Warning", "FailedScheduling", message)
@@ -140,15 +171,27 @@ class Scheduler:
         meta = pod["metadata"]
         stamp = now_rfc3339()
         event = {
-            "metadata": {"name": f"{meta['name']}.{new_uid().replace('-', '')[:16]}",
-                         "namespace": meta["namespace"]},
-            "involvedObject": {"kind": "Pod", "namespace": meta["namespace"],
-                               "name": meta["name"], "uid": meta.get("uid"), "apiVersion": "v1",
-                               "resourceVersion": meta.get("resourceVersion")},
-            "reason": reason, "message": message, "type": kind,
+            "metadata": {
+                "name": f"{meta['name']}.{new_uid().replace('-', '')[:16]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid"),
+                "apiVersion": "v1",
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
             "source": {"component": "default-scheduler"},
-            "reportingComponent": "default-scheduler", "reportingInstance": "localkube",
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "reportingComponent": "default-scheduler",
+            "reportingInstance": "localkube",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }
         try:
             self.api.create("events", meta["namespace"], event)

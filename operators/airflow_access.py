@@ -57,8 +57,10 @@ def list_tenant_role_permissions() -> list[tuple[str, str]]:
     for action, resource in [*Override.VIEWER_PERMISSIONS, *Override.USER_PERMISSIONS]:
         if action == permissions.ACTION_CAN_ACCESS_MENU:
             kept.append((action, resource))
-        elif resource in global_only or (action, resource) == (permissions.ACTION_CAN_CREATE,
-                                                               "Assets"):
+        elif resource in global_only or (action, resource) == (
+            permissions.ACTION_CAN_CREATE,
+            "Assets",
+        ):
             continue
         else:
             kept.append((action, resource))
@@ -75,8 +77,7 @@ def list_tenant_roles(config: TenantsConfig) -> list[str]:
     return list(seen)
 
 
-def sync_tenant_role(security_manager: Any, name: str,
-                     wanted: Iterable[tuple[str, str]]) -> None:
+def sync_tenant_role(security_manager: Any, name: str, wanted: Iterable[tuple[str, str]]) -> None:
     """Create role `name` if absent; give it exactly `wanted` besides its per-DAG rights."""
     from airflow.providers.fab.www.security import permissions
 
@@ -103,9 +104,9 @@ def ensure_user(security_manager: Any, username: str, role_name: str, password: 
         raise RuntimeError(f"role {role_name!r} does not exist; sync the tenant roles first")
     user = security_manager.find_user(username=username)
     if user is None:
-        created = security_manager.add_user(username, username, "user",
-                                            f"{username}@tfjob.invalid", role,
-                                            hashed_password=hashed)
+        created = security_manager.add_user(
+            username, username, "user", f"{username}@tfjob.invalid", role, hashed_password=hashed
+        )
         if not created:
             raise RuntimeError(f"Airflow could not create user {username!r}")
         return
@@ -137,8 +138,10 @@ def plan_users(config: TenantsConfig, known: dict[str, str]) -> dict[str, tuple[
     users = {ADMIN_USER: ADMIN_ROLE}
     for role in list_tenant_roles(config):
         users[tenant_user_name(role)] = role
-    return {name: (role, known.get(name) or secrets.token_urlsafe(PASSWORD_BYTES))
-            for name, role in users.items()}
+    return {
+        name: (role, known.get(name) or secrets.token_urlsafe(PASSWORD_BYTES))
+        for name, role in users.items()
+    }
 
 
 def sync_access(config: TenantsConfig, users_file: Path | None) -> dict[str, str]:
@@ -163,11 +166,15 @@ def sync_access(config: TenantsConfig, users_file: Path | None) -> dict[str, str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Create the tenants' Airflow roles (and users).")
-    parser.add_argument("--tenants-file",
-                        help="default: $TFJOB_TENANTS_FILE, else deploy/tenants.yaml")
-    parser.add_argument("--users-file", type=Path,
-                        help="also create the admin and <role>-user per tenant role; "
-                             "passwords kept in this 0600 JSON file")
+    parser.add_argument(
+        "--tenants-file", help="default: $TFJOB_TENANTS_FILE, else deploy/tenants.yaml"
+    )
+    parser.add_argument(
+        "--users-file",
+        type=Path,
+        help="also create the admin and <role>-user per tenant role; "
+        "passwords kept in this 0600 JSON file",
+    )
     args = parser.parse_args(argv)
     config = load_tenants(args.tenants_file)
     users = sync_access(config, args.users_file)

@@ -77,9 +77,15 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
     if task_instance.task_id not in JOB_STEPS or not pool.startswith(TENANT_POOL_PREFIX):
         return
     if read_pool_exists(dag_run, pool) is False:
-        log.warning("pool %s does not exist (run `tshell tenants apply`): %s.%s of run %s "
-                    "runs in %s, not capped by its tenant", pool, task_instance.dag_id,
-                    task_instance.task_id, getattr(dag_run, "run_id", "?"), DEFAULT_POOL)
+        log.warning(
+            "pool %s does not exist (run `tshell tenants apply`): %s.%s of run %s "
+            "runs in %s, not capped by its tenant",
+            pool,
+            task_instance.dag_id,
+            task_instance.task_id,
+            getattr(dag_run, "run_id", "?"),
+            DEFAULT_POOL,
+        )
         task_instance.pool = DEFAULT_POOL
 
 

@@ -158,8 +158,14 @@ def _deliver_with_retries(
         in_time = time.monotonic() + delay + EXEC_TIMEOUT_SECONDS <= deadline
         if not retryable or tries >= attempts or not in_time:
             return problem + (f" (after {tries} tries)" if tries > 1 else "")
-        log.warning("pod %s: delivery try %d of %d failed: %s; trying again in %.1fs",
-                    pod, tries, attempts, problem, delay)
+        log.warning(
+            "pod %s: delivery try %d of %d failed: %s; trying again in %.1fs",
+            pod,
+            tries,
+            attempts,
+            problem,
+            delay,
+        )
         time.sleep(delay)
 
 

@@ -74,8 +74,9 @@ def leftover_wait_seconds(pods: list[dict[str, Any]]) -> int:
     )
 
 
-def patiently(call: Callable[[], T], what: str, log: Any,
-              patience: float = GANG_API_PATIENCE_SECONDS) -> T:
+def patiently(
+    call: Callable[[], T], what: str, log: Any, patience: float = GANG_API_PATIENCE_SECONDS
+) -> T:
     """`call()`, asked again while the API server blinks (operators/transient.py)."""
     from operators.transient import call_with_retries
 
@@ -185,7 +186,8 @@ class GangStartTracker:
             for name in [n for n in self.known if n not in names]:
                 self._set(name, None)
         return bool(self.counts[GangState.FAILED]) or (
-            self.counts[GangState.READY] == len(self.expected))
+            self.counts[GangState.READY] == len(self.expected)
+        )
 
 
 def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[str]]:
@@ -236,8 +238,7 @@ def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[
     what = (
         "replicas failed to start"
         if verdict.state is GangState.FAILED
-        else "not every replica was running after "
-        f"startup_timeout={run.request.startup_timeout}s"
+        else f"not every replica was running after startup_timeout={run.request.startup_timeout}s"
     )
     reasons = [explain_pod(api, run, replica, log) for replica in problems]
     raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
@@ -280,8 +281,12 @@ def stop_gang(api: Any, run: Any, log: Any) -> list[str]:
         what=f"deleting the pods of run {run.run_key}",
         log=log,
     )
-    log.info("stopping the gang of run %s (each pod gets its grace period, up to %ds waited): %s",
-             run.run_key, timeout, ", ".join(deleted) or "no pod left")
+    log.info(
+        "stopping the gang of run %s (each pod gets its grace period, up to %ds waited): %s",
+        run.run_key,
+        timeout,
+        ", ".join(deleted) or "no pod left",
+    )
     left = kubeobjects.await_run_objects_gone(
         api, run.namespace, run.selector, timeout, kinds=POD_KINDS
     )

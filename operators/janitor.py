@@ -128,8 +128,12 @@ class Decision:
 def decide(group: RunGroup, state: RunState | None) -> Decision:
     """Keep or delete one run's objects, given what Airflow says (None: not asked)."""
     if not group.dag_id or not group.run_id:
-        return Decision(group, Verdict.KEEP, "no tfjob.io/dag-id or tfjob.io/run-id "
-                        "annotation: cannot tell which Airflow run owns it")
+        return Decision(
+            group,
+            Verdict.KEEP,
+            "no tfjob.io/dag-id or tfjob.io/run-id "
+            "annotation: cannot tell which Airflow run owns it",
+        )
     where = f"dag {group.dag_id} run {group.run_id}"
     if state is RunState.MISSING:
         return Decision(group, Verdict.DELETE, f"{where} no longer exists in Airflow")
@@ -149,7 +153,8 @@ def _list_kind(clients: Clients, kind: str, namespace: str | None) -> list[Any]:
         if namespace is None:
             return getattr(api, info.list_all)(label_selector=RUN_OBJECTS_SELECTOR).items
         return getattr(api, f"list_{info.suffix}")(
-            namespace, label_selector=RUN_OBJECTS_SELECTOR).items
+            namespace, label_selector=RUN_OBJECTS_SELECTOR
+        ).items
     except ApiException as exc:
         if exc.status == 404 and namespace is not None and kind != "NetworkPolicy":
             return []  # the tenant's namespace does not exist (yet)
@@ -159,8 +164,7 @@ def _list_kind(clients: Clients, kind: str, namespace: str | None) -> list[Any]:
         raise
 
 
-def collect_run_groups(clients: Clients,
-                       namespaces: Iterable[str] | None = None) -> list[RunGroup]:
+def collect_run_groups(clients: Clients, namespaces: Iterable[str] | None = None) -> list[RunGroup]:
     """Every run that still has objects, with those objects, sorted by namespace and run.
 
     `namespaces`: where to look (the tenants' namespaces, which per-namespace RBAC
@@ -174,9 +178,15 @@ def collect_run_groups(clients: Clients,
             labels = meta.labels or {}
             annotations = meta.annotations or {}
             key = (meta.namespace, labels.get(naming.LABEL_RUN, ""))
-            group = groups.setdefault(key, RunGroup(
-                meta.namespace, key[1], annotations.get(naming.ANNOTATION_DAG_ID),
-                annotations.get(naming.ANNOTATION_RUN_ID)))
+            group = groups.setdefault(
+                key,
+                RunGroup(
+                    meta.namespace,
+                    key[1],
+                    annotations.get(naming.ANNOTATION_DAG_ID),
+                    annotations.get(naming.ANNOTATION_RUN_ID),
+                ),
+            )
             group.dag_id = group.dag_id or annotations.get(naming.ANNOTATION_DAG_ID)
             group.run_id = group.run_id or annotations.get(naming.ANNOTATION_RUN_ID)
             group.objects.append(RunObject(kind, meta.namespace, meta.name, meta.uid))
@@ -191,8 +201,9 @@ def build_delete_options(obj: RunObject) -> k8s.V1DeleteOptions:
     )
 
 
-def delete_objects(clients: Clients, objects: Iterable[RunObject],
-                   skipped: list[RunObject] | None = None) -> list[RunObject]:
+def delete_objects(
+    clients: Clients, objects: Iterable[RunObject], skipped: list[RunObject] | None = None
+) -> list[RunObject]:
     """Delete each object (404 is fine: someone was faster); return those we deleted.
 
     An object recreated under the same name since it was listed (409 Conflict:
@@ -209,8 +220,12 @@ def delete_objects(clients: Clients, objects: Iterable[RunObject],
             if exc.status == 404:
                 continue
             if exc.status == 409:
-                log.info("janitor: %s was recreated since it was listed (uid %s): not ours "
-                         "any more; skipped", obj.describe(), obj.uid)
+                log.info(
+                    "janitor: %s was recreated since it was listed (uid %s): not ours "
+                    "any more; skipped",
+                    obj.describe(),
+                    obj.uid,
+                )
                 if skipped is not None:
                     skipped.append(obj)
                 continue
@@ -230,15 +245,23 @@ class SweepReport:
         out = []
         for decision in self.decisions:
             names = ", ".join(o.describe() for o in decision.group.objects)
-            out.append(f"{decision.verdict.value} run {decision.group.run_key} in "
-                       f"{decision.group.namespace}: {decision.reason}: {names}")
-        out.extend(f"skipped {obj.describe()}: recreated since it was listed, not ours any more"
-                   for obj in self.skipped)
+            out.append(
+                f"{decision.verdict.value} run {decision.group.run_key} in "
+                f"{decision.group.namespace}: {decision.reason}: {names}"
+            )
+        out.extend(
+            f"skipped {obj.describe()}: recreated since it was listed, not ours any more"
+            for obj in self.skipped
+        )
         return out
 
 
-def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False,
-          namespaces: Iterable[str] | None = None) -> SweepReport:
+def sweep(
+    clients: Clients,
+    lookup: RunStateLookup,
+    dry_run: bool = False,
+    namespaces: Iterable[str] | None = None,
+) -> SweepReport:
     """Find every run's objects (in `namespaces`, None: all), ask Airflow about each run
     once, delete what is over."""
     decisions = []
@@ -257,19 +280,28 @@ def sweep(clients: Clients, lookup: RunStateLookup, dry_run: bool = False,
         if decision.verdict is Verdict.DELETE and not dry_run:
             gone = delete_objects(clients, decision.group.objects, skipped)
             deleted.extend(gone)
-            log.info("janitor: removed %s (%s)", ", ".join(o.describe() for o in gone) or
-                     "nothing (already gone, or recreated)", decision.reason)
+            log.info(
+                "janitor: removed %s (%s)",
+                ", ".join(o.describe() for o in gone) or "nothing (already gone, or recreated)",
+                decision.reason,
+            )
         else:
-            log.info("janitor: %s run %s in %s (%s)", "would remove" if decision.verdict is
-                     Verdict.DELETE else "kept", decision.group.run_key,
-                     decision.group.namespace, decision.reason)
+            log.info(
+                "janitor: %s run %s in %s (%s)",
+                "would remove" if decision.verdict is Verdict.DELETE else "kept",
+                decision.group.run_key,
+                decision.group.namespace,
+                decision.reason,
+            )
     return SweepReport(decisions, deleted, skipped)
 
 
 # --- asking Airflow -----------------------------------------------------------------------
 
+
 def lookup_from_task_instance(ti: Any) -> RunStateLookup:
     """Inside an Airflow task: the Task SDK's DagRun queries (no database access needed)."""
+
     def lookup(dag_id: str, run_id: str) -> RunState:
         count = ti.get_dr_count(dag_id=dag_id, run_ids=[run_id])
         if not count:
@@ -277,17 +309,24 @@ def lookup_from_task_instance(ti: Any) -> RunStateLookup:
         state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
         log.info("janitor: Airflow has dag %s run %s in state %r", dag_id, run_id, state)
         return classify_dag_run_state(state)
+
     return lookup
 
 
-def lookup_from_rest(base_url: str, token: Callable[[], str],
-                     timeout: float = REST_TIMEOUT_S) -> RunStateLookup:
+def lookup_from_rest(
+    base_url: str, token: Callable[[], str], timeout: float = REST_TIMEOUT_S
+) -> RunStateLookup:
     """Outside Airflow: `GET /api/v2/dags/{dag_id}/dagRuns/{run_id}` (404: missing)."""
+
     def lookup(dag_id: str, run_id: str) -> RunState:
-        path = (f"/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns/"
-                f"{urllib.parse.quote(run_id, safe='')}")
-        request = urllib.request.Request(base_url.rstrip("/") + path, headers={
-            "Authorization": f"Bearer {token()}", "Accept": "application/json"})
+        path = (
+            f"/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns/"
+            f"{urllib.parse.quote(run_id, safe='')}"
+        )
+        request = urllib.request.Request(
+            base_url.rstrip("/") + path,
+            headers={"Authorization": f"Bearer {token()}", "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return classify_dag_run_state(json.loads(response.read()).get("state"))
@@ -295,6 +334,7 @@ def lookup_from_rest(base_url: str, token: Callable[[], str],
             if exc.code == 404:
                 return RunState.MISSING
             raise
+
     return lookup
 
 
@@ -315,13 +355,28 @@ def sweep_in_task() -> list[str]:
     for line in report.lines():
         log.info("%s", line)
     removed = [o.describe() for o in report.deleted]
-    log.info("janitor: %d object(s) removed%s", len(removed),
-             ": " + ", ".join(removed) if removed else "")
+    log.info(
+        "janitor: %d object(s) removed%s",
+        len(removed),
+        ": " + ", ".join(removed) if removed else "",
+    )
     return removed
 
 
 __all__ = [
-    "Decision", "RunGroup", "RunObject", "RunState", "SweepReport", "Verdict",
-    "build_delete_options", "classify_dag_run_state", "collect_run_groups", "decide",
-    "delete_objects", "lookup_from_rest", "lookup_from_task_instance", "sweep", "sweep_in_task",
+    "Decision",
+    "RunGroup",
+    "RunObject",
+    "RunState",
+    "SweepReport",
+    "Verdict",
+    "build_delete_options",
+    "classify_dag_run_state",
+    "collect_run_groups",
+    "decide",
+    "delete_objects",
+    "lookup_from_rest",
+    "lookup_from_task_instance",
+    "sweep",
+    "sweep_in_task",
 ]

@@ -163,9 +163,7 @@ def decide_latest(mine: Mapping[str, Any], current: Any) -> LatestDecision:
         return LatestDecision(LatestAction.MOVE, "the same run published again")
     if ours > theirs:
         return LatestDecision(LatestAction.MOVE, f"newer than {describe_pointer(current)}")
-    return LatestDecision(
-        LatestAction.KEEP, f"{describe_pointer(current)} is newer than this run"
-    )
+    return LatestDecision(LatestAction.KEEP, f"{describe_pointer(current)} is newer than this run")
 
 
 def read_latest(s3: Any, uri: str) -> tuple[Any, str | None]:
@@ -223,8 +221,12 @@ def publish_latest(
         except Exception as exc:
             if not is_lost_race(exc):
                 raise
-            log.info("%s changed while publishing (attempt %d of %d): reading it again",
-                     uri, attempt, attempts)
+            log.info(
+                "%s changed while publishing (attempt %d of %d): reading it again",
+                uri,
+                attempt,
+                attempts,
+            )
             continue
         return LatestOutcome(True, dict(pointer), decision.reason)
     raise LatestRaceLost(

@@ -83,8 +83,12 @@ LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
 
 T = TypeVar("T")
 # Kept importable from here: tests and callers named them before operators/gang.py.
-__all__ = ["GangStartError", "LEFTOVER_GRACE_MARGIN_SECONDS", "TrainingLaunchOperator",
-           "leftover_wait_seconds"]
+__all__ = [
+    "GangStartError",
+    "LEFTOVER_GRACE_MARGIN_SECONDS",
+    "TrainingLaunchOperator",
+    "leftover_wait_seconds",
+]
 
 
 def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
@@ -164,8 +168,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         context["ti"].xcom_push(key=GRANTS_KEY, value=plan.to_payload())
         made = [f"ConfigMap/{ticket['metadata']['name']}"]
         secrets = [
-            build_access_secret(identity, grants.bundle_url, request.tenant,
-                                warm.document if warm else None),
+            build_access_secret(
+                identity, grants.bundle_url, request.tenant, warm.document if warm else None
+            ),
             build_upload_secret(identity, grants.upload, request.tenant),
         ]
         made += self.patiently(
@@ -187,7 +192,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             manager = self.pod_manager  # made once here, not by each create thread
             pods = gang.create_replica_pods(
                 lambda m: manager.create_pod(PodGenerator.deserialize_model_dict(m)),
-                build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS), self.log)
+                build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS),
+                self.log,
+            )
             made += [f"Pod/{name}" for name in pods]
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
             endpoints = self.await_gang_start(run, plan)
@@ -214,8 +221,10 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         tenant = run.request.tenant
         max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
         api = self.client
-        self.patiently(lambda: kubeobjects.create_objects(api, run.namespace, [ticket]),
-                       "creating the run's ticket")
+        self.patiently(
+            lambda: kubeobjects.create_objects(api, run.namespace, [ticket]),
+            "creating the run's ticket",
+        )
         holders = self.patiently(
             lambda: kubeobjects.list_runs_holding_objects(api, run.namespace, tenant),
             "counting the tenant's runs",
@@ -261,8 +270,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
     def create_replica_pod(self, pod: Any) -> None:
         """Create one replica pod with the provider's pod manager (it retries a few API
         errors itself), asked again while the API server blinks (operators/gang.py)."""
-        gang.create_replica_pod(lambda: self.pod_manager.create_pod(pod), pod.metadata.name,
-                                self.log)
+        gang.create_replica_pod(
+            lambda: self.pod_manager.create_pod(pod), pod.metadata.name, self.log
+        )
 
     def remove_leftovers(self, run: RunInfo) -> None:
         """Delete objects of an earlier try of this run (pods with their grace period) and
@@ -303,8 +313,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from operators.runoutputs import clear_run_outputs
 
-        cleared = clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix,
-                                    checkpoints=True)
+        cleared = clear_run_outputs(
+            S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix, checkpoints=True
+        )
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 
@@ -324,14 +335,24 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         except (WarmStartError, RestoreTooLarge) as exc:
             raise AirflowFailException(str(exc)) from None
         if staged is None:
-            self.log.warning("warm_start: %r given, but %s has no published run yet: the "
-                             "first gang starts from scratch", run.request.warm_start,
-                             run.request.output)
+            self.log.warning(
+                "warm_start: %r given, but %s has no published run yet: the "
+                "first gang starts from scratch",
+                run.request.warm_start,
+                run.request.output,
+            )
             return None
         self.log.info("warm_start %r: %s", run.request.warm_start, staged.describe())
-        context["ti"].xcom_push(key=WARM_START_KEY, value={
-            "requested": run.request.warm_start, "source": staged.source, "step": staged.step,
-            "files": staged.files, "bytes": staged.size})
+        context["ti"].xcom_push(
+            key=WARM_START_KEY,
+            value={
+                "requested": run.request.warm_start,
+                "source": staged.source,
+                "step": staged.step,
+                "files": staged.files,
+                "bytes": staged.size,
+            },
+        )
         return staged
 
     def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:

@@ -74,8 +74,9 @@ class PoolConflictError(PoolApiError):
 class RestPoolClient:
     """Pools through Airflow's REST API (`/api/v2/pools`) with a bearer token."""
 
-    def __init__(self, base_url: str, token: Callable[[], str],
-                 timeout: float = POOL_REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, base_url: str, token: Callable[[], str], timeout: float = POOL_REQUEST_TIMEOUT_S
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -93,9 +94,15 @@ class RestPoolClient:
     def _request_once(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.base_url + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {self.token()}",
-                     "Content-Type": "application/json", "Accept": "application/json"})
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.token()}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 payload = response.read()
@@ -109,11 +116,13 @@ class RestPoolClient:
                 error_type = PoolUnavailableError
             else:
                 error_type = PoolApiError
-            raise error_type(f"Airflow at {self.base_url}: {method} {path} answered HTTP "
-                             f"{exc.code}: {detail}") from None
+            raise error_type(
+                f"Airflow at {self.base_url}: {method} {path} answered HTTP {exc.code}: {detail}"
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise PoolUnavailableError(f"Airflow is not reachable at {self.base_url} "
-                                       f"({getattr(exc, 'reason', exc)})") from None
+            raise PoolUnavailableError(
+                f"Airflow is not reachable at {self.base_url} ({getattr(exc, 'reason', exc)})"
+            ) from None
         return json.loads(payload) if payload else {}
 
     def read_pool(self, name: str) -> PoolSpec | None:
@@ -124,18 +133,31 @@ class RestPoolClient:
 
     def create_pool(self, spec: PoolSpec) -> None:
         try:
-            self._request("POST", POOLS_PATH, {"name": spec.name, "slots": spec.slots,
-                                               "description": spec.description,
-                                               "include_deferred": POOL_INCLUDE_DEFERRED})
+            self._request(
+                "POST",
+                POOLS_PATH,
+                {
+                    "name": spec.name,
+                    "slots": spec.slots,
+                    "description": spec.description,
+                    "include_deferred": POOL_INCLUDE_DEFERRED,
+                },
+            )
         except PoolConflictError:
             # An earlier try whose answer was lost, or another apply, created it first.
             self.update_pool(spec)
 
     def update_pool(self, spec: PoolSpec) -> None:
         mask = "update_mask=slots&update_mask=description&update_mask=include_deferred"
-        self._request("PATCH", f"{POOLS_PATH}/{urllib.parse.quote(spec.name)}?{mask}",
-                      {"slots": spec.slots, "description": spec.description,
-                       "include_deferred": POOL_INCLUDE_DEFERRED})
+        self._request(
+            "PATCH",
+            f"{POOLS_PATH}/{urllib.parse.quote(spec.name)}?{mask}",
+            {
+                "slots": spec.slots,
+                "description": spec.description,
+                "include_deferred": POOL_INCLUDE_DEFERRED,
+            },
+        )
 
 
 class DatabasePoolClient:
@@ -152,14 +174,18 @@ class DatabasePoolClient:
     def _write(self, spec: PoolSpec) -> None:
         from airflow.models.pool import Pool
 
-        Pool.create_or_update_pool(spec.name, spec.slots, spec.description,
-                                   POOL_INCLUDE_DEFERRED)
+        Pool.create_or_update_pool(spec.name, spec.slots, spec.description, POOL_INCLUDE_DEFERRED)
 
     create_pool = _write
     update_pool = _write
 
 
 __all__ = [
-    "DatabasePoolClient", "PoolApiError", "PoolClient", "PoolConflictError", "PoolSpec",
-    "PoolUnavailableError", "RestPoolClient",
+    "DatabasePoolClient",
+    "PoolApiError",
+    "PoolClient",
+    "PoolConflictError",
+    "PoolSpec",
+    "PoolUnavailableError",
+    "RestPoolClient",
 ]

@@ -93,9 +93,7 @@ class ReplicaStatus:
         The bootstrap exits 74 when the program succeeded but the model could
         not be uploaded; the keeper holds the model and `archive` copies it out.
         """
-        return self.exit_code == 0 or (
-            self.owns_model and self.exit_code == EXIT_UPLOAD_FAILED
-        )
+        return self.exit_code == 0 or (self.owns_model and self.exit_code == EXIT_UPLOAD_FAILED)
 
     def as_dict(self) -> dict[str, Any]:
         return {

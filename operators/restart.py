@@ -127,12 +127,21 @@ def annotate_attempts(manifest: dict[str, Any], attempts: Sequence[Attempt]) -> 
     return manifest
 
 
-def close_attempt(attempts: Sequence[Attempt], outcome: AttemptOutcome, *,
-                  reason: str | None = None, when: datetime | None = None) -> list[Attempt]:
+def close_attempt(
+    attempts: Sequence[Attempt],
+    outcome: AttemptOutcome,
+    *,
+    reason: str | None = None,
+    when: datetime | None = None,
+) -> list[Attempt]:
     """The history with the current (last) attempt ended by `outcome`."""
     *earlier, current = attempts
-    ended = replace(current, outcome=outcome, ended=when or now(),
-                    reason=reason if reason is not None else current.reason)
+    ended = replace(
+        current,
+        outcome=outcome,
+        ended=when or now(),
+        reason=reason if reason is not None else current.reason,
+    )
     return [*earlier, ended]
 
 
@@ -168,9 +177,14 @@ def judge_failed_attempt(
     failure = choose_failure(event)
     current = attempts[-1]
     verdict = judge_restart(policy, current.number, failure)
-    ended = Attempt.ended_by(current.number, verdict, failure, started=current.started,
-                             ended=when,
-                             restored_checkpoint_step=current.restored_checkpoint_step)
+    ended = Attempt.ended_by(
+        current.number,
+        verdict,
+        failure,
+        started=current.started,
+        ended=when,
+        restored_checkpoint_step=current.restored_checkpoint_step,
+    )
     history = [*attempts[:-1], ended]
     if verdict.decision is Decision.RESTART:
         history.append(Attempt(verdict.next_attempt or current.number + 1, started=when))
@@ -194,10 +208,13 @@ def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> li
     from operators.settings import UPLOAD_PATIENCE_SECONDS
     from tfjob.manifests import build_pod_manifests
 
-    bodies = [annotate_attempts(manifest, attempts) for manifest in
-              build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS)]
+    bodies = [
+        annotate_attempts(manifest, attempts)
+        for manifest in build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS)
+    ]
     return gang.create_replica_pods(
-        lambda body: api.create_namespaced_pod(run.namespace, body), bodies, log)
+        lambda body: api.create_namespaced_pod(run.namespace, body), bodies, log
+    )
 
 
 @dataclass(frozen=True)
@@ -209,8 +226,9 @@ class NewGang:
     cluster: dict[str, Any] | None
 
 
-def stage_restore(api: Any, run: Any, attempts: Sequence[Attempt], expires: int,
-                  log: Any) -> list[Attempt]:
+def stage_restore(
+    api: Any, run: Any, attempts: Sequence[Attempt], expires: int, log: Any
+) -> list[Attempt]:
     """Hand the next gang the run's checkpoints (operators/restore.py); the attempts with
     the step restored on the last one."""
     from operators.restore import run_checkpoints_uri, stage_run_checkpoints, write_restore
@@ -222,9 +240,7 @@ def stage_restore(api: Any, run: Any, attempts: Sequence[Attempt], expires: int,
     return [*earlier, replace(current, restored_checkpoint_step=staged.step)]
 
 
-def start_new_gang(
-    api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, log: Any
-) -> NewGang:
+def start_new_gang(api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, log: Any) -> NewGang:
     """Stop the failed gang, start the next (the last of `attempts`) from the run's
     checkpoints, give it its ClusterSpec (see the module docstring).
 
@@ -252,7 +268,17 @@ def start_new_gang(
 
 
 __all__ = [
-    "annotate_attempts", "attempts_from_payload", "attempts_to_payload", "choose_failure",
-    "NewGang", "clear_attempt_outputs", "close_attempt", "create_gang", "first_attempt",
-    "judge_failed_attempt", "recall_attempts", "stage_restore", "start_new_gang",
+    "annotate_attempts",
+    "attempts_from_payload",
+    "attempts_to_payload",
+    "choose_failure",
+    "NewGang",
+    "clear_attempt_outputs",
+    "close_attempt",
+    "create_gang",
+    "first_attempt",
+    "judge_failed_attempt",
+    "recall_attempts",
+    "stage_restore",
+    "start_new_gang",
 ]

@@ -53,8 +53,10 @@ class StagedRestore:
         if not self.files:
             return "no checkpoint to restore: the programs start from scratch"
         step = f"step {self.step}" if self.step is not None else "step unknown"
-        return (f"restoring {self.files} checkpoint files ({self.size} bytes, {step}) "
-                f"from {self.source}")
+        return (
+            f"restoring {self.files} checkpoint files ({self.size} bytes, {step}) "
+            f"from {self.source}"
+        )
 
 
 def list_objects(s3: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
@@ -95,12 +97,18 @@ def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int
     step = read_pointer_step(s3, bucket, pointer.key, pointer.size) if pointer else None
     urls = {
         item.key: signer.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": item.key}, ExpiresIn=expires)
+            "get_object", Params={"Bucket": bucket, "Key": item.key}, ExpiresIn=expires
+        )
         for item in files
     }
     source = f"s3://{bucket}/{prefix}"
-    return StagedRestore(build_restore_document(source, step, files, urls), source, step,
-                         len(files), sum(item.size for item in files))
+    return StagedRestore(
+        build_restore_document(source, step, files, urls),
+        source,
+        step,
+        len(files),
+        sum(item.size for item in files),
+    )
 
 
 def run_checkpoints_uri(run_prefix_uri: str) -> str:
@@ -116,8 +124,9 @@ def stage_run_checkpoints(run: Any, source_prefix_uri: str, expires: int) -> Sta
     from operators.grants import make_presigning_client
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
-    return stage_checkpoints(s3, make_presigning_client(run.aws_conn_id), source_prefix_uri,
-                             expires)
+    return stage_checkpoints(
+        s3, make_presigning_client(run.aws_conn_id), source_prefix_uri, expires
+    )
 
 
 class WarmStartError(PipelineError, ValueError):
@@ -183,5 +192,13 @@ def write_restore(api: Any, run: Any, staged: StagedRestore) -> None:
     api.patch_namespaced_secret(naming.secret_name(run.run_key), run.namespace, patch)
 
 
-__all__ = ["StagedRestore", "WarmStartError", "find_warm_start_source", "run_checkpoints_uri",
-           "stage_checkpoints", "stage_run_checkpoints", "stage_warm_start", "write_restore"]
+__all__ = [
+    "StagedRestore",
+    "WarmStartError",
+    "find_warm_start_source",
+    "run_checkpoints_uri",
+    "stage_checkpoints",
+    "stage_run_checkpoints",
+    "stage_warm_start",
+    "write_restore",
+]

@@ -107,8 +107,10 @@ class RunFileListing:
             "limit": self.limit,
         }
         if self.truncated:
-            answer["note"] = (f"listing cut after {self.limit} files; ask for a directory "
-                              f"with ?under=<dir>/ to list less")
+            answer["note"] = (
+                f"listing cut after {self.limit} files; ask for a directory "
+                f"with ?under=<dir>/ to list less"
+            )
         return answer
 
 
@@ -145,13 +147,16 @@ def check_run_file_path(path: str, *, directory: bool = False) -> str:
     if not isinstance(path, str):
         raise RunFilePathError(f"path {path!r}: a string is required")
     if len(path) > MAX_PATH_CHARS:
-        raise RunFilePathError(f"path {path[:60]!r}… ({len(path)} characters): at most "
-                               f"{MAX_PATH_CHARS} characters are allowed")
+        raise RunFilePathError(
+            f"path {path[:60]!r}… ({len(path)} characters): at most "
+            f"{MAX_PATH_CHARS} characters are allowed"
+        )
     if not directory:
         check_relative_path(path, path)
     elif path and not path.endswith("/"):
-        raise RunFilePathError(f"path {path!r}: a directory of the run ends with '/', "
-                               f"e.g. model/ or logs/")
+        raise RunFilePathError(
+            f"path {path!r}: a directory of the run ends with '/', e.g. model/ or logs/"
+        )
     elif path:
         check_relative_path(path[:-1], path)
     return path
@@ -160,19 +165,25 @@ def check_run_file_path(path: str, *, directory: bool = False) -> str:
 def check_relative_path(path: str, given: str) -> None:
     """The rules of a file path; the message names `given`, what the caller wrote."""
     if path == "":
-        raise RunFilePathError(f"path {given!r}: a file of the run is required, e.g. run.json, "
-                               f"model/saved_model.pb or logs/worker-0.log")
+        raise RunFilePathError(
+            f"path {given!r}: a file of the run is required, e.g. run.json, "
+            f"model/saved_model.pb or logs/worker-0.log"
+        )
     if "\\" in path:
         raise RunFilePathError(f"path {given!r}: backslashes are not allowed; separate with '/'")
     if path.startswith("/"):
-        raise RunFilePathError(f"path {given!r}: an absolute path is not allowed; give it "
-                               f"relative to the run, e.g. model/saved_model.pb")
+        raise RunFilePathError(
+            f"path {given!r}: an absolute path is not allowed; give it "
+            f"relative to the run, e.g. model/saved_model.pb"
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise RunFilePathError(f"path {given!r}: control characters are not allowed")
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
-            raise RunFilePathError(f"path {given!r}: segment {segment!r} is not allowed "
-                                   f"(no empty, '.' or '..' segments)")
+            raise RunFilePathError(
+                f"path {given!r}: segment {segment!r} is not allowed "
+                f"(no empty, '.' or '..' segments)"
+            )
 
 
 def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -> RunStorage:
@@ -181,7 +192,8 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
     if not isinstance(run_prefix, str) or not isinstance(conn_id, str) or not conn_id:
         raise RunNotArchivableError(
             f"run {run_id!r} of DAG {dag_id!r}: its run description names no run_prefix and "
-            f"aws_conn_id (validate of an older pipeline?); its files are not served")
+            f"aws_conn_id (validate of an older pipeline?); its files are not served"
+        )
     try:
         bucket, key = parse_s3_url(run_prefix)
     except ValueError as error:
@@ -191,7 +203,8 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
     if not this_run or not key.endswith(f"{RUNS_DIR}/{dag_id}/{run_id}/"):
         raise RunNotArchivableError(
             f"run {run_id!r} of DAG {dag_id!r}: its description names {run_prefix!r}, which is "
-            f"not <output>/{RUNS_DIR}/{dag_id}/{run_id}/; its files are not served")
+            f"not <output>/{RUNS_DIR}/{dag_id}/{run_id}/; its files are not served"
+        )
     return RunStorage(bucket=bucket, prefix=key, aws_conn_id=conn_id)
 
 
@@ -205,8 +218,9 @@ def connect_run_storage(storage: RunStorage) -> Any:
         raise describe_storage_failure(storage, "connect", error) from None
 
 
-def list_run_files(s3: Any, storage: RunStorage, under: str = "",
-                   limit: int = LIST_LIMIT) -> RunFileListing:
+def list_run_files(
+    s3: Any, storage: RunStorage, under: str = "", limit: int = LIST_LIMIT
+) -> RunFileListing:
     """The run's files under `under` (a directory of the run, "" for all), at most `limit`."""
     under = check_run_file_path(under, directory=True)
     files: list[RunFile] = []
@@ -217,14 +231,15 @@ def list_run_files(s3: Any, storage: RunStorage, under: str = "",
             params["MaxKeys"] = min(LIST_PAGE_SIZE, limit - len(files) + 1)
             page = s3.list_objects_v2(**params)
             for item in page.get("Contents", []):
-                path = item["Key"][len(storage.prefix):]
+                path = item["Key"][len(storage.prefix) :]
                 if not path or path.endswith("/"):
                     continue  # a "directory" placeholder, not a file
                 if len(files) == limit:
                     truncated = True
                     break
-                files.append(RunFile(path, int(item.get("Size", 0)),
-                                     item["LastModified"].isoformat()))
+                files.append(
+                    RunFile(path, int(item.get("Size", 0)), item["LastModified"].isoformat())
+                )
             token = page.get("NextContinuationToken")
             if truncated or not page.get("IsTruncated") or not token:
                 break
@@ -248,8 +263,9 @@ def read_run_file_tail(s3: Any, storage: RunStorage, path: str, max_bytes: int) 
     """The last `max_bytes` of the run's object `path` as text (a log's end is what matters)."""
     path = check_run_file_path(path)
     try:
-        answer = s3.get_object(Bucket=storage.bucket, Key=storage.prefix + path,
-                               Range=f"bytes=-{max_bytes}")
+        answer = s3.get_object(
+            Bucket=storage.bucket, Key=storage.prefix + path, Range=f"bytes=-{max_bytes}"
+        )
         data = answer["Body"].read(max_bytes)
     except Exception as error:  # noqa: BLE001 - translated below
         if getattr(error, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
@@ -265,19 +281,28 @@ def describe_storage_failure(storage: RunStorage, what: str, error: Exception) -
     if isinstance(error, ClientError):
         code = str(error.response.get("Error", {}).get("Code", ""))
         if code in MISSING_CODES:
-            return RunFileNotFoundError(f"{what}: no such file under the run's prefix "
-                                        f"{storage.uri}")
+            return RunFileNotFoundError(
+                f"{what}: no such file under the run's prefix {storage.uri}"
+            )
         if code == "NoSuchBucket":
-            return RunFileNotFoundError(f"{what}: bucket {storage.bucket!r} of the run's prefix "
-                                        f"{storage.uri} does not exist")
-        return RunStorageError(f"{what}: S3 answered {code or 'an error'} to connection "
-                               f"{storage.aws_conn_id!r} for {storage.uri}")
+            return RunFileNotFoundError(
+                f"{what}: bucket {storage.bucket!r} of the run's prefix "
+                f"{storage.uri} does not exist"
+            )
+        return RunStorageError(
+            f"{what}: S3 answered {code or 'an error'} to connection "
+            f"{storage.aws_conn_id!r} for {storage.uri}"
+        )
     if isinstance(error, BotoCoreError):
-        return RunStorageError(f"{what}: S3 failed with connection {storage.aws_conn_id!r} "
-                               f"for {storage.uri} ({type(error).__name__})")
+        return RunStorageError(
+            f"{what}: S3 failed with connection {storage.aws_conn_id!r} "
+            f"for {storage.uri} ({type(error).__name__})"
+        )
     log.warning("S3 call for %s failed: %s", storage.uri, type(error).__name__)
-    return RunStorageError(f"{what}: S3 failed with connection {storage.aws_conn_id!r} for "
-                           f"{storage.uri} ({type(error).__name__})")
+    return RunStorageError(
+        f"{what}: S3 failed with connection {storage.aws_conn_id!r} for "
+        f"{storage.uri} ({type(error).__name__})"
+    )
 
 
 def build_content_disposition(filename: str) -> str:

@@ -44,8 +44,13 @@ class _Entry:
 class LiveReads:
     """Kubernetes reads shared by every open tab: one per key per `ttl_s`."""
 
-    def __init__(self, read_pods: PodReader, read_log: LogReader, ttl_s: float = TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        read_pods: PodReader,
+        read_log: LogReader,
+        ttl_s: float = TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._read_pods, self._read_log = read_pods, read_log
         self.ttl_s, self._clock = ttl_s, clock
         self._entries: dict[Hashable, _Entry] = {}
@@ -76,13 +81,15 @@ class LiveReads:
 
     def list_pods(self, namespace: str, run_key: str) -> list[dict[str, Any]]:
         """The run's pods as the API's dicts, at most `ttl_s` old."""
-        return self.share_read(("pods", namespace, run_key),
-                            lambda: self._read_pods(namespace, run_selector(run_key)))
+        return self.share_read(
+            ("pods", namespace, run_key), lambda: self._read_pods(namespace, run_selector(run_key))
+        )
 
     def read_log_tail(self, namespace: str, pod: str) -> str:
         """The last LOG_TAIL_LINES lines of the pod's training container, at most `ttl_s` old."""
-        return self.share_read(("log", namespace, pod),
-                            lambda: self._read_log(namespace, pod, LOG_TAIL_LINES))
+        return self.share_read(
+            ("log", namespace, pod), lambda: self._read_log(namespace, pod, LOG_TAIL_LINES)
+        )
 
 
 def count_restarts(pod: dict[str, Any]) -> int:

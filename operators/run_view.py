@@ -30,8 +30,16 @@ from tfjob.pipeline_ids import (
 )
 from tfjob.request import DEFAULT_GPU
 
-PIPELINE = (VALIDATE_TASK, FETCH_BUNDLE_TASK, LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK,
-            ARCHIVE_TASK, TEARDOWN_TASK, PUBLISH_TASK)
+PIPELINE = (
+    VALIDATE_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
+    CLUSTERSPEC_TASK,
+    TRAIN_TASK,
+    ARCHIVE_TASK,
+    TEARDOWN_TASK,
+    PUBLISH_TASK,
+)
 RETURN_VALUE = "return_value"
 
 XComValues = Mapping[tuple[str, str], Any]
@@ -61,8 +69,9 @@ class RunTimes:
     conf: Mapping[str, Any] | None = None
 
 
-def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
-                  tasks: Mapping[str, TaskTimes]) -> dict[str, Any] | None:
+def summarize_run(
+    dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues, tasks: Mapping[str, TaskTimes]
+) -> dict[str, Any] | None:
     """The run's job view; None when the run is not a training run (validate pushed nothing
     and the run has ended; an active run's validate may not have run yet)."""
     described = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
@@ -72,10 +81,11 @@ def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
     request = described.get("request") or {}
     archived = xcoms.get((ARCHIVE_TASK, RETURN_VALUE)) or {}
     attempts = xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or []
-    recorded = fill_recorded_replicas(xcoms.get((TRAIN_TASK, "replicas")) or [], request,
-                                      attempts)
-    cluster_spec = (xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))  # a restarted gang's
-                    or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster"))
+    recorded = fill_recorded_replicas(xcoms.get((TRAIN_TASK, "replicas")) or [], request, attempts)
+    cluster_spec = (
+        xcoms.get((TRAIN_TASK, RESTARTED_CLUSTER_KEY))  # a restarted gang's
+        or (xcoms.get((CLUSTERSPEC_TASK, RETURN_VALUE)) or {}).get("cluster")
+    )
     return {
         "dag_id": dag_id,
         "run_id": run_id,
@@ -93,9 +103,17 @@ def summarize_run(dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues,
             "namespace": described.get("namespace"),
             "run_key": described.get("run_key"),
         },
-        "tasks": [{"task_id": task, "state": tasks[task].state, "start": tasks[task].start,
-                   "end": tasks[task].end, "try_number": tasks[task].try_number}
-                  for task in PIPELINE if task in tasks],
+        "tasks": [
+            {
+                "task_id": task,
+                "state": tasks[task].state,
+                "start": tasks[task].start,
+                "end": tasks[task].end,
+                "try_number": tasks[task].try_number,
+            }
+            for task in PIPELINE
+            if task in tasks
+        ],
         "bundle": xcoms.get((FETCH_BUNDLE_TASK, RETURN_VALUE)),
         "endpoints": xcoms.get((LAUNCH_TASK, RETURN_VALUE)),
         "launch_failure": xcoms.get((LAUNCH_TASK, LAUNCH_FAILURE_KEY)),
@@ -123,28 +141,35 @@ def list_cluster_rows(cluster_spec: Mapping[str, Any] | None) -> list[dict[str, 
 
 def order_replicas(replicas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Failed replicas first (a non-zero exit too), then by role and index."""
+
     def failed(replica: Mapping[str, Any]) -> bool:
         return replica.get("phase") in FAILED_PHASES or replica.get("exit_code") not in (None, 0)
 
-    return sorted((dict(r) for r in replicas),
-                  key=lambda r: (not failed(r), str(r.get("role")), r.get("index") or 0))
+    return sorted(
+        (dict(r) for r in replicas),
+        key=lambda r: (not failed(r), str(r.get("role")), r.get("index") or 0),
+    )
 
 
 def count_gang_restarts(attempts: Sequence[Any]) -> int:
     """Restarts of every replica so far: each restarted attempt recreated the whole gang."""
-    return sum(1 for attempt in attempts if isinstance(attempt, Mapping)
-               and attempt.get("outcome") == AttemptOutcome.RESTARTED.value)
+    return sum(
+        1
+        for attempt in attempts
+        if isinstance(attempt, Mapping) and attempt.get("outcome") == AttemptOutcome.RESTARTED.value
+    )
 
 
 def read_role_gpus(request: Mapping[str, Any], role: Any) -> int:
     """GPUs of one replica of `role` as the request (validated, so defaults filled) asks."""
-    spec = ((request.get("resources") or {}).get(str(role)) or {})
+    spec = (request.get("resources") or {}).get(str(role)) or {}
     gpus = spec.get("gpu", DEFAULT_GPU) if isinstance(spec, Mapping) else DEFAULT_GPU
     return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else DEFAULT_GPU
 
 
-def fill_recorded_replicas(replicas: Sequence[Mapping[str, Any]], request: Mapping[str, Any],
-                           attempts: Sequence[Any]) -> list[dict[str, Any]]:
+def fill_recorded_replicas(
+    replicas: Sequence[Mapping[str, Any]], request: Mapping[str, Any], attempts: Sequence[Any]
+) -> list[dict[str, Any]]:
     """train's `replicas` XCom with what it does not record: each replica's GPUs (from the
     request, as the manifests set them) and its restarts (from the attempts record)."""
     restarts = count_gang_restarts(attempts)

@@ -106,8 +106,9 @@ def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
 def is_allowed(user: Any, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
 
-    return get_auth_manager().is_authorized_dag(method=method, access_entity=entity,
-                                                details=DagDetails(id=dag_id), user=user)
+    return get_auth_manager().is_authorized_dag(
+        method=method, access_entity=entity, details=DagDetails(id=dag_id), user=user
+    )
 
 
 class RunView:
@@ -142,8 +143,9 @@ class RunView:
                 return "live", self.live.read_log_tail(summary["job"]["namespace"], row["pod"])
         storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
         try:
-            text = read_run_file_tail(connect_run_storage(storage), storage,
-                                      f"logs/{replica}.log", MAX_LOG_BYTES)
+            text = read_run_file_tail(
+                connect_run_storage(storage), storage, f"logs/{replica}.log", MAX_LOG_BYTES
+            )
         except RunFileNotFoundError:
             return "none", ""
         return "archive", text
@@ -152,8 +154,11 @@ class RunView:
         pods = self.live_pods(summary)
         if pods:
             namespace = summary["job"]["namespace"]
-            logs = {f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
-                    for r in describe_live_replicas(pods) if r["role"] != "ps"}
+            logs = {
+                f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
+                for r in describe_live_replicas(pods)
+                if r["role"] != "ps"
+            }
             return {"source": "live", "curves": collect_curves(logs)}
         replicas = [r for r in (replica_of_log_name(uri) for uri in summary["logs"]) if r]
         if not replicas:
@@ -163,8 +168,9 @@ class RunView:
         logs = {}
         for replica in replicas:
             try:
-                logs[replica] = read_run_file_tail(s3, storage, f"logs/{replica}.log",
-                                                   MAX_LOG_BYTES)
+                logs[replica] = read_run_file_tail(
+                    s3, storage, f"logs/{replica}.log", MAX_LOG_BYTES
+                )
             except RunFileNotFoundError:
                 continue
         return {"source": "archive", "curves": collect_curves(logs)}
@@ -180,19 +186,26 @@ def dag_bag() -> Any:
 
 def render_refusal_page(status: int, detail: str, css: str = "../../../static/run.css") -> str:
     title = {401: "401 Not signed in", 403: "403 Forbidden"}.get(status, f"{status} Error")
-    return ("<!doctype html><html><head><meta charset=utf-8>"
-            f"<title>{title}</title><link rel=stylesheet href={css}>"
-            f"</head><body><main class=refused><h1>{title}</h1><p>{html.escape(detail)}</p>"
-            "</main></body></html>")
+    return (
+        "<!doctype html><html><head><meta charset=utf-8>"
+        f"<title>{title}</title><link rel=stylesheet href={css}>"
+        f"</head><body><main class=refused><h1>{title}</h1><p>{html.escape(detail)}</p>"
+        "</main></body></html>"
+    )
 
 
 async def answer_http_error(request: Request, error: Exception) -> Any:
     assert isinstance(error, HTTPException)
     if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
-        css = ("../static/run.css" if request.url.path.endswith("/tenants/view")
-               else "../../../static/run.css")
-        return HTMLResponse(render_refusal_page(error.status_code, str(error.detail), css),
-                            status_code=error.status_code)
+        css = (
+            "../static/run.css"
+            if request.url.path.endswith("/tenants/view")
+            else "../../../static/run.css"
+        )
+        return HTMLResponse(
+            render_refusal_page(error.status_code, str(error.detail), css),
+            status_code=error.status_code,
+        )
     return await http_exception_handler(request, error)
 
 
@@ -215,66 +228,86 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
     def get_asset(name: str) -> FileResponse:
         path = ASSETS.get(name)
         if path is None or not path.is_file():
-            raise HTTPException(404, f"no asset {name[:60]!r} (run `make setup` for the chart "
-                                     "library)")
+            raise HTTPException(
+                404, f"no asset {name[:60]!r} (run `make setup` for the chart library)"
+            )
         return FileResponse(path, headers={"Cache-Control": "max-age=300"})
 
     @app.get("/runs/{dag_id}/{run_id}", dependencies=CAN_READ_XCOM)
-    def get_run(dag_id: str, run_id: str, session: SessionDep,
-                user: GetUserDep) -> dict[str, Any]:
+    def get_run(dag_id: str, run_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
         summary = view.answer_run(read_run_summary(session, dag_id, run_id))
         summary["can_cancel"] = is_allowed(user, "PUT", DagAccessEntity.RUN, dag_id)
         return summary
 
-    @app.get("/runs/{dag_id}/{run_id}/view", dependencies=CAN_READ_XCOM,
-             response_class=HTMLResponse)
+    @app.get(
+        "/runs/{dag_id}/{run_id}/view", dependencies=CAN_READ_XCOM, response_class=HTMLResponse
+    )
     def view_run(dag_id: str, run_id: str, session: SessionDep) -> FileResponse:
         run_view_db.find_dag_run(session, dag_id, run_id)
-        return FileResponse(PAGE_DIR / "run.html", media_type="text/html",
-                            headers={"Cache-Control": "no-store"})
+        return FileResponse(
+            PAGE_DIR / "run.html", media_type="text/html", headers={"Cache-Control": "no-store"}
+        )
 
     @app.get("/runs/{dag_id}/{run_id}/curves", dependencies=CAN_READ_XCOM)
     def get_curves(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         return view.answer_curves(session, read_run_summary(session, dag_id, run_id))
 
     @app.get("/runs/{dag_id}/{run_id}/logs/{replica}", dependencies=CAN_READ_XCOM)
-    def get_log(dag_id: str, run_id: str, replica: str, session: SessionDep,
-                tail: int = DEFAULT_TAIL_LINES, filter: str = "") -> dict[str, Any]:  # noqa: A002
+    def get_log(
+        dag_id: str,
+        run_id: str,
+        replica: str,
+        session: SessionDep,
+        tail: int = DEFAULT_TAIL_LINES,
+        filter: str = "",
+    ) -> dict[str, Any]:  # noqa: A002
         check_replica_id(replica)
         check_log_query(tail, filter)
         summary = read_run_summary(session, dag_id, run_id)
         source, text = view.read_log_text(session, summary, replica)
-        return {"replica": replica, "source": source,
-                "lines": select_log_lines(text, tail, filter)}
+        return {"replica": replica, "source": source, "lines": select_log_lines(text, tail, filter)}
 
     @app.post("/runs/{dag_id}/{run_id}/cancel", dependencies=CAN_EDIT_RUN)
-    def post_cancel(dag_id: str, run_id: str, session: SessionDep,
-                    x_tfjob_cancel: str = Header("")) -> dict[str, Any]:
+    def post_cancel(
+        dag_id: str, run_id: str, session: SessionDep, x_tfjob_cancel: str = Header("")
+    ) -> dict[str, Any]:
         if x_tfjob_cancel != "1":
-            raise HTTPException(400, f"header {CANCEL_HEADER}: '1' is required (the page sends "
-                                     "it; a form from another site cannot)")
+            raise HTTPException(
+                400,
+                f"header {CANCEL_HEADER}: '1' is required (the page sends "
+                "it; a form from another site cannot)",
+            )
         return cancel_run(session, dag_bag(), dag_id, run_id)
 
     @app.get("/runs/{dag_id}/{run_id}/files", dependencies=CAN_READ_XCOM)
-    def list_files(dag_id: str, run_id: str, session: SessionDep,
-                   under: str = "") -> dict[str, Any]:
+    def list_files(
+        dag_id: str, run_id: str, session: SessionDep, under: str = ""
+    ) -> dict[str, Any]:
         check_run_file_path(under, directory=True)
         storage = read_run_storage(session, dag_id, run_id)
         return list_run_files(connect_run_storage(storage), storage, under).as_json()
 
-    @app.get("/runs/{dag_id}/{run_id}/files/{path:path}", dependencies=CAN_READ_XCOM,
-             response_class=StreamingResponse)
-    def download_file(dag_id: str, run_id: str, path: str,
-                      session: SessionDep) -> StreamingResponse:
+    @app.get(
+        "/runs/{dag_id}/{run_id}/files/{path:path}",
+        dependencies=CAN_READ_XCOM,
+        response_class=StreamingResponse,
+    )
+    def download_file(
+        dag_id: str, run_id: str, path: str, session: SessionDep
+    ) -> StreamingResponse:
         check_run_file_path(path)
         storage = read_run_storage(session, dag_id, run_id)
         stream = open_run_file(connect_run_storage(storage), storage, path)
         # Bytes, never a page: a file a run wrote must not render in Airflow's origin.
-        headers = {"Content-Length": str(stream.size),
-                   "Content-Disposition": build_content_disposition(stream.filename),
-                   "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
-        return StreamingResponse(stream.iter_chunks(), media_type="application/octet-stream",
-                                 headers=headers)
+        headers = {
+            "Content-Length": str(stream.size),
+            "Content-Disposition": build_content_disposition(stream.filename),
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store",
+        }
+        return StreamingResponse(
+            stream.iter_chunks(), media_type="application/octet-stream", headers=headers
+        )
 
     app.add_exception_handler(RunFilesError, answer_run_files_error)
     app.add_exception_handler(LogRequestError, answer_log_request_error)

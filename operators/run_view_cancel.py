@@ -32,30 +32,47 @@ def cancel_run(session: Any, dag_bag: Any, dag_id: str, run_id: str) -> dict[str
 
     dag_run = find_dag_run(session, dag_id, run_id)
     if str(dag_run.state) not in ACTIVE_RUN_STATES:
-        raise HTTPException(409, f"run {run_id!r} of DAG {dag_id!r} is {dag_run.state}: only a "
-                                 "queued or running run can be cancelled")
+        raise HTTPException(
+            409,
+            f"run {run_id!r} of DAG {dag_id!r} is {dag_run.state}: only a "
+            "queued or running run can be cancelled",
+        )
     dag = dag_bag.get_dag_for_run(dag_run, session=session)
     if dag is None:
         raise HTTPException(404, f"DAG {dag_id!r} of run {run_id!r} is not in Airflow's database")
     spared = select_cleanup_tasks(
-        (t.task_id, str(getattr(t.trigger_rule, "value", t.trigger_rule))) for t in dag.tasks)
+        (t.task_id, str(getattr(t.trigger_rule, "value", t.trigger_rule))) for t in dag.tasks
+    )
 
     def list_instances() -> list[TaskInstanceRef]:
-        rows = session.execute(select(
-            TaskInstance.task_id, TaskInstance.state, TaskInstance.map_index).where(
-            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)).all()
-        return [TaskInstanceRef(row.task_id, row.state and str(row.state), row.map_index)
-                for row in rows]
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.state, TaskInstance.map_index).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id
+            )
+        ).all()
+        return [
+            TaskInstanceRef(row.task_id, row.state and str(row.state), row.map_index)
+            for row in rows
+        ]
 
     def fail_task(instance: TaskInstanceRef) -> None:
         dag.set_task_instance_state(
-            task_id=instance.task_id, run_id=run_id, state=TaskInstanceState.FAILED,
+            task_id=instance.task_id,
+            run_id=run_id,
+            state=TaskInstanceState.FAILED,
             map_indexes=None if instance.map_index < 0 else [instance.map_index],
-            commit=True, session=session)
+            commit=True,
+            session=session,
+        )
 
     def mark_run_failed() -> None:
         set_dag_run_state_to_failed(dag=dag, run_id=run_id, commit=True, session=session)
 
     outcome = cancel_run_tasks(list_instances, fail_task, mark_run_failed, spared)
-    return {"dag_id": dag_id, "run_id": run_id, "failed": list(outcome.failed),
-            "spared": list(outcome.spared), "run_marked_failed": outcome.run_marked_failed}
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "failed": list(outcome.failed),
+        "spared": list(outcome.spared),
+        "run_marked_failed": outcome.run_marked_failed,
+    }

@@ -23,8 +23,11 @@ MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns
 def check_run_ids(dag_id: str, run_id: str) -> None:
     for name, value in (("dag_id", dag_id), ("run_id", run_id)):
         if len(value) > MAX_ID_CHARS:
-            raise HTTPException(400, f"{name} {value[:60]!r}… ({len(value)} characters): at "
-                                     f"most {MAX_ID_CHARS} characters are allowed")
+            raise HTTPException(
+                400,
+                f"{name} {value[:60]!r}… ({len(value)} characters): at "
+                f"most {MAX_ID_CHARS} characters are allowed",
+            )
 
 
 def find_dag_run(session: Any, dag_id: str, run_id: str) -> Any:
@@ -32,8 +35,7 @@ def find_dag_run(session: Any, dag_id: str, run_id: str) -> Any:
     from airflow.models.dagrun import DagRun
 
     check_run_ids(dag_id, run_id)
-    dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id,
-                                                  DagRun.run_id == run_id))
+    dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
     if dag_run is None:
         raise HTTPException(404, f"DAG {dag_id!r} has no run {run_id!r}")
     return dag_run
@@ -49,23 +51,42 @@ def read_run_summary(session: Any, dag_id: str, run_id: str) -> dict[str, Any]:
     from airflow.models.xcom import XComModel
 
     dag_run = find_dag_run(session, dag_id, run_id)
-    rows = session.execute(select(XComModel.task_id, XComModel.key, XComModel.value).where(
-        XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.map_index == -1))
+    rows = session.execute(
+        select(XComModel.task_id, XComModel.key, XComModel.value).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.map_index == -1
+        )
+    )
     xcoms = {(row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
-    instances = session.execute(select(
-        TaskInstance.task_id, TaskInstance.state, TaskInstance.start_date,
-        TaskInstance.end_date, TaskInstance.try_number).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-        TaskInstance.map_index == -1)).all()
-    tasks = {ti.task_id: TaskTimes(ti.state and str(ti.state), _iso(ti.start_date),
-                                   _iso(ti.end_date), ti.try_number) for ti in instances}
+    instances = session.execute(
+        select(
+            TaskInstance.task_id,
+            TaskInstance.state,
+            TaskInstance.start_date,
+            TaskInstance.end_date,
+            TaskInstance.try_number,
+        ).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.map_index == -1,
+        )
+    ).all()
+    tasks = {
+        ti.task_id: TaskTimes(
+            ti.state and str(ti.state), _iso(ti.start_date), _iso(ti.end_date), ti.try_number
+        )
+        for ti in instances
+    }
     conf = dag_run.conf if isinstance(dag_run.conf, dict) else None
-    run = RunTimes(dag_run.state and str(dag_run.state), _iso(dag_run.start_date),
-                   _iso(dag_run.end_date), conf)
+    run = RunTimes(
+        dag_run.state and str(dag_run.state), _iso(dag_run.start_date), _iso(dag_run.end_date), conf
+    )
     summary = summarize_run(dag_id, run_id, run, xcoms, tasks)
     if summary is None:
-        raise HTTPException(404, f"run {run_id!r} of DAG {dag_id!r} is not a training run "
-                                 "(its validate task pushed no run description)")
+        raise HTTPException(
+            404,
+            f"run {run_id!r} of DAG {dag_id!r} is not a training run "
+            "(its validate task pushed no run description)",
+        )
     return summary
 
 
@@ -74,11 +95,20 @@ def read_run_storage(session: Any, dag_id: str, run_id: str) -> RunStorage:
     from airflow.models.xcom import XComModel
 
     find_dag_run(session, dag_id, run_id)
-    row = session.execute(select(XComModel.value).where(
-        XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.map_index == -1,
-        XComModel.task_id == VALIDATE_TASK, XComModel.key == RETURN_VALUE)).first()
+    row = session.execute(
+        select(XComModel.value).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id == run_id,
+            XComModel.map_index == -1,
+            XComModel.task_id == VALIDATE_TASK,
+            XComModel.key == RETURN_VALUE,
+        )
+    ).first()
     described = XComModel.deserialize_value(row) if row is not None else None
     if not isinstance(described, dict):
-        raise HTTPException(404, f"run {run_id!r} of DAG {dag_id!r} has no files to serve: its "
-                                 f"{VALIDATE_TASK} task pushed no run description")
+        raise HTTPException(
+            404,
+            f"run {run_id!r} of DAG {dag_id!r} has no files to serve: its "
+            f"{VALIDATE_TASK} task pushed no run description",
+        )
     return locate_run_storage(described, dag_id, run_id)

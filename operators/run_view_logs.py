@@ -33,8 +33,10 @@ class LogRequestError(PipelineError, ValueError):
 
 def check_replica_id(replica: str) -> str:
     if len(replica) > 32 or not _REPLICA.match(replica):
-        raise LogRequestError(f"replica {replica[:40]!r}: expected <role>-<index>, role one of "
-                              "chief, master, ps, worker, evaluator (e.g. worker-0)")
+        raise LogRequestError(
+            f"replica {replica[:40]!r}: expected <role>-<index>, role one of "
+            "chief, master, ps, worker, evaluator (e.g. worker-0)"
+        )
     return replica
 
 
@@ -42,8 +44,9 @@ def check_log_query(tail: int, text_filter: str) -> None:
     if not 1 <= tail <= MAX_TAIL_LINES:
         raise LogRequestError(f"tail {tail}: from 1 to {MAX_TAIL_LINES} lines are allowed")
     if len(text_filter) > MAX_FILTER_CHARS:
-        raise LogRequestError(f"filter of {len(text_filter)} characters: at most "
-                              f"{MAX_FILTER_CHARS} are allowed")
+        raise LogRequestError(
+            f"filter of {len(text_filter)} characters: at most {MAX_FILTER_CHARS} are allowed"
+        )
 
 
 def select_log_lines(text: str, tail: int, text_filter: str = "") -> list[str]:

@@ -58,9 +58,7 @@ def clear_run_outputs(s3: Any, run_prefix: str, *, checkpoints: bool = False) ->
     def list_keys() -> list[str]:
         keys = []
         for prefix in prefixes:
-            for page in s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix
-            ):
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 keys.extend(item["Key"] for item in page.get("Contents", []))
         return keys
 

@@ -86,8 +86,9 @@ class Clients:
         return cls(k8s.CoreV1Api(api_client), k8s.NetworkingV1Api(api_client))
 
 
-def _call(clients: Clients, kind: str, verb: str, manifest: Mapping[str, Any], *args: Any,
-          **kwargs: Any) -> Any:
+def _call(
+    clients: Clients, kind: str, verb: str, manifest: Mapping[str, Any], *args: Any, **kwargs: Any
+) -> Any:
     info = _KINDS[kind]
     method = getattr(getattr(clients, info.api), f"{verb}_{info.suffix}")
     name = manifest["metadata"]["name"]
@@ -175,24 +176,33 @@ def apply_manifest(clients: Clients, manifest: Mapping[str, Any]) -> ApplyResult
             _call(clients, kind, "create", manifest, dict(manifest))
         except ApiException as create_exc:
             if create_exc.status == 404 and _is_unserved(create_exc):
-                return ApplyResult(kind, name, namespace, Outcome.SKIPPED,
-                                   f"the cluster does not serve {manifest['apiVersion']} {kind}")
+                return ApplyResult(
+                    kind,
+                    name,
+                    namespace,
+                    Outcome.SKIPPED,
+                    f"the cluster does not serve {manifest['apiVersion']} {kind}",
+                )
             raise
         return ApplyResult(kind, name, namespace, Outcome.CREATED)
     patch = diff_manifest(manifest, live)
     if not patch:
         return ApplyResult(kind, name, namespace, Outcome.UNCHANGED)
     _call(clients, kind, "patch", manifest, patch, _content_type=MERGE_PATCH)
-    return ApplyResult(kind, name, namespace, Outcome.CHANGED,
-                       "fields " + ", ".join(sorted(_flatten_keys(patch))))
+    return ApplyResult(
+        kind, name, namespace, Outcome.CHANGED, "fields " + ", ".join(sorted(_flatten_keys(patch)))
+    )
 
 
 def _flatten_keys(patch: Mapping[str, Any], prefix: str = "") -> list[str]:
     keys = []
     for key, value in patch.items():
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and key in ("metadata", "labels", "annotations",
-                                                            "spec", "hard"):
+        if (
+            isinstance(value, Mapping)
+            and value
+            and key in ("metadata", "labels", "annotations", "spec", "hard")
+        ):
             keys.extend(_flatten_keys(value, path + "."))
         else:
             keys.append(path)
@@ -201,12 +211,15 @@ def _flatten_keys(patch: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 def apply_tenant(clients: Clients, tenant: Tenant, config: TenantsConfig) -> list[ApplyResult]:
     """Every object of one tenant, the namespace first."""
-    return [apply_manifest(clients, manifest)
-            for manifest in build_tenant_manifests(tenant, config.network)]
+    return [
+        apply_manifest(clients, manifest)
+        for manifest in build_tenant_manifests(tenant, config.network)
+    ]
 
 
-def apply_tenants(clients: Clients, config: TenantsConfig,
-                  only: Iterable[str] | None = None) -> list[ApplyResult]:
+def apply_tenants(
+    clients: Clients, config: TenantsConfig, only: Iterable[str] | None = None
+) -> list[ApplyResult]:
     """Every object of every tenant (or of the tenants named in `only`)."""
     wanted = set(only) if only is not None else None
     results = []
@@ -218,11 +231,18 @@ def apply_tenants(clients: Clients, config: TenantsConfig,
 
 # --- Airflow pools ------------------------------------------------------------------------
 
+
 def build_pool_specs(config: TenantsConfig) -> list[PoolSpec]:
     """One pool per tenant: `tfjob-tenant-<name>` with max_concurrent_jobs slots."""
-    return [PoolSpec(tenant.pool, tenant.max_concurrent_jobs,
-                     f"TF-on-K8s tenant {tenant.name}: at most {tenant.max_concurrent_jobs} "
-                     "concurrent job(s)") for tenant in config.tenants]
+    return [
+        PoolSpec(
+            tenant.pool,
+            tenant.max_concurrent_jobs,
+            f"TF-on-K8s tenant {tenant.name}: at most {tenant.max_concurrent_jobs} "
+            "concurrent job(s)",
+        )
+        for tenant in config.tenants
+    ]
 
 
 def apply_pool(pools: PoolClient, spec: PoolSpec) -> ApplyResult:
@@ -233,17 +253,22 @@ def apply_pool(pools: PoolClient, spec: PoolSpec) -> ApplyResult:
     if live.slots == spec.slots and live.description == spec.description:
         return ApplyResult("Pool", spec.name, "", Outcome.UNCHANGED)
     pools.update_pool(spec)
-    return ApplyResult("Pool", spec.name, "", Outcome.CHANGED,
-                       f"slots {live.slots} -> {spec.slots}" if live.slots != spec.slots
-                       else "description")
+    return ApplyResult(
+        "Pool",
+        spec.name,
+        "",
+        Outcome.CHANGED,
+        f"slots {live.slots} -> {spec.slots}" if live.slots != spec.slots else "description",
+    )
 
 
 def apply_pools(pools: PoolClient, config: TenantsConfig) -> list[ApplyResult]:
     return [apply_pool(pools, spec) for spec in build_pool_specs(config)]
 
 
-def create_run_network_policy(api_client: k8s.ApiClient, run: Any, tenant: str,
-                              config: TenantsConfig | None = None) -> str | None:
+def create_run_network_policy(
+    api_client: k8s.ApiClient, run: Any, tenant: str, config: TenantsConfig | None = None
+) -> str | None:
     """Create the run's NetworkPolicy (its pods talk only to each other), owned by the run's
     ConfigMap so that deleting the run's objects deletes it too.
 
@@ -259,11 +284,18 @@ def create_run_network_policy(api_client: k8s.ApiClient, run: Any, tenant: str,
     run_key = run.run_key
     owner = core.read_namespaced_config_map(naming.configmap_name(run_key), run.namespace)
     policy = build_run_network_policy(
-        run.namespace, run_key, naming.run_labels(run.job, run_key, tenant),
+        run.namespace,
+        run_key,
+        naming.run_labels(run.job, run_key, tenant),
         {naming.ANNOTATION_RUN_ID: run.run_id, naming.ANNOTATION_DAG_ID: run.dag_id},
         config.network,
-        owner={"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name,
-               "uid": owner.metadata.uid})
+        owner={
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+        },
+    )
     name = policy["metadata"]["name"]
     try:
         networking.create_namespaced_network_policy(run.namespace, policy)
@@ -271,16 +303,20 @@ def create_run_network_policy(api_client: k8s.ApiClient, run: Any, tenant: str,
         if exc.status == 409:  # an earlier try's: replace it (owner uid may have changed)
             networking.replace_namespaced_network_policy(name, run.namespace, policy)
         elif exc.status == 404 and _is_unserved(exc):
-            log.info("the cluster does not serve networking.k8s.io/v1 NetworkPolicy: run %s "
-                     "has no network policy", run_key)
+            log.info(
+                "the cluster does not serve networking.k8s.io/v1 NetworkPolicy: run %s "
+                "has no network policy",
+                run_key,
+            )
             return None
         else:
             raise
     return f"NetworkPolicy/{name}"
 
 
-def apply_everything(kubeconfig: str, airflow_url: str, token: Callable[[], str],
-                     config: TenantsConfig | None = None) -> list[ApplyResult]:
+def apply_everything(
+    kubeconfig: str, airflow_url: str, token: Callable[[], str], config: TenantsConfig | None = None
+) -> list[ApplyResult]:
     """Tenant objects on the cluster of `kubeconfig`, then pools in the Airflow at
     `airflow_url`: what a start-up script calls once both are up."""
     import kubernetes
@@ -294,7 +330,16 @@ def apply_everything(kubeconfig: str, airflow_url: str, token: Callable[[], str]
 
 
 __all__ = [
-    "ApplyResult", "Clients", "Outcome", "apply_everything", "apply_manifest", "apply_pool",
-    "apply_pools", "apply_tenant", "apply_tenants", "build_pool_specs",
-    "create_run_network_policy", "diff_manifest",
+    "ApplyResult",
+    "Clients",
+    "Outcome",
+    "apply_everything",
+    "apply_manifest",
+    "apply_pool",
+    "apply_pools",
+    "apply_tenant",
+    "apply_tenants",
+    "build_pool_specs",
+    "create_run_network_policy",
+    "diff_manifest",
 ]

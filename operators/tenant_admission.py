@@ -30,8 +30,9 @@ class TenantNotAppliedError(PipelineError, RuntimeError):
     """The tenant's namespace does not exist on the cluster."""
 
 
-def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, Any],
-                                                                       dict[str, Decimal]]:
+def read_tenant_quota(
+    core: k8s.CoreV1Api, tenant: Tenant
+) -> tuple[dict[str, Any], dict[str, Decimal]]:
     """(hard, used) of the tenant's namespace as the preflight needs them.
 
     hard: the tightest of the namespace's ResourceQuotas, or the tenants file's
@@ -45,7 +46,8 @@ def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, An
         if exc.status == 404:
             raise TenantNotAppliedError(
                 f"tenant {tenant.name}: namespace {namespace} does not exist on the cluster; "
-                "run `tshell tenants apply` first") from None
+                "run `tshell tenants apply` first"
+            ) from None
         # 403: namespaces are cluster-scoped, and a RoleBinding in the tenant's namespace
         # does not grant reading them; the namespaced reads below still work.
         if exc.status != 403:
@@ -60,8 +62,11 @@ def read_tenant_quota(core: k8s.CoreV1Api, tenant: Tenant) -> tuple[dict[str, An
         for name, value in status_used.items():
             used[name] = max(used.get(name, Decimal(0)), value)
     if not quotas:
-        log.warning("tenant %s: no ResourceQuota in %s; checking against the tenants file",
-                    tenant.name, namespace)
+        log.warning(
+            "tenant %s: no ResourceQuota in %s; checking against the tenants file",
+            tenant.name,
+            namespace,
+        )
         hard = read_quota_amounts(tenant.hard_quota())
     pods = core.list_namespaced_pod(namespace).items
     plain = [core.api_client.sanitize_for_serialization(pod) for pod in pods]
@@ -86,8 +91,12 @@ def read_limit_range_defaults(core: k8s.CoreV1Api, tenant: Tenant) -> Tenant:
     except ApiException as exc:
         if exc.status not in (403, 404):
             raise
-        log.warning("tenant %s: cannot list LimitRanges in %s (HTTP %s); using the tenants "
-                    "file's defaults", tenant.name, tenant.namespace, exc.status)
+        log.warning(
+            "tenant %s: cannot list LimitRanges in %s (HTTP %s); using the tenants file's defaults",
+            tenant.name,
+            tenant.namespace,
+            exc.status,
+        )
         return tenant
     defaults: dict[str, str] = {}
     default_limits: dict[str, str] = {}
@@ -118,8 +127,9 @@ class TenancyRefusal(PipelineError, ValueError):
     """The request may not run now: unknown tenant, tenant not applied, or no room in quota."""
 
 
-def admit_request(core: k8s.CoreV1Api, request: TrainingRequest,
-                  config: TenantsConfig | None = None) -> tuple[Tenant, QuotaCheck]:
+def admit_request(
+    core: k8s.CoreV1Api, request: TrainingRequest, config: TenantsConfig | None = None
+) -> tuple[Tenant, QuotaCheck]:
     """The `validate` step's tenancy check: resolve the tenant, then the quota preflight.
 
     Raises TenancyRefusal with the message to show the user; returns the tenant
@@ -143,6 +153,10 @@ def admit_request(core: k8s.CoreV1Api, request: TrainingRequest,
 
 
 __all__ = [
-    "TenancyRefusal", "TenantNotAppliedError", "admit_request", "preflight_quota",
-    "read_limit_range_defaults", "read_tenant_quota",
+    "TenancyRefusal",
+    "TenantNotAppliedError",
+    "admit_request",
+    "preflight_quota",
+    "read_limit_range_defaults",
+    "read_tenant_quota",
 ]

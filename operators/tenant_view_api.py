@@ -41,8 +41,10 @@ def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
     """Every pod the pipeline made, in every namespace, as the API's dicts."""
     from operators.kubeobjects import to_plain
 
-    return [to_plain(api, pod) for pod in
-            api.list_pod_for_all_namespaces(label_selector=TFJOB_PODS).items]
+    return [
+        to_plain(api, pod)
+        for pod in api.list_pod_for_all_namespaces(label_selector=TFJOB_PODS).items
+    ]
 
 
 def list_all_tenant_quotas(api: Any) -> dict[str, dict[str, Any]]:
@@ -63,13 +65,13 @@ def read_visible_tenant_dags(session: Any, user: Any) -> dict[str, set[str]]:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.dag import DagTag
 
-    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET",
-                                                         session=session)
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     if not readable:
         return {}
     tags: dict[str, list[str]] = {}
-    for dag_id, tag in session.execute(select(DagTag.dag_id, DagTag.name).where(
-            DagTag.dag_id.in_(readable))):
+    for dag_id, tag in session.execute(
+        select(DagTag.dag_id, DagTag.name).where(DagTag.dag_id.in_(readable))
+    ):
         tags.setdefault(dag_id, []).append(tag)
     visible: dict[str, set[str]] = {}
     for dag_id, names in tags.items():
@@ -84,11 +86,20 @@ def read_active_runs(session: Any, dag_ids: set[str]) -> list[ActiveRun]:
 
     if not dag_ids:
         return []
-    rows = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state,
-                                  DagRun.start_date).where(
-        DagRun.dag_id.in_(dag_ids), DagRun.state.in_(ACTIVE_STATES)))
-    return [ActiveRun(row.dag_id, row.run_id, str(row.state),
-                      row.start_date.isoformat() if row.start_date else None) for row in rows]
+    rows = session.execute(
+        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.start_date).where(
+            DagRun.dag_id.in_(dag_ids), DagRun.state.in_(ACTIVE_STATES)
+        )
+    )
+    return [
+        ActiveRun(
+            row.dag_id,
+            row.run_id,
+            str(row.state),
+            row.start_date.isoformat() if row.start_date else None,
+        )
+        for row in rows
+    ]
 
 
 class TenantsView:
@@ -100,10 +111,12 @@ class TenantsView:
     def read_cluster(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], str | None]:
         """(pods, quotas by namespace, error): at most one listing of each per 2 s."""
         try:
-            pods = self.live.share_read(("tenants", "pods"),
-                                        lambda: list_all_tfjob_pods(self.connect()))
-            quotas = self.live.share_read(("tenants", "quotas"),
-                                          lambda: list_all_tenant_quotas(self.connect()))
+            pods = self.live.share_read(
+                ("tenants", "pods"), lambda: list_all_tfjob_pods(self.connect())
+            )
+            quotas = self.live.share_read(
+                ("tenants", "quotas"), lambda: list_all_tenant_quotas(self.connect())
+            )
         except Exception as error:  # noqa: BLE001 - Airflow's runs still answer
             return [], {}, f"Kubernetes could not be read: {type(error).__name__}"
         return pods, quotas, None
@@ -119,10 +132,12 @@ class TenantsView:
         cards = []
         for tenant in tenants:
             own_runs = [run for run in runs if run.dag_id in visible[tenant.name]]
-            own_pods = [pod for pod in pods
-                        if (pod.get("metadata") or {}).get("namespace") == tenant.namespace]
-            cards.append(summarize_tenant(tenant, quotas.get(tenant.namespace), own_pods,
-                                          own_runs))
+            own_pods = [
+                pod
+                for pod in pods
+                if (pod.get("metadata") or {}).get("namespace") == tenant.namespace
+            ]
+            cards.append(summarize_tenant(tenant, quotas.get(tenant.namespace), own_pods, own_runs))
         return {"tenants": cards, "kubernetes_error": error}
 
 

@@ -116,8 +116,9 @@ class TrainingWaitOperator(BaseOperator):
             if not is_transient(exc):
                 raise
             # The trigger lists again (and rides out the blink): defer without this first look.
-            self.log.warning("could not look at the pods before deferring (%s)",
-                             describe_api_error(exc))
+            self.log.warning(
+                "could not look at the pods before deferring (%s)", describe_api_error(exc)
+            )
         else:
             pods = {pod["metadata"]["name"]: pod for pod in listed}
             decided = decide_training(pods, list(deciding), run.pod_names(), deadline)
@@ -171,8 +172,9 @@ class TrainingWaitOperator(BaseOperator):
         if found is None:
             ti = context["ti"]
             warm = ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY) or {}
-            found = restart.first_attempt(ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"),
-                                          restored_step=warm.get("step"))
+            found = restart.first_attempt(
+                ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"), restored_step=warm.get("step")
+            )
         return restart.attempts_to_payload(found)
 
     def _read_logs(self, run: RunInfo, api: Any, event: TrainingEvent) -> dict[str, str]:
@@ -222,16 +224,19 @@ class TrainingWaitOperator(BaseOperator):
         failed = result.failed
         verdict = None
         if result.state is TrainingState.FAILED and failed:
-            verdict, history = restart.judge_failed_attempt(RestartPolicy.of(run.request),
-                                                            history, result)
+            verdict, history = restart.judge_failed_attempt(
+                RestartPolicy.of(run.request), history, result
+            )
             if verdict.decision is Decision.RESTART:
                 return self._restart(context, run, api, history, verdict)
         elif result.state is TrainingState.SUCCEEDED:
             history = restart.close_attempt(history, AttemptOutcome.SUCCEEDED)
         else:
             history = restart.close_attempt(
-                history, AttemptOutcome.FAILED,
-                reason=f"did not finish within active_deadline={run.request.active_deadline}s")
+                history,
+                AttemptOutcome.FAILED,
+                reason=f"did not finish within active_deadline={run.request.active_deadline}s",
+            )
         metrics = next((m for m in map(extract_metrics, logs.values()) if m is not None), None)
         ti.xcom_push(key="replicas", value=list(result.replicas))
         ti.xcom_push(key="finished_at", value=time.time())
@@ -241,8 +246,11 @@ class TrainingWaitOperator(BaseOperator):
             self.log.info("metrics: %s", metrics)
 
         if result.state is TrainingState.SUCCEEDED:
-            self.log.info("training succeeded (%s)%s", ", ".join(result.deciding),
-                          f" at attempt {history[-1].number}" if len(history) > 1 else "")
+            self.log.info(
+                "training succeeded (%s)%s",
+                ", ".join(result.deciding),
+                f" at attempt {history[-1].number}" if len(history) > 1 else "",
+            )
             for replica in result.replicas:
                 upload_failed = replica.get("exit_code") == EXIT_UPLOAD_FAILED
                 if replica.get("owns_model") and upload_failed:
@@ -280,8 +288,9 @@ class TrainingWaitOperator(BaseOperator):
             + (f"; {describe_run_failure(history)}" if len(history) > 1 else "")
         )
 
-    def _restart(self, context: Any, run: RunInfo, api: Any, history: list[Any],
-                 verdict: Any) -> None:
+    def _restart(
+        self, context: Any, run: RunInfo, api: Any, history: list[Any], verdict: Any
+    ) -> None:
         """Stop the failed gang, start the next with its ClusterSpec, defer again.
 
         The next gang is created only once the failed one's pods are gone
@@ -302,24 +311,29 @@ class TrainingWaitOperator(BaseOperator):
             self._decided = True
             first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
             history = restart.close_attempt(
-                history, AttemptOutcome.FAILED,
-                reason=f"its gang did not start ({type(exc).__name__}: {first_line})")
+                history,
+                AttemptOutcome.FAILED,
+                reason=f"its gang did not start ({type(exc).__name__}: {first_line})",
+            )
             ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
             raise TrainingFailed(f"{describe_run_failure(history)}\n{exc}") from exc
         history = started.attempts
         ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if started.cluster is not None:
             ti.xcom_push(key=RESTARTED_CLUSTER_KEY, value=started.cluster)
-        self.log.info("attempt %d of run %s runs with its ClusterSpec", history[-1].number,
-                      run.run_key)
+        self.log.info(
+            "attempt %d of run %s runs with its ClusterSpec", history[-1].number, run.run_key
+        )
         self._defer(context, run, restart.attempts_to_payload(history))
 
     def on_kill(self) -> None:
         if self._run is None:
             return
         if self._decided:
-            self.log.info("train killed after training of run %s ended: teardown deletes "
-                          "its objects", self._run.run_key)
+            self.log.info(
+                "train killed after training of run %s ended: teardown deletes its objects",
+                self._run.run_key,
+            )
             return
         run = self._run
         try:

@@ -155,6 +155,7 @@ def call_with_retries(
             if left <= 0:
                 raise
             delay = min(backoff.next_delay(), left)
-            log.warning("%s: %s (transient); asking again in %.1fs", what,
-                        describe_api_error(exc), delay)
+            log.warning(
+                "%s: %s (transient); asking again in %.1fs", what, describe_api_error(exc), delay
+            )
             sleep(delay)

@@ -106,8 +106,10 @@ class TrainingEvent:
     def from_payload(cls, payload: Mapping[str, Any]) -> TrainingEvent:
         state = TrainingState(payload["state"])
         if state is TrainingState.RUNNING:
-            raise ValueError("training event: state 'running' given; an event is fired only "
-                             "once training is decided (succeeded, failed or deadline)")
+            raise ValueError(
+                "training event: state 'running' given; an event is fired only "
+                "once training is decided (succeeded, failed or deadline)"
+            )
         failed = payload.get("failed")
         return cls(
             state=state,
@@ -323,8 +325,7 @@ class TrainingTrigger(BaseTrigger):
                 )
                 backoff.reset()
                 pods = {
-                    p.metadata.name: api_client.sanitize_for_serialization(p)
-                    for p in listing.items
+                    p.metadata.name: api_client.sanitize_for_serialization(p) for p in listing.items
                 }
                 self._follow_started_replicas(core, pods, followers, streamed)
                 event = self._event_if_decided(pods)

@@ -21,17 +21,20 @@ URL_PREFIX = "/tfjob"
 
 class TfjobPlugin(AirflowPlugin):
     name = "tfjob"
-    external_views = [{
-        "name": "TFJob",
-        "href": URL_PREFIX.lstrip("/") + "/runs/{DAG_ID}/{RUN_ID}/view",
-        "destination": "dag_run",
-        "url_route": "tfjob-run",
-    }, {
-        "name": "TFJob tenants",
-        "href": URL_PREFIX.lstrip("/") + "/tenants/view",
-        "destination": "nav",
-        "url_route": "tfjob-tenants",
-    }]
+    external_views = [
+        {
+            "name": "TFJob",
+            "href": URL_PREFIX.lstrip("/") + "/runs/{DAG_ID}/{RUN_ID}/view",
+            "destination": "dag_run",
+            "url_route": "tfjob-run",
+        },
+        {
+            "name": "TFJob tenants",
+            "href": URL_PREFIX.lstrip("/") + "/tenants/view",
+            "destination": "nav",
+            "url_route": "tfjob-tenants",
+        },
+    ]
 
     @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:

@@ -83,11 +83,21 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 # What tfjob.clusterspec.build_legacy_env may write into cluster.json's "legacy".
 LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX")
 # Set by TF-on-K8s and never secret: shown expanded in the printed command.
-PRINTABLE_VARIABLES = frozenset({
-    "TF_CONFIG", *LEGACY_VARIABLES, "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
-    "CHECKPOINT_DIR",
-    ENV_ROLE, ENV_INDEX, "POD_IP", "POD_NAME",
-})
+PRINTABLE_VARIABLES = frozenset(
+    {
+        "TF_CONFIG",
+        *LEGACY_VARIABLES,
+        "DATA_DIR",
+        "MODEL_DIR",
+        "LOG_DIR",
+        "METRICS_FILE",
+        "CHECKPOINT_DIR",
+        ENV_ROLE,
+        ENV_INDEX,
+        "POD_IP",
+        "POD_NAME",
+    }
+)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

@@ -124,8 +124,10 @@ def sync_pass(
         relative: content
         for relative, content in pointers.items()
         if uploaded.get(relative) != content
-        and (still.get(relative) == content
-             or is_named_checkpoint_uploaded(relative, content, uploaded, checkpoint_dir))
+        and (
+            still.get(relative) == content
+            or is_named_checkpoint_uploaded(relative, content, uploaded, checkpoint_dir)
+        )
     }
     if changed:
         with tempfile.TemporaryDirectory(prefix="tfjob-checkpoint-") as private:
@@ -156,7 +158,9 @@ def is_named_checkpoint_uploaded(
     named = posixpath.normpath(named)
     if named == ".." or named.startswith("../") or f"{named}.index" not in uploaded:
         return False
-    shards = [DATA_SHARD_RE.match(path[len(named):]) for path in uploaded if path.startswith(named)]
+    shards = [
+        DATA_SHARD_RE.match(path[len(named) :]) for path in uploaded if path.startswith(named)
+    ]
     found = {(int(m.group(1)), int(m.group(2))) for m in shards if m}
     counts = {count for _, count in found}
     return len(counts) == 1 and {index for index, _ in found} == set(range(counts.pop()))
@@ -205,7 +209,9 @@ class CheckpointSync:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._pass(
-                "checkpoint sync", self._send_quickly, self._stop.is_set,
+                "checkpoint sync",
+                self._send_quickly,
+                self._stop.is_set,
                 "the next pass tries again",
             )
 

@@ -45,7 +45,6 @@ DEFAULT_MAX_RESTORE_BYTES = 20 * 1024**3
 TOO_LARGE_CODE = "EntityTooLarge"  # transfer.download_to_file's code for max_bytes
 
 
-
 def locate_checkpoint_dir(workspace: str) -> str:
     return os.path.join(workspace, CHECKPOINTS_SUBDIR)
 
@@ -145,8 +144,9 @@ def read_restore_plan(path: str, max_files: int, max_bytes: int) -> RestorePlan 
             f"{RESTORE_FILE}: {len(files)} files listed; the limit is {max_files} "
             "(TFJOB_MAX_RESTORE_FILES)"
         )
-    entries = [check_restore_entry(item, f"{RESTORE_FILE}: files[{i}]")
-               for i, item in enumerate(files)]
+    entries = [
+        check_restore_entry(item, f"{RESTORE_FILE}: files[{i}]") for i, item in enumerate(files)
+    ]
     paths = [entry.path for entry in entries]
     if len(set(paths)) != len(paths):
         twice = sorted(p for p in set(paths) if paths.count(p) > 1)[0]

@@ -66,9 +66,7 @@ def main() -> int:
     access_dir = os.environ.get(ENV_ACCESS_DIR, ACCESS_DIR)
     workspace = os.environ.get(ENV_WORKSPACE, WORKSPACE_DIR)
     max_total = read_limit(ENV_MAX_BUNDLE_BYTES, bundle.DEFAULT_MAX_TOTAL_SIZE)
-    max_compressed = read_limit(
-        ENV_MAX_BUNDLE_COMPRESSED_BYTES, bundle.DEFAULT_MAX_COMPRESSED_SIZE
-    )
+    max_compressed = read_limit(ENV_MAX_BUNDLE_COMPRESSED_BYTES, bundle.DEFAULT_MAX_COMPRESSED_SIZE)
     max_restore_files = read_limit(ENV_MAX_RESTORE_FILES, checkpoints.DEFAULT_MAX_RESTORE_FILES)
     max_restore_bytes = read_limit(ENV_MAX_RESTORE_BYTES, checkpoints.DEFAULT_MAX_RESTORE_BYTES)
     if (

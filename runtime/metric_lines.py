@@ -48,7 +48,7 @@ def parse_metric_line(line: str) -> MetricPoint | None:
     if at < 0:
         return None
     try:
-        value = json.loads(line[at + len(METRIC_MARKER):])
+        value = json.loads(line[at + len(METRIC_MARKER) :])
     except ValueError:
         return None
     if not isinstance(value, dict):
@@ -94,5 +94,12 @@ def latest_metrics(lines: Iterable[str]) -> MetricPoint | None:
     return latest
 
 
-__all__ = ["MAX_LINE_CHARS", "MAX_NAMES", "MAX_POINTS", "MetricPoint",
-           "collect_metric_points", "latest_metrics", "parse_metric_line"]
+__all__ = [
+    "MAX_LINE_CHARS",
+    "MAX_NAMES",
+    "MAX_POINTS",
+    "MetricPoint",
+    "collect_metric_points",
+    "latest_metrics",
+    "parse_metric_line",
+]

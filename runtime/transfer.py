@@ -87,7 +87,7 @@ class UploadPolicy:
         if not isinstance(grants, dict) or not all(
             isinstance(g, dict) and isinstance(g.get("fields"), dict) for g in grants.values()
         ):
-            raise TransferError("upload.json: grants must map names to {\"fields\": {...}}")
+            raise TransferError('upload.json: grants must map names to {"fields": {...}}')
         return cls(
             url=str(raw["url"]),
             prefix=str(raw["prefix"]),

@@ -78,8 +78,14 @@ def main() -> int:
     exited = None
     while not stopping and exited is None:
         time.sleep(POLL_INTERVAL_S)
-        exited = next(((name, p.returncode) for name, p in zip(COMPONENTS, processes, strict=True)
-                       if p.poll() is not None), None)
+        exited = next(
+            (
+                (name, p.returncode)
+                for name, p in zip(COMPONENTS, processes, strict=True)
+                if p.poll() is not None
+            ),
+            None,
+        )
     if exited is not None:
         print(f"airflow {exited[0]} exited with code {exited[1]}; stopping the others", flush=True)
     stop_components(processes)

@@ -203,21 +203,34 @@ def prepare_airflow(home: Path, env: Mapping[str, str], timeout: float = PREPARE
     python = str(Path(sys.executable))
     steps = [
         ("airflow db migrate", [str(Path(sys.executable).parent / "airflow"), "db", "migrate"]),
-        ("tenant roles and users", [python, "-m", "operators.airflow_access",
-                                    "--users-file", str(home / USERS_FILE)]),
+        (
+            "tenant roles and users",
+            [python, "-m", "operators.airflow_access", "--users-file", str(home / USERS_FILE)],
+        ),
     ]
     for what, argv in steps:
         with os.fdopen(open_private(home / LOG_FILE, os.O_WRONLY | os.O_APPEND), "ab") as log:
             try:
-                done = subprocess.run(argv, env=dict(env), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                                      umask=AIRFLOW_UMASK)
+                done = subprocess.run(
+                    argv,
+                    env=dict(env),
+                    cwd=REPO_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    umask=AIRFLOW_UMASK,
+                )
             except subprocess.TimeoutExpired:
-                raise AirflowStartError(f"{what} took more than {timeout:.0f} s; last lines of "
-                                        f"{home / LOG_FILE}:\n{tail_log(home)}") from None
+                raise AirflowStartError(
+                    f"{what} took more than {timeout:.0f} s; last lines of "
+                    f"{home / LOG_FILE}:\n{tail_log(home)}"
+                ) from None
         if done.returncode != 0:
-            raise AirflowStartError(f"{what} failed (exit code {done.returncode}); last lines "
-                                    f"of {home / LOG_FILE}:\n{tail_log(home)}")
+            raise AirflowStartError(
+                f"{what} failed (exit code {done.returncode}); last lines "
+                f"of {home / LOG_FILE}:\n{tail_log(home)}"
+            )
 
 
 def read_pid(home: Path) -> int | None:
@@ -282,8 +295,10 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
     """Start Airflow in the background, or return the instance already running."""
     home = settings.home.resolve()
     if not settings.database_url:
-        raise AirflowStartError("no database: AirflowSettings.database_url names the "
-                                "PostgreSQL database (scripts/postgres_server.py)")
+        raise AirflowStartError(
+            "no database: AirflowSettings.database_url names the "
+            "PostgreSQL database (scripts/postgres_server.py)"
+        )
     make_private_dir(home)
     pid = read_pid(home)
     if pid is not None:
@@ -291,8 +306,11 @@ def start_airflow(settings: AirflowSettings, timeout: float = START_TIMEOUT_S) -
             return await_airflow_ready(settings, pid, timeout)
         ended = stop_airflow(home)  # an earlier instance that crashed or never got healthy
         if ended:
-            print(f"ended {len(ended)} processes of an earlier Airflow in {home} "
-                  f"(pids {', '.join(map(str, sorted(ended)))})", file=sys.stderr)
+            print(
+                f"ended {len(ended)} processes of an earlier Airflow in {home} "
+                f"(pids {', '.join(map(str, sorted(ended)))})",
+                file=sys.stderr,
+            )
     earlier_port_wait = PORT_RELEASE_S if pid is not None else 0.0
     if not await_port_free(settings.port, earlier_port_wait):
         raise AirflowStartError(
@@ -351,8 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="API server port")
     parser.add_argument("--dags-folder", type=Path, default=REPO_ROOT / "dags")
     parser.add_argument("--plugins-folder", type=Path, default=REPO_ROOT / "plugins")
-    parser.add_argument("--postgres-dir", type=Path, default=REPO_ROOT / ".state" / "postgres",
-                        help="state dir of the PostgreSQL holding the database `airflow`")
+    parser.add_argument(
+        "--postgres-dir",
+        type=Path,
+        default=REPO_ROOT / ".state" / "postgres",
+        help="state dir of the PostgreSQL holding the database `airflow`",
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -372,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "up":
         try:
             cluster = postgres_server.start_postgres(args.postgres_dir)
-            settings = replace(settings, database_url=postgres_server.ensure_database(
-                cluster, DATABASE_NAME))
+            settings = replace(
+                settings, database_url=postgres_server.ensure_database(cluster, DATABASE_NAME)
+            )
             instance = start_airflow(settings)
         except (AirflowStartError, postgres_server.PostgresError) as error:
             print(f"error: {error}", file=sys.stderr)

@@ -100,8 +100,9 @@ def find_processes(checkout: Path, state_dir: Path) -> list[Leftover]:
         if not argv or argv == [""]:  # a kernel thread or a zombie
             continue
         reasons = []
-        if cwd and (is_under(cwd, checkout)
-                    or (database_dir is not None and is_under(cwd, database_dir))):
+        if cwd and (
+            is_under(cwd, checkout) or (database_dir is not None and is_under(cwd, database_dir))
+        ):
             reasons.append(f"cwd {cwd}")
         if exe and is_under(exe, checkout):
             reasons.append(f"exe {exe}")

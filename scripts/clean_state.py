@@ -56,8 +56,7 @@ def clean_state(state_dir: Path, yes: bool) -> int:
     holder = find_store_holder(data)
     if holder is not None:
         print(
-            f"error: an S3 server (pid {holder or '?'}) is using {data}; "
-            "stop it first (make down)",
+            f"error: an S3 server (pid {holder or '?'}) is using {data}; stop it first (make down)",
             file=sys.stderr,
         )
         return 1

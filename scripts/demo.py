@@ -62,8 +62,9 @@ def read_service_env() -> dict[str, str]:
     return env
 
 
-def read_run_manifest(request_output: str, dag_id: str, run_id: str,
-                      env: dict[str, str]) -> dict[str, Any]:
+def read_run_manifest(
+    request_output: str, dag_id: str, run_id: str, env: dict[str, str]
+) -> dict[str, Any]:
     import boto3
 
     bucket, _, prefix = request_output.removeprefix("s3://").partition("/")
@@ -133,7 +134,9 @@ def run_demo() -> None:
     print("\n==> Submitting bundles/digits-ps/request.yaml and following the run", flush=True)
     result = subprocess.run(
         [*TSHELL, "submit", str(REQUEST_FILE), "--wait", "--json"],
-        cwd=REPO_ROOT, env={**env, "TSHELL_USERNAME": DEMO_USER}, text=True,
+        cwd=REPO_ROOT,
+        env={**env, "TSHELL_USERNAME": DEMO_USER},
+        text=True,
         stdout=subprocess.PIPE,
     )
     seconds = time.monotonic() - started

@@ -57,7 +57,8 @@ def find_instance_pids(home: Path, session_id: int | None = None) -> list[int]:
             continue
         pid = int(entry.name)
         if has_marker(pid, marker) or (
-            session_id is not None and read_session_id(pid) == session_id
+            session_id is not None
+            and read_session_id(pid) == session_id
             and is_python_or_airflow(pid)
         ):
             found.append(pid)

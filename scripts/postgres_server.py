@@ -95,17 +95,22 @@ class PostgresCluster:
 
     def database_url(self, database: str) -> str:
         """The SQLAlchemy URL of one database (psycopg2; Airflow derives its asyncpg URL)."""
-        return (f"postgresql+psycopg2://{SUPERUSER}:{self.read_password()}@/{database}"
-                f"?host={self.socket_dir}")
+        return (
+            f"postgresql+psycopg2://{SUPERUSER}:{self.read_password()}@/{database}"
+            f"?host={self.socket_dir}"
+        )
 
 
 def find_bin_dir() -> Path:
     """The newest installed PostgreSQL's bin directory (Debian keeps one per major version)."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
-                   key=lambda path: int("0" + "".join(filter(str.isdigit, path.parts[-3]))))
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
+        key=lambda path: int("0" + "".join(filter(str.isdigit, path.parts[-3]))),
+    )
     if not found:
-        raise PostgresError(f"PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/pg_ctl); "
-                            f"{INSTALL_HINT}")
+        raise PostgresError(
+            f"PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/pg_ctl); {INSTALL_HINT}"
+        )
     return found[-1].parent
 
 
@@ -113,8 +118,9 @@ def find_server_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(SERVER_USER)
     except KeyError:
-        raise PostgresError(f"no system user {SERVER_USER!r} to run PostgreSQL as; "
-                            f"{INSTALL_HINT}") from None
+        raise PostgresError(
+            f"no system user {SERVER_USER!r} to run PostgreSQL as; {INSTALL_HINT}"
+        ) from None
 
 
 def find_unsearchable_ancestor(path: Path) -> Path | None:
@@ -126,8 +132,14 @@ def find_unsearchable_ancestor(path: Path) -> Path | None:
 
 
 def run_as_server_user(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", SERVER_USER, "--", *argv], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd="/")
+    return subprocess.run(
+        ["runuser", "-u", SERVER_USER, "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
+    )
 
 
 def make_owned_dir(path: Path, owner: pwd.struct_passwd, mode: int) -> None:
@@ -152,13 +164,17 @@ def check_layout(cluster: PostgresCluster) -> None:
     """PostgresError unless the server user can reach the cluster's dir and name its socket."""
     socket_path = cluster.socket_dir / f".s.PGSQL.{PORT}"
     if len(str(socket_path)) > MAX_SOCKET_PATH:
-        raise PostgresError(f"the socket path {socket_path} is longer than a Unix socket allows "
-                            f"({MAX_SOCKET_PATH} characters); use a shorter --state-dir")
+        raise PostgresError(
+            f"the socket path {socket_path} is longer than a Unix socket allows "
+            f"({MAX_SOCKET_PATH} characters); use a shorter --state-dir"
+        )
     blocked = find_unsearchable_ancestor(cluster.root)
     if blocked is not None:
-        raise PostgresError(f"PostgreSQL runs as the system user {SERVER_USER!r}, which cannot "
-                            f"enter {blocked} (mode {blocked.stat().st_mode & 0o777:o}); "
-                            f"put the state dir elsewhere or `chmod o+x {blocked}`")
+        raise PostgresError(
+            f"PostgreSQL runs as the system user {SERVER_USER!r}, which cannot "
+            f"enter {blocked} (mode {blocked.stat().st_mode & 0o777:o}); "
+            f"put the state dir elsewhere or `chmod o+x {blocked}`"
+        )
 
 
 def write_settings(cluster: PostgresCluster, durable: bool) -> None:
@@ -193,25 +209,37 @@ def init_cluster(cluster: PostgresCluster, durable: bool) -> None:
     write_private(password_file, password)
     os.chown(password_file, owner.pw_uid, owner.pw_gid)
     try:
-        argv = [str(find_bin_dir() / "initdb"), "-D", str(cluster.data), "-U", SUPERUSER,
-                f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8",
-                "--locale=C.UTF-8"]
+        argv = [
+            str(find_bin_dir() / "initdb"),
+            "-D",
+            str(cluster.data),
+            "-U",
+            SUPERUSER,
+            f"--pwfile={password_file}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        ]
         if not durable:
             argv.append("--no-sync")
         done = run_as_server_user(argv, START_TIMEOUT_S)
     finally:
         password_file.unlink(missing_ok=True)
     if done.returncode != 0:
-        raise PostgresError(f"initdb failed (exit {done.returncode}):\n"
-                            f"{(done.stdout + done.stderr).strip()[-3000:]}")
+        raise PostgresError(
+            f"initdb failed (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr).strip()[-3000:]}"
+        )
     write_settings(cluster, durable)
 
 
 def is_running(cluster: PostgresCluster) -> bool:
     if not (cluster.data / "PG_VERSION").exists():
         return False
-    done = run_as_server_user([str(find_bin_dir() / "pg_ctl"), "-D", str(cluster.data),
-                               "status"], STOP_TIMEOUT_S)
+    done = run_as_server_user(
+        [str(find_bin_dir() / "pg_ctl"), "-D", str(cluster.data), "status"], STOP_TIMEOUT_S
+    )
     return done.returncode == 0
 
 
@@ -222,21 +250,37 @@ def start_postgres(state_dir: Path, durable: bool = True) -> PostgresCluster:
         if cluster.root != state_dir.resolve():
             FALLBACK_ROOT.mkdir(parents=True, exist_ok=True)
             FALLBACK_ROOT.chmod(0o711)
-            print(f"note: the postgres user cannot enter {state_dir}; the database lives in "
-                  f"{cluster.root} (recorded in {state_dir / LOCATION_FILE})", file=sys.stderr)
+            print(
+                f"note: the postgres user cannot enter {state_dir}; the database lives in "
+                f"{cluster.root} (recorded in {state_dir / LOCATION_FILE})",
+                file=sys.stderr,
+            )
         init_cluster(cluster, durable)
         if cluster.root != state_dir.resolve():
             state_dir.mkdir(parents=True, exist_ok=True)
             (state_dir / LOCATION_FILE).write_text(f"{cluster.root}\n")
     if is_running(cluster):
         return cluster
-    done = run_as_server_user([str(find_bin_dir() / "pg_ctl"), "-D", str(cluster.data),
-                               "-l", str(cluster.log_file), "-w", "-t", str(START_TIMEOUT_S),
-                               "start"], START_TIMEOUT_S + 10)
+    done = run_as_server_user(
+        [
+            str(find_bin_dir() / "pg_ctl"),
+            "-D",
+            str(cluster.data),
+            "-l",
+            str(cluster.log_file),
+            "-w",
+            "-t",
+            str(START_TIMEOUT_S),
+            "start",
+        ],
+        START_TIMEOUT_S + 10,
+    )
     if done.returncode != 0:
-        raise PostgresError(f"PostgreSQL did not start (exit {done.returncode}):\n"
-                            f"{(done.stdout + done.stderr).strip()[-2000:]}\n"
-                            f"last lines of {cluster.log_file}:\n{tail_log(cluster)}")
+        raise PostgresError(
+            f"PostgreSQL did not start (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr).strip()[-2000:]}\n"
+            f"last lines of {cluster.log_file}:\n{tail_log(cluster)}"
+        )
     return cluster
 
 
@@ -245,26 +289,41 @@ def stop_postgres(state_dir: Path) -> bool:
     cluster = locate_cluster(state_dir)
     if not is_running(cluster):
         return False
-    pg_ctl = [str(find_bin_dir() / "pg_ctl"), "-D", str(cluster.data), "-w",
-              "-t", str(STOP_TIMEOUT_S), "stop"]
+    pg_ctl = [
+        str(find_bin_dir() / "pg_ctl"),
+        "-D",
+        str(cluster.data),
+        "-w",
+        "-t",
+        str(STOP_TIMEOUT_S),
+        "stop",
+    ]
     done = run_as_server_user([*pg_ctl, "-m", "fast"], STOP_TIMEOUT_S + 10)
     if done.returncode != 0:
         done = run_as_server_user([*pg_ctl, "-m", "immediate"], STOP_TIMEOUT_S + 10)
     if done.returncode != 0:
-        raise PostgresError(f"PostgreSQL did not stop (exit {done.returncode}):\n"
-                            f"{(done.stdout + done.stderr).strip()[-2000:]}")
+        raise PostgresError(
+            f"PostgreSQL did not stop (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr).strip()[-2000:]}"
+        )
     return True
 
 
 def ensure_database(cluster: PostgresCluster, database: str) -> str:
     """Create `database` unless it exists; its SQLAlchemy URL."""
     if not DATABASE_NAME.match(database):
-        raise PostgresError(f"database name {database!r}: use lower-case letters, digits and _, "
-                            "starting with a letter, at most 63 characters")
+        raise PostgresError(
+            f"database name {database!r}: use lower-case letters, digits and _, "
+            "starting with a letter, at most 63 characters"
+        )
     import psycopg2
 
-    connection = psycopg2.connect(dbname="postgres", user=SUPERUSER,
-                                  password=cluster.read_password(), host=str(cluster.socket_dir))
+    connection = psycopg2.connect(
+        dbname="postgres",
+        user=SUPERUSER,
+        password=cluster.read_password(),
+        host=str(cluster.socket_dir),
+    )
     try:
         connection.autocommit = True
         with connection.cursor() as cursor:

@@ -65,8 +65,11 @@ class PersistingMiddleware:
                 f"the local S3 could not save this change under {self.mirror.store.root}: "
                 f"{error}. It is in memory only and will be lost when the server stops."
             )
-            print(f"s3 server: {environ.get('REQUEST_METHOD')} "
-                  f"{environ.get('PATH_INFO')}: {message}", file=sys.stderr, flush=True)
+            print(
+                f"s3 server: {environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')}: {message}",
+                file=sys.stderr,
+                flush=True,
+            )
             return answer_error(environ, start_response, Refused("InternalError", message, 500))
         start_response(*held)
         return body

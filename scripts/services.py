@@ -190,8 +190,9 @@ def apply_tenants(kubeconfig: Path, instance: Any) -> None:
 
     def token() -> str:  # one login for all pool calls
         if not tokens:
-            tokens.append(airflow_server.fetch_token(instance.url, instance.username,
-                                                     instance.password))
+            tokens.append(
+                airflow_server.fetch_token(instance.url, instance.username, instance.password)
+            )
         return tokens[0]
 
     for result in apply_everything(str(kubeconfig), instance.url, token):
@@ -319,9 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = StatePaths(args.state_dir.resolve())
     try:
         if args.action == "up":
-            check_preflight(
-                paths, args.s3_port, args.kube_port, args.airflow_port, os.geteuid()
-            )
+            check_preflight(paths, args.s3_port, args.kube_port, args.airflow_port, os.geteuid())
             record = bring_up(
                 paths,
                 args.s3_port,

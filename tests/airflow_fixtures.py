@@ -123,10 +123,18 @@ class AirflowHandle:
         """The same Airflow, logged in as `username` (the admin or a tenant's `<role>-user`)."""
         passwords = airflow_server.read_users(self.home)
         if username not in passwords:
-            raise KeyError(f"no user {username!r} in {self.home / airflow_server.USERS_FILE}; "
-                           f"users: {', '.join(sorted(passwords))}")
-        return AirflowHandle(url=self.url, username=username, password=passwords[username],
-                             home=self.home, pid=self.pid, env=self.env)
+            raise KeyError(
+                f"no user {username!r} in {self.home / airflow_server.USERS_FILE}; "
+                f"users: {', '.join(sorted(passwords))}"
+            )
+        return AirflowHandle(
+            url=self.url,
+            username=username,
+            password=passwords[username],
+            home=self.home,
+            pid=self.pid,
+            env=self.env,
+        )
 
     def stop(self) -> list[int]:
         return airflow_server.stop_airflow(self.home)

@@ -39,5 +39,3 @@ def assert_no_credentials(text: str, *grants: dict) -> None:
         for fields in (g["fields"] for g in grant["grants"].values()):
             for value in (fields["policy"], fields["x-amz-signature"], fields["x-amz-credential"]):
                 assert value not in text
-
-

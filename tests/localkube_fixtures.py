@@ -67,35 +67,49 @@ class LocalkubeHandle:
         """A `kubernetes` Configuration loaded from this cluster's kubeconfig (no global
         configuration touched)."""
         import kubernetes
+
         configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=self.kubeconfig,
-                                           client_configuration=configuration)
+        kubernetes.config.load_kube_config(
+            config_file=self.kubeconfig, client_configuration=configuration
+        )
         return configuration
 
     def core_v1(self):
         """A `kubernetes` CoreV1Api bound to this cluster through its kubeconfig."""
         import kubernetes
+
         return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(self.kube_configuration()))
 
-    def request(self, method: str, path: str, body: dict | None = None,
-                content_type: str = "application/json") -> dict:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        content_type: str = "application/json",
+    ) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.api_url + path, data=data, method=method,
-                                         headers={"Content-Type": content_type,
-                                                  **self.auth_headers()})
+        request = urllib.request.Request(
+            self.api_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": content_type, **self.auth_headers()},
+        )
         with urllib.request.urlopen(request, timeout=10, context=self.ssl_context()) as response:
             return json.loads(response.read())
 
 
-def start_localkube(tmp_path: Path, forward_ports: tuple[int | str, ...] = (),
-                    kubelets: bool = True, nodes_file: str | None = None) -> LocalkubeHandle:
+def start_localkube(
+    tmp_path: Path,
+    forward_ports: tuple[int | str, ...] = (),
+    kubelets: bool = True,
+    nodes_file: str | None = None,
+) -> LocalkubeHandle:
     """Start localkube in `tmp_path/localkube` on a free port; returns once it serves.
 
     `forward_ports`: `--forward` specs, a port (9000) or a port relayed elsewhere
     ("9000=127.0.0.2:9000"); for the S3 server use `S3Server.pod_forward()`."""
     state_dir = Path(tmp_path) / "localkube"
-    argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir),
-            "--port", "0"]
+    argv = [sys.executable, "-m", "localkube", "up", "--state-dir", str(state_dir), "--port", "0"]
     if forward_ports:
         argv += ["--forward", *[str(p) for p in forward_ports]]
     if not kubelets:
@@ -111,17 +125,37 @@ def start_localkube(tmp_path: Path, forward_ports: tuple[int | str, ...] = (),
 
 
 def stop_localkube(handle_or_dir: LocalkubeHandle | Path | str) -> None:
-    state_dir = handle_or_dir.state_dir if isinstance(handle_or_dir, LocalkubeHandle) \
+    state_dir = (
+        handle_or_dir.state_dir
+        if isinstance(handle_or_dir, LocalkubeHandle)
         else str(handle_or_dir)
-    subprocess.run([sys.executable, "-m", "localkube", "down", "--state-dir", state_dir],
-                   capture_output=True, timeout=DOWN_TIMEOUT_S)
+    )
+    subprocess.run(
+        [sys.executable, "-m", "localkube", "down", "--state-dir", state_dir],
+        capture_output=True,
+        timeout=DOWN_TIMEOUT_S,
+    )
 
 
 def mark_node_ready(handle: LocalkubeHandle, node: str, ready: bool = True) -> None:
     """Play the kubelet's part for a node: PATCH its Ready condition."""
-    handle.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [
-        {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
-         "message": "set by a test"}]}}, content_type="application/merge-patch+json")
+    handle.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        "reason": "KubeletReady",
+                        "message": "set by a test",
+                    }
+                ]
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
 
 
 def wait_until(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):
@@ -142,8 +176,20 @@ def restart_kubelet(handle: LocalkubeHandle, node: str, log_path: Path) -> subpr
     done: `down` only knows the pids `up` recorded."""
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "localkube.kubelet", "--api", handle.api_url, "--node", node,
-             "--state-dir", handle.state_dir], stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "localkube.kubelet",
+                "--api",
+                handle.api_url,
+                "--node",
+                node,
+                "--state-dir",
+                handle.state_dir,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def cri_stamp(moment: datetime.datetime) -> str:
@@ -158,27 +204,53 @@ class FakeKubeletPod:
         self.handle, self.namespace = handle, namespace
         self.name = f"p-{uuid.uuid4().hex[:6]}"
         core = handle.core_v1()
-        pod = core.create_namespaced_pod(namespace, {"metadata": {"name": self.name}, "spec": {
-            "schedulerName": "nobody",
-            "containers": [{"name": c, "image": "busybox:1"} for c in containers]}})
+        pod = core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": self.name},
+                "spec": {
+                    "schedulerName": "nobody",
+                    "containers": [{"name": c, "image": "busybox:1"} for c in containers],
+                },
+            },
+        )
         self.uid = pod.metadata.uid
-        handle.request("POST", f"/api/v1/namespaces/{namespace}/pods/{self.name}/binding",
-                       {"target": {"kind": "Node", "name": "node-1"}})
+        handle.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods/{self.name}/binding",
+            {"target": {"kind": "Node", "name": "node-1"}},
+        )
         self.dir = Path(handle.state_dir) / "kubelet" / "pods" / self.uid
-        self.containers = {c: {"pid": None, "restartCount": 0, "env": {}, "workingDir": "/",
-                               "root": None} for c in containers}
+        self.containers = {
+            c: {"pid": None, "restartCount": 0, "env": {}, "workingDir": "/", "root": None}
+            for c in containers
+        }
         self.write_state()
 
     def write_state(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / "state.json.tmp"
-        tmp.write_text(json.dumps({"namespace": self.namespace, "name": self.name,
-                                   "uid": self.uid, "netns": "", "ip": "10.77.1.2",
-                                   "containers": self.containers}))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "namespace": self.namespace,
+                    "name": self.name,
+                    "uid": self.uid,
+                    "netns": "",
+                    "ip": "10.77.1.2",
+                    "containers": self.containers,
+                }
+            )
+        )
         tmp.replace(self.dir / "state.json")
 
-    def append_log(self, container: str, lines: list[tuple[str, str, str]],
-                   restart: int = 0, when: datetime.datetime | None = None) -> None:
+    def append_log(
+        self,
+        container: str,
+        lines: list[tuple[str, str, str]],
+        restart: int = 0,
+        when: datetime.datetime | None = None,
+    ) -> None:
         path = self.dir / "logs" / container / f"{restart}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         stamp = cri_stamp(when or datetime.datetime.now(datetime.UTC))
@@ -188,12 +260,26 @@ class FakeKubeletPod:
 
     def set_container_state(self, container: str, state: dict, phase: str = "Running") -> None:
         self.handle.request(
-            "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
-            {"status": {"phase": phase, "containerStatuses": [
-                {"name": container, "state": state, "ready": "running" in state,
-                 "restartCount": self.containers[container]["restartCount"],
-                 "image": "busybox:1", "imageID": "", "started": "running" in state}]}},
-            content_type="application/merge-patch+json")
+            "PATCH",
+            f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
+            {
+                "status": {
+                    "phase": phase,
+                    "containerStatuses": [
+                        {
+                            "name": container,
+                            "state": state,
+                            "ready": "running" in state,
+                            "restartCount": self.containers[container]["restartCount"],
+                            "image": "busybox:1",
+                            "imageID": "",
+                            "started": "running" in state,
+                        }
+                    ],
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
 
 
 @pytest.fixture

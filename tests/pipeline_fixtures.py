@@ -53,6 +53,7 @@ NAMESPACE = f"tfjob-{TENANT}"
 STANDIN_BUNDLE_KEY = "bundles/standin.tar.gz"
 DAG_TEST_TIMEOUT_S = 420
 
+
 @dataclass
 class DagResult:
     state: str
@@ -162,8 +163,9 @@ class PipelineWorld:
         for line in stdout.splitlines():
             if line.startswith("PIPELINE_RESULT "):
                 data = json.loads(line[len("PIPELINE_RESULT ") :])
-                return DagResult(data["state"], data["tasks"], data["run_id"], output,
-                                 data["dag_id"])
+                return DagResult(
+                    data["state"], data["tasks"], data["run_id"], output, data["dag_id"]
+                )
         raise AssertionError(
             f"dag.test() gave no result (rc {process.returncode}):\n{output[-8000:]}"
         )
@@ -172,8 +174,9 @@ class PipelineWorld:
         self.write_request(body)
         return self.run_dag(f"{REQUEST_DAG_PREFIX}{body['name']}", logical_date=logical_date)
 
-    def run_submit(self, body: dict[str, Any], logical_date: str | None = None,
-                   tenant: str | None = None) -> DagResult:
+    def run_submit(
+        self, body: dict[str, Any], logical_date: str | None = None, tenant: str | None = None
+    ) -> DagResult:
         """`dag.test()` of a tenant's submit DAG (the request's tenant unless `tenant` says)."""
         dag_id = submit_dag_id(tenant or body["tenant"])
         return self.run_dag(dag_id, conf=body, logical_date=logical_date)
@@ -187,10 +190,15 @@ class PipelineWorld:
         """(try number, state) of every try of a task in this world's Airflow DB, oldest first."""
         rows: set[tuple[int, str]] = set()
         for table in ("task_instance", "task_instance_history"):
-            rows |= {(number, state) for number, state in self.query_airflow_db(
-                f"SELECT try_number, state FROM {table} "
-                "WHERE dag_id = :dag_id AND task_id = :task_id",
-                dag_id=dag_id, task_id=task_id)}
+            rows |= {
+                (number, state)
+                for number, state in self.query_airflow_db(
+                    f"SELECT try_number, state FROM {table} "
+                    "WHERE dag_id = :dag_id AND task_id = :task_id",
+                    dag_id=dag_id,
+                    task_id=task_id,
+                )
+            }
         return sorted(rows)
 
     def query_airflow_db(self, sql: str, **params: Any) -> list[tuple]:

@@ -184,5 +184,3 @@ def start_recorder(world, job: str) -> PodLifeRecorder:  # type: ignore[no-untyp
     recorder.start()
     assert recorder.listed.wait(60), f"could not list the pods of {job}: {recorder.errors}"
     return recorder
-
-

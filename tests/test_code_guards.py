@@ -55,8 +55,9 @@ def module_name(path: Path) -> str:
 def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
     """(line, dotted name) of every import in the file, relative ones resolved."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
-        else module_name(path)
+    package = (
+        module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
+    )
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -81,9 +82,11 @@ def first_party_target(name: str, importer: str) -> str | None:
 
 
 def test_no_module_is_over_500_lines():
-    over = [f"{path.relative_to(REPO)}: {count} lines"
-            for path in iter_modules(SIZED_FOLDERS)
-            if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    over = [
+        f"{path.relative_to(REPO)}: {count} lines"
+        for path in iter_modules(SIZED_FOLDERS)
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
     assert not over, f"split along their seams (at most {MAX_MODULE_LINES} lines): {over}"
 
 
@@ -153,9 +156,12 @@ def test_no_import_circle_among_the_product_modules():
     assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]),
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ],
+)
 def test_the_circle_finder_finds_circles_and_only_circles(graph, expected):
     assert find_cycles(graph) == expected

@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-BASES = {"tfjob": "TfjobError", "runtime": "PodError", "operators": "PipelineError",
-         "tshell": "TshellError"}
+BASES = {
+    "tfjob": "TfjobError",
+    "runtime": "PodError",
+    "operators": "PipelineError",
+    "tshell": "TshellError",
+}
 # Documented in the package docstrings as outside the tree, with the reason there.
 OUTSIDE = {"runtime.checkpoint_sync.PassStopped"}
 # runtime's entry scripts import their siblings by flat name: read, not imported.
@@ -40,8 +44,11 @@ def imported_exception_classes(package: str) -> list[type[BaseException]]:
         if path.stem in {"__init__", "__main__"}:
             continue
         module = importlib.import_module(f"{package}.{path.stem}")
-        classes += [value for _, value in inspect.getmembers(module, inspect.isclass)
-                    if issubclass(value, BaseException) and value.__module__ == module.__name__]
+        classes += [
+            value
+            for _, value in inspect.getmembers(module, inspect.isclass)
+            if issubclass(value, BaseException) and value.__module__ == module.__name__
+        ]
     return classes
 
 
@@ -49,8 +56,11 @@ def imported_exception_classes(package: str) -> list[type[BaseException]]:
 def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
     base = getattr(importlib.import_module(f"{package}.errors"), BASES[package])
     drawing = importlib.import_module(package).__doc__ or ""
-    classes = [c for c in imported_exception_classes(package)
-               if f"{c.__module__}.{c.__name__}" not in OUTSIDE and c is not base]
+    classes = [
+        c
+        for c in imported_exception_classes(package)
+        if f"{c.__module__}.{c.__name__}" not in OUTSIDE and c is not base
+    ]
     assert classes, "no errors found: the test reads the wrong place"
     outside = [c.__qualname__ for c in classes if not issubclass(c, base)]
     assert not outside, f"re-base these on {base.__name__}: {outside}"
@@ -60,9 +70,13 @@ def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
 
 def test_every_error_of_the_pod_side_has_its_base_and_is_drawn():
     classes = runtime_exception_classes()
-    errors = {name for name, bases in classes.items()
-              if name not in OUTSIDE and name != "runtime.errors.PodError"
-              and any(b in {"Exception", "PodError"} or b.endswith("Error") for b in bases)}
+    errors = {
+        name
+        for name, bases in classes.items()
+        if name not in OUTSIDE
+        and name != "runtime.errors.PodError"
+        and any(b in {"Exception", "PodError"} or b.endswith("Error") for b in bases)
+    }
     assert "runtime.keeper.PathRefused" in errors and "runtime.transfer.TransferError" in errors
     drawing = (REPO / "runtime" / "__init__.py").read_text(encoding="utf-8")
     for name in sorted(errors):

@@ -17,7 +17,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def list_make_commands(target: str) -> list[str]:
     done = subprocess.run(
-        ["make", "-n", target], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        ["make", "-n", target],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=True,
     )
     return [line.strip() for line in done.stdout.splitlines() if line.strip()]

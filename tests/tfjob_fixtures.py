@@ -20,14 +20,20 @@ def valid_request_data(**overrides: Any) -> dict[str, Any]:
 
 def distributed_request_data(**overrides: Any) -> dict[str, Any]:
     """A valid parameter-server request with every role, with `overrides` applied."""
-    data: dict[str, Any] = {"mode": "distributed",
-                            "replicas": {"chief": 1, "ps": 2, "worker": 3, "evaluator": 1}}
+    data: dict[str, Any] = {
+        "mode": "distributed",
+        "replicas": {"chief": 1, "ps": 2, "worker": 3, "evaluator": 1},
+    }
     data.update(overrides)
     return valid_request_data(**data)
 
 
-RUN = RunIdentity(job="digits", run_id="manual__2026-12-02T12:00:00+00:00",
-                  dag_id="tfjob__digits", namespace="tfjob-team-a")
+RUN = RunIdentity(
+    job="digits",
+    run_id="manual__2026-12-02T12:00:00+00:00",
+    dag_id="tfjob__digits",
+    namespace="tfjob-team-a",
+)
 
 BUNDLE_BUCKET = "tfjob-bundles"
 OUTPUT_BUCKET = "tfjob-output"
@@ -40,5 +46,7 @@ def tenant_storage(name: str) -> dict[str, list[str]]:
     `check_request_policy` looks at them: a request it judges against such a tenant
     needs a bundle and an output under them (the fixture request's are not).
     """
-    return {"bundle_prefixes": [f"s3://{BUNDLE_BUCKET}/{name}/"],
-            "output_prefixes": [f"s3://{OUTPUT_BUCKET}/{name}/"]}
+    return {
+        "bundle_prefixes": [f"s3://{BUNDLE_BUCKET}/{name}/"],
+        "output_prefixes": [f"s3://{OUTPUT_BUCKET}/{name}/"],
+    }

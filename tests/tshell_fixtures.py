@@ -13,12 +13,20 @@ from pathlib import Path
 import pytest
 
 # What tshell or boto3 would otherwise pick up from the machine.
-MACHINE_SETTINGS = ("TSHELL_KUBECONFIG", "KUBECONFIG", "TSHELL_PROGRESS", "AWS_ENDPOINT_URL",
-                    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "TSHELL_S3_ENDPOINT_URL")
+MACHINE_SETTINGS = (
+    "TSHELL_KUBECONFIG",
+    "KUBECONFIG",
+    "TSHELL_PROGRESS",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "TSHELL_S3_ENDPOINT_URL",
+)
 
 
-def point_tshell_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str, username: str,
-                    password: str) -> None:
+def point_tshell_at(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str, username: str, password: str
+) -> None:
     """tshell talks to the Airflow at `url` as `username`, and knows nothing else."""
     monkeypatch.setenv("TSHELL_CONFIG", str(tmp_path / "no-config.yaml"))
     monkeypatch.setenv("TSHELL_SERVICES_FILE", str(tmp_path / "no-services.json"))

@@ -48,14 +48,33 @@ class Attempt:
             object.__setattr__(self, "kind", FailureKind(self.kind))
 
     @classmethod
-    def ended_by(cls, number: int, verdict: RestartVerdict, failure: ReplicaFailure, *,
-                 started: datetime | None = None, ended: datetime | None = None,
-                 restored_checkpoint_step: int | None = None) -> Attempt:
+    def ended_by(
+        cls,
+        number: int,
+        verdict: RestartVerdict,
+        failure: ReplicaFailure,
+        *,
+        started: datetime | None = None,
+        ended: datetime | None = None,
+        restored_checkpoint_step: int | None = None,
+    ) -> Attempt:
         """The record of an attempt that `verdict` judged."""
-        outcome = AttemptOutcome.RESTARTED if verdict.decision is Decision.RESTART \
+        outcome = (
+            AttemptOutcome.RESTARTED
+            if verdict.decision is Decision.RESTART
             else AttemptOutcome.FAILED
-        return cls(number, started, ended, outcome, failure.replica, verdict.kind,
-                   verdict.cause, failure.exit_code, restored_checkpoint_step)
+        )
+        return cls(
+            number,
+            started,
+            ended,
+            outcome,
+            failure.replica,
+            verdict.kind,
+            verdict.cause,
+            failure.exit_code,
+            restored_checkpoint_step,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 text, enums as their values."""
@@ -82,8 +101,9 @@ class Attempt:
             try:
                 return None if value is None else datetime.fromisoformat(value)
             except (TypeError, ValueError):
-                raise ValueError(f"attempt.{key}: {value!r} given; an ISO 8601 time or "
-                                 "null") from None
+                raise ValueError(
+                    f"attempt.{key}: {value!r} given; an ISO 8601 time or null"
+                ) from None
 
         try:
             return cls(
@@ -110,13 +130,20 @@ def describe_run_failure(attempts: Sequence[Attempt], verdict: RestartVerdict | 
     """
     if not attempts:
         raise ValueError("describe_run_failure: no attempts given; at least one")
-    causes = "; ".join(f"attempt {attempt.number}: {attempt.reason or 'failed'}"
-                       for attempt in attempts)
-    head = "training failed" if len(attempts) == 1 else \
-        f"training failed after {len(attempts)} attempts"
+    causes = "; ".join(
+        f"attempt {attempt.number}: {attempt.reason or 'failed'}" for attempt in attempts
+    )
+    head = (
+        "training failed"
+        if len(attempts) == 1
+        else f"training failed after {len(attempts)} attempts"
+    )
     text = f"{head}: {causes}"
     if verdict is not None and verdict.decision is Decision.FAIL:
-        why = verdict.why if verdict.why.startswith("not restarted") else \
-            f"not restarted: {verdict.why}"
+        why = (
+            verdict.why
+            if verdict.why.startswith("not restarted")
+            else f"not restarted: {verdict.why}"
+        )
         text += f" ({why})"
     return text

@@ -19,8 +19,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-ACTIVE_TASK_STATES = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry",
-                                "up_for_reschedule", "restarting", "awaiting_input"})
+ACTIVE_TASK_STATES = frozenset(
+    {
+        "scheduled",
+        "queued",
+        "running",
+        "deferred",
+        "up_for_retry",
+        "up_for_reschedule",
+        "restarting",
+        "awaiting_input",
+    }
+)
 # Trigger rules of tasks that run whatever happened upstream (teardown: all_done_setup_success).
 CLEANUP_TRIGGER_RULES = frozenset({"all_done", "all_done_setup_success", "always"})
 CANCEL_ROUNDS = 3
@@ -47,16 +57,23 @@ def select_cleanup_tasks(tasks: Iterable[tuple[str, str]]) -> set[str]:
     return {task_id for task_id, rule in tasks if str(rule) in CLEANUP_TRIGGER_RULES}
 
 
-def select_tasks_to_fail(instances: Iterable[TaskInstanceRef],
-                         spared: set[str]) -> list[TaskInstanceRef]:
-    return [ti for ti in instances
-            if ti.task_id not in spared and str(ti.state or "none") in ACTIVE_TASK_STATES]
+def select_tasks_to_fail(
+    instances: Iterable[TaskInstanceRef], spared: set[str]
+) -> list[TaskInstanceRef]:
+    return [
+        ti
+        for ti in instances
+        if ti.task_id not in spared and str(ti.state or "none") in ACTIVE_TASK_STATES
+    ]
 
 
-def cancel_run_tasks(list_instances: Callable[[], Iterable[TaskInstanceRef]],
-                     fail_task: Callable[[TaskInstanceRef], None],
-                     mark_run_failed: Callable[[], None], spared: set[str],
-                     rounds: int = CANCEL_ROUNDS) -> CancelOutcome:
+def cancel_run_tasks(
+    list_instances: Callable[[], Iterable[TaskInstanceRef]],
+    fail_task: Callable[[TaskInstanceRef], None],
+    mark_run_failed: Callable[[], None],
+    spared: set[str],
+    rounds: int = CANCEL_ROUNDS,
+) -> CancelOutcome:
     """Fail the run's active tasks but the spared, in up to `rounds` passes; if none had
     started, mark the run failed. The caller has checked the run is still active."""
     failed: list[str] = []

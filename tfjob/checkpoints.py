@@ -49,8 +49,9 @@ def checkpoints_prefix(run_prefix_key: str) -> str:
     return f"{run_prefix_key.rstrip('/')}/{CHECKPOINTS_DIR}"
 
 
-def select_checkpoint_files(objects: Iterable[tuple[str, int]],
-                            prefix: str) -> list[CheckpointFile]:
+def select_checkpoint_files(
+    objects: Iterable[tuple[str, int]], prefix: str
+) -> list[CheckpointFile]:
     """The files to restore from (key, size) pairs listed under `prefix`, by path.
 
     Folder markers (keys ending in '/') and keys whose path the pod would refuse
@@ -61,7 +62,7 @@ def select_checkpoint_files(objects: Iterable[tuple[str, int]],
     for key, size in objects:
         if not key.startswith(prefix) or key.endswith("/"):
             continue
-        path = key[len(prefix):]
+        path = key[len(prefix) :]
         if any(part in ("", ".", "..") for part in path.split("/")) or "\\" in path:
             continue
         files.append(CheckpointFile(path, int(size), key))
@@ -90,16 +91,15 @@ def parse_checkpoint_step(pointer_text: str) -> int | None:
     return int(suffix.group("step")) if suffix else None
 
 
-def build_restore_document(source: str | None, step: int | None,
-                           files: Sequence[CheckpointFile],
-                           urls: Mapping[str, str]) -> dict[str, Any]:
+def build_restore_document(
+    source: str | None, step: int | None, files: Sequence[CheckpointFile], urls: Mapping[str, str]
+) -> dict[str, Any]:
     """restore.json: each file with its presigned GET (`urls` by key)."""
     return {
         "version": RESTORE_VERSION,
         "source": source,
         "step": step,
-        "files": [{"path": item.path, "size": item.size, "url": urls[item.key]}
-                  for item in files],
+        "files": [{"path": item.path, "size": item.size, "url": urls[item.key]} for item in files],
     }
 
 
@@ -109,8 +109,17 @@ def build_empty_restore() -> dict[str, Any]:
 
 
 __all__ = [
-    "CHECKPOINTS_DIR", "MAX_POINTER_BYTES", "MAX_RESTORE_BYTES", "MAX_RESTORE_FILES",
-    "POINTER_NAME", "CheckpointFile", "RestoreTooLarge", "build_empty_restore",
-    "build_restore_document", "checkpoints_prefix", "find_pointer", "parse_checkpoint_step",
+    "CHECKPOINTS_DIR",
+    "MAX_POINTER_BYTES",
+    "MAX_RESTORE_BYTES",
+    "MAX_RESTORE_FILES",
+    "POINTER_NAME",
+    "CheckpointFile",
+    "RestoreTooLarge",
+    "build_empty_restore",
+    "build_restore_document",
+    "checkpoints_prefix",
+    "find_pointer",
+    "parse_checkpoint_step",
     "select_checkpoint_files",
 ]

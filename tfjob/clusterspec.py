@@ -52,25 +52,35 @@ def _check_endpoint(endpoint: Endpoint) -> Endpoint:
     try:
         role = Role(endpoint.role)
     except ValueError:
-        raise ClusterSpecError(f"{where}: role {endpoint.role!r} given; allowed: "
-                               f"{', '.join(r.value for r in Role)}") from None
-    if isinstance(endpoint.index, bool) or not isinstance(endpoint.index, int) \
-            or endpoint.index < 0:
-        raise ClusterSpecError(f"{where}: index {endpoint.index!r} given; allowed: an "
-                               "integer of 0 or more")
+        raise ClusterSpecError(
+            f"{where}: role {endpoint.role!r} given; allowed: {', '.join(r.value for r in Role)}"
+        ) from None
+    if (
+        isinstance(endpoint.index, bool)
+        or not isinstance(endpoint.index, int)
+        or endpoint.index < 0
+    ):
+        raise ClusterSpecError(
+            f"{where}: index {endpoint.index!r} given; allowed: an integer of 0 or more"
+        )
     try:
         ipaddress.ip_address(endpoint.ip)
     except ValueError:
-        raise ClusterSpecError(f"{where}: ip {endpoint.ip!r} given; allowed: an IPv4 or "
-                               "IPv6 address") from None
-    if isinstance(endpoint.port, bool) or not isinstance(endpoint.port, int) \
-            or not 1 <= endpoint.port <= 65535:
+        raise ClusterSpecError(
+            f"{where}: ip {endpoint.ip!r} given; allowed: an IPv4 or IPv6 address"
+        ) from None
+    if (
+        isinstance(endpoint.port, bool)
+        or not isinstance(endpoint.port, int)
+        or not 1 <= endpoint.port <= 65535
+    ):
         raise ClusterSpecError(f"{where}: port {endpoint.port!r} given; allowed: 1 to 65535")
     return Endpoint(role, endpoint.index, endpoint.ip, endpoint.port)
 
 
-def build_cluster_spec(request: TrainingRequest,
-                       endpoints: Iterable[Endpoint]) -> dict[str, list[str]]:
+def build_cluster_spec(
+    request: TrainingRequest, endpoints: Iterable[Endpoint]
+) -> dict[str, list[str]]:
     """role -> ["ip:port", ...] for every replica of the request, in Role and index order.
 
     Only roles with replicas appear. Raises ClusterSpecError on unknown roles,
@@ -82,16 +92,22 @@ def build_cluster_spec(request: TrainingRequest,
         endpoint = _check_endpoint(raw)
         expected = request.replica_count(endpoint.role)
         if expected == 0:
-            raise ClusterSpecError(f"endpoint {endpoint.role}-{endpoint.index}: the request "
-                                   f"has no {endpoint.role} replicas")
+            raise ClusterSpecError(
+                f"endpoint {endpoint.role}-{endpoint.index}: the request "
+                f"has no {endpoint.role} replicas"
+            )
         if endpoint.index >= expected:
-            raise ClusterSpecError(f"endpoint {endpoint.role}-{endpoint.index}: index "
-                                   f"{endpoint.index} given; the request has {expected} "
-                                   f"{endpoint.role} replica(s), indices 0-{expected - 1}")
+            raise ClusterSpecError(
+                f"endpoint {endpoint.role}-{endpoint.index}: index "
+                f"{endpoint.index} given; the request has {expected} "
+                f"{endpoint.role} replica(s), indices 0-{expected - 1}"
+            )
         seen = by_role[endpoint.role]
         if endpoint.index in seen:
-            raise ClusterSpecError(f"endpoint {endpoint.role}-{endpoint.index}: given twice "
-                                   f"({seen[endpoint.index].address} and {endpoint.address})")
+            raise ClusterSpecError(
+                f"endpoint {endpoint.role}-{endpoint.index}: given twice "
+                f"({seen[endpoint.index].address} and {endpoint.address})"
+            )
         seen[endpoint.index] = endpoint
     cluster: dict[str, list[str]] = {}
     for role in Role:
@@ -102,7 +118,8 @@ def build_cluster_spec(request: TrainingRequest,
         if missing:
             raise ClusterSpecError(
                 f"{role}: {len(by_role[role])} of {expected} endpoints given; missing "
-                f"{', '.join(f'{role}-{index}' for index in missing)}")
+                f"{', '.join(f'{role}-{index}' for index in missing)}"
+            )
         cluster[role.value] = [by_role[role][index].address for index in range(expected)]
     return cluster
 
@@ -111,12 +128,14 @@ def _check_task(cluster: Mapping[str, list[str]], role: Role, index: int) -> Rol
     try:
         role = Role(role)
     except ValueError:
-        raise ClusterSpecError(f"task role {role!r} given; allowed: "
-                               f"{', '.join(r.value for r in Role)}") from None
+        raise ClusterSpecError(
+            f"task role {role!r} given; allowed: {', '.join(r.value for r in Role)}"
+        ) from None
     tasks = cluster.get(role.value, [])
     if not 0 <= index < len(tasks):
-        raise ClusterSpecError(f"task {role}-{index} given; the cluster has {len(tasks)} "
-                               f"{role} task(s)")
+        raise ClusterSpecError(
+            f"task {role}-{index} given; the cluster has {len(tasks)} {role} task(s)"
+        )
     return role
 
 
@@ -147,13 +166,16 @@ def build_legacy_env(cluster: Mapping[str, list[str]], role: Role, index: int) -
     return env | {"JOB_NAME": role.value, "TASK_INDEX": str(index)}
 
 
-def build_cluster_files(request: TrainingRequest,
-                        endpoints: Iterable[Endpoint]) -> dict[tuple[Role, int], dict[str, Any]]:
+def build_cluster_files(
+    request: TrainingRequest, endpoints: Iterable[Endpoint]
+) -> dict[tuple[Role, int], dict[str, Any]]:
     """Per replica, the content of its cluster.json: {"tf_config": ..., "legacy": ...}."""
     cluster = build_cluster_spec(request, endpoints)
     return {
-        (role, index): {"tf_config": build_tf_config(cluster, role, index),
-                        "legacy": build_legacy_env(cluster, role, index)}
+        (role, index): {
+            "tf_config": build_tf_config(cluster, role, index),
+            "legacy": build_legacy_env(cluster, role, index),
+        }
         for role, index in request.replicas_in_order()
     }
 
@@ -161,14 +183,13 @@ def build_cluster_files(request: TrainingRequest,
 def parse_address(address: str) -> tuple[str, int]:
     """("ip", port) from "ip:port" or "[ipv6]:port"; ClusterSpecError when malformed."""
     if not isinstance(address, str):
-        raise ClusterSpecError(f"address {address!r} given; allowed: \"ip:port\"")
+        raise ClusterSpecError(f'address {address!r} given; allowed: "ip:port"')
     if address.startswith("["):
         host, sep, port = address[1:].partition("]:")
     else:
         host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise ClusterSpecError(f"address {address!r} given; allowed: \"ip:port\" or "
-                               "\"[ipv6]:port\"")
+        raise ClusterSpecError(f'address {address!r} given; allowed: "ip:port" or "[ipv6]:port"')
     return host, int(port)
 
 
@@ -179,11 +200,11 @@ def endpoints_from_mapping(mapping: Mapping[str, list[str]]) -> list[Endpoint]:
         try:
             role = Role(role_name)
         except ValueError:
-            raise ClusterSpecError(f"role {role_name!r} given; allowed: "
-                                   f"{', '.join(r.value for r in Role)}") from None
+            raise ClusterSpecError(
+                f"role {role_name!r} given; allowed: {', '.join(r.value for r in Role)}"
+            ) from None
         if isinstance(addresses, str) or not isinstance(addresses, list | tuple):
-            raise ClusterSpecError(f"{role}: {addresses!r} given; allowed: a list of "
-                                   "\"ip:port\"")
+            raise ClusterSpecError(f'{role}: {addresses!r} given; allowed: a list of "ip:port"')
         for index, address in enumerate(addresses):
             ip, port = parse_address(address)
             endpoints.append(_check_endpoint(Endpoint(role, index, ip, port)))
@@ -209,7 +230,8 @@ def endpoints_to_mapping(endpoints: Iterable[Endpoint]) -> dict[str, list[str]]:
         indices = by_role[role]
         missing = [index for index in range(max(indices) + 1) if index not in indices]
         if missing:
-            raise ClusterSpecError(f"{role}: missing "
-                                   f"{', '.join(f'{role}-{index}' for index in missing)}")
+            raise ClusterSpecError(
+                f"{role}: missing {', '.join(f'{role}-{index}' for index in missing)}"
+            )
         mapping[role.value] = [indices[index] for index in range(len(indices))]
     return mapping

@@ -26,8 +26,7 @@ def max_active_deadline(startup_timeout: int) -> int:
 
 def grant_lifetime(startup_timeout: int, active_deadline: int, cap: int) -> int:
     """Seconds a grant is signed for: the run window, at most `cap` and SigV4's limit."""
-    return max(1, min(run_window_seconds(startup_timeout, active_deadline), cap,
-                      MAX_GRANT_SECONDS))
+    return max(1, min(run_window_seconds(startup_timeout, active_deadline), cap, MAX_GRANT_SECONDS))
 
 
 def refresh_interval(lifetime: int, longest: float) -> float:

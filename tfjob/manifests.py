@@ -57,8 +57,7 @@ VOLUME_CONFIG = "tfjob-config"
 UPLOAD_PATIENCE_SECONDS = 600
 # ConfigMaps and Secrets are limited to 1 MiB in all.
 MAX_OBJECT_DATA_BYTES = 1024 * 1024
-CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                "0123456789-._")
+CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
 # Who a replica's processes are: not root, and not a uid of the image (which has no
 # user for it), so HOME points at a directory every uid may write.
@@ -72,14 +71,22 @@ CONFIG_FILE_MODE = 0o444
 
 def build_pod_security_context() -> dict[str, Any]:
     """The pod's securityContext: non-root uid/gid, fsGroup, RuntimeDefault seccomp."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GROUP,
-            "fsGroup": FS_GROUP, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_GROUP,
+        "fsGroup": FS_GROUP,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def build_container_security_context() -> dict[str, Any]:
     """Every container's securityContext: no privilege escalation, no capabilities."""
-    return {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]}}
+    return {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def build_home_env() -> dict[str, str]:
@@ -106,13 +113,13 @@ def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, 
         "name": name,
         "namespace": run.namespace,
         "labels": labels,
-        "annotations": {naming.ANNOTATION_RUN_ID: run.run_id,
-                        naming.ANNOTATION_DAG_ID: run.dag_id},
+        "annotations": {naming.ANNOTATION_RUN_ID: run.run_id, naming.ANNOTATION_DAG_ID: run.dag_id},
     }
 
 
-def build_replica_env(request: TrainingRequest, role: Role, index: int,
-                      upload_patience: int = UPLOAD_PATIENCE_SECONDS) -> list[dict[str, Any]]:
+def build_replica_env(
+    request: TrainingRequest, role: Role, index: int, upload_patience: int = UPLOAD_PATIENCE_SECONDS
+) -> list[dict[str, Any]]:
     """The `tensorflow` container's environment, TFJOB_* first, then the request's."""
     distributed = request.mode is Mode.DISTRIBUTED
     owner = request.model_owner() == (role, index)
@@ -121,13 +128,25 @@ def build_replica_env(request: TrainingRequest, role: Role, index: int,
         {"name": protocol.ENV_INDEX, "value": str(index)},
         {"name": protocol.ENV_WAIT_CLUSTERSPEC, "value": "1" if distributed else "0"},
         # From the replica's own start until the latest possible delivery (tfjob/timeline.py).
-        {"name": protocol.ENV_CLUSTERSPEC_TIMEOUT,
-         "value": str(clusterspec_wait_seconds(request.startup_timeout, request.active_deadline))},
+        {
+            "name": protocol.ENV_CLUSTERSPEC_TIMEOUT,
+            "value": str(
+                clusterspec_wait_seconds(request.startup_timeout, request.active_deadline)
+            ),
+        },
         {"name": protocol.ENV_UPLOAD_MODEL, "value": "1" if owner else "0"},
-        *([{"name": protocol.ENV_UPLOAD_PATIENCE, "value": str(upload_patience)},
-           {"name": protocol.ENV_SYNC_CHECKPOINTS, "value": "1"},
-           {"name": protocol.ENV_CHECKPOINT_INTERVAL, "value": str(request.checkpoint_interval)}]
-          if owner else []),
+        *(
+            [
+                {"name": protocol.ENV_UPLOAD_PATIENCE, "value": str(upload_patience)},
+                {"name": protocol.ENV_SYNC_CHECKPOINTS, "value": "1"},
+                {
+                    "name": protocol.ENV_CHECKPOINT_INTERVAL,
+                    "value": str(request.checkpoint_interval),
+                },
+            ]
+            if owner
+            else []
+        ),
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
@@ -148,8 +167,10 @@ def build_resources(request: TrainingRequest, role: Role, *, with_gpu: bool = Tr
     spec = request.resources_for(role)
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
-    for name, amount, limit in (("cpu", spec.cpu, spec.cpu_limit),
-                                ("memory", spec.memory, spec.memory_limit)):
+    for name, amount, limit in (
+        ("cpu", spec.cpu, spec.cpu_limit),
+        ("memory", spec.memory, spec.memory_limit),
+    ):
         if amount is not None or limit is not None:
             requests[name] = amount if amount is not None else limit
         if limit is not None:
@@ -175,16 +196,28 @@ def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:
 
 def build_volumes(run_key: str, *, owner: bool) -> list[dict[str, Any]]:
     """The pod's volumes; only the model owner's pod has the upload grants."""
-    upload = [{"name": VOLUME_UPLOAD,
-               "secret": {"secretName": naming.upload_secret_name(run_key),
-                          "defaultMode": SECRET_FILE_MODE}}] if owner else []
+    upload = (
+        [
+            {
+                "name": VOLUME_UPLOAD,
+                "secret": {
+                    "secretName": naming.upload_secret_name(run_key),
+                    "defaultMode": SECRET_FILE_MODE,
+                },
+            }
+        ]
+        if owner
+        else []
+    )
     return [
-        {"name": VOLUME_RUNTIME,
-         "configMap": {"name": naming.configmap_name(run_key),
-                       "defaultMode": CONFIG_FILE_MODE}},
-        {"name": VOLUME_ACCESS,
-         "secret": {"secretName": naming.secret_name(run_key),
-                    "defaultMode": SECRET_FILE_MODE}},
+        {
+            "name": VOLUME_RUNTIME,
+            "configMap": {"name": naming.configmap_name(run_key), "defaultMode": CONFIG_FILE_MODE},
+        },
+        {
+            "name": VOLUME_ACCESS,
+            "secret": {"secretName": naming.secret_name(run_key), "defaultMode": SECRET_FILE_MODE},
+        },
         *upload,
         {"name": VOLUME_WORKSPACE, "emptyDir": {}},
         {"name": VOLUME_CONFIG, "emptyDir": {}},
@@ -201,8 +234,10 @@ _CONFIG_MOUNT = {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR}
 
 # The keeper sleeps; archive's `keeper.py read` execs (4 MiB base64 chunks) run in
 # its cgroups, hence a little CPU and memory headroom above the request.
-KEEPER_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"},
-                    "limits": {"cpu": "500m", "memory": "128Mi"}}
+KEEPER_RESOURCES = {
+    "requests": {"cpu": "10m", "memory": "32Mi"},
+    "limits": {"cpu": "500m", "memory": "128Mi"},
+}
 
 
 def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
@@ -223,15 +258,18 @@ def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
     }
 
 
-def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
-                       index: int, upload_patience: int = UPLOAD_PATIENCE_SECONDS
-                       ) -> dict[str, Any]:
+def build_pod_manifest(
+    request: TrainingRequest,
+    run: RunIdentity,
+    role: Role,
+    index: int,
+    upload_patience: int = UPLOAD_PATIENCE_SECONDS,
+) -> dict[str, Any]:
     """The pod of one replica, following the pod protocol of docs/architecture.md."""
     role = Role(role)
     count = request.replica_count(role)
     if not 0 <= index < count:
-        raise ValueError(f"replica {role}-{index} given; the request has {count} {role} "
-                         "replica(s)")
+        raise ValueError(f"replica {role}-{index} given; the request has {count} {role} replica(s)")
     run_key = run.run_key
     resources = request.resources_for(role)
     node_selector = dict(request.node_selector)
@@ -249,30 +287,46 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
         "securityContext": build_pod_security_context(),
         "affinity": build_affinity(request, run_key),
         "volumes": build_volumes(run_key, owner=owner),
-        "initContainers": [{
-            "name": INIT_CONTAINER,
-            "image": request.image,
-            "command": ["python3", FETCH_SCRIPT],
-            "env": [{"name": protocol.ENV_ROLE, "value": role.value},
-                    {"name": protocol.ENV_INDEX, "value": str(index)}, build_home_env()],
-            "resources": build_resources(request, role, with_gpu=False),
-            "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT],
-            "securityContext": build_container_security_context(),
-        }],
-        "containers": [{
-            "name": MAIN_CONTAINER,
-            "image": request.image,
-            # `$` doubled: Kubernetes' own $(NAME) expansion hands the argv over unchanged,
-            # and the bootstrap expands it once, with the cluster's variables (pod-protocol.md).
-            "command": ["python3", BOOTSTRAP_SCRIPT, "--",
-                        *(escape(item) for item in [*request.entrypoint, *request.args])],
-            "env": build_replica_env(request, role, index, upload_patience),
-            "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
-            "resources": build_resources(request, role),
-            "volumeMounts": [_RUNTIME_MOUNT, *([_UPLOAD_MOUNT] if owner else []),
-                             _WORKSPACE_MOUNT, _CONFIG_MOUNT],
-            "securityContext": build_container_security_context(),
-        }, *([build_keeper_container(request)] if owner else [])],
+        "initContainers": [
+            {
+                "name": INIT_CONTAINER,
+                "image": request.image,
+                "command": ["python3", FETCH_SCRIPT],
+                "env": [
+                    {"name": protocol.ENV_ROLE, "value": role.value},
+                    {"name": protocol.ENV_INDEX, "value": str(index)},
+                    build_home_env(),
+                ],
+                "resources": build_resources(request, role, with_gpu=False),
+                "volumeMounts": [_RUNTIME_MOUNT, _ACCESS_MOUNT, _WORKSPACE_MOUNT],
+                "securityContext": build_container_security_context(),
+            }
+        ],
+        "containers": [
+            {
+                "name": MAIN_CONTAINER,
+                "image": request.image,
+                # `$` doubled: Kubernetes' own $(NAME) expansion hands the argv over unchanged,
+                # and the bootstrap expands it once, with the cluster's variables (pod-protocol.md).
+                "command": [
+                    "python3",
+                    BOOTSTRAP_SCRIPT,
+                    "--",
+                    *(escape(item) for item in [*request.entrypoint, *request.args]),
+                ],
+                "env": build_replica_env(request, role, index, upload_patience),
+                "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
+                "resources": build_resources(request, role),
+                "volumeMounts": [
+                    _RUNTIME_MOUNT,
+                    *([_UPLOAD_MOUNT] if owner else []),
+                    _WORKSPACE_MOUNT,
+                    _CONFIG_MOUNT,
+                ],
+                "securityContext": build_container_security_context(),
+            },
+            *([build_keeper_container(request)] if owner else []),
+        ],
     }
     if node_selector:
         spec["nodeSelector"] = node_selector
@@ -286,60 +340,71 @@ def build_pod_manifest(request: TrainingRequest, run: RunIdentity, role: Role,
     }
 
 
-def build_pod_manifests(request: TrainingRequest, run: RunIdentity,
-                        upload_patience: int = UPLOAD_PATIENCE_SECONDS) -> list[dict[str, Any]]:
+def build_pod_manifests(
+    request: TrainingRequest, run: RunIdentity, upload_patience: int = UPLOAD_PATIENCE_SECONDS
+) -> list[dict[str, Any]]:
     """One pod per replica, in Role order, then index order."""
-    return [build_pod_manifest(request, run, role, index, upload_patience)
-            for role, index in request.replicas_in_order()]
+    return [
+        build_pod_manifest(request, run, role, index, upload_patience)
+        for role, index in request.replicas_in_order()
+    ]
 
 
 def _check_object_data(kind: str, data: Mapping[str, str]) -> None:
     total = 0
     for key, value in data.items():
         if not key or not set(key) <= CONFIGMAP_KEY_CHARS or key in (".", ".."):
-            raise ValueError(f"{kind} key {key!r} given; allowed: letters, digits, '-', "
-                             "'_', '.'")
+            raise ValueError(f"{kind} key {key!r} given; allowed: letters, digits, '-', '_', '.'")
         if not isinstance(value, str):
             raise ValueError(f"{kind} value of {key!r} is {type(value).__name__}; allowed: str")
         total += len(key) + len(value.encode("utf-8"))
     if total > MAX_OBJECT_DATA_BYTES:
-        raise ValueError(f"{kind} data of {total} bytes given; allowed: at most "
-                         f"{MAX_OBJECT_DATA_BYTES}")
+        raise ValueError(
+            f"{kind} data of {total} bytes given; allowed: at most {MAX_OBJECT_DATA_BYTES}"
+        )
 
 
-def build_runtime_configmap(run: RunIdentity, files: Mapping[str, str],
-                            tenant: str) -> dict[str, Any]:
+def build_runtime_configmap(
+    run: RunIdentity, files: Mapping[str, str], tenant: str
+) -> dict[str, Any]:
     """The run's ConfigMap with the runtime files (one key per file, flat)."""
     _check_object_data("ConfigMap", files)
     run_key = run.run_key
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(run, naming.configmap_name(run_key),
-                              naming.run_labels(run.job, run_key, tenant)),
+        "metadata": _metadata(
+            run, naming.configmap_name(run_key), naming.run_labels(run.job, run_key, tenant)
+        ),
         "data": dict(files),
     }
 
 
-def build_access_secret(run: RunIdentity, bundle_url: str, tenant: str,
-                        restore: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_access_secret(
+    run: RunIdentity, bundle_url: str, tenant: str, restore: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The Secret every init container mounts: the presigned GET URL of the bundle, and
     the checkpoint files to restore (tfjob/checkpoints.py; none by default)."""
     document = dict(restore) if restore is not None else build_empty_restore()
-    return _build_secret(run, naming.secret_name(run.run_key),
-                         {BUNDLE_URL_FILE: bundle_url,
-                          RESTORE_FILE: json.dumps(document, sort_keys=True)}, tenant)
+    return _build_secret(
+        run,
+        naming.secret_name(run.run_key),
+        {BUNDLE_URL_FILE: bundle_url, RESTORE_FILE: json.dumps(document, sort_keys=True)},
+        tenant,
+    )
 
 
-def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any],
-                        tenant: str) -> dict[str, Any]:
+def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any], tenant: str) -> dict[str, Any]:
     """The Secret only the model owner's main container mounts: its upload grants."""
-    return _build_secret(run, naming.upload_secret_name(run.run_key),
-                         {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)}, tenant)
+    return _build_secret(
+        run,
+        naming.upload_secret_name(run.run_key),
+        {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)},
+        tenant,
+    )
 
 
-def _build_secret(run: RunIdentity, name: str, data: dict[str, str],
-                  tenant: str) -> dict[str, Any]:
+def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str) -> dict[str, Any]:
     _check_object_data("Secret", data)
     return {
         "apiVersion": "v1",

@@ -91,8 +91,9 @@ def _fit_name(run_key: str, suffix: str) -> str:
     job_part, _, run_hash = run_key.rpartition("-")
     room = MAX_DNS_LABEL - len(suffix) - len(run_hash) - 2
     if room < 1 or not job_part:
-        raise ValueError(f"run key {run_key!r} with suffix {suffix!r} cannot fit in "
-                         f"{MAX_DNS_LABEL} characters")
+        raise ValueError(
+            f"run key {run_key!r} with suffix {suffix!r} cannot fit in {MAX_DNS_LABEL} characters"
+        )
     return f"{job_part[:room].rstrip('-') or 'x'}-{run_hash}-{suffix}"
 
 
@@ -148,11 +149,13 @@ def run_labels(job: str, run_key: str, tenant: str) -> dict[str, str]:
     }
 
 
-def replica_labels(job: str, run_key: str, tenant: str, role: Role,
-                   index: int) -> dict[str, str]:
+def replica_labels(job: str, run_key: str, tenant: str, role: Role, index: int) -> dict[str, str]:
     """The labels of one replica pod: the run's labels plus role and index."""
-    return {**run_labels(job, run_key, tenant), LABEL_ROLE: Role(role).value,
-            LABEL_INDEX: str(index)}
+    return {
+        **run_labels(job, run_key, tenant),
+        LABEL_ROLE: Role(role).value,
+        LABEL_INDEX: str(index),
+    }
 
 
 def run_selector(run_key: str) -> str:

@@ -31,8 +31,16 @@ TRAIN_TASK = "train"
 ARCHIVE_TASK = "archive"
 TEARDOWN_TASK = "teardown"
 PUBLISH_TASK = "publish"
-PIPELINE_TASKS = (VALIDATE_TASK, FETCH_BUNDLE_TASK, LAUNCH_TASK, CLUSTERSPEC_TASK, TRAIN_TASK,
-                  ARCHIVE_TASK, TEARDOWN_TASK, PUBLISH_TASK)
+PIPELINE_TASKS = (
+    VALIDATE_TASK,
+    FETCH_BUNDLE_TASK,
+    LAUNCH_TASK,
+    CLUSTERSPEC_TASK,
+    TRAIN_TASK,
+    ARCHIVE_TASK,
+    TEARDOWN_TASK,
+    PUBLISH_TASK,
+)
 JANITOR_DAG_ID = "tfjob_janitor"
 JANITOR_TASK = "sweep"
 # XCom key of a failed launch's reason (read by archive for run.json, and the TFJob tab).
@@ -49,8 +57,9 @@ RESTARTED_CLUSTER_KEY = "cluster"
 def submit_dag_id(tenant: str) -> str:
     """The tenant's own submit DAG: `tfjob_submit__<tenant>` (its roles alone may trigger it)."""
     if not isinstance(tenant, str) or not _TENANT_NAME.match(tenant):
-        raise ValueError(f"tenant {tenant!r} given; allowed: a DNS-1123 label (lowercase "
-                         "letters, digits, '-')")
+        raise ValueError(
+            f"tenant {tenant!r} given; allowed: a DNS-1123 label (lowercase letters, digits, '-')"
+        )
     return f"{SUBMIT_DAG_PREFIX}{tenant}"
 
 
@@ -58,7 +67,7 @@ def tenant_of_submit_dag(dag_id: str) -> str | None:
     """The tenant whose submit DAG `dag_id` is; None for any other DAG."""
     if not dag_id.startswith(SUBMIT_DAG_PREFIX):
         return None
-    tenant = dag_id[len(SUBMIT_DAG_PREFIX):]
+    tenant = dag_id[len(SUBMIT_DAG_PREFIX) :]
     return tenant if _TENANT_NAME.match(tenant) else None
 
 
@@ -71,7 +80,7 @@ def request_name_of_dag(dag_id: str) -> str | None:
     """The request a request-file DAG (`tfjob__<name>`) runs; None for any other DAG."""
     if not dag_id.startswith(REQUEST_DAG_PREFIX):
         return None
-    return dag_id[len(REQUEST_DAG_PREFIX):] or None
+    return dag_id[len(REQUEST_DAG_PREFIX) :] or None
 
 
 def tenant_tag(tenant: str) -> str:
@@ -80,5 +89,5 @@ def tenant_tag(tenant: str) -> str:
 
 def tenant_of_tags(tags: Iterable[str]) -> str | None:
     """The tenant a DAG's tags name (`tenant:<name>`); None when none or several do."""
-    named = {tag[len(TENANT_TAG_PREFIX):] for tag in tags if tag.startswith(TENANT_TAG_PREFIX)}
+    named = {tag[len(TENANT_TAG_PREFIX) :] for tag in tags if tag.startswith(TENANT_TAG_PREFIX)}
     return named.pop() if len(named) == 1 else None

@@ -35,8 +35,9 @@ from tfjob.tenants import GPU_RESOURCE, Tenant
 CHECKED_RESOURCES = ("cpu", "memory", GPU_RESOURCE, "pods")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Stand-in identity: usage does not depend on names.
-_PREFLIGHT_RUN = RunIdentity(job="preflight", run_id="preflight", dag_id="preflight",
-                             namespace="preflight")
+_PREFLIGHT_RUN = RunIdentity(
+    job="preflight", run_id="preflight", dag_id="preflight", namespace="preflight"
+)
 
 
 class Verdict(StrEnum):
@@ -67,11 +68,16 @@ class ResourceLine:
         if self.hard is None:
             return f"{self.resource}: needed {needed}, not limited"
         free = format_amount(self.resource, self.free)
-        mark = "ok" if self.fits else "SHORT by " + format_amount(self.resource,
-                                                                     self.needed - self.free)
-        return (f"{self.resource}: needed {needed}, free {free} (hard "
-                f"{format_amount(self.resource, self.hard)}, used "
-                f"{format_amount(self.resource, self.used)}) {mark}")
+        mark = (
+            "ok"
+            if self.fits
+            else "SHORT by " + format_amount(self.resource, self.needed - self.free)
+        )
+        return (
+            f"{self.resource}: needed {needed}, free {free} (hard "
+            f"{format_amount(self.resource, self.hard)}, used "
+            f"{format_amount(self.resource, self.used)}) {mark}"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,20 +98,30 @@ class QuotaCheck:
     def message(self) -> str:
         table = "; ".join(line.describe() for line in self.lines)
         if self.verdict is Verdict.REFUSED_BY_LIMITS:
-            return (f"tenant {self.tenant} (namespace {self.namespace}): Kubernetes would "
-                    f"refuse the pods: {'; '.join(self.problems)}")
+            return (
+                f"tenant {self.tenant} (namespace {self.namespace}): Kubernetes would "
+                f"refuse the pods: {'; '.join(self.problems)}"
+            )
         if self.verdict is Verdict.EXCEEDS_QUOTA:
             short = ", ".join(line.resource for line in self.lines if not line.fits)
-            never = [line.resource for line in self.lines
-                     if line.hard is not None and line.needed > line.hard]
-            hint = (f"it needs more {', '.join(never)} than the tenant's whole quota, so it "
-                    "cannot run even when the tenant is idle: ask for fewer/smaller replicas "
-                    "or a larger quota in the tenants file" if never else
-                    "wait for the tenant's running jobs to end, ask for fewer/smaller "
-                    "replicas, or raise the tenant's quota in the tenants file")
-            return (f"tenant {self.tenant} (namespace {self.namespace}): the job's gang does "
-                    f"not fit in the remaining quota ({short}); no pod was created. {table}. "
-                    f"{hint[0].upper()}{hint[1:]}")
+            never = [
+                line.resource
+                for line in self.lines
+                if line.hard is not None and line.needed > line.hard
+            ]
+            hint = (
+                f"it needs more {', '.join(never)} than the tenant's whole quota, so it "
+                "cannot run even when the tenant is idle: ask for fewer/smaller replicas "
+                "or a larger quota in the tenants file"
+                if never
+                else "wait for the tenant's running jobs to end, ask for fewer/smaller "
+                "replicas, or raise the tenant's quota in the tenants file"
+            )
+            return (
+                f"tenant {self.tenant} (namespace {self.namespace}): the job's gang does "
+                f"not fit in the remaining quota ({short}); no pod was created. {table}. "
+                f"{hint[0].upper()}{hint[1:]}"
+            )
         return f"tenant {self.tenant} (namespace {self.namespace}): the gang fits. {table}"
 
 
@@ -125,8 +141,9 @@ def _trim(value: Decimal) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def apply_limit_range_defaults(container: Mapping[str, Any], defaults: Mapping[str, str],
-                               default_limits: Mapping[str, str]) -> dict[str, Any]:
+def apply_limit_range_defaults(
+    container: Mapping[str, Any], defaults: Mapping[str, str], default_limits: Mapping[str, str]
+) -> dict[str, Any]:
     """The container's resources as Kubernetes admits them: a limit the container sets is
     also its missing request (the API server's defaulting, before admission); then
     LimitRanger fills missing requests from `defaults` and missing limits from
@@ -145,31 +162,37 @@ def apply_limit_range_defaults(container: Mapping[str, Any], defaults: Mapping[s
     return {"requests": requests, "limits": limits}
 
 
-def _container_problems(pod: Mapping[str, Any], container: Mapping[str, Any],
-                        resources: Mapping[str, Mapping[str, str]]) -> list[str]:
+def _container_problems(
+    pod: Mapping[str, Any], container: Mapping[str, Any], resources: Mapping[str, Mapping[str, str]]
+) -> list[str]:
     role = (pod["metadata"].get("labels") or {}).get(naming.LABEL_ROLE, "?")
     problems = []
     for name, limit in resources["limits"].items():
         request = resources["requests"].get(name)
         if request is not None and parse_quantity(request) > parse_quantity(limit):
-            problems.append(f"resources.{role}.{name}: request {request} is above the limit "
-                            f"{limit} (the tenant's default limit applies when a replica sets "
-                            f"none); set resources.{role}.{name}_limit to at least {request}")
+            problems.append(
+                f"resources.{role}.{name}: request {request} is above the limit "
+                f"{limit} (the tenant's default limit applies when a replica sets "
+                f"none); set resources.{role}.{name}_limit to at least {request}"
+            )
     return problems
 
 
-def pod_usage(pod: Mapping[str, Any], defaults: Mapping[str, str] | None = None,
-              default_limits: Mapping[str, str] | None = None) -> dict[str, Decimal]:
+def pod_usage(
+    pod: Mapping[str, Any],
+    defaults: Mapping[str, str] | None = None,
+    default_limits: Mapping[str, str] | None = None,
+) -> dict[str, Decimal]:
     """What one pod counts against a quota, per CHECKED_RESOURCES (requests; pods = 1)."""
     spec = pod.get("spec") or {}
 
     def requests_of(containers: Iterable[Mapping[str, Any]]) -> list[dict[str, Decimal]]:
         found = []
         for container in containers:
-            resources = apply_limit_range_defaults(container, defaults or {},
-                                                   default_limits or {})
-            found.append({name: parse_quantity(str(value))
-                          for name, value in resources["requests"].items()})
+            resources = apply_limit_range_defaults(container, defaults or {}, default_limits or {})
+            found.append(
+                {name: parse_quantity(str(value)) for name, value in resources["requests"].items()}
+            )
         return found
 
     usage = {name: Decimal(0) for name in CHECKED_RESOURCES}
@@ -183,9 +206,12 @@ def pod_usage(pod: Mapping[str, Any], defaults: Mapping[str, str] | None = None,
     return usage
 
 
-def sum_usage(pods: Iterable[Mapping[str, Any]], defaults: Mapping[str, str] | None = None,
-              default_limits: Mapping[str, str] | None = None,
-              skip_terminal: bool = True) -> dict[str, Decimal]:
+def sum_usage(
+    pods: Iterable[Mapping[str, Any]],
+    defaults: Mapping[str, str] | None = None,
+    default_limits: Mapping[str, str] | None = None,
+    skip_terminal: bool = True,
+) -> dict[str, Decimal]:
     """Usage of many pods; terminated pods (Succeeded/Failed) hold no quota."""
     total = {name: Decimal(0) for name in CHECKED_RESOURCES}
     for pod in pods:
@@ -203,8 +229,9 @@ def build_gang_pods(request: TrainingRequest) -> list[dict[str, Any]]:
 
 def gang_usage(request: TrainingRequest, tenant: Tenant) -> dict[str, Decimal]:
     """The whole gang's quota usage, with the tenant's LimitRange defaults applied."""
-    return sum_usage(build_gang_pods(request), tenant.defaults, tenant.default_limits,
-                     skip_terminal=False)
+    return sum_usage(
+        build_gang_pods(request), tenant.defaults, tenant.default_limits, skip_terminal=False
+    )
 
 
 def read_quota_amounts(values: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -221,8 +248,9 @@ def read_quota_amounts(values: Mapping[str, Any]) -> dict[str, Decimal]:
     return amounts
 
 
-def check_gang_fits(request: TrainingRequest, tenant: Tenant, hard: Mapping[str, Any],
-                    used: Mapping[str, Decimal]) -> QuotaCheck:
+def check_gang_fits(
+    request: TrainingRequest, tenant: Tenant, hard: Mapping[str, Any], used: Mapping[str, Decimal]
+) -> QuotaCheck:
     """Compare the gang's usage with `hard` (a quota's spec.hard) minus `used`.
 
     `used` is in CHECKED_RESOURCES amounts (`read_quota_amounts` of a quota's
@@ -232,15 +260,18 @@ def check_gang_fits(request: TrainingRequest, tenant: Tenant, hard: Mapping[str,
     problems = []
     for pod in pods:
         for container in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]:
-            resources = apply_limit_range_defaults(container, tenant.defaults,
-                                                   tenant.default_limits)
+            resources = apply_limit_range_defaults(
+                container, tenant.defaults, tenant.default_limits
+            )
             for problem in _container_problems(pod, container, resources):
                 if problem not in problems:
                     problems.append(problem)
     needed = sum_usage(pods, tenant.defaults, tenant.default_limits, skip_terminal=False)
     limits = read_quota_amounts(hard)
-    lines = tuple(ResourceLine(name, needed[name], limits.get(name),
-                               Decimal(used.get(name, 0))) for name in CHECKED_RESOURCES)
+    lines = tuple(
+        ResourceLine(name, needed[name], limits.get(name), Decimal(used.get(name, 0)))
+        for name in CHECKED_RESOURCES
+    )
     if problems:
         verdict = Verdict.REFUSED_BY_LIMITS
     elif all(line.fits for line in lines):
@@ -251,7 +282,15 @@ def check_gang_fits(request: TrainingRequest, tenant: Tenant, hard: Mapping[str,
 
 
 __all__ = [
-    "CHECKED_RESOURCES", "QuotaCheck", "ResourceLine", "Verdict", "apply_limit_range_defaults",
-    "check_gang_fits", "format_amount", "gang_usage", "pod_usage", "read_quota_amounts",
+    "CHECKED_RESOURCES",
+    "QuotaCheck",
+    "ResourceLine",
+    "Verdict",
+    "apply_limit_range_defaults",
+    "check_gang_fits",
+    "format_amount",
+    "gang_usage",
+    "pod_usage",
+    "read_quota_amounts",
     "sum_usage",
 ]

@@ -19,17 +19,31 @@ LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$
 LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 RESERVED_ENV_PREFIX = "TFJOB_"
 # Set by the manifest or the bootstrap; a request value would be overwritten.
-RESERVED_ENV_NAMES = frozenset({
-    "TF_CONFIG", "POD_IP", "POD_NAME", "PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME",
-    "TASK_INDEX", "DATA_DIR", "MODEL_DIR", "LOG_DIR", "METRICS_FILE",
-})
+RESERVED_ENV_NAMES = frozenset(
+    {
+        "TF_CONFIG",
+        "POD_IP",
+        "POD_NAME",
+        "PS_HOSTS",
+        "WORKER_HOSTS",
+        "CHIEF_HOSTS",
+        "JOB_NAME",
+        "TASK_INDEX",
+        "DATA_DIR",
+        "MODEL_DIR",
+        "LOG_DIR",
+        "METRICS_FILE",
+    }
+)
 
 
 def check_dns_label(value: str, max_len: int) -> str:
     if not isinstance(value, str) or len(value) > max_len or not DNS_LABEL_PATTERN.match(value):
         raise invalid(
             f"a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and "
-            f"ending with a letter or digit, at most {max_len} characters", value)
+            f"ending with a letter or digit, at most {max_len} characters",
+            value,
+        )
     return value
 
 
@@ -53,7 +67,10 @@ def check_label_map(value: Any, what: str) -> Any:
         if not isinstance(item, str) or len(item) > 63 or not LABEL_VALUE_PATTERN.match(item):
             raise invalid(
                 f"{what} values must be Kubernetes label values (strings of at most 63 "
-                "letters, digits, '-', '_', '.'; quote numbers in YAML)", item, str(key))
+                "letters, digits, '-', '_', '.'; quote numbers in YAML)",
+                item,
+                str(key),
+            )
     return value
 
 
@@ -64,8 +81,11 @@ def check_s3_url(value: str, shape: str) -> tuple[str, str]:
         raise invalid(f"an {shape} URL is allowed", value)
     bucket, key = parts
     if not is_valid_bucket_name(bucket):
-        raise invalid(f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
-                       "digits, '.', '-') is allowed", value)
+        raise invalid(
+            f"an {shape} URL with a valid bucket name (3-63 lowercase letters, "
+            "digits, '.', '-') is allowed",
+            value,
+        )
     if not key.strip("/"):
         raise invalid(f"an {shape} URL with a non-empty key is allowed", value)
     return bucket, key
@@ -74,19 +94,23 @@ def check_s3_url(value: str, shape: str) -> tuple[str, str]:
 def check_argv(value: Any, field_name: str) -> list[str]:
     """An argv list (entrypoint: non-empty, of non-empty strings) or args."""
     if isinstance(value, str):
-        raise invalid("an argv list is allowed, e.g. [\"python3\", \"train.py\"]; "
-                       "shell strings are not run", value)
+        raise invalid(
+            'an argv list is allowed, e.g. ["python3", "train.py"]; shell strings are not run',
+            value,
+        )
     if not isinstance(value, list | tuple):
         raise invalid("a list of strings is allowed", value)
     if field_name == "entrypoint" and not value:
-        raise invalid("a non-empty argv list is required, e.g. [\"python3\", "
-                       "\"train.py\"]", value)
+        raise invalid('a non-empty argv list is required, e.g. ["python3", "train.py"]', value)
     for index, item in enumerate(value):
         if not isinstance(item, str) or (field_name == "entrypoint" and not item):
-            raise invalid("every argv item must be a non-empty string (quote numbers "
-                           "in YAML)" if field_name == "entrypoint" else
-                           "every argument must be a string (quote numbers in YAML)",
-                           item, f"[{index}]")
+            raise invalid(
+                "every argv item must be a non-empty string (quote numbers in YAML)"
+                if field_name == "entrypoint"
+                else "every argument must be a string (quote numbers in YAML)",
+                item,
+                f"[{index}]",
+            )
     return list(value)
 
 
@@ -96,13 +120,19 @@ def check_env(value: Any) -> Any:
         raise invalid("a mapping of variable names to strings is allowed", value)
     for key, item in value.items():
         if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
-            raise invalid("environment names are letters, digits and '_', not "
-                           "starting with a digit", key, str(key))
+            raise invalid(
+                "environment names are letters, digits and '_', not starting with a digit",
+                key,
+                str(key),
+            )
         if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_NAMES:
-            raise invalid(f"the name is reserved for TF-on-K8s (names starting with "
-                           f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
-                           "); choose another", key, key)
+            raise invalid(
+                f"the name is reserved for TF-on-K8s (names starting with "
+                f"{RESERVED_ENV_PREFIX}, and {', '.join(sorted(RESERVED_ENV_NAMES))}"
+                "); choose another",
+                key,
+                key,
+            )
         if not isinstance(item, str):
-            raise invalid("environment values must be strings (quote them in YAML)",
-                           item, key)
+            raise invalid("environment values must be strings (quote them in YAML)", item, key)
     return value

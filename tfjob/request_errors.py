@@ -121,14 +121,21 @@ def _allowed_for(error: Mapping[str, Any]) -> str:
     if kind in ("enum", "literal_error"):
         return "allowed: " + ctx.get("expected", "").replace("'", "")
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        bounds = {"greater_than_equal": "at least", "less_than_equal": "at most",
-                  "greater_than": "more than", "less_than": "less than"}
+        bounds = {
+            "greater_than_equal": "at least",
+            "less_than_equal": "at most",
+            "greater_than": "more than",
+            "less_than": "less than",
+        }
         return f"{bounds[kind]} {next(iter(ctx.values()))} is allowed"
     if kind.startswith("int_"):
         return "a whole number is allowed"
     if kind in ("string_type", "string_too_short"):
-        return "a non-empty string is allowed" if kind == "string_too_short" else \
-            "a string is allowed (quote numbers in YAML)"
+        return (
+            "a non-empty string is allowed"
+            if kind == "string_too_short"
+            else "a string is allowed (quote numbers in YAML)"
+        )
     if kind in ("list_type",):
         return "a list is allowed"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
@@ -146,8 +153,7 @@ def convert_validation_error(exc: ValidationError, root: type[BaseModel]) -> Req
         field = _field_path(location)
         extra = ctx.get("field") or ""
         if extra:
-            field = f"{field}{extra}" if extra.startswith("[") or not field else \
-                f"{field}.{extra}"
+            field = f"{field}{extra}" if extra.startswith("[") or not field else f"{field}.{extra}"
         return RequestError(field, ctx.get("given", NOTHING), ctx["allowed"])
     if kind == "missing":
         model = _model_at(root, location[:-1])
@@ -157,6 +163,9 @@ def convert_validation_error(exc: ValidationError, root: type[BaseModel]) -> Req
     if kind == "extra_forbidden":
         model = _model_at(root, location[:-1])
         names = [field.alias or name for name, field in model.model_fields.items()]
-        return RequestError(_field_path(location), error.get("input"),
-                            "unknown field; allowed fields: " + ", ".join(names))
+        return RequestError(
+            _field_path(location),
+            error.get("input"),
+            "unknown field; allowed fields: " + ", ".join(names),
+        )
     return RequestError(_field_path(location), error.get("input"), _allowed_for(error))

@@ -83,13 +83,23 @@ class Replicas(StrictModel):
 class RoleResources(StrictModel):
     """Requests (and optional limits) of one replica of a role."""
 
-    cpu: str | None = Field(None, description="CPU request, a Kubernetes quantity; unset: "
-                                              "the tenant's default (or cpu_limit when set).")
-    memory: str | None = Field(None, description="Memory request, a Kubernetes quantity; "
-                                                 "unset: the tenant's default (or memory_limit "
-                                                 "when set).")
-    gpu: int = Field(DEFAULT_GPU, ge=0, le=MAX_GPU_PER_REPLICA,
-                     description="nvidia.com/gpu, used as both request and limit.")
+    cpu: str | None = Field(
+        None,
+        description="CPU request, a Kubernetes quantity; unset: "
+        "the tenant's default (or cpu_limit when set).",
+    )
+    memory: str | None = Field(
+        None,
+        description="Memory request, a Kubernetes quantity; "
+        "unset: the tenant's default (or memory_limit "
+        "when set).",
+    )
+    gpu: int = Field(
+        DEFAULT_GPU,
+        ge=0,
+        le=MAX_GPU_PER_REPLICA,
+        description="nvidia.com/gpu, used as both request and limit.",
+    )
     cpu_limit: str | None = Field(None, description="CPU limit; none when unset.")
     memory_limit: str | None = Field(None, description="Memory limit; none when unset.")
 
@@ -103,10 +113,16 @@ class RoleResources(StrictModel):
         for limit_name, request_name in (("cpu_limit", "cpu"), ("memory_limit", "memory")):
             limit = getattr(self, limit_name)
             request = getattr(self, request_name)
-            if (limit is not None and request is not None
-                    and parse_quantity(limit) < parse_quantity(request)):
-                raise invalid(f"the limit must be at least the {request_name} request "
-                               f"({request})", limit, limit_name)
+            if (
+                limit is not None
+                and request is not None
+                and parse_quantity(limit) < parse_quantity(request)
+            ):
+                raise invalid(
+                    f"the limit must be at least the {request_name} request ({request})",
+                    limit,
+                    limit_name,
+                )
         return self
 
 
@@ -142,8 +158,11 @@ class Toleration(StrictModel):
         if not self.key and self.operator != "Exists":
             raise invalid("an empty key needs operator Exists", self.operator, "operator")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise invalid("tolerationSeconds needs effect NoExecute",
-                           self.toleration_seconds, "tolerationSeconds")
+            raise invalid(
+                "tolerationSeconds needs effect NoExecute",
+                self.toleration_seconds,
+                "tolerationSeconds",
+            )
         return self
 
     def to_manifest(self) -> dict[str, Any]:

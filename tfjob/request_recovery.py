@@ -43,12 +43,16 @@ RUN_ID_PATTERN = re.compile(r"^(?!\.+$)[A-Za-z0-9_.~:+-]+$")
 MAX_RUN_ID_LENGTH = 250
 RUN_ID_EXAMPLE = "scheduled__2026-12-01T03:00:00+00:00"
 
-_RESTART_ON_ALLOWED = (f"allowed: {RestartOn.RETRYABLE.value}, {RestartOn.ANY_FAILURE.value} "
-                       f"or a list of exit codes from {MIN_EXIT_CODE} to {MAX_EXIT_CODE}, "
-                       "e.g. [137, 143]")
-_WARM_START_ALLOWED = (f"allowed: none, {WARM_START_LATEST} or a run id of this DAG (Airflow's run "
-                       f"id characters: letters, digits, '_', '.', '~', ':', '+', '-'; at most "
-                       f"{MAX_RUN_ID_LENGTH}), e.g. {RUN_ID_EXAMPLE}")
+_RESTART_ON_ALLOWED = (
+    f"allowed: {RestartOn.RETRYABLE.value}, {RestartOn.ANY_FAILURE.value} "
+    f"or a list of exit codes from {MIN_EXIT_CODE} to {MAX_EXIT_CODE}, "
+    "e.g. [137, 143]"
+)
+_WARM_START_ALLOWED = (
+    f"allowed: none, {WARM_START_LATEST} or a run id of this DAG (Airflow's run "
+    f"id characters: letters, digits, '_', '.', '~', ':', '+', '-'; at most "
+    f"{MAX_RUN_ID_LENGTH}), e.g. {RUN_ID_EXAMPLE}"
+)
 
 
 def check_restart_on(value: Any) -> Any:
@@ -73,53 +77,87 @@ def check_warm_start(value: Any) -> Any:
     """None, `latest`, or the shape of an Airflow run id; whether the run exists is for run time."""
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > MAX_RUN_ID_LENGTH or \
-            not RUN_ID_PATTERN.match(value):
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_RUN_ID_LENGTH
+        or not RUN_ID_PATTERN.match(value)
+    ):
         raise invalid(_WARM_START_ALLOWED, value)
     return value
 
 
-MaxRestarts = Annotated[int, Field(
-    ge=0, le=MAX_RESTARTS,
-    description=f"Gang restarts within one run after a replica fails, 0-{MAX_RESTARTS}; "
-                "restart_on says which failures. Not Airflow's retries.")]
+MaxRestarts = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_RESTARTS,
+        description=f"Gang restarts within one run after a replica fails, 0-{MAX_RESTARTS}; "
+        "restart_on says which failures. Not Airflow's retries.",
+    ),
+]
 
 RestartOnSetting = Annotated[
     RestartOn | list[int],
     BeforeValidator(check_restart_on),
-    WithJsonSchema({
-        # One "type" with several kinds: Airflow's form then takes text or JSON.
-        "type": ["string", "array"],
-        "anyOf": [
-            {"type": "string", "enum": [choice.value for choice in RestartOn]},
-            {"type": "array", "minItems": 1, "uniqueItems": True,
-             "items": {"type": "integer", "minimum": MIN_EXIT_CODE, "maximum": MAX_EXIT_CODE}},
-        ],
-    }),
-    Field(description="Failures that restart: retryable (pod deleted, evicted or its node "
-                      "lost; OOMKilled; exit codes 128-255), any_failure, or a list of exit "
-                      "codes (deletion, eviction and node loss always restart)."),
+    WithJsonSchema(
+        {
+            # One "type" with several kinds: Airflow's form then takes text or JSON.
+            "type": ["string", "array"],
+            "anyOf": [
+                {"type": "string", "enum": [choice.value for choice in RestartOn]},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {
+                        "type": "integer",
+                        "minimum": MIN_EXIT_CODE,
+                        "maximum": MAX_EXIT_CODE,
+                    },
+                },
+            ],
+        }
+    ),
+    Field(
+        description="Failures that restart: retryable (pod deleted, evicted or its node "
+        "lost; OOMKilled; exit codes 128-255), any_failure, or a list of exit "
+        "codes (deletion, eviction and node loss always restart)."
+    ),
 ]
 
-CheckpointInterval = Annotated[int, Field(
-    ge=MIN_CHECKPOINT_INTERVAL, le=MAX_CHECKPOINT_INTERVAL,
-    description="Seconds between copies of the model owner's CHECKPOINT_DIR to S3, "
-                f"{MIN_CHECKPOINT_INTERVAL}-{MAX_CHECKPOINT_INTERVAL}; a restarted gang "
-                "resumes from the last copy.")]
+CheckpointInterval = Annotated[
+    int,
+    Field(
+        ge=MIN_CHECKPOINT_INTERVAL,
+        le=MAX_CHECKPOINT_INTERVAL,
+        description="Seconds between copies of the model owner's CHECKPOINT_DIR to S3, "
+        f"{MIN_CHECKPOINT_INTERVAL}-{MAX_CHECKPOINT_INTERVAL}; a restarted gang "
+        "resumes from the last copy.",
+    ),
+]
 
 WarmStart = Annotated[
     str | None,
     BeforeValidator(check_warm_start),
-    Field(description=f"Start from a checkpoint: none, {WARM_START_LATEST} (this output's "
-                      "last published run) or a run id of this DAG, whose checkpoints every "
-                      "replica finds in CHECKPOINT_DIR before the first attempt."),
+    Field(
+        description=f"Start from a checkpoint: none, {WARM_START_LATEST} (this output's "
+        "last published run) or a run id of this DAG, whose checkpoints every "
+        "replica finds in CHECKPOINT_DIR before the first attempt."
+    ),
 ]
 
 # The schema keywords of the checks above, for forms (tfjob/schema.py adds them).
 WARM_START_SCHEMA = {"pattern": RUN_ID_PATTERN.pattern, "maxLength": MAX_RUN_ID_LENGTH}
 
 __all__ = [
-    "DEFAULT_CHECKPOINT_INTERVAL", "DEFAULT_MAX_RESTARTS", "DEFAULT_RESTART_ON",
-    "WARM_START_LATEST", "CheckpointInterval", "MaxRestarts", "RestartOnSetting", "WarmStart",
-    "check_restart_on", "check_warm_start",
+    "DEFAULT_CHECKPOINT_INTERVAL",
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_RESTART_ON",
+    "WARM_START_LATEST",
+    "CheckpointInterval",
+    "MaxRestarts",
+    "RestartOnSetting",
+    "WarmStart",
+    "check_restart_on",
+    "check_warm_start",
 ]

@@ -67,14 +67,15 @@ class FailureKind(StrEnum):
 
 
 # Losses no program decided: restartable under every restart_on.
-INFRASTRUCTURE_KINDS = frozenset({FailureKind.DELETED, FailureKind.EVICTED,
-                                  FailureKind.NODE_LOST})
+INFRASTRUCTURE_KINDS = frozenset({FailureKind.DELETED, FailureKind.EVICTED, FailureKind.NODE_LOST})
 
 # Pod reasons (status.reason, or a DisruptionTarget condition's reason) by kind.
-NODE_LOST_REASONS = frozenset({"NodeLost", "DeletionByTaintManager", "NodeShutdown",
-                               "Terminated"})  # kubelet's graceful node shutdown says Terminated
-EVICTION_REASONS = frozenset({"Evicted", "EvictionByEvictionAPI", "PreemptionByScheduler",
-                              "TerminationByKubelet"})
+NODE_LOST_REASONS = frozenset(
+    {"NodeLost", "DeletionByTaintManager", "NodeShutdown", "Terminated"}
+)  # kubelet's graceful node shutdown says Terminated
+EVICTION_REASONS = frozenset(
+    {"Evicted", "EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet"}
+)
 # "PodGone" is operators/replicas.py's reason for a pod that no longer exists.
 DELETION_REASONS = frozenset({"Deleted", "DeletionByPodGC", "PodGone"})
 DEADLINE_REASONS = frozenset({"DeadlineExceeded"})
@@ -99,11 +100,14 @@ def find_exit_code_problem(codes: Sequence[Any]) -> tuple[int | None, str] | Non
     seen: dict[int, int] = {}
     for index, code in enumerate(codes):
         if isinstance(code, bool) or not isinstance(code, int):
-            return index, (f"exit codes are whole numbers from {MIN_EXIT_CODE} to "
-                           f"{MAX_EXIT_CODE} (unquoted in YAML)")
+            return index, (
+                f"exit codes are whole numbers from {MIN_EXIT_CODE} to "
+                f"{MAX_EXIT_CODE} (unquoted in YAML)"
+            )
         if not MIN_EXIT_CODE <= code <= MAX_EXIT_CODE:
-            return index, (f"exit codes from {MIN_EXIT_CODE} to {MAX_EXIT_CODE} are allowed "
-                           "(0 is success)")
+            return index, (
+                f"exit codes from {MIN_EXIT_CODE} to {MAX_EXIT_CODE} are allowed (0 is success)"
+            )
         if code in seen:
             return index, f"each exit code once; {code} is already at [{seen[code]}]"
         seen[code] = index
@@ -116,8 +120,11 @@ def check_exit_codes(codes: Iterable[int]) -> tuple[int, ...]:
     problem = find_exit_code_problem(result)
     if problem is not None:
         index, allowed = problem
-        where, given = ("restart_on", list(result)) if index is None else \
-            (f"restart_on[{index}]", result[index])
+        where, given = (
+            ("restart_on", list(result))
+            if index is None
+            else (f"restart_on[{index}]", result[index])
+        )
         raise ValueError(f"{where}: {given!r} given; {allowed}")
     return result
 
@@ -131,10 +138,14 @@ class RestartPolicy:
 
     def __post_init__(self) -> None:
         # The request model checks these for users; this guards other callers.
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or \
-                not 0 <= self.max_restarts <= MAX_RESTARTS:
-            raise ValueError(f"max_restarts: {self.max_restarts!r} given; allowed: 0 to "
-                             f"{MAX_RESTARTS}")
+        if (
+            isinstance(self.max_restarts, bool)
+            or not isinstance(self.max_restarts, int)
+            or not 0 <= self.max_restarts <= MAX_RESTARTS
+        ):
+            raise ValueError(
+                f"max_restarts: {self.max_restarts!r} given; allowed: 0 to {MAX_RESTARTS}"
+            )
         if isinstance(self.restart_on, str):
             object.__setattr__(self, "restart_on", RestartOn(self.restart_on))
         else:
@@ -177,14 +188,16 @@ class ReplicaFailure:
     deleted: bool = False
 
     @classmethod
-    def from_replica(cls, replica: Any, *, deleted: bool = False,
-                     pod_reason: str | None = None) -> ReplicaFailure:
+    def from_replica(
+        cls, replica: Any, *, deleted: bool = False, pod_reason: str | None = None
+    ) -> ReplicaFailure:
         """From `operators.replicas.ReplicaStatus`, or its `as_dict()` (the trigger's event).
 
         `pod_reason` and `deleted` are read from the replica when it has them
         (the status record carries both) and the arguments do not say more. A
         replica whose phase is Gone (its pod vanished) counts as deleted.
         """
+
         def read(name: str) -> Any:
             if isinstance(replica, Mapping):
                 return replica.get(name)
@@ -199,7 +212,8 @@ class ReplicaFailure:
             message=read("message"),
             pod_reason=pod_reason or read("pod_reason"),
             node=read("node"),
-            deleted=deleted or bool(read("deleted"))
+            deleted=deleted
+            or bool(read("deleted"))
             or str(getattr(phase, "value", phase)) == GONE_PHASE,
         )
 
@@ -287,8 +301,9 @@ class RestartVerdict:
         return f"{self.cause}{joiner}{self.why}"
 
 
-def _why_not_restartable(policy: RestartPolicy, failure: ReplicaFailure,
-                         kind: FailureKind) -> str | None:
+def _why_not_restartable(
+    policy: RestartPolicy, failure: ReplicaFailure, kind: FailureKind
+) -> str | None:
     """Why `restart_on` refuses this failure; None when it allows a restart."""
     if kind is FailureKind.DEADLINE_EXCEEDED:
         return "a run past its active_deadline is never restarted"
@@ -298,8 +313,11 @@ def _why_not_restartable(policy: RestartPolicy, failure: ReplicaFailure,
         if kind in (FailureKind.SIGNALED, FailureKind.OOM_KILLED):
             return None
         return "a permanent failure under restart_on=retryable"
-    code = OOM_EXIT_CODE if kind is FailureKind.OOM_KILLED and failure.exit_code is None \
+    code = (
+        OOM_EXIT_CODE
+        if kind is FailureKind.OOM_KILLED and failure.exit_code is None
         else failure.exit_code
+    )
     listed = policy.describe_restart_on()
     if code is None:
         return f"no exit code, and restart_on={listed} names exit codes only"
@@ -308,15 +326,19 @@ def _why_not_restartable(policy: RestartPolicy, failure: ReplicaFailure,
     return f"exit code {code} is not in restart_on={listed}"
 
 
-def judge_restart(policy: RestartPolicy, failed_attempt: int,
-                  failure: ReplicaFailure) -> RestartVerdict:
+def judge_restart(
+    policy: RestartPolicy, failed_attempt: int, failure: ReplicaFailure
+) -> RestartVerdict:
     """RESTART or FAIL after attempt number `failed_attempt` (1 for the first) failed.
 
     RESTART only when `restart_on` allows this failure and a restart is left:
     `failed_attempt <= max_restarts`.
     """
-    if isinstance(failed_attempt, bool) or not isinstance(failed_attempt, int) or \
-            failed_attempt < 1:
+    if (
+        isinstance(failed_attempt, bool)
+        or not isinstance(failed_attempt, int)
+        or failed_attempt < 1
+    ):
         raise ValueError(f"failed_attempt: {failed_attempt!r} given; allowed: 1 or more")
     kind = failure.kind
     cause = describe_failure(failure)
@@ -330,16 +352,28 @@ def judge_restart(policy: RestartPolicy, failed_attempt: int,
     if refused:
         return fail(refused)
     if failed_attempt > policy.max_restarts:
-        return fail(f"no restarts left: max_restarts={policy.max_restarts}, and this was "
-                    f"attempt {failed_attempt} of {policy.max_attempts}")
+        return fail(
+            f"no restarts left: max_restarts={policy.max_restarts}, and this was "
+            f"attempt {failed_attempt} of {policy.max_attempts}"
+        )
     next_attempt = failed_attempt + 1
-    return RestartVerdict(Decision.RESTART, kind, cause,
-                          f"restarting as attempt {next_attempt} of {policy.max_attempts}",
-                          next_attempt)
+    return RestartVerdict(
+        Decision.RESTART,
+        kind,
+        cause,
+        f"restarting as attempt {next_attempt} of {policy.max_attempts}",
+        next_attempt,
+    )
 
 
 __all__ = [
-    "Decision", "FailureKind", "ReplicaFailure", "RestartOn",
-    "RestartPolicy", "RestartVerdict", "classify_failure", "describe_failure",
+    "Decision",
+    "FailureKind",
+    "ReplicaFailure",
+    "RestartOn",
+    "RestartPolicy",
+    "RestartVerdict",
+    "classify_failure",
+    "describe_failure",
     "judge_restart",
 ]

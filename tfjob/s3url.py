@@ -39,7 +39,7 @@ def split_s3_url(url: Any) -> tuple[str, str] | None:
     """(bucket, key) of `s3://bucket/key`, either part maybe empty; None when not s3://."""
     if not isinstance(url, str) or not url.startswith(S3_SCHEME):
         return None
-    bucket, _, key = url[len(S3_SCHEME):].partition("/")
+    bucket, _, key = url[len(S3_SCHEME) :].partition("/")
     return bucket, key
 
 

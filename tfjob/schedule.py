@@ -7,8 +7,16 @@ bad field instead. Returns an explanation of what is wrong, or None.
 
 import re
 
-AIRFLOW_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly",
-                   "@yearly", "@annually")
+AIRFLOW_PRESETS = (
+    "@once",
+    "@hourly",
+    "@daily",
+    "@weekly",
+    "@monthly",
+    "@quarterly",
+    "@yearly",
+    "@annually",
+)
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -35,8 +43,9 @@ def _parse_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int 
     return value if low <= value <= high else None
 
 
-def _explain_cron_item(item: str, name: str, low: int, high: int,
-                       names: tuple[str, ...]) -> str | None:
+def _explain_cron_item(
+    item: str, name: str, low: int, high: int, names: tuple[str, ...]
+) -> str | None:
     base, slash, step = item.partition("/")
     if slash and (not _STEP.match(step) or int(step) == 0):
         return f"the {name} step {step!r} is not a positive number"

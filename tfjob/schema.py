@@ -33,9 +33,26 @@ _EXTRA_KEYWORDS: dict[str, dict[str, Any]] = {
 }
 
 # Keywords a Param spec may carry (JSON Schema validation keywords Airflow understands).
-_PARAM_KEYWORDS = ("type", "enum", "title", "minimum", "maximum", "pattern", "minLength",
-                   "maxLength", "minItems", "maxItems", "uniqueItems", "items", "properties",
-                   "additionalProperties", "propertyNames", "required", "format", "anyOf")
+_PARAM_KEYWORDS = (
+    "type",
+    "enum",
+    "title",
+    "minimum",
+    "maximum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "items",
+    "properties",
+    "additionalProperties",
+    "propertyNames",
+    "required",
+    "format",
+    "anyOf",
+)
 
 
 def _default_of(name: str) -> tuple[bool, Any]:
@@ -76,8 +93,10 @@ def _resolve_refs(node: Any, definitions: dict[str, Any]) -> Any:
     if isinstance(node, dict):
         if "$ref" in node:
             target = definitions[node["$ref"].rsplit("/", 1)[-1]]
-            merged = {**_resolve_refs(target, definitions),
-                      **{k: v for k, v in node.items() if k != "$ref"}}
+            merged = {
+                **_resolve_refs(target, definitions),
+                **{k: v for k, v in node.items() if k != "$ref"},
+            }
             return _resolve_refs(merged, definitions)
         return {key: _resolve_refs(value, definitions) for key, value in node.items()}
     if isinstance(node, list):
@@ -139,8 +158,9 @@ def _describe_type(prop: dict[str, Any], definitions: dict[str, Any]) -> str:
     if "anyOf" in prop:  # a choice of kinds, e.g. restart_on: a name or a list of exit codes
         return " or ".join(_describe_type(option, definitions) for option in prop["anyOf"])
     if "enum" in prop:
-        return " \\| ".join(f"`{value}`" for value in prop["enum"] if value is not None) + \
-            (" or null" if None in prop["enum"] else "")
+        return " \\| ".join(f"`{value}`" for value in prop["enum"] if value is not None) + (
+            " or null" if None in prop["enum"] else ""
+        )
     kind = prop.get("type", "object")
     kinds = kind if isinstance(kind, list) else [kind]
     text = " or ".join(kinds)
@@ -158,14 +178,23 @@ def render_request_reference() -> str:
     for name, prop in schema["properties"].items():
         default = "**required**" if name in required else f"`{_to_compact(prop.get('default'))}`"
         description = prop.get("description", "").replace("|", "\\|")
-        lines.append(f"| `{name}` | {_describe_type(prop, definitions)} | {default} | "
-                     f"{description} |")
-    lines += ["", "Per-role `resources` fields (roles: "
-              + ", ".join(f"`{role.value}`" for role in Role) + "):", "",
-              "| field | type | default | description |", "|---|---|---|---|"]
+        lines.append(
+            f"| `{name}` | {_describe_type(prop, definitions)} | {default} | {description} |"
+        )
+    lines += [
+        "",
+        "Per-role `resources` fields (roles: "
+        + ", ".join(f"`{role.value}`" for role in Role)
+        + "):",
+        "",
+        "| field | type | default | description |",
+        "|---|---|---|---|",
+    ]
     for name, prop in definitions["RoleResources"]["properties"].items():
-        lines.append(f"| `{name}` | {_describe_type(prop, definitions)} | "
-                     f"`{_to_compact(prop.get('default'))}` | {prop.get('description', '')} |")
+        lines.append(
+            f"| `{name}` | {_describe_type(prop, definitions)} | "
+            f"`{_to_compact(prop.get('default'))}` | {prop.get('description', '')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -60,9 +60,11 @@ class UnknownTenantError(TfjobError):
         self.tenant = tenant
         self.known = known
         shown = ", ".join(known) if known else "none"
-        super().__init__(f"request.tenant: {tenant!r} given; known tenants (from {source}): "
-                         f"{shown}. Ask an administrator to add it to the tenants file and "
-                         f"run `tshell tenants apply`")
+        super().__init__(
+            f"request.tenant: {tenant!r} given; known tenants (from {source}): "
+            f"{shown}. Ask an administrator to add it to the tenants file and "
+            f"run `tshell tenants apply`"
+        )
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,19 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 TENANT_COMPONENT = "tenant"
 # Pod Security Admission: pods of the namespace must meet the `restricted` standard of
 # the API server's own version.
-POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
-                       "pod-security.kubernetes.io/enforce-version": "latest"}
+POD_SECURITY_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def tenant_labels(tenant: Tenant) -> dict[str, str]:
     """Labels of a tenant's own objects (no tfjob.io/run: the janitor never touches them)."""
-    return {naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_TENANT: tenant.name,
-            LABEL_COMPONENT: TENANT_COMPONENT}
+    return {
+        naming.LABEL_MANAGED_BY: naming.MANAGED_BY,
+        naming.LABEL_TENANT: tenant.name,
+        LABEL_COMPONENT: TENANT_COMPONENT,
+    }
 
 
 def _metadata(tenant: Tenant, name: str) -> dict[str, Any]:
@@ -40,17 +45,22 @@ def _metadata(tenant: Tenant, name: str) -> dict[str, Any]:
 
 def build_namespace(tenant: Tenant) -> dict[str, Any]:
     """The tenant's namespace, enforcing the `restricted` Pod Security Standard."""
-    metadata: dict[str, Any] = {"name": tenant.namespace,
-                                "labels": {**tenant_labels(tenant), **POD_SECURITY_LABELS}}
+    metadata: dict[str, Any] = {
+        "name": tenant.namespace,
+        "labels": {**tenant_labels(tenant), **POD_SECURITY_LABELS},
+    }
     if tenant.description:
         metadata["annotations"] = {"tfjob.io/description": tenant.description}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def build_resource_quota(tenant: Tenant) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": _metadata(tenant, QUOTA_NAME),
-            "spec": {"hard": tenant.hard_quota()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _metadata(tenant, QUOTA_NAME),
+        "spec": {"hard": tenant.hard_quota()},
+    }
 
 
 def build_limit_range(tenant: Tenant) -> dict[str, Any]:
@@ -58,22 +68,32 @@ def build_limit_range(tenant: Tenant) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "Container", "defaultRequest": dict(tenant.defaults)}
     if tenant.default_limits:
         item["default"] = dict(tenant.default_limits)
-    return {"apiVersion": "v1", "kind": "LimitRange",
-            "metadata": _metadata(tenant, LIMIT_RANGE_NAME),
-            "spec": {"limits": [item]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _metadata(tenant, LIMIT_RANGE_NAME),
+        "spec": {"limits": [item]},
+    }
 
 
 def build_service_account(tenant: Tenant) -> dict[str, Any]:
     """The account training pods run as: no RoleBinding names it, so it has no API rights."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _metadata(tenant, SERVICE_ACCOUNT_NAME),
-            "automountServiceAccountToken": False}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(tenant, SERVICE_ACCOUNT_NAME),
+        "automountServiceAccountToken": False,
+    }
 
 
 def build_egress_rules(network: NetworkSettings) -> list[dict[str, Any]]:
     """Egress every training pod needs outside its run: DNS (UDP and TCP) and the S3 port."""
-    dns = {"ports": [{"protocol": "UDP", "port": network.dns_port},
-                     {"protocol": "TCP", "port": network.dns_port}]}
+    dns = {
+        "ports": [
+            {"protocol": "UDP", "port": network.dns_port},
+            {"protocol": "TCP", "port": network.dns_port},
+        ]
+    }
     s3: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": network.s3_port}]}
     if network.s3_cidr:
         s3["to"] = [{"ipBlock": {"cidr": network.s3_cidr}}]
@@ -86,10 +106,17 @@ def build_tenant_network_policy(tenant: Tenant, network: NetworkSettings) -> dic
     Policies add up: each run's own policy (`build_run_network_policy`) then
     lets the run's pods talk to each other, and to nothing else.
     """
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": _metadata(tenant, TENANT_NETWORK_POLICY_NAME),
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [], "egress": build_egress_rules(network)}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(tenant, TENANT_NETWORK_POLICY_NAME),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": build_egress_rules(network),
+        },
+    }
 
 
 def run_network_policy_name(run_key: str) -> str:
@@ -97,9 +124,14 @@ def run_network_policy_name(run_key: str) -> str:
     return f"{run_key}-{RUN_NETWORK_POLICY_SUFFIX}"
 
 
-def build_run_network_policy(namespace: str, run_key: str, labels: Mapping[str, str],
-                             annotations: Mapping[str, str], network: NetworkSettings,
-                             owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_run_network_policy(
+    namespace: str,
+    run_key: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    network: NetworkSettings,
+    owner: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The run's pods accept traffic only from each other and reach only each other, DNS, S3.
 
     `labels`/`annotations` are the run's (naming.run_labels and the run-id/dag-id
@@ -108,21 +140,41 @@ def build_run_network_policy(namespace: str, run_key: str, labels: Mapping[str, 
     collector delete the policy when teardown deletes that object.
     """
     same_run = {"podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}}}
-    metadata: dict[str, Any] = {"name": run_network_policy_name(run_key), "namespace": namespace,
-                                "labels": dict(labels), "annotations": dict(annotations)}
+    metadata: dict[str, Any] = {
+        "name": run_network_policy_name(run_key),
+        "namespace": namespace,
+        "labels": dict(labels),
+        "annotations": dict(annotations),
+    }
     if owner:
-        metadata["ownerReferences"] = [{
-            "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["name"],
-            "uid": owner["uid"], "blockOwnerDeletion": False}]
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": metadata,
-            "spec": {"podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}},
-                     "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{"from": [same_run]}],
-                     "egress": [{"to": [same_run]}, *build_egress_rules(network)]}}
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["name"],
+                "uid": owner["uid"],
+                "blockOwnerDeletion": False,
+            }
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [same_run]}],
+            "egress": [{"to": [same_run]}, *build_egress_rules(network)],
+        },
+    }
 
 
 def build_tenant_manifests(tenant: Tenant, network: NetworkSettings) -> list[dict[str, Any]]:
     """Every object of a tenant, the Namespace first (the others live in it)."""
-    return [build_namespace(tenant), build_resource_quota(tenant), build_limit_range(tenant),
-            build_service_account(tenant), build_tenant_network_policy(tenant, network)]
+    return [
+        build_namespace(tenant),
+        build_resource_quota(tenant),
+        build_limit_range(tenant),
+        build_service_account(tenant),
+        build_tenant_network_policy(tenant, network),
+    ]

@@ -56,6 +56,7 @@ class TenantPolicyError(TfjobError):
 
 # --- S3 locations -------------------------------------------------------------------------
 
+
 def locate_in_s3(url: Any) -> tuple[str, str] | None:
     """(bucket, key) of an s3:// URL with a valid bucket name; None for anything else."""
     parts = split_s3_url(url)
@@ -74,8 +75,10 @@ def describe_prefix_problem(prefix: Any) -> str | None:
     """Why `prefix` is not an `s3://<bucket>/<prefix>/` of the tenants file; None if it is."""
     parts = locate_in_s3(prefix)
     if parts is None:
-        return ("an s3://<bucket>/<prefix>/ URL with a valid bucket name (3-63 lowercase "
-                "letters, digits, '.', '-') is required")
+        return (
+            "an s3://<bucket>/<prefix>/ URL with a valid bucket name (3-63 lowercase "
+            "letters, digits, '.', '-') is required"
+        )
     bucket, key = parts
     if not prefix.endswith("/"):
         return f"a prefix ends with '/' (write {prefix}/); the bucket alone is s3://{bucket}/"
@@ -106,8 +109,9 @@ def is_within_prefix(url: str, prefix: str) -> bool:
 def _check_location(field: str, url: str, prefixes: Sequence[str], allowed: str) -> None:
     parts = locate_in_s3(url)
     if parts is not None and find_unsafe_segment(parts[1]) is not None:
-        raise TenantPolicyError(field, url, "keys with empty, '.' or '..' path segments are "
-                                f"not allowed; {allowed}")
+        raise TenantPolicyError(
+            field, url, f"keys with empty, '.' or '..' path segments are not allowed; {allowed}"
+        )
     if not any(is_within_prefix(url, prefix) for prefix in prefixes):
         raise TenantPolicyError(field, url, allowed)
 
@@ -118,20 +122,20 @@ def _describe_prefixes(prefixes: Sequence[str]) -> str:
 
 # --- allow-lists --------------------------------------------------------------------------
 
+
 def _describe_node_selectors(tenant: Tenant) -> str:
     if not tenant.node_selectors:
-        return (f"tenant {tenant.name} may not select nodes by label (gpu_type selects GPU "
-                "nodes)")
-    shown = "; ".join(f"{key} matching {', '.join(patterns)}"
-                      for key, patterns in tenant.node_selectors.items())
+        return f"tenant {tenant.name} may not select nodes by label (gpu_type selects GPU nodes)"
+    shown = "; ".join(
+        f"{key} matching {', '.join(patterns)}" for key, patterns in tenant.node_selectors.items()
+    )
     return f"tenant {tenant.name} may select nodes only by: {shown}"
 
 
 def _describe_toleration(entry: Mapping[str, str]) -> str:
     if entry["key"] == "":
         return "every taint (key '' with operator Exists)"
-    named = ", ".join(f"{name} {entry[name]}" for name in TOLERATION_MATCH_FIELDS
-                      if name in entry)
+    named = ", ".join(f"{name} {entry[name]}" for name in TOLERATION_MATCH_FIELDS if name in entry)
     return f"key {entry['key']}" + (f" ({named})" if named else "")
 
 
@@ -145,8 +149,11 @@ def _describe_tolerations(tenant: Tenant) -> str:
 def _is_toleration_allowed(toleration: Toleration, allowed: Sequence[Mapping[str, str]]) -> bool:
     key = toleration.key or ""
     # None and "" mean the same to Kubernetes: no value, every effect.
-    given = {"operator": toleration.operator, "value": toleration.value or "",
-             "effect": toleration.effect or ""}
+    given = {
+        "operator": toleration.operator,
+        "value": toleration.value or "",
+        "effect": toleration.effect or "",
+    }
     for entry in allowed:
         if entry["key"] != key:
             continue
@@ -159,34 +166,57 @@ def _is_toleration_allowed(toleration: Toleration, allowed: Sequence[Mapping[str
 
 # --- the verdict --------------------------------------------------------------------------
 
+
 def check_request_policy(request: TrainingRequest, tenant: Tenant) -> None:
     """Raise TenantPolicyError for the first rule of `tenant` that `request` breaks."""
     if request.tenant != tenant.name:
-        raise TenantPolicyError("request.tenant", request.tenant,
-                                f"this run is tenant {tenant.name}'s (decided by who submits "
-                                f"it), so the request must name tenant {tenant.name}")
-    _check_location("request.bundle", request.bundle, tenant.bundle_prefixes,
-                    f"tenant {tenant.name} may read bundles only under "
-                    f"{_describe_prefixes(tenant.bundle_prefixes)}")
-    _check_location("request.output", request.output, tenant.output_prefixes,
-                    f"tenant {tenant.name} may write outputs only under "
-                    f"{_describe_prefixes(tenant.output_prefixes)}")
+        raise TenantPolicyError(
+            "request.tenant",
+            request.tenant,
+            f"this run is tenant {tenant.name}'s (decided by who submits "
+            f"it), so the request must name tenant {tenant.name}",
+        )
+    _check_location(
+        "request.bundle",
+        request.bundle,
+        tenant.bundle_prefixes,
+        f"tenant {tenant.name} may read bundles only under "
+        f"{_describe_prefixes(tenant.bundle_prefixes)}",
+    )
+    _check_location(
+        "request.output",
+        request.output,
+        tenant.output_prefixes,
+        f"tenant {tenant.name} may write outputs only under "
+        f"{_describe_prefixes(tenant.output_prefixes)}",
+    )
     if not any(fnmatchcase(request.image, pattern) for pattern in tenant.images):
-        raise TenantPolicyError("request.image", request.image,
-                                f"tenant {tenant.name} may run only images matching "
-                                f"{', '.join(tenant.images) or '(none)'}")
+        raise TenantPolicyError(
+            "request.image",
+            request.image,
+            f"tenant {tenant.name} may run only images matching "
+            f"{', '.join(tenant.images) or '(none)'}",
+        )
     for key, value in request.node_selector.items():
         patterns = tenant.node_selectors.get(key, ())
         if not any(fnmatchcase(value, pattern) for pattern in patterns):
-            raise TenantPolicyError(f"request.node_selector.{key}", value,
-                                    _describe_node_selectors(tenant))
+            raise TenantPolicyError(
+                f"request.node_selector.{key}", value, _describe_node_selectors(tenant)
+            )
     for index, toleration in enumerate(request.tolerations):
         if not _is_toleration_allowed(toleration, tenant.tolerations):
-            raise TenantPolicyError(f"request.tolerations[{index}]", toleration.to_manifest(),
-                                    _describe_tolerations(tenant))
+            raise TenantPolicyError(
+                f"request.tolerations[{index}]",
+                toleration.to_manifest(),
+                _describe_tolerations(tenant),
+            )
 
 
 __all__ = [
-    "TenantPolicyError", "check_request_policy", "describe_prefix_problem",
-    "find_unsafe_segment", "is_within_prefix", "locate_in_s3",
+    "TenantPolicyError",
+    "check_request_policy",
+    "describe_prefix_problem",
+    "find_unsafe_segment",
+    "is_within_prefix",
+    "locate_in_s3",
 ]

@@ -82,8 +82,14 @@ def summarize_quota(quota: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             continue
         amount, limit = used.get(resource, Decimal(0)), hard[resource]
         share = float(amount / limit) if limit else (0.0 if not amount else 1.0)
-        lines.append({"resource": resource, "used": format_amount(resource, amount),
-                      "hard": format_amount(resource, limit), "fraction": round(share, 4)})
+        lines.append(
+            {
+                "resource": resource,
+                "used": format_amount(resource, amount),
+                "hard": format_amount(resource, limit),
+                "fraction": round(share, 4),
+            }
+        )
     return lines
 
 
@@ -105,40 +111,61 @@ def summarize_placements(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     return [nodes[name] for name in sorted(nodes)]
 
 
-def summarize_runs(runs: Iterable[ActiveRun],
-                   pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summarize_runs(
+    runs: Iterable[ActiveRun], pods: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The active runs (oldest first), each with its pods' counts and GPUs."""
     by_run: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         _, annotations = _meta(pod)
-        key = (str(annotations.get(naming.ANNOTATION_DAG_ID) or ""),
-               str(annotations.get(naming.ANNOTATION_RUN_ID) or ""))
+        key = (
+            str(annotations.get(naming.ANNOTATION_DAG_ID) or ""),
+            str(annotations.get(naming.ANNOTATION_RUN_ID) or ""),
+        )
         by_run.setdefault(key, []).append(pod)
     rows = []
     for run in sorted(runs, key=lambda r: (r.started or "~", r.dag_id, r.run_id)):
         own = by_run.get((run.dag_id, run.run_id), [])
         live = [pod for pod in own if is_live(pod)]
         labels = _meta(own[0])[0] if own else {}
-        rows.append({"dag_id": run.dag_id, "run_id": run.run_id, "state": run.state,
-                     "started": run.started, "job": labels.get(naming.LABEL_JOB),
-                     "pods": len(live),
-                     "pods_running": sum(_phase(pod) == "Running" for pod in live),
-                     "gpus": sum(count_pod_gpus(pod) for pod in live)})
+        rows.append(
+            {
+                "dag_id": run.dag_id,
+                "run_id": run.run_id,
+                "state": run.state,
+                "started": run.started,
+                "job": labels.get(naming.LABEL_JOB),
+                "pods": len(live),
+                "pods_running": sum(_phase(pod) == "Running" for pod in live),
+                "gpus": sum(count_pod_gpus(pod) for pod in live),
+            }
+        )
     return rows
 
 
 def count_running_jobs(pods: Iterable[Mapping[str, Any]]) -> int:
     """Runs (by run key) with a Pending or Running pod."""
-    return len({_meta(pod)[0].get(naming.LABEL_RUN) for pod in pods
-                if is_live(pod) and _meta(pod)[0].get(naming.LABEL_RUN)})
+    return len(
+        {
+            _meta(pod)[0].get(naming.LABEL_RUN)
+            for pod in pods
+            if is_live(pod) and _meta(pod)[0].get(naming.LABEL_RUN)
+        }
+    )
 
 
-def summarize_tenant(tenant: Tenant, quota: Mapping[str, Any] | None,
-                     pods: Iterable[Mapping[str, Any]],
-                     runs: Iterable[ActiveRun]) -> dict[str, Any]:
+def summarize_tenant(
+    tenant: Tenant,
+    quota: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    runs: Iterable[ActiveRun],
+) -> dict[str, Any]:
     """One tenant's card on the tenants page. `pods` are the tfjob pods of its namespace."""
-    pods = [pod for pod in pods
-            if (pod.get("metadata") or {}).get("namespace") in (None, tenant.namespace)]
+    pods = [
+        pod
+        for pod in pods
+        if (pod.get("metadata") or {}).get("namespace") in (None, tenant.namespace)
+    ]
     return {
         "name": tenant.name,
         "description": tenant.description,

@@ -36,8 +36,9 @@ def check_known_keys(fail: Fail, where: str, data: Mapping, allowed: tuple[str, 
     for key in data:
         if key not in allowed:
             prefix = f"{where}." if where else ""
-            raise fail(f"{prefix}{key}", data[key],
-                       "unknown field; allowed fields: " + ", ".join(allowed))
+            raise fail(
+                f"{prefix}{key}", data[key], "unknown field; allowed fields: " + ", ".join(allowed)
+            )
 
 
 def read_whole(fail: Fail, where: str, value: Any, low: int, high: int, what: str) -> int:
@@ -63,8 +64,9 @@ def read_quantity(fail: Fail, where: str, value: Any, whole: bool = False) -> st
     return text
 
 
-def read_resources(fail: Fail, where: str, data: Any, allowed: tuple[str, ...],
-                    required: bool) -> dict[str, str]:
+def read_resources(
+    fail: Fail, where: str, data: Any, allowed: tuple[str, ...], required: bool
+) -> dict[str, str]:
     if data is None and not required:
         return {}
     if not isinstance(data, Mapping):
@@ -74,11 +76,15 @@ def read_resources(fail: Fail, where: str, data: Any, allowed: tuple[str, ...],
     for key in allowed:
         if key not in data:
             if required:
-                raise fail(f"{where}.{key}", None, "the field is required (a quantity; "
-                           "0 to forbid the resource)")
+                raise fail(
+                    f"{where}.{key}",
+                    None,
+                    "the field is required (a quantity; 0 to forbid the resource)",
+                )
             continue
-        values[key] = read_quantity(fail, f"{where}.{key}", data[key],
-                                     whole=key in (GPU_RESOURCE, "pods"))
+        values[key] = read_quantity(
+            fail, f"{where}.{key}", data[key], whole=key in (GPU_RESOURCE, "pods")
+        )
     return values
 
 
@@ -93,18 +99,23 @@ def read_string_list(fail: Fail, where: str, value: Any, allowed: str) -> list[s
 
 
 def read_roles(fail: Fail, where: str, data: Mapping, name: str) -> tuple[str, ...]:
-    allowed = ("Airflow role names of 1-64 letters, digits, '_', '.', '-' (default: the "
-               "tenant's name)")
-    roles = read_string_list(fail, where, data["roles"], allowed) if "roles" in data \
-        else [name]
+    allowed = (
+        "Airflow role names of 1-64 letters, digits, '_', '.', '-' (default: the tenant's name)"
+    )
+    roles = read_string_list(fail, where, data["roles"], allowed) if "roles" in data else [name]
     for index, role in enumerate(roles):
         place = f"{where}[{index}]" if "roles" in data else where
         if not _ROLE.match(role):
             raise fail(place, role, allowed)
         if role.lower() in (builtin.lower() for builtin in AIRFLOW_BUILTIN_ROLES):
-            raise fail(place, role, "Airflow's built-in roles (" +
-                       ", ".join(AIRFLOW_BUILTIN_ROLES) + ") may not act for a tenant; "
-                       "name the tenant's own roles in `roles:`")
+            raise fail(
+                place,
+                role,
+                "Airflow's built-in roles ("
+                + ", ".join(AIRFLOW_BUILTIN_ROLES)
+                + ") may not act for a tenant; "
+                "name the tenant's own roles in `roles:`",
+            )
         if role in roles[:index]:
             raise fail(place, role, "each role is listed once")
     return tuple(roles)
@@ -124,8 +135,12 @@ def read_prefixes(fail: Fail, where: str, value: Any, example: str) -> tuple[str
 
 def read_conn_id(fail: Fail, where: str, value: Any) -> str | None:
     if value is not None and (not isinstance(value, str) or not _CONN_ID.match(value)):
-        raise fail(where, value, "an Airflow connection id (1-200 letters, digits, '_', '.', "
-                   "'-') is allowed; leave it out for aws_default")
+        raise fail(
+            where,
+            value,
+            "an Airflow connection id (1-200 letters, digits, '_', '.', "
+            "'-') is allowed; leave it out for aws_default",
+        )
     return value
 
 
@@ -141,43 +156,58 @@ def read_node_selectors(fail: Fail, where: str, value: Any) -> dict[str, tuple[s
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise fail(where, value, "a mapping of node label keys to lists of allowed value "
-                   "patterns is allowed, e.g. {pool: [train-*]}")
+        raise fail(
+            where,
+            value,
+            "a mapping of node label keys to lists of allowed value "
+            "patterns is allowed, e.g. {pool: [train-*]}",
+        )
     selectors = {}
     for key, patterns in value.items():
         name = str(key).rsplit("/", 1)[-1]
-        if not isinstance(key, str) or len(name) > MAX_LABEL_NAME or \
-                not LABEL_NAME_PATTERN.match(name):
-            raise fail(f"{where}.{key}", key, "node selector keys must be Kubernetes label "
-                       "keys")
-        selectors[key] = read_patterns(fail, f"{where}.{key}", patterns,
-                                        "fnmatch patterns of allowed label values")
+        if (
+            not isinstance(key, str)
+            or len(name) > MAX_LABEL_NAME
+            or not LABEL_NAME_PATTERN.match(name)
+        ):
+            raise fail(f"{where}.{key}", key, "node selector keys must be Kubernetes label keys")
+        selectors[key] = read_patterns(
+            fail, f"{where}.{key}", patterns, "fnmatch patterns of allowed label values"
+        )
     return selectors
 
 
 def read_toleration(fail: Fail, where: str, value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise fail(where, value, "a mapping of key and optional operator, value, effect is "
-                   "required")
+        raise fail(
+            where, value, "a mapping of key and optional operator, value, effect is required"
+        )
     check_known_keys(fail, where, value, _TOLERATION_FIELDS)
     entry = {name: value[name] for name in _TOLERATION_FIELDS if name in value}
     for name, item in entry.items():
         if not isinstance(item, str):
             raise fail(f"{where}.{name}", item, "a string is required (quote it in YAML)")
     if "key" not in entry:
-        raise fail(f"{where}.key", None, "the field is required: the taint key a request "
-                   "may tolerate ('' with operator Exists: every taint)")
+        raise fail(
+            f"{where}.key",
+            None,
+            "the field is required: the taint key a request "
+            "may tolerate ('' with operator Exists: every taint)",
+        )
     if entry.get("operator", "Equal") not in TOLERATION_OPERATORS:
-        raise fail(f"{where}.operator", entry["operator"],
-                   "allowed: " + ", ".join(TOLERATION_OPERATORS))
+        raise fail(
+            f"{where}.operator", entry["operator"], "allowed: " + ", ".join(TOLERATION_OPERATORS)
+        )
     if "effect" in entry and entry["effect"] not in TOLERATION_EFFECTS:
-        raise fail(f"{where}.effect", entry["effect"],
-                   "allowed: " + ", ".join(TOLERATION_EFFECTS))
+        raise fail(f"{where}.effect", entry["effect"], "allowed: " + ", ".join(TOLERATION_EFFECTS))
     if entry.get("operator") == "Exists" and entry.get("value"):
         raise fail(f"{where}.value", entry["value"], "no value is allowed with operator Exists")
     if entry["key"] == "" and entry.get("operator") != "Exists":
-        raise fail(f"{where}.operator", entry.get("operator"),
-                   "an empty key (every taint) needs operator Exists")
+        raise fail(
+            f"{where}.operator",
+            entry.get("operator"),
+            "an empty key (every taint) needs operator Exists",
+        )
     return entry
 
 
@@ -186,5 +216,6 @@ def read_tolerations(fail: Fail, where: str, value: Any) -> tuple[dict[str, str]
         return ()
     if not isinstance(value, list):
         raise fail(where, value, "a list of allowed tolerations is allowed")
-    return tuple(read_toleration(fail, f"{where}[{index}]", item)
-                 for index, item in enumerate(value))
+    return tuple(
+        read_toleration(fail, f"{where}[{index}]", item) for index, item in enumerate(value)
+    )

@@ -73,11 +73,24 @@ _CIDR = re.compile(r"^[0-9a-fA-F.:]+/[0-9]{1,3}$")
 DEFAULT_FIELDS = ("cpu", "memory")
 _TOP_FIELDS = ("network", "tenants")
 _NETWORK_FIELDS = ("s3_port", "s3_cidr", "dns_port")
-TENANT_FIELDS = ("name", "namespace", "description", "quota", "defaults", "default_limits",
-                  "max_concurrent_jobs", "max_active_runs", "roles", "bundle_prefixes",
-                  "output_prefixes", "aws_conn_id", "images", "node_selectors", "tolerations")
+TENANT_FIELDS = (
+    "name",
+    "namespace",
+    "description",
+    "quota",
+    "defaults",
+    "default_limits",
+    "max_concurrent_jobs",
+    "max_active_runs",
+    "roles",
+    "bundle_prefixes",
+    "output_prefixes",
+    "aws_conn_id",
+    "images",
+    "node_selectors",
+    "tolerations",
+)
 _PREFIX_FIELDS = ("bundle_prefixes", "output_prefixes")
-
 
 
 class Unreadable(str):
@@ -100,9 +113,12 @@ def load_tenants(path: str | os.PathLike[str] | None = None) -> TenantsConfig:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TenantsFileError(str(file), "", Unreadable(exc.strerror or str(exc)),
-                               f"a readable YAML file is required (set {TENANTS_FILE_ENV} "
-                               f"or pass --file)") from None
+        raise TenantsFileError(
+            str(file),
+            "",
+            Unreadable(exc.strerror or str(exc)),
+            f"a readable YAML file is required (set {TENANTS_FILE_ENV} or pass --file)",
+        ) from None
     return parse_tenants(text, str(file))
 
 
@@ -113,13 +129,18 @@ def parse_tenants(text: str, source: str = "tenants file") -> TenantsConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise TenantsFileError(source, where, Unreadable("text that is not YAML"),
-                               "a YAML mapping with `tenants:` is required") from None
+        raise TenantsFileError(
+            source,
+            where,
+            Unreadable("text that is not YAML"),
+            "a YAML mapping with `tenants:` is required",
+        ) from None
     return validate_tenants(data, source)
 
 
 def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
     """A TenantsConfig from parsed data; TenantsFileError naming the first problem."""
+
     def fail(where: str, given: Any, allowed: str) -> TenantsFileError:
         return TenantsFileError(source, where, given, allowed)
 
@@ -134,8 +155,11 @@ def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
     for index, item in enumerate(items):
         tenant = _read_tenant(fail, f"tenants[{index}]", item)
         if any(other.name == tenant.name for other in tenants):
-            raise fail(f"tenants[{index}].name", tenant.name,
-                       "tenant names must be unique; this one is declared twice")
+            raise fail(
+                f"tenants[{index}].name",
+                tenant.name,
+                "tenant names must be unique; this one is declared twice",
+            )
         _check_prefix_overlaps(fail, index, tenant, tenants)
         tenants.append(tenant)
     return TenantsConfig(tuple(tenants), network, source)
@@ -161,45 +185,87 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
     check_known_keys(fail, where, data, TENANT_FIELDS)
     name = data.get("name")
     if not isinstance(name, str) or len(name) > MAX_TENANT_NAME or not _DNS_LABEL.match(name):
-        raise fail(f"{where}.name", name, "a DNS-1123 label (lowercase letters, digits, '-') "
-                   f"of at most {MAX_TENANT_NAME} characters is required")
+        raise fail(
+            f"{where}.name",
+            name,
+            "a DNS-1123 label (lowercase letters, digits, '-') "
+            f"of at most {MAX_TENANT_NAME} characters is required",
+        )
     expected = naming.tenant_namespace(name)
     if data.get("namespace", expected) != expected:
-        raise fail(f"{where}.namespace", data.get("namespace"),
-                   f"a tenant's namespace is always {naming.NAMESPACE_PREFIX}<name>: "
-                   f"{expected} (leave it out or write that)")
-    quota = read_resources(fail, f"{where}.quota", data.get("quota"), tuple(QUOTA_FIELDS),
-                            required=True)
-    defaults = read_resources(fail, f"{where}.defaults", data.get("defaults"), DEFAULT_FIELDS,
-                               required=True)
-    limits = read_resources(fail, f"{where}.default_limits", data.get("default_limits"),
-                             DEFAULT_FIELDS, required=False)
+        raise fail(
+            f"{where}.namespace",
+            data.get("namespace"),
+            f"a tenant's namespace is always {naming.NAMESPACE_PREFIX}<name>: "
+            f"{expected} (leave it out or write that)",
+        )
+    quota = read_resources(
+        fail, f"{where}.quota", data.get("quota"), tuple(QUOTA_FIELDS), required=True
+    )
+    defaults = read_resources(
+        fail, f"{where}.defaults", data.get("defaults"), DEFAULT_FIELDS, required=True
+    )
+    limits = read_resources(
+        fail, f"{where}.default_limits", data.get("default_limits"), DEFAULT_FIELDS, required=False
+    )
     for key, limit in limits.items():
         if parse_quantity(limit) < parse_quantity(defaults[key]):
-            raise fail(f"{where}.default_limits.{key}", limit,
-                       f"must be at least defaults.{key} ({defaults[key]})")
-    jobs = read_whole(fail, f"{where}.max_concurrent_jobs", data.get("max_concurrent_jobs", 1),
-                       1, MAX_POOL_SLOTS, " (the tenant's Airflow pool slots)")
+            raise fail(
+                f"{where}.default_limits.{key}",
+                limit,
+                f"must be at least defaults.{key} ({defaults[key]})",
+            )
+    jobs = read_whole(
+        fail,
+        f"{where}.max_concurrent_jobs",
+        data.get("max_concurrent_jobs", 1),
+        1,
+        MAX_POOL_SLOTS,
+        " (the tenant's Airflow pool slots)",
+    )
     runs = data.get("max_active_runs")
     if runs is not None:
-        runs = read_whole(fail, f"{where}.max_active_runs", runs, 1, MAX_ACTIVE_RUNS,
-                           f" (leave it out for {ACTIVE_RUNS_PER_JOB} x max_concurrent_jobs)")
+        runs = read_whole(
+            fail,
+            f"{where}.max_active_runs",
+            runs,
+            1,
+            MAX_ACTIVE_RUNS,
+            f" (leave it out for {ACTIVE_RUNS_PER_JOB} x max_concurrent_jobs)",
+        )
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail(f"{where}.description", description, "a string is allowed")
     return Tenant(
-        name=name, quota=quota, defaults=defaults, default_limits=limits,
-        max_concurrent_jobs=jobs, description=description,
+        name=name,
+        quota=quota,
+        defaults=defaults,
+        default_limits=limits,
+        max_concurrent_jobs=jobs,
+        description=description,
         roles=read_roles(fail, f"{where}.roles", data, name),
-        bundle_prefixes=read_prefixes(fail, f"{where}.bundle_prefixes",
-                                       data.get("bundle_prefixes"), "s3://tfjob-demo/bundles/"),
-        output_prefixes=read_prefixes(fail, f"{where}.output_prefixes",
-                                       data.get("output_prefixes"), "s3://tfjob-demo/outputs/"),
+        bundle_prefixes=read_prefixes(
+            fail,
+            f"{where}.bundle_prefixes",
+            data.get("bundle_prefixes"),
+            "s3://tfjob-demo/bundles/",
+        ),
+        output_prefixes=read_prefixes(
+            fail,
+            f"{where}.output_prefixes",
+            data.get("output_prefixes"),
+            "s3://tfjob-demo/outputs/",
+        ),
         aws_conn_id=read_conn_id(fail, f"{where}.aws_conn_id", data.get("aws_conn_id")),
-        images=read_patterns(fail, f"{where}.images", data.get("images", list(DEFAULT_IMAGES)),
-                              "fnmatch patterns of allowed images, e.g. tensorflow/tensorflow:*"),
-        node_selectors=read_node_selectors(fail, f"{where}.node_selectors",
-                                            data.get("node_selectors")),
+        images=read_patterns(
+            fail,
+            f"{where}.images",
+            data.get("images", list(DEFAULT_IMAGES)),
+            "fnmatch patterns of allowed images, e.g. tensorflow/tensorflow:*",
+        ),
+        node_selectors=read_node_selectors(
+            fail, f"{where}.node_selectors", data.get("node_selectors")
+        ),
         tolerations=read_tolerations(fail, f"{where}.tolerations", data.get("tolerations")),
         max_active_runs=runs,
     )
@@ -207,14 +273,14 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
 
 # --- between tenants ----------------------------------------------------------------------
 
+
 def _prefixes_overlap(first: str, second: str) -> bool:
     """Does one prefix contain the other? (Both already valid, ending in '/'.)"""
     (bucket, key), (other_bucket, other_key) = locate_in_s3(first), locate_in_s3(second)
     return bucket == other_bucket and (key.startswith(other_key) or other_key.startswith(key))
 
 
-def _check_prefix_overlaps(fail: Fail, index: int, tenant: Tenant,
-                           earlier: list[Tenant]) -> None:
+def _check_prefix_overlaps(fail: Fail, index: int, tenant: Tenant, earlier: list[Tenant]) -> None:
     """No prefix of `tenant` overlaps an output prefix of another, nor its outputs theirs."""
     for kind in _PREFIX_FIELDS:
         for number, prefix in enumerate(getattr(tenant, kind)):
@@ -225,8 +291,10 @@ def _check_prefix_overlaps(fail: Fail, index: int, tenant: Tenant,
                     for other_prefix in getattr(other, other_kind):
                         if _prefixes_overlap(prefix, other_prefix):
                             raise fail(
-                                f"tenants[{index}].{kind}[{number}]", prefix,
+                                f"tenants[{index}].{kind}[{number}]",
+                                prefix,
                                 f"overlaps {other_prefix}, in tenant {other.name}'s "
                                 f"{other_kind} (tenants[{other_index}]): a tenant's prefixes "
                                 f"may not overlap another tenant's output prefixes, or one "
-                                f"could read, overwrite or plant code in the other's data")
+                                f"could read, overwrite or plant code in the other's data",
+                            )

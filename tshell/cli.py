@@ -14,9 +14,15 @@ import importlib
 import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "tshell.pack_commands", "tshell.run_submit", "tshell.run_status", "tshell.run_commands",
+    "tshell.pack_commands",
+    "tshell.run_submit",
+    "tshell.run_status",
+    "tshell.run_commands",
     "tshell.run_logs",
-    "tshell.run_cancel", "tshell.tenant_commands", "tshell.completion")
+    "tshell.run_cancel",
+    "tshell.tenant_commands",
+    "tshell.completion",
+)
 
 EXIT_USAGE = 2
 

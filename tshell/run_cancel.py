@@ -42,8 +42,10 @@ def list_cleanup_task_ids(session: AirflowSession, dag_id: str) -> set[str]:
 
 
 def list_task_refs(session: AirflowSession, ref: RunRef) -> list[TaskInstanceRef]:
-    return [TaskInstanceRef(t["task_id"], t.get("state"), t.get("map_index", -1))
-            for t in call_patiently(lambda: list_task_instances(session, ref))]
+    return [
+        TaskInstanceRef(t["task_id"], t.get("state"), t.get("map_index", -1))
+        for t in call_patiently(lambda: list_task_instances(session, ref))
+    ]
 
 
 def fail_task(session: AirflowSession, ref: RunRef, instance: TaskInstanceRef) -> None:
@@ -55,8 +57,12 @@ def fail_task(session: AirflowSession, ref: RunRef, instance: TaskInstanceRef) -
     def patch(api: Any) -> Any:
         body = PatchTaskInstanceBody(new_state=TaskInstanceState.FAILED, note=CANCEL_NOTE)
         return TaskInstanceApi(api).patch_task_instance(
-            ref.dag_id, ref.run_id, instance.task_id, body,
-            map_index=None if instance.map_index < 0 else instance.map_index)
+            ref.dag_id,
+            ref.run_id,
+            instance.task_id,
+            body,
+            map_index=None if instance.map_index < 0 else instance.map_index,
+        )
 
     # Setting failed again is harmless: a call whose answer was lost may be repeated.
     call_patiently(lambda: session.call(patch, f"cancel of task {instance.task_id!r}"))
@@ -74,9 +80,12 @@ def cmd_cancel(args: argparse.Namespace, out: TextIO) -> ExitCode:
         # started SKIPPED, teardown included, so pods would stay behind. Failing the active
         # tasks lets the scheduler run archive and teardown; the run is marked failed after.
         spared = list_cleanup_task_ids(session, ref.dag_id)
-        outcome = cancel_run_tasks(lambda: list_task_refs(session, ref),
-                                   lambda instance: fail_task(session, ref, instance),
-                                   lambda: mark_run_failed(session, ref), spared)
+        outcome = cancel_run_tasks(
+            lambda: list_task_refs(session, ref),
+            lambda instance: fail_task(session, ref, instance),
+            lambda: mark_run_failed(session, ref),
+            spared,
+        )
         if outcome.run_marked_failed:
             out.write(f"run {ref.run_id} marked failed before any task started\n")
             return ExitCode.OK

@@ -89,7 +89,10 @@ def list_task_instances(session: AirflowSession, ref: RunRef) -> list[dict[str, 
 
 
 def fetch_task_xcom(
-    session: AirflowSession, ref: RunRef, task_id: str, key: str = "return_value",
+    session: AirflowSession,
+    ref: RunRef,
+    task_id: str,
+    key: str = "return_value",
     kind: type = dict,
 ) -> Any:
     """A task's XCom `key` as a `kind` (dict, list), or None while it has none (or another)."""

@@ -37,20 +37,30 @@ class RunFailure:
     unread_because: str | None = None
 
     def to_payload(self) -> dict[str, Any]:
-        return {"task": self.task_id, "try": self.try_number, "error": self.error_type,
-                "message": self.message, "unread_because": self.unread_because}
+        return {
+            "task": self.task_id,
+            "try": self.try_number,
+            "error": self.error_type,
+            "message": self.message,
+            "unread_because": self.unread_because,
+        }
 
     def describe(self) -> list[str]:
         """The lines `tshell status` ends with."""
         head = f"failed   {self.task_id} (try {self.try_number})"
         if self.message is None:
-            return [f"{head}: its log could not be read ({self.unread_because}); "
-                    "`tshell logs` or the Airflow UI shows it"]
+            return [
+                f"{head}: its log could not be read ({self.unread_because}); "
+                "`tshell logs` or the Airflow UI shows it"
+            ]
         lines = self.message.rstrip("\n").splitlines() or [""]
         shown = lines[:MAX_MESSAGE_LINES]
         cut = len(lines) - len(shown)
-        return [f"{head}: {self.error_type}", *(f"  {line}" for line in shown),
-                *([f"  … {cut} more lines (tshell logs {self.task_id})"] if cut else [])]
+        return [
+            f"{head}: {self.error_type}",
+            *(f"  {line}" for line in shown),
+            *([f"  … {cut} more lines (tshell logs {self.task_id})"] if cut else []),
+        ]
 
 
 def find_failed_task(tasks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -75,8 +85,9 @@ def pick_raised_error(content: Sequence[Any]) -> tuple[str, str] | None:
     return None
 
 
-def read_run_failure(session: AirflowSession, ref: RunRef,
-                     tasks: Sequence[dict[str, Any]]) -> RunFailure | None:
+def read_run_failure(
+    session: AirflowSession, ref: RunRef, tasks: Sequence[dict[str, Any]]
+) -> RunFailure | None:
     """Why the run failed: its first failed task's error; None when no task failed."""
     task = find_failed_task(tasks)
     if task is None:
@@ -90,10 +101,14 @@ def read_run_failure(session: AirflowSession, ref: RunRef,
     content = body.get("content") if isinstance(body, dict) else None
     raised = pick_raised_error(content if isinstance(content, list) else [])
     if raised is None:
-        return RunFailure(task["task_id"], try_number, None, None,
-                          "it records no exception")
+        return RunFailure(task["task_id"], try_number, None, None, "it records no exception")
     return RunFailure(task["task_id"], try_number, *raised)
 
 
-__all__ = ["MAX_MESSAGE_LINES", "RunFailure", "find_failed_task",
-           "pick_raised_error", "read_run_failure"]
+__all__ = [
+    "MAX_MESSAGE_LINES",
+    "RunFailure",
+    "find_failed_task",
+    "pick_raised_error",
+    "read_run_failure",
+]

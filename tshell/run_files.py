@@ -58,8 +58,9 @@ def list_run_files(session: AirflowSession, ref: RunRef, under: str = "") -> Run
     """The run's files under `under` ("" or a directory such as "model/"), as Airflow lists them."""
     body = session.get_json(build_files_path(ref), {"under": under} if under else None)
     files = tuple(RunFile(str(f["path"]), int(f["size"])) for f in body["files"])
-    return RunFileListing(str(body["run_prefix"]), files, bool(body["truncated"]),
-                          int(body["limit"]))
+    return RunFileListing(
+        str(body["run_prefix"]), files, bool(body["truncated"]), int(body["limit"])
+    )
 
 
 def copy_run_file(

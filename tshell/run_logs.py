@@ -183,8 +183,9 @@ def cmd_logs(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def register(subparsers: Any) -> None:
     """Add `logs` to tshell's subcommands."""
     logs = subparsers.add_parser(
-        "logs", help="logs of a run: archived (served by Airflow), live from its pods, or "
-        "Airflow's task log"
+        "logs",
+        help="logs of a run: archived (served by Airflow), live from its pods, or "
+        "Airflow's task log",
     )
     add_common(logs, json_arg=False)
     logs.add_argument("--role", help="replica role (chief, ps, worker, evaluator)")

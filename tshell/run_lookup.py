@@ -180,8 +180,11 @@ def list_training_runs(
         if not dags:
             return [], {}
         # One call for all of them: the batch read takes a list of dag_ids, the GET does not.
-        body: dict[str, Any] = {"dag_ids": list(dags), "order_by": "-run_after",
-                                "page_limit": limit}
+        body: dict[str, Any] = {
+            "dag_ids": list(dags),
+            "order_by": "-run_after",
+            "page_limit": limit,
+        }
         if state:
             body["states"] = [state]
         return session.post_json("/api/v2/dags/~/dagRuns/list", body)["dag_runs"], dags

@@ -62,15 +62,24 @@ _REPLICA_LINE = re.compile(r"^\[(?P<replica>[a-z]+-\d+)\] (?P<text>.*)$")
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.watch and args.json:
-        raise CommandError("--watch redraws a table for people; leave out --json (or poll "
-                           "`tshell status RUN --json` yourself)", ExitCode.INVALID_REQUEST)
+        raise CommandError(
+            "--watch redraws a table for people; leave out --json (or poll "
+            "`tshell status RUN --json` yourself)",
+            ExitCode.INVALID_REQUEST,
+        )
     config, session = open_session()
     run = find_run(session, args.run, args.dag)
     ref = RunRef(run["dag_id"], run["dag_run_id"])
     if args.watch:
         with explain_forbidden_on_run(session, "read", ref):
-            watch_run(session, ref, ReplicaWatcher(config, session, ref), out,
-                      args.poll_interval, out.isatty())
+            watch_run(
+                session,
+                ref,
+                ReplicaWatcher(config, session, ref),
+                out,
+                args.poll_interval,
+                out.isatty(),
+            )
         return ExitCode.OK
     with explain_forbidden_on_run(session, "read", ref):
         tasks = list_task_instances(session, ref)
@@ -146,8 +155,9 @@ class CurveReader:
         if try_number != self._try:
             self._try, self._token, self._seen = try_number, None, set()
         try:
-            lines, token = fetch_task_log(self.session, self.ref, TRAIN_TASK, try_number,
-                                          self._token, self._seen)
+            lines, token = fetch_task_log(
+                self.session, self.ref, TRAIN_TASK, try_number, self._token, self._seen
+            )
         except AirflowClientError:  # the log is not there yet, or Airflow blinked: next poll
             return self.latest
         self._token = token or self._token
@@ -180,32 +190,50 @@ def format_metric(value: float | None) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e12 else f"{value:.4g}"
 
 
-def render_watch_frame(run: Mapping[str, Any], tasks: Sequence[dict[str, Any]],
-                       replicas: Sequence[tuple[str, str, str]],
-                       points: Mapping[str, MetricPoint],
-                       attempts: Sequence[dict[str, Any]] | None, now: str) -> str:
+def render_watch_frame(
+    run: Mapping[str, Any],
+    tasks: Sequence[dict[str, Any]],
+    replicas: Sequence[tuple[str, str, str]],
+    points: Mapping[str, MetricPoint],
+    attempts: Sequence[dict[str, Any]] | None,
+    now: str,
+) -> str:
     """One frame of `--watch`: the run, its tasks, and one row per replica (`replicas`: (id,
     phase, pod) from the cluster, else none) with the latest point of its curves."""
     duration = run.get("duration")
-    lines = [f"run {run['dag_run_id']} ({run['dag_id']}): {run['state']}"
-             + (f", {format_duration(duration)}" if duration else "") + f"   at {now}", "",
-             format_table(TASK_HEADERS, task_rows(tasks))]
+    lines = [
+        f"run {run['dag_run_id']} ({run['dag_id']}): {run['state']}"
+        + (f", {format_duration(duration)}" if duration else "")
+        + f"   at {now}",
+        "",
+        format_table(TASK_HEADERS, task_rows(tasks)),
+    ]
     if attempts and len(attempts) > 1:
         lines += ["", format_table(ATTEMPT_HEADERS, attempt_rows(attempts))]
     names = choose_metric_names(points)
     known = {replica for replica, _, _ in replicas}
-    rows = [[replica, phase, pod, *(format_metric(points.get(replica, {}).get(n))
-                                    for n in names)]
-            for replica, phase, pod in replicas]
-    rows += [[replica, "", "", *(format_metric(points[replica].get(n)) for n in names)]
-             for replica in sorted(points) if replica not in known]
+    rows = [
+        [replica, phase, pod, *(format_metric(points.get(replica, {}).get(n)) for n in names)]
+        for replica, phase, pod in replicas
+    ]
+    rows += [
+        [replica, "", "", *(format_metric(points[replica].get(n)) for n in names)]
+        for replica in sorted(points)
+        if replica not in known
+    ]
     if rows:
         lines += ["", format_table(("replica", "phase", "pod", *names), rows)]
     return "\n".join(lines) + "\n"
 
 
-def watch_run(session: AirflowSession, ref: RunRef, replicas: ReplicaWatcher, out: TextIO,
-              poll_interval: float, redraw: bool) -> dict[str, Any]:
+def watch_run(
+    session: AirflowSession,
+    ref: RunRef,
+    replicas: ReplicaWatcher,
+    out: TextIO,
+    poll_interval: float,
+    redraw: bool,
+) -> dict[str, Any]:
     """Draw frames until the run ends (see the module docstring); return the finished run."""
     curves = CurveReader(session, ref)
     shown = None
@@ -215,8 +243,9 @@ def watch_run(session: AirflowSession, ref: RunRef, replicas: ReplicaWatcher, ou
         train = next((t for t in tasks if t["task_id"] == TRAIN_TASK), None)
         points = curves.read(train)
         pods = [(p.replica_id, p.phase, p.name) for p in replicas.list_pods() or []]
-        frame = render_watch_frame(run, tasks, pods, points, fetch_attempts(session, ref),
-                                   time.strftime("%H:%M:%S"))
+        frame = render_watch_frame(
+            run, tasks, pods, points, fetch_attempts(session, ref), time.strftime("%H:%M:%S")
+        )
         finished = RunState(run["state"]).is_finished
         body = frame.split("\n", 1)[1]  # the clock in the first line changes every poll
         if redraw:
@@ -237,9 +266,12 @@ def watch_run(session: AirflowSession, ref: RunRef, replicas: ReplicaWatcher, ou
 def register(subparsers: Any) -> None:
     status = subparsers.add_parser("status", help="state of a run and its tasks (--watch: live)")
     add_common(status)
-    status.add_argument("--watch", action="store_true",
-                        help="redraw tasks, replicas and their latest metrics until the run "
-                             "ends")
-    status.add_argument("--poll-interval", type=float, default=POLL_INTERVAL_S,
-                        help=argparse.SUPPRESS)
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="redraw tasks, replicas and their latest metrics until the run ends",
+    )
+    status.add_argument(
+        "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
+    )
     status.set_defaults(func=wrap_command(cmd_status))

@@ -64,8 +64,16 @@ def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
 
 
 TASK_HEADERS = ("task", "state", "try", "started", "duration")
-ATTEMPT_HEADERS = ("attempt", "outcome", "started", "ended", "from step", "replica", "exit",
-                   "reason")
+ATTEMPT_HEADERS = (
+    "attempt",
+    "outcome",
+    "started",
+    "ended",
+    "from step",
+    "replica",
+    "exit",
+    "reason",
+)
 
 
 def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:

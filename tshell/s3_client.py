@@ -36,8 +36,7 @@ def make_s3_client(aws_conn_id: str | None = None) -> Any:
     import boto3
     from botocore.config import Config
 
-    endpoint = next((os.environ[name] for name in ENDPOINT_VARIABLES if os.environ.get(name)),
-                    None)
+    endpoint = next((os.environ[name] for name in ENDPOINT_VARIABLES if os.environ.get(name)), None)
     # Custom endpoints (MinIO, moto) rarely resolve virtual-hosted bucket names.
     config = Config(
         signature_version="s3v4",

@@ -46,8 +46,10 @@ def make_clients(kubeconfig: Path) -> Any:
     from operators.tenancy import Clients
 
     if not kubeconfig.exists():
-        raise FileNotFoundError(f"kubeconfig {kubeconfig} does not exist: start localkube "
-                                "(`make up`) or pass --kubeconfig / set KUBECONFIG")
+        raise FileNotFoundError(
+            f"kubeconfig {kubeconfig} does not exist: start localkube "
+            "(`make up`) or pass --kubeconfig / set KUBECONFIG"
+        )
     api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     return Clients.from_api_client(api_client)
 
@@ -71,19 +73,25 @@ def cmd_apply(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     unknown = sorted(set(args.only or ()) - set(config.names()))
     if unknown:
-        return _fail(f"--only {', '.join(unknown)}: not in {config.source}; tenants there: "
-                     f"{', '.join(config.names())}")
+        return _fail(
+            f"--only {', '.join(unknown)}: not in {config.source}; tenants there: "
+            f"{', '.join(config.names())}"
+        )
     kubeconfig = find_kubeconfig(args.kubeconfig)
     try:
         results = apply_tenants(make_clients(kubeconfig), config, only=args.only)
     except FileNotFoundError as exc:
         return _fail(str(exc))
     except ApiException as exc:
-        return _fail(f"the cluster ({kubeconfig}) refused: HTTP {exc.status} {exc.reason}: "
-                     f"{(exc.body or '')[:300]}")
+        return _fail(
+            f"the cluster ({kubeconfig}) refused: HTTP {exc.status} {exc.reason}: "
+            f"{(exc.body or '')[:300]}"
+        )
     except HTTPError as exc:
-        return _fail(f"the cluster of {kubeconfig} is not reachable ({exc.__class__.__name__});"
-                     " is localkube running (`make up`)?")
+        return _fail(
+            f"the cluster of {kubeconfig} is not reachable ({exc.__class__.__name__});"
+            " is localkube running (`make up`)?"
+        )
     for result in results:
         print(result.describe())
     if args.no_pools:
@@ -91,11 +99,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         pools = RestPoolClient(*_airflow_login())
         wanted = set(args.only) if args.only else None
-        pool_results = [r for r in apply_pools(pools, config)
-                        if wanted is None or r.name.removeprefix("tfjob-tenant-") in wanted]
+        pool_results = [
+            r
+            for r in apply_pools(pools, config)
+            if wanted is None or r.name.removeprefix("tfjob-tenant-") in wanted
+        ]
     except (PoolApiError, RuntimeError, ValueError) as exc:
-        return _fail(f"Kubernetes objects applied; Airflow pools not: {exc} (rerun when "
-                     "Airflow is up, or --no-pools)")
+        return _fail(
+            f"Kubernetes objects applied; Airflow pools not: {exc} (rerun when "
+            "Airflow is up, or --no-pools)"
+        )
     for result in pool_results:
         print(result.describe())
     return EXIT_OK
@@ -128,10 +141,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for tenant in config.tenants:
         used = usage.get(tenant.name)
-        row = {"tenant": tenant.name, "namespace": tenant.namespace, "pool": tenant.pool,
-               "max_jobs": tenant.max_concurrent_jobs, "quota": dict(tenant.quota),
-               "used": {k: format_amount(k, v) for k, v in used.items()}
-               if isinstance(used, dict) else used}
+        row = {
+            "tenant": tenant.name,
+            "namespace": tenant.namespace,
+            "pool": tenant.pool,
+            "max_jobs": tenant.max_concurrent_jobs,
+            "quota": dict(tenant.quota),
+            "used": {k: format_amount(k, v) for k, v in used.items()}
+            if isinstance(used, dict)
+            else used,
+        }
         rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -143,10 +162,24 @@ def cmd_list(args: argparse.Namespace) -> int:
         shown = used.get(key, "?") if isinstance(used, dict) else "?"
         return f"{shown}/{row['quota'][key]}"
 
-    print(format_table(
-        ["tenant", "namespace", "pool", "max jobs", "cpu", "memory", "gpu", "pods"],
-        [[r["tenant"], r["namespace"], r["pool"], r["max_jobs"], cell(r, "cpu"),
-          cell(r, "memory"), cell(r, "nvidia.com/gpu"), cell(r, "pods")] for r in rows]))
+    print(
+        format_table(
+            ["tenant", "namespace", "pool", "max jobs", "cpu", "memory", "gpu", "pods"],
+            [
+                [
+                    r["tenant"],
+                    r["namespace"],
+                    r["pool"],
+                    r["max_jobs"],
+                    cell(r, "cpu"),
+                    cell(r, "memory"),
+                    cell(r, "nvidia.com/gpu"),
+                    cell(r, "pods"),
+                ]
+                for r in rows
+            ],
+        )
+    )
     print(f"(used/quota; tenants from {config.source}{'; ' + note if note else ''})")
     return EXIT_OK
 
@@ -180,15 +213,21 @@ def register(subparsers: Any) -> None:
     """Add `tenants apply` and `tenants list` to tshell's subcommands."""
     tenants = subparsers.add_parser("tenants", help="apply and list tenants (deploy/tenants.yaml)")
     actions = tenants.add_subparsers(dest="tenants_command", metavar="ACTION")
-    apply = actions.add_parser("apply", help="create or update every tenant's namespace, "
-                                             "quota, defaults, network policy, account and "
-                                             "Airflow pool; only what changed")
+    apply = actions.add_parser(
+        "apply",
+        help="create or update every tenant's namespace, "
+        "quota, defaults, network policy, account and "
+        "Airflow pool; only what changed",
+    )
     listing = actions.add_parser("list", help="tenants with their quota and current usage")
     for parser in (apply, listing):
-        parser.add_argument("--file", help="tenants file (default $TFJOB_TENANTS_FILE, else "
-                                           "deploy/tenants.yaml)")
-        parser.add_argument("--kubeconfig", help="cluster to use (default $KUBECONFIG, else "
-                                                 "the embedded localkube's)")
+        parser.add_argument(
+            "--file", help="tenants file (default $TFJOB_TENANTS_FILE, else deploy/tenants.yaml)"
+        )
+        parser.add_argument(
+            "--kubeconfig",
+            help="cluster to use (default $KUBECONFIG, else the embedded localkube's)",
+        )
     apply.add_argument("--only", nargs="+", metavar="TENANT", help="apply only these tenants")
     apply.add_argument("--no-pools", action="store_true", help="leave Airflow's pools alone")
     listing.add_argument("--json", action="store_true", help="machine-readable output")

@@ -19,8 +19,13 @@ from localkube.apiserver.store import Store
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
-OBJECT_COUNTS = {"configmaps": "configmaps", "secrets": "secrets", "services": "services",
-                 "serviceaccounts": "serviceaccounts", "resourcequotas": "resourcequotas"}
+OBJECT_COUNTS = {
+    "configmaps": "configmaps",
+    "secrets": "secrets",
+    "services": "services",
+    "serviceaccounts": "serviceaccounts",
+    "resourcequotas": "resourcequotas",
+}
 
 
 def apply_limit_ranges(store: Store, pod: dict) -> None:
@@ -32,7 +37,8 @@ def apply_limit_ranges(store: Store, pod: dict) -> None:
             if item.get("type") != "Container":
                 continue
             for container in (pod["spec"].get("containers") or []) + (
-                    pod["spec"].get("initContainers") or []):
+                pod["spec"].get("initContainers") or []
+            ):
                 _default_container(container, item)
                 _check_container(name, container, item)
 
@@ -58,16 +64,25 @@ def _check_container(pod_name: str, container: dict, item: dict) -> None:
     for resource, maximum in (item.get("max") or {}).items():
         limit = (resources.get("limits") or {}).get(resource)
         if limit is None:
-            raise forbidden("pods", pod_name, f"maximum {resource} usage per Container is "
-                            f"{maximum}.  No limit is specified")
+            raise forbidden(
+                "pods",
+                pod_name,
+                f"maximum {resource} usage per Container is {maximum}.  No limit is specified",
+            )
         if parse_quantity(limit) > parse_quantity(maximum):
-            raise forbidden("pods", pod_name, f"maximum {resource} usage per Container is "
-                            f"{maximum}, but limit is {limit}")
+            raise forbidden(
+                "pods",
+                pod_name,
+                f"maximum {resource} usage per Container is {maximum}, but limit is {limit}",
+            )
     for resource, minimum in (item.get("min") or {}).items():
         request = (resources.get("requests") or {}).get(resource)
         if request is not None and parse_quantity(request) < parse_quantity(minimum):
-            raise forbidden("pods", pod_name, f"minimum {resource} usage per Container is "
-                            f"{minimum}, but request is {request}")
+            raise forbidden(
+                "pods",
+                pod_name,
+                f"minimum {resource} usage per Container is {minimum}, but request is {request}",
+            )
 
 
 def check_pod_security(store: Store, pod: dict) -> None:
@@ -76,8 +91,11 @@ def check_pod_security(store: Store, pod: dict) -> None:
     level, version = podsecurity.read_enforced_policy(namespace)
     violations = podsecurity.evaluate_pod(level, pod)
     if violations:
-        raise forbidden("pods", pod["metadata"]["name"],
-                        podsecurity.describe_violations(level, version, violations))
+        raise forbidden(
+            "pods",
+            pod["metadata"]["name"],
+            podsecurity.describe_violations(level, version, violations),
+        )
 
 
 def pod_usage(pod: dict) -> dict[str, Fraction]:
@@ -88,13 +106,15 @@ def pod_usage(pod: dict) -> dict[str, Fraction]:
     for kind in ("requests", "limits"):
         for container in spec.get("containers") or []:
             for resource, value in ((container.get("resources") or {}).get(kind) or {}).items():
-                totals[kind][resource] = totals[kind].get(resource, Fraction(0)) + \
-                    parse_quantity(value)
+                totals[kind][resource] = totals[kind].get(resource, Fraction(0)) + parse_quantity(
+                    value
+                )
         # Init containers run one at a time: the pod needs the max of them, if larger.
         for container in spec.get("initContainers") or []:
             for resource, value in ((container.get("resources") or {}).get(kind) or {}).items():
-                totals[kind][resource] = max(totals[kind].get(resource, Fraction(0)),
-                                             parse_quantity(value))
+                totals[kind][resource] = max(
+                    totals[kind].get(resource, Fraction(0)), parse_quantity(value)
+                )
     for kind, values in totals.items():
         for resource, value in values.items():
             usage[f"{kind}.{resource}"] = value
@@ -130,21 +150,34 @@ def check_pod_quota(store: Store, pod: dict) -> None:
         hard = (quota.get("spec") or {}).get("hard") or {}
         if not hard:
             continue
-        missing = sorted(h for h in hard if (h.split(".", 1)[-1] in COMPUTE and h != "pods")
-                         and h not in requested)
+        missing = sorted(
+            h
+            for h in hard
+            if (h.split(".", 1)[-1] in COMPUTE and h != "pods") and h not in requested
+        )
         if missing:
-            raise forbidden("pods", name, f"failed quota: {quota['metadata']['name']}: must "
-                            f"specify {','.join(missing)}")
+            raise forbidden(
+                "pods",
+                name,
+                f"failed quota: {quota['metadata']['name']}: must specify {','.join(missing)}",
+            )
         used = namespace_usage(store, namespace, hard)
-        over = sorted(h for h in hard if h in requested
-                      and used[h] + requested[h] > parse_quantity(hard[h]))
+        over = sorted(
+            h for h in hard if h in requested and used[h] + requested[h] > parse_quantity(hard[h])
+        )
         if over:
+
             def listing(values: dict, keys: list[str] = over) -> str:
                 return ",".join(f"{h}={format_like(h, values[h])}" for h in keys)
+
             limited = {h: parse_quantity(hard[h]) for h in over}
-            raise forbidden("pods", name, f"exceeded quota: {quota['metadata']['name']}, "
-                            f"requested: {listing(requested)}, used: {listing(used)}, "
-                            f"limited: {listing(limited)}")
+            raise forbidden(
+                "pods",
+                name,
+                f"exceeded quota: {quota['metadata']['name']}, "
+                f"requested: {listing(requested)}, used: {listing(used)}, "
+                f"limited: {listing(limited)}",
+            )
 
 
 def check_object_count_quota(store: Store, resource: str, obj: dict) -> None:
@@ -158,9 +191,12 @@ def check_object_count_quota(store: Store, resource: str, obj: dict) -> None:
             if key in hard:
                 used = len(store.list(resource, namespace))
                 if used + 1 > parse_quantity(hard[key]):
-                    raise forbidden(resource, obj["metadata"]["name"],
-                                    f"exceeded quota: {quota['metadata']['name']}, requested: "
-                                    f"{key}=1, used: {key}={used}, limited: {key}={hard[key]}")
+                    raise forbidden(
+                        resource,
+                        obj["metadata"]["name"],
+                        f"exceeded quota: {quota['metadata']['name']}, requested: "
+                        f"{key}=1, used: {key}={used}, limited: {key}={hard[key]}",
+                    )
 
 
 def quota_status(store: Store, quota: dict) -> dict:

@@ -61,44 +61,68 @@ def load_nodes_file(path: str) -> list[dict]:
     """Read the nodes file: a YAML list of {name, capacity, labels, taints, simulated}."""
     entries = yaml.safe_load(Path(path).read_text()) or []
     if not isinstance(entries, list):
-        raise ValueError(f"nodes file {path}: expected a YAML list of nodes, got "
-                         f"{type(entries).__name__}")
+        raise ValueError(
+            f"nodes file {path}: expected a YAML list of nodes, got {type(entries).__name__}"
+        )
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ValueError(f"nodes file {path}: entry {index} needs a 'name'")
         if not isinstance(entry.get("simulated", False), bool):
-            raise ValueError(f"nodes file {path}: node {entry['name']}: simulated: "
-                             f"{entry['simulated']!r} given; true or false is allowed")
+            raise ValueError(
+                f"nodes file {path}: node {entry['name']}: simulated: "
+                f"{entry['simulated']!r} given; true or false is allowed"
+            )
     return entries
 
 
 def node_object(entry: dict) -> dict:
     name = entry["name"]
     capacity = {k: str(v) for k, v in (entry.get("capacity") or {}).items()}
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64"}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
     labels.update({k: str(v) for k, v in (entry.get("labels") or {}).items()})
     spec = {}
     if entry.get("taints"):
         spec["taints"] = entry["taints"]
-    return {"metadata": {"name": name, "labels": labels}, "spec": spec,
-            "status": {"capacity": capacity, "allocatable": dict(capacity),
-                       "conditions": [{"type": "Ready", "status": "Unknown",
-                                       "reason": "NodeStatusNeverUpdated",
-                                       "message": "Kubelet never posted node status.",
-                                       "lastHeartbeatTime": now_rfc3339(),
-                                       "lastTransitionTime": now_rfc3339()}],
-                       "nodeInfo": node_info(name)}}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "NodeStatusNeverUpdated",
+                    "message": "Kubelet never posted node status.",
+                    "lastHeartbeatTime": now_rfc3339(),
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ],
+            "nodeInfo": node_info(name),
+        },
+    }
 
 
 def node_info(name: str) -> dict:
     """Every field the clients require (the python client refuses a NodeSystemInfo without)."""
     uname = os.uname()
-    return {"architecture": "amd64", "bootID": _read_first_line("/proc/sys/kernel/random/boot_id"),
-            "containerRuntimeVersion": "localkube://1", "kernelVersion": uname.release,
-            "kubeProxyVersion": "v1.30.0-localkube", "kubeletVersion": "v1.30.0-localkube",
-            "machineID": _read_first_line("/etc/machine-id"), "operatingSystem": "linux",
-            "osImage": "localkube", "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, name))}
+    return {
+        "architecture": "amd64",
+        "bootID": _read_first_line("/proc/sys/kernel/random/boot_id"),
+        "containerRuntimeVersion": "localkube://1",
+        "kernelVersion": uname.release,
+        "kubeProxyVersion": "v1.30.0-localkube",
+        "kubeletVersion": "v1.30.0-localkube",
+        "machineID": _read_first_line("/etc/machine-id"),
+        "operatingSystem": "linux",
+        "osImage": "localkube",
+        "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+    }
 
 
 def _read_first_line(path: str) -> str:
@@ -121,8 +145,10 @@ def bootstrap_objects(api: ObjectApi, node_entries: list[dict]) -> None:
             api.create("nodes", "", fresh)
             continue
         node = copy.deepcopy(current)
-        node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}),
-                                      **fresh["metadata"]["labels"]}
+        node["metadata"]["labels"] = {
+            **(node["metadata"].get("labels") or {}),
+            **fresh["metadata"]["labels"],
+        }
         node["spec"] = {**(node.get("spec") or {}), **fresh["spec"]}
         if not fresh["spec"].get("taints"):
             node["spec"].pop("taints", None)
@@ -131,9 +157,15 @@ def bootstrap_objects(api: ObjectApi, node_entries: list[dict]) -> None:
         status["allocatable"] = fresh["status"]["allocatable"]
         status["nodeInfo"] = fresh["status"]["nodeInfo"]
         status["conditions"] = [
-            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-             "message": "Kubelet stopped posting node status.",
-             "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]
+            {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": now_rfc3339(),
+                "lastTransitionTime": now_rfc3339(),
+            }
+        ]
         node["metadata"].pop("resourceVersion", None)
         api.store.put("nodes", node)
 
@@ -150,10 +182,12 @@ async def status_errors(request: web.Request, handler):
         raise
 
 
-def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
-              address: str = "127.0.0.1:6443",
-              node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
-              ) -> tuple[web.Application, ObjectApi]:
+def build_app(
+    state_dir: str,
+    nodes_file: str = DEFAULT_NODES_FILE,
+    address: str = "127.0.0.1:6443",
+    node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
+) -> tuple[web.Application, ObjectApi]:
     """The app; `node_monitor_grace_period_s` 0 turns the node lifecycle controller off (nodes
     whose Ready condition a test sets by hand, with no kubelet heartbeats)."""
     Path(state_dir).mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
@@ -166,28 +200,37 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     counts = RequestCounts()
     # Authentication first: nothing, not even an error handler, runs for a stranger. Then the
     # test switch (outage.py): during an outage only the health checks and the switch answer.
-    app = web.Application(middlewares=[build_authentication_middleware(token),
-                                       build_counting_middleware(counts),
-                                       build_outage_middleware(outage), status_errors],
-                          client_max_size=64 * 1024 * 1024,
-                          handler_args={"max_line_size": MAX_REQUEST_LINE_BYTES,
-                                        "max_field_size": MAX_REQUEST_LINE_BYTES})
+    app = web.Application(
+        middlewares=[
+            build_authentication_middleware(token),
+            build_counting_middleware(counts),
+            build_outage_middleware(outage),
+            status_errors,
+        ],
+        client_max_size=64 * 1024 * 1024,
+        handler_args={
+            "max_line_size": MAX_REQUEST_LINE_BYTES,
+            "max_field_size": MAX_REQUEST_LINE_BYTES,
+        },
+    )
     handlers = CoreHandlers(api, state_dir, outage)
     outage_routes(app, outage)
     request_count_routes(app, counts)
     # Group routes first: the catch-all /apis/{tail} of discovery_routes answers the rest (404).
     for group_version in GROUP_RESOURCES:
         group, version = (re.escape(part) for part in group_version.split("/"))
-        app.router.add_route("*", f"/apis/{{group:{group}}}/{{version:{version}}}/{{tail:.*}}",
-                             handlers.handle_core)
+        app.router.add_route(
+            "*", f"/apis/{{group:{group}}}/{{version:{version}}}/{{tail:.*}}", handlers.handle_core
+        )
     discovery_routes(app, address)
     app.router.add_route("*", "/api/v1/{tail:.*}", handlers.handle_core)
     scheduler = Scheduler(api)
     collector = GarbageCollector(api)
     controllers = [scheduler, collector]
     if node_monitor_grace_period_s > 0:
-        controllers.append(NodeLifecycleController(api, node_monitor_grace_period_s,
-                                                   paused=lambda: outage.active))
+        controllers.append(
+            NodeLifecycleController(api, node_monitor_grace_period_s, paused=lambda: outage.active)
+        )
 
     async def start_controllers(app: web.Application) -> None:
         app["tasks"] = [asyncio.ensure_future(controller.run()) for controller in controllers]
@@ -202,15 +245,19 @@ def build_app(state_dir: str, nodes_file: str = DEFAULT_NODES_FILE,
     return app, api
 
 
-async def serve(state_dir: str, port: int, nodes_file: str,
-                node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S) -> None:
+async def serve(
+    state_dir: str,
+    port: int,
+    nodes_file: str,
+    node_monitor_grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
+) -> None:
     import socket
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     actual = sock.getsockname()[1]
-    app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}",
-                          node_monitor_grace_period_s)
+    app, _api = build_app(state_dir, nodes_file, f"127.0.0.1:{actual}", node_monitor_grace_period_s)
     ssl_context = build_server_ssl_context(ensure_serving_files(state_dir))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
@@ -234,13 +281,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--port", type=int, default=6443)
     parser.add_argument("--nodes", default=DEFAULT_NODES_FILE)
-    parser.add_argument("--node-monitor-grace-period", type=float,
-                        default=DEFAULT_GRACE_PERIOD_S, metavar="SECONDS",
-                        help="a node without a kubelet heartbeat for this long is lost, and so "
-                             "are its pods (0: never; localkube/apiserver/nodelifecycle.py)")
+    parser.add_argument(
+        "--node-monitor-grace-period",
+        type=float,
+        default=DEFAULT_GRACE_PERIOD_S,
+        metavar="SECONDS",
+        help="a node without a kubelet heartbeat for this long is lost, and so "
+        "are its pods (0: never; localkube/apiserver/nodelifecycle.py)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
-                        "%(message)s")
-    asyncio.run(serve(os.path.abspath(args.state_dir), args.port, args.nodes,
-                      args.node_monitor_grace_period))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(
+        serve(
+            os.path.abspath(args.state_dir), args.port, args.nodes, args.node_monitor_grace_period
+        )
+    )
     return 0

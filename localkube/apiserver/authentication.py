@@ -59,8 +59,13 @@ def build_authentication_middleware(token: str) -> Callable[[web.Request, Handle
         header = request.headers.get("Authorization")
         if request.path in OPEN_PATHS or is_authorized(header, token):
             return await handler(request)
-        log.warning("refused %s %s from %s: %s", request.method, request.path, request.remote,
-                    "no bearer token" if bearer_token_of(header) is None else "wrong token")
+        log.warning(
+            "refused %s %s from %s: %s",
+            request.method,
+            request.path,
+            request.remote,
+            "no bearer token" if bearer_token_of(header) is None else "wrong token",
+        )
         return error_response(errors.unauthorized())
 
     return authenticate

@@ -29,12 +29,23 @@ def default_pod(pod: dict) -> None:
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
-    spec.setdefault("tolerations", [
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-         "tolerationSeconds": 300},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-         "tolerationSeconds": 300},
-    ])
+    spec.setdefault(
+        "tolerations",
+        [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
+    )
     for container in spec.get("initContainers") or []:
         default_container(container)
     for container in spec.get("containers") or []:

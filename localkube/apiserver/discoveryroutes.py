@@ -17,6 +17,7 @@ from localkube.apiserver.routes import error_response, json_response
 
 def discovery_routes(app: web.Application, address: str) -> None:
     """Add the discovery and health routes for a server reachable at `address`."""
+
     async def version(_request: web.Request) -> web.Response:
         return json_response(discovery.VERSION)
 
@@ -29,6 +30,7 @@ def discovery_routes(app: web.Application, address: str) -> None:
     def group_version(served: str):
         async def resources(_request: web.Request) -> web.Response:
             return json_response(discovery.group_resources(served))
+
         return resources
 
     async def v1(_request: web.Request) -> web.Response:
@@ -38,8 +40,9 @@ def discovery_routes(app: web.Application, address: str) -> None:
         return web.Response(text="ok")
 
     async def not_served(_request: web.Request) -> web.Response:
-        return error_response(ApiError(404, "NotFound",
-                                       "the server could not find the requested resource"))
+        return error_response(
+            ApiError(404, "NotFound", "the server could not find the requested resource")
+        )
 
     app.router.add_get("/version", version)
     app.router.add_get("/version/", version)

@@ -23,13 +23,17 @@ class ApiError(LocalkubeError):
 
     def to_status(self) -> dict[str, Any]:
         return status_object(
-            "Failure", code=self.code, reason=self.reason, message=self.message,
+            "Failure",
+            code=self.code,
+            reason=self.reason,
+            message=self.message,
             details=self.details,
         )
 
 
-def status_object(status: str, code: int = 200, reason: str = "", message: str = "",
-                  details: dict | None = None) -> dict[str, Any]:
+def status_object(
+    status: str, code: int = 200, reason: str = "", message: str = "", details: dict | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status}
     if message:
         body["message"] = message
@@ -53,18 +57,27 @@ def not_found(resource: str, name: str) -> ApiError:
 
 
 def already_exists(resource: str, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists',
-                    _details(resource, name))
+    return ApiError(
+        409, "AlreadyExists", f'{resource} "{name}" already exists', _details(resource, name)
+    )
 
 
 def conflict(resource: str, name: str, why: str) -> ApiError:
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": {why}',
-                    _details(resource, name))
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+        _details(resource, name),
+    )
 
 
 def stale_version(resource: str, name: str) -> ApiError:
-    return conflict(resource, name, "the object has been modified; please apply your changes "
-                    "to the latest version and try again")
+    return conflict(
+        resource,
+        name,
+        "the object has been modified; please apply your changes "
+        "to the latest version and try again",
+    )
 
 
 def bad_request(message: str) -> ApiError:
@@ -74,9 +87,11 @@ def bad_request(message: str) -> ApiError:
 def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
     """422 Invalid; causes are (field, message) pairs, worded like the real validation."""
     text = "; ".join(f"{field}: {msg}" for field, msg in causes)
-    details = {"name": name, "kind": kind,
-               "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
-                          for f, m in causes]}
+    details = {
+        "name": name,
+        "kind": kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
+    }
     return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details)
 
 
@@ -86,13 +101,15 @@ def unauthorized() -> ApiError:
 
 
 def forbidden(resource: str, name: str, why: str) -> ApiError:
-    return ApiError(403, "Forbidden", f'{resource} "{name}" is forbidden: {why}',
-                    _details(resource, name))
+    return ApiError(
+        403, "Forbidden", f'{resource} "{name}" is forbidden: {why}', _details(resource, name)
+    )
 
 
 def method_not_allowed() -> ApiError:
-    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the "
-                    "requested resource")
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
 
 
 def gone(message: str) -> ApiError:
@@ -100,7 +117,10 @@ def gone(message: str) -> ApiError:
 
 
 def unsupported_media(content_type: str) -> ApiError:
-    return ApiError(415, "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - accepted media types "
-                    f"include: application/json-patch+json, application/merge-patch+json, "
-                    f"application/strategic-merge-patch+json (given: {content_type!r})")
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types "
+        f"include: application/json-patch+json, application/merge-patch+json, "
+        f"application/strategic-merge-patch+json (given: {content_type!r})",
+    )

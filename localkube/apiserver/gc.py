@@ -36,14 +36,16 @@ class GarbageCollector:
         # owner uid -> (resource, namespace, name) of the objects naming it in ownerReferences:
         # scanning every object for each removed owner made removing a gang's pods quadratic
         # (bench/bench_scale.py: a third of the API server's time for 512 pods).
-        self._dependents: collections.defaultdict[str, set[tuple[str, str, str]]] = \
+        self._dependents: collections.defaultdict[str, set[tuple[str, str, str]]] = (
             collections.defaultdict(set)
+        )
         for resource in RESOURCES:
             for obj in self.store.list(resource):
                 self._index(resource, obj, None)
         api.on_removed.append(self.handle_removed)
-        api.has_dependents = lambda obj: bool(self._dependents_of(
-            obj["metadata"].get("uid", ""), obj["metadata"].get("namespace")))
+        api.has_dependents = lambda obj: bool(
+            self._dependents_of(obj["metadata"].get("uid", ""), obj["metadata"].get("namespace"))
+        )
         self.store.listeners.append(self.handle_event)
 
     def _index(self, resource: str, obj: dict | None, old: dict | None) -> None:
@@ -74,8 +76,11 @@ class GarbageCollector:
             if namespace and self.store.objects["resourcequotas"]:
                 self._dirty_quota_namespaces.add(namespace)
         meta = event.obj["metadata"]
-        if event.type != EventType.DELETED and meta.get("deletionTimestamp") and \
-                FOREGROUND_FINALIZER in (meta.get("finalizers") or []):
+        if (
+            event.type != EventType.DELETED
+            and meta.get("deletionTimestamp")
+            and FOREGROUND_FINALIZER in (meta.get("finalizers") or [])
+        ):
             self._foreground.add((event.resource, meta.get("namespace", ""), meta["name"]))
             self._wake.set()
         if event.resource == "namespaces" and meta.get("deletionTimestamp"):
@@ -99,19 +104,23 @@ class GarbageCollector:
             if namespace and (not RESOURCES[resource].namespaced or object_namespace != namespace):
                 continue
             obj = self.store.get(resource, object_namespace, name)
-            if obj is not None and any(ref.get("uid") == uid
-                                       for ref in obj["metadata"].get("ownerReferences") or []):
+            if obj is not None and any(
+                ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or []
+            ):
                 found.append((resource, obj))
         return found
 
     def _other_owner_alive(self, obj: dict, gone_uid: str) -> bool:
-        return any(ref.get("uid") != gone_uid and self.store.find_uid(ref.get("uid", ""))
-                   for ref in obj["metadata"].get("ownerReferences") or [])
+        return any(
+            ref.get("uid") != gone_uid and self.store.find_uid(ref.get("uid", ""))
+            for ref in obj["metadata"].get("ownerReferences") or []
+        )
 
     def _release(self, resource: str, obj: dict, uid: str) -> None:
         new = copy.deepcopy(obj)
         new["metadata"]["ownerReferences"] = [
-            r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+            r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid
+        ]
         if not new["metadata"]["ownerReferences"]:
             del new["metadata"]["ownerReferences"]
         self.store.put(resource, new)
@@ -124,8 +133,9 @@ class GarbageCollector:
             self.api.delete(resource, meta.get("namespace", ""), meta["name"])
         except ApiError as error:
             if error.code != 404:
-                log.warning("garbage collection of %s %s failed: %s", resource, meta["name"],
-                            error.message)
+                log.warning(
+                    "garbage collection of %s %s failed: %s", resource, meta["name"], error.message
+                )
 
     def advance_foreground_deletions(self) -> bool:
         """Delete the dependents of owners held by foregroundDeletion; release the owners whose
@@ -136,15 +146,21 @@ class GarbageCollector:
             if FOREGROUND_FINALIZER not in (meta.get("finalizers") or []):
                 self._foreground.discard((resource, namespace, name))
                 continue
-            for dependent_resource, dependent in self._dependents_of(meta.get("uid", ""),
-                                                                     meta.get("namespace")):
+            for dependent_resource, dependent in self._dependents_of(
+                meta.get("uid", ""), meta.get("namespace")
+            ):
                 self._delete_quietly(dependent_resource, dependent)
             if self._dependents_of(meta.get("uid", ""), meta.get("namespace")):
                 continue
             self._foreground.discard((resource, namespace, name))
             rest = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
-            self.api.patch(resource, namespace, name, "application/merge-patch+json",
-                           {"metadata": {"finalizers": rest or None}})
+            self.api.patch(
+                resource,
+                namespace,
+                name,
+                "application/merge-patch+json",
+                {"metadata": {"finalizers": rest or None}},
+            )
         return bool(self._foreground)
 
     def sweep_orphans(self) -> None:
@@ -152,10 +168,16 @@ class GarbageCollector:
         for resource in RESOURCES:
             for obj in self.store.list(resource):
                 refs = obj["metadata"].get("ownerReferences") or []
-                known = [r for r in refs if r.get("kind") in KIND_TO_PLURAL
-                         and r.get("apiVersion", "v1") == "v1"]
-                if known and len(known) == len(refs) and not any(
-                        self.store.find_uid(r.get("uid", "")) for r in known):
+                known = [
+                    r
+                    for r in refs
+                    if r.get("kind") in KIND_TO_PLURAL and r.get("apiVersion", "v1") == "v1"
+                ]
+                if (
+                    known
+                    and len(known) == len(refs)
+                    and not any(self.store.find_uid(r.get("uid", "")) for r in known)
+                ):
                     self._delete_quietly(resource, obj)
 
     def expire_events(self) -> None:
@@ -181,8 +203,9 @@ class GarbageCollector:
                 for obj in self.store.list(resource, name):
                     left += 1
                     self._delete_quietly(resource, obj)
-            if left == 0 or not any(self.store.list(r, name) for r, i in RESOURCES.items()
-                                    if i.namespaced):
+            if left == 0 or not any(
+                self.store.list(r, name) for r, i in RESOURCES.items() if i.namespaced
+            ):
                 self.api.remove_namespace(name)
             else:
                 pending = True
@@ -194,8 +217,10 @@ class GarbageCollector:
             for quota in self.store.list("resourcequotas", namespace):
                 status = admission.quota_status(self.store, quota)
                 if status != quota.get("status"):
-                    self.store.put("resourcequotas", dict(quota, status=status,
-                                                          metadata=dict(quota["metadata"])))
+                    self.store.put(
+                        "resourcequotas",
+                        dict(quota, status=status, metadata=dict(quota["metadata"])),
+                    )
 
     async def run(self) -> None:
         last_sweep = 0.0

@@ -68,14 +68,17 @@ def is_heartbeat(event: WatchEvent) -> bool:
 
 
 def has_unreachable_taint(node: dict) -> bool:
-    return any(t.get("key") == UNREACHABLE_TAINT_KEY
-               for t in (node.get("spec") or {}).get("taints") or [])
+    return any(
+        t.get("key") == UNREACHABLE_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []
+    )
 
 
 def unreachable_taints() -> list[dict]:
     stamp = now_rfc3339()
-    return [{"key": UNREACHABLE_TAINT_KEY, "effect": effect, "timeAdded": stamp}
-            for effect in UNREACHABLE_EFFECTS]
+    return [
+        {"key": UNREACHABLE_TAINT_KEY, "effect": effect, "timeAdded": stamp}
+        for effect in UNREACHABLE_EFFECTS
+    ]
 
 
 def lost_node_status(node: dict) -> dict:
@@ -86,13 +89,19 @@ def lost_node_status(node: dict) -> dict:
     for condition in status.get("conditions") or []:
         if condition.get("status") != "Unknown":
             condition = {**condition, "status": "Unknown", "lastTransitionTime": stamp}
-        condition.update(reason="NodeStatusUnknown", message="Kubelet stopped posting node "
-                         "status.")
+        condition.update(reason="NodeStatusUnknown", message="Kubelet stopped posting node status.")
         conditions.append(condition)
     if not any(c.get("type") == "Ready" for c in conditions):
-        conditions.append({"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                           "message": "Kubelet stopped posting node status.",
-                           "lastHeartbeatTime": stamp, "lastTransitionTime": stamp})
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        )
     status["conditions"] = conditions
     return status
 
@@ -108,18 +117,30 @@ def lost_pod_status(pod: dict, node_name: str) -> dict:
             state = container.get("state") or {}
             if state.get("terminated"):
                 continue
-            container["state"] = {"terminated": {
-                "exitCode": NODE_LOST_EXIT_CODE, "reason": NODE_LOST_REASON, "message": message,
-                "startedAt": (state.get("running") or {}).get("startedAt"),
-                "finishedAt": stamp, "containerID": container.get("containerID")}}
+            container["state"] = {
+                "terminated": {
+                    "exitCode": NODE_LOST_EXIT_CODE,
+                    "reason": NODE_LOST_REASON,
+                    "message": message,
+                    "startedAt": (state.get("running") or {}).get("startedAt"),
+                    "finishedAt": stamp,
+                    "containerID": container.get("containerID"),
+                }
+            }
             container["ready"] = False
             container["started"] = False
     conditions = []
     for condition in status.get("conditions") or []:
-        if condition.get("type") in ("Ready", "ContainersReady") and \
-                condition.get("status") != "False":
-            condition = {**condition, "status": "False", "reason": NODE_LOST_REASON,
-                         "lastTransitionTime": stamp}
+        if (
+            condition.get("type") in ("Ready", "ContainersReady")
+            and condition.get("status") != "False"
+        ):
+            condition = {
+                **condition,
+                "status": "False",
+                "reason": NODE_LOST_REASON,
+                "lastTransitionTime": stamp,
+            }
         conditions.append(condition)
     status["conditions"] = conditions
     return status
@@ -128,9 +149,13 @@ def lost_pod_status(pod: dict, node_name: str) -> dict:
 class NodeLifecycleController:
     """Marks nodes without heartbeats lost (and their pods); lifts the taints when they return."""
 
-    def __init__(self, api, grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
-                 paused: Callable[[], bool] = lambda: False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        api,
+        grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
+        paused: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # api: localkube.apiserver.operations.ObjectApi; paused: whether the outage switch
         # (outage.py) keeps the kubelets' heartbeats out now.
         self.api = api
@@ -168,8 +193,9 @@ class NodeLifecycleController:
     def _mark_lost(self, node: dict) -> None:
         name = node["metadata"]["name"]
         if ready_condition(node) is None or ready_condition(node).get("status") != "Unknown":
-            node = self.api.replace("nodes", "", name, {**node, "status": lost_node_status(node)},
-                                    subresource="status")
+            node = self.api.replace(
+                "nodes", "", name, {**node, "status": lost_node_status(node)}, subresource="status"
+            )
         if not has_unreachable_taint(node):
             self._set_taints(node, unreachable_taints())
 
@@ -185,17 +211,23 @@ class NodeLifecycleController:
 
     def _fail_pods(self, node_name: str) -> None:
         for pod in self.api.store.list("pods"):
-            if (pod.get("spec") or {}).get("nodeName") != node_name or \
-                    (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            if (pod.get("spec") or {}).get("nodeName") != node_name or (
+                pod.get("status") or {}
+            ).get("phase") in TERMINAL_PHASES:
                 continue
             meta = pod["metadata"]
             try:
-                self.api.replace("pods", meta["namespace"], meta["name"],
-                                 {**pod, "status": lost_pod_status(pod, node_name)},
-                                 subresource="status")
+                self.api.replace(
+                    "pods",
+                    meta["namespace"],
+                    meta["name"],
+                    {**pod, "status": lost_pod_status(pod, node_name)},
+                    subresource="status",
+                )
             except ApiError as error:  # deleted meanwhile: nothing to mark
-                log.info("pod %s/%s not marked lost: %s", meta["namespace"], meta["name"],
-                         error.message)
+                log.info(
+                    "pod %s/%s not marked lost: %s", meta["namespace"], meta["name"], error.message
+                )
 
     async def run(self) -> None:
         while True:

@@ -42,8 +42,9 @@ def parse_propagation(value: str | None) -> Propagation | None:
     try:
         return Propagation(value)
     except ValueError:
-        raise errors.bad_request(f"propagationPolicy {value!r} is not valid; allowed: "
-                                 "Orphan, Background, Foreground") from None
+        raise errors.bad_request(
+            f"propagationPolicy {value!r} is not valid; allowed: Orphan, Background, Foreground"
+        ) from None
 
 
 def _later_rfc3339(seconds: int) -> str:
@@ -67,21 +68,28 @@ class ObjectApi:
             raise errors.not_found(resource, name)
         return obj
 
-    def list(self, resource: str, namespace: str | None, labels: tuple = (),
-             fields: tuple = ()) -> list[dict]:
+    def list(
+        self, resource: str, namespace: str | None, labels: tuple = (), fields: tuple = ()
+    ) -> list[dict]:
         items = self.store.list(resource, namespace)
         if labels or fields:
-            items = [o for o in items if labels_match(labels, o["metadata"].get("labels"))
-                     and fields_match(fields, o)]
-        return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""),
-                                            o["metadata"]["name"]))
+            items = [
+                o
+                for o in items
+                if labels_match(labels, o["metadata"].get("labels")) and fields_match(fields, o)
+            ]
+        return sorted(
+            items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        )
 
     def node_ready(self, name: str) -> bool:
         node = self.store.get("nodes", "", name)
         if node is None:
             return False
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or [])
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions") or []
+        )
 
     # -- create --------------------------------------------------------------------------------
     def create(self, resource: str, namespace: str, body: Any, dry_run: bool = False) -> dict:
@@ -93,16 +101,21 @@ class ObjectApi:
         meta = obj.setdefault("metadata", {})
         if info.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match "
-                                         "the namespace sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request"
+                )
             meta["namespace"] = namespace
             self._check_namespace_open(namespace)
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise errors.invalid(info.kind, "", [("metadata.name", "Required value: name "
-                                                      "or generateName is required")])
+                raise errors.invalid(
+                    info.kind,
+                    "",
+                    [("metadata.name", "Required value: name or generateName is required")],
+                )
             meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
         validate_name(info.kind, meta["name"])
         if self.store.get(resource, namespace if info.namespaced else "", meta["name"]):
@@ -110,21 +123,36 @@ class ObjectApi:
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
-        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
-                    "selfLink", "managedFields"):
+        for key in (
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "managedFields",
+        ):
             meta.pop(key, None)
         if "spec" in obj or resource == "pods":
             meta["generation"] = 1
         validate_object(resource, obj)
         if resource == "pods":
             admission.apply_limit_ranges(self.store, obj)
-        taken = {s["spec"].get("clusterIP") for s in self.store.list("services")} \
-            if resource == "services" else None
+        taken = (
+            {s["spec"].get("clusterIP") for s in self.store.list("services")}
+            if resource == "services"
+            else None
+        )
         apply_defaults(resource, obj, taken)
         if resource == "pods":
             obj.setdefault("status", {})["phase"] = "Pending"
-            for key in ("conditions", "containerStatuses", "initContainerStatuses", "podIP",
-                        "podIPs", "hostIP", "startTime"):
+            for key in (
+                "conditions",
+                "containerStatuses",
+                "initContainerStatuses",
+                "podIP",
+                "podIPs",
+                "hostIP",
+                "startTime",
+            ):
                 obj["status"].pop(key, None)
             admission.check_pod_security(self.store, obj)
             admission.check_pod_quota(self.store, obj)
@@ -148,9 +176,12 @@ class ObjectApi:
         if ns is None:
             raise errors.not_found("namespaces", namespace)
         if ns["metadata"].get("deletionTimestamp"):
-            raise errors.forbidden("namespaces", namespace,
-                                   f"unable to create new content in namespace {namespace} "
-                                   "because it is being terminated")
+            raise errors.forbidden(
+                "namespaces",
+                namespace,
+                f"unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+            )
 
     def _generate_name(self, resource: str, namespace: str, prefix: str) -> str:
         for _ in range(20):
@@ -160,8 +191,15 @@ class ObjectApi:
         raise errors.already_exists(resource, prefix)
 
     # -- update --------------------------------------------------------------------------------
-    def replace(self, resource: str, namespace: str, name: str, body: Any,
-                subresource: str | None = None, dry_run: bool = False) -> dict:
+    def replace(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         info = RESOURCES[resource]
         current = self.get(resource, namespace, name)
         if not isinstance(body, dict):
@@ -170,15 +208,25 @@ class ObjectApi:
         check_kind(info, new)
         meta = new.setdefault("metadata", {})
         if meta.get("name") not in (None, name):
-            raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
-                                     f"match the name on the URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not "
+                f"match the name on the URL ({name})"
+            )
         given_rv = meta.get("resourceVersion")
         if given_rv and given_rv != current["metadata"]["resourceVersion"]:
             raise errors.stale_version(resource, name)
         return self._store_update(resource, current, new, subresource, dry_run)
 
-    def patch(self, resource: str, namespace: str, name: str, content_type: str, body: Any,
-              subresource: str | None = None, dry_run: bool = False) -> dict:
+    def patch(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         current = self.get(resource, namespace, name)
         patched = apply_patch(content_type, current, body)
         if not isinstance(patched, dict):
@@ -188,8 +236,9 @@ class ObjectApi:
             raise errors.stale_version(resource, name)
         return self._store_update(resource, current, patched, subresource, dry_run)
 
-    def _store_update(self, resource: str, current: dict, new: dict, subresource: str | None,
-                      dry_run: bool) -> dict:
+    def _store_update(
+        self, resource: str, current: dict, new: dict, subresource: str | None, dry_run: bool
+    ) -> dict:
         info = RESOURCES[resource]
         old_meta = current["metadata"]
         if subresource == "status":
@@ -205,8 +254,15 @@ class ObjectApi:
             if resource in STATUS_SUBRESOURCE and "status" in current:
                 new["status"] = copy.deepcopy(current["status"])
             meta = new.setdefault("metadata", {})
-            for key in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp",
-                        "deletionGracePeriodSeconds", "generation"):
+            for key in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
                 if key in old_meta:
                     meta[key] = old_meta[key]
                 else:
@@ -221,26 +277,45 @@ class ObjectApi:
             apply_defaults("secrets", new)
         if dry_run:
             return new
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") \
-                and self._removable(resource, new):
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and self._removable(resource, new)
+        ):
             return self._remove(resource, new)
         return self.store.put(resource, new)
 
     # -- delete --------------------------------------------------------------------------------
-    def delete(self, resource: str, namespace: str, name: str, grace: int | None = None,
-               propagation: Propagation | None = None, preconditions: dict | None = None,
-               dry_run: bool = False) -> dict:
+    def delete(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        grace: int | None = None,
+        propagation: Propagation | None = None,
+        preconditions: dict | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         current = self.get(resource, namespace, name)
         meta = current["metadata"]
         preconditions = preconditions or {}
         if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
-            raise errors.conflict(resource, name, f"Precondition failed: UID in precondition: "
-                                  f"{preconditions['uid']}, UID in object meta: {meta.get('uid')}")
-        if preconditions.get("resourceVersion") and \
-                preconditions["resourceVersion"] != meta.get("resourceVersion"):
-            raise errors.conflict(resource, name, "Precondition failed: ResourceVersion in "
-                                  f"precondition: {preconditions['resourceVersion']}, "
-                                  f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+            raise errors.conflict(
+                resource,
+                name,
+                f"Precondition failed: UID in precondition: "
+                f"{preconditions['uid']}, UID in object meta: {meta.get('uid')}",
+            )
+        if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta.get(
+            "resourceVersion"
+        ):
+            raise errors.conflict(
+                resource,
+                name,
+                "Precondition failed: ResourceVersion in "
+                f"precondition: {preconditions['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            )
         if dry_run:
             return current
         if propagation is not None and meta.get("uid"):
@@ -295,8 +370,9 @@ class ObjectApi:
     def _removable(self, resource: str, obj: dict) -> bool:
         if resource != "pods":
             return resource != "namespaces"
-        return obj["metadata"].get("deletionGracePeriodSeconds", 0) == 0 or \
-            not self._has_kubelet(obj)
+        return obj["metadata"].get("deletionGracePeriodSeconds", 0) == 0 or not self._has_kubelet(
+            obj
+        )
 
     def _mark_deleting(self, resource: str, current: dict, grace: int) -> dict:
         new = copy.deepcopy(current)
@@ -320,26 +396,38 @@ class ObjectApi:
             self._remove("namespaces", ns)
 
     # -- binding -------------------------------------------------------------------------------
-    def bind(self, namespace: str, name: str, binding: Any,
-             annotations: dict[str, str] | None = None) -> dict:
+    def bind(
+        self, namespace: str, name: str, binding: Any, annotations: dict[str, str] | None = None
+    ) -> dict:
         pod = self.get("pods", namespace, name)
         target = (binding or {}).get("target") or {}
         node = target.get("name")
         if not node:
             raise errors.invalid("Binding", name, [("target.name", "Required value")])
         if pod["spec"].get("nodeName"):
-            raise errors.conflict("pods/binding", name, f"pod {name} is already assigned to "
-                                  f"node \"{pod['spec']['nodeName']}\"")
+            raise errors.conflict(
+                "pods/binding",
+                name,
+                f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
         if pod["metadata"].get("deletionTimestamp"):
-            raise errors.conflict("pods/binding", name, f"pod {name} is being deleted, cannot "
-                                  "be assigned to a host")
+            raise errors.conflict(
+                "pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host"
+            )
         new = copy.deepcopy(pod)
         new["spec"]["nodeName"] = node
         if annotations:
             new["metadata"].setdefault("annotations", {}).update(annotations)
-        conditions = [c for c in new["status"].get("conditions") or []
-                      if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": now_rfc3339()})
+        conditions = [
+            c for c in new["status"].get("conditions") or [] if c.get("type") != "PodScheduled"
+        ]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
         new["status"]["conditions"] = conditions
         return self.store.put("pods", new)

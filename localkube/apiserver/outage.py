@@ -72,10 +72,14 @@ class Outage:
 
 def unavailable() -> web.Response:
     """kube-apiserver's 503 Status."""
-    error = ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the "
-                     "request (localkube outage switch)")
-    return web.Response(body=json.dumps(error.to_status()).encode(), status=503,
-                        content_type="application/json")
+    error = ApiError(
+        503,
+        "ServiceUnavailable",
+        "the server is currently unable to handle the request (localkube outage switch)",
+    )
+    return web.Response(
+        body=json.dumps(error.to_status()).encode(), status=503, content_type="application/json"
+    )
 
 
 def build_outage_middleware(outage: Outage) -> Callable[[web.Request, Handler], Awaitable]:
@@ -94,10 +98,15 @@ def build_outage_middleware(outage: Outage) -> Callable[[web.Request, Handler], 
 def read_seconds(body: object) -> float:
     """The `seconds` of a switch request; 400 for anything else."""
     seconds = body.get("seconds") if isinstance(body, dict) else None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
-            not 0 <= seconds <= MAX_OUTAGE_SECONDS:
-        raise errors.bad_request(f"seconds: {seconds!r} given; a number from 0 to "
-                                 f"{MAX_OUTAGE_SECONDS:g} is required (0 ends an outage)")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= MAX_OUTAGE_SECONDS
+    ):
+        raise errors.bad_request(
+            f"seconds: {seconds!r} given; a number from 0 to "
+            f"{MAX_OUTAGE_SECONDS:g} is required (0 ends an outage)"
+        )
     return float(seconds)
 
 
@@ -112,8 +121,9 @@ def outage_routes(app: web.Application, outage: Outage) -> None:
             raise errors.bad_request("the request body is not valid JSON") from None
         seconds = read_seconds(body)
         outage.begin(seconds)
-        log.warning("outage switch: %s", f"answering 503 for {seconds:g}s" if seconds
-                    else "serving again")
+        log.warning(
+            "outage switch: %s", f"answering 503 for {seconds:g}s" if seconds else "serving again"
+        )
         return web.json_response(outage.describe())
 
     app.router.add_get(OUTAGE_PATH, show)

@@ -19,12 +19,26 @@ STRATEGIC = "application/strategic-merge-patch+json"
 
 # Field name -> merge key, as in the Kubernetes API's patchMergeKey tags.
 MERGE_KEYS = {
-    "containers": "name", "initContainers": "name", "ephemeralContainers": "name",
-    "env": "name", "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath",
-    "ports": "containerPort", "conditions": "type", "containerStatuses": "name",
-    "initContainerStatuses": "name", "imagePullSecrets": "name", "hostAliases": "ip",
-    "tolerations": None, "ownerReferences": "uid", "addresses": "type", "taints": "key",
-    "podIPs": "ip", "topologySpreadConstraints": "topologyKey", "secrets": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "ports": "containerPort",
+    "conditions": "type",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "imagePullSecrets": "name",
+    "hostAliases": "ip",
+    "tolerations": None,
+    "ownerReferences": "uid",
+    "addresses": "type",
+    "taints": "key",
+    "podIPs": "ip",
+    "topologySpreadConstraints": "topologyKey",
+    "secrets": "name",
 }
 # Lists of strings that strategic merge unions instead of replacing (patchStrategy:"merge").
 PRIMITIVE_MERGE = ("finalizers",)
@@ -83,8 +97,9 @@ def _resolve(doc: Any, parts: list[str], path: str) -> Any:
             try:
                 doc = doc[int(part)]
             except (ValueError, IndexError):
-                raise ApiError(422, "Invalid",
-                               f"json patch path {path!r}: no index {part}") from None
+                raise ApiError(
+                    422, "Invalid", f"json patch path {path!r}: no index {part}"
+                ) from None
         elif isinstance(doc, dict) and part in doc:
             doc = doc[part]
         else:
@@ -154,8 +169,12 @@ def json_patch(target: dict, operations: Any) -> dict:
             if _resolve(doc, parts, path) != op.get("value"):
                 raise ApiError(422, "Invalid", f"json patch test failed at {path!r}")
         else:
-            raise ApiError(400, "BadRequest", f"json patch op {kind!r} is not valid; allowed: "
-                           "add, remove, replace, move, copy, test")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"json patch op {kind!r} is not valid; allowed: "
+                "add, remove, replace, move, copy, test",
+            )
     return doc
 
 
@@ -196,21 +215,35 @@ def _merge_list(current: Any, patch: list, field: str, parent: str) -> list:
     if field in PRIMITIVE_MERGE and isinstance(current, list):
         return list(current) + [item for item in patch if item not in current]
     merge_key = MERGE_KEYS.get(field)
-    if field == "ports" and parent == "spec" and any("port" in p for p in patch
-                                                     if isinstance(p, dict)):
+    if (
+        field == "ports"
+        and parent == "spec"
+        and any("port" in p for p in patch if isinstance(p, dict))
+    ):
         merge_key = _SERVICE_PORT_KEY
-    if not merge_key or not isinstance(current, list) or not all(
-            isinstance(p, dict) for p in patch):
-        return [copy.deepcopy(p) for p in patch
-                if not (isinstance(p, dict) and p.get("$patch") == "delete")]
+    if (
+        not merge_key
+        or not isinstance(current, list)
+        or not all(isinstance(p, dict) for p in patch)
+    ):
+        return [
+            copy.deepcopy(p)
+            for p in patch
+            if not (isinstance(p, dict) and p.get("$patch") == "delete")
+        ]
     result = copy.deepcopy(current)
     for item in patch:
         if item.get("$patch") == "replace":
             return [copy.deepcopy(i) for i in patch if i.get("$patch") != "replace"]
         key_value = item.get(merge_key)
-        index = next((i for i, existing in enumerate(result)
-                      if isinstance(existing, dict) and existing.get(merge_key) == key_value),
-                     None)
+        index = next(
+            (
+                i
+                for i, existing in enumerate(result)
+                if isinstance(existing, dict) and existing.get(merge_key) == key_value
+            ),
+            None,
+        )
         if item.get("$patch") == "delete":
             if index is not None:
                 result.pop(index)

@@ -25,17 +25,21 @@ STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 def _builder():
     # Imported late: the kubelet half owns it, and the API server must start without it.
     from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
+
     return build_exec_command, ContainerNotRunning
 
 
 def exit_status(returncode: int, command: list[str]) -> dict:
     if returncode == 0:
         return {"metadata": {}, "status": "Success"}
-    return {"metadata": {}, "status": "Failure",
-            "message": f"command terminated with non-zero exit code: error executing command "
-                       f"[{' '.join(command)}], exit code {returncode}",
-            "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": str(returncode)}]}}
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: error executing command "
+        f"[{' '.join(command)}], exit code {returncode}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(returncode)}]},
+    }
 
 
 async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.StreamResponse:
@@ -56,10 +60,12 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
     try:
         argv, env, cwd = build(state_dir, pod["metadata"]["uid"], container, list(command))
     except not_running:
-        raise errors.bad_request(f'unable to upgrade connection: container not found '
-                                 f'("{container}")') from None
+        raise errors.bad_request(
+            f'unable to upgrade connection: container not found ("{container}")'
+        ) from None
     if container not in names and container not in [
-            c["name"] for c in pod["spec"].get("initContainers") or []]:
+        c["name"] for c in pod["spec"].get("initContainers") or []
+    ]:
         raise errors.bad_request(f"container {container} is not valid for pod {name}")
     want_stdin = query.get("stdin", "false").lower() in ("true", "1")
     ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True, max_msg_size=0)
@@ -67,10 +73,14 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
     v5 = ws.ws_protocol == "v5.channel.k8s.io"
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv, env=env, cwd=cwd,
+            *argv,
+            env=env,
+            cwd=cwd,
             stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
     except OSError as error:
         await ws.send_bytes(bytes([STDERR]) + f"exec failed: {error}\n".encode())
         await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(126, command)).encode())
@@ -104,8 +114,7 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
     try:
         await asyncio.gather(pump(process.stdout, STDOUT), pump(process.stderr, STDERR))
         returncode = await process.wait()
-        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(returncode,
-                                                                     command)).encode())
+        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(returncode, command)).encode())
     except (ConnectionResetError, RuntimeError):
         pass
     finally:
@@ -117,28 +126,37 @@ async def serve_exec(request: web.Request, pod: dict, state_dir: str) -> web.Str
     return ws
 
 
-async def serve_simulated_exec(request: web.Request, pod: dict, state_dir: str,
-                               container: str, command: list[str]) -> web.StreamResponse:
+async def serve_simulated_exec(
+    request: web.Request, pod: dict, state_dir: str, container: str, command: list[str]
+) -> web.StreamResponse:
     """Exec into a hollow pod's container: the command runs in the simulated shell."""
     from localkube.hollow.podfs import build_root
     from localkube.hollow.shell import run_command
+
     uid = pod["metadata"]["uid"]
     entry = (read_pod_state(state_dir, uid).get("containers") or {}).get(container) or {}
     if not entry.get("running"):
-        raise errors.bad_request(f'unable to upgrade connection: container not found '
-                                 f'("{container}")')
+        raise errors.bad_request(
+            f'unable to upgrade connection: container not found ("{container}")'
+        )
     ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True, max_msg_size=0)
     await ws.prepare(request)
     outcome = await asyncio.to_thread(
-        run_command, build_root(str(pod_dir(state_dir, uid))), command, entry.get("env") or {},
-        entry.get("workingDir") or "/", pod["metadata"]["name"])
+        run_command,
+        build_root(str(pod_dir(state_dir, uid))),
+        command,
+        entry.get("env") or {},
+        entry.get("workingDir") or "/",
+        pod["metadata"]["name"],
+    )
     try:
         if outcome.stdout:
             await ws.send_bytes(bytes([STDOUT]) + bytes(outcome.stdout))
         if outcome.stderr:
             await ws.send_bytes(bytes([STDERR]) + bytes(outcome.stderr))
-        await ws.send_bytes(bytes([STATUS]) + json.dumps(exit_status(outcome.code,
-                                                                     command)).encode())
+        await ws.send_bytes(
+            bytes([STATUS]) + json.dumps(exit_status(outcome.code, command)).encode()
+        )
     except (ConnectionResetError, RuntimeError):
         pass
     finally:

@@ -38,8 +38,9 @@ def pick_container(pod: dict, container: str | None) -> str:
     if not container:
         if len(names) == 1:
             return names[0]
-        message = f"a container name must be specified for pod {name}, choose one of: " \
-                  f"[{' '.join(names)}]"
+        message = (
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+        )
         if init_names:
             message += f" or one of the init containers: [{' '.join(init_names)}]"
         raise errors.bad_request(message)
@@ -50,8 +51,9 @@ def pick_container(pod: dict, container: str | None) -> str:
 
 def _container_status(pod: dict, container: str) -> dict:
     status = pod.get("status") or {}
-    for entry in (status.get("containerStatuses") or []) + \
-            (status.get("initContainerStatuses") or []):
+    for entry in (status.get("containerStatuses") or []) + (
+        status.get("initContainerStatuses") or []
+    ):
         if entry.get("name") == container:
             return entry
     return {}
@@ -81,20 +83,26 @@ def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path 
         restart = max(numbers) if numbers else None
     if previous:
         if not restart:
-            raise errors.bad_request(f'previous terminated container "{container}" in pod '
-                                     f'"{name}" not found')
+            raise errors.bad_request(
+                f'previous terminated container "{container}" in pod "{name}" not found'
+            )
         restart -= 1
     if restart is None or not (directory / f"{restart}.log").exists():
-        if not previous and is_terminated(pod, container) and \
-                (pod.get("spec") or {}).get("nodeName"):
+        if (
+            not previous
+            and is_terminated(pod, container)
+            and (pod.get("spec") or {}).get("nodeName")
+        ):
             return None  # it ended without writing a line (e.g. it never started): no output
         if not (pod.get("spec") or {}).get("nodeName"):
-            raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
-                                     "start: ContainerCreating")
+            raise errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
+            )
         waiting = (_container_status(pod, container).get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason", "ContainerCreating")
-        raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
-                                 f"start: {reason}")
+        raise errors.bad_request(
+            f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+        )
     return directory / f"{restart}.log"
 
 
@@ -117,6 +125,7 @@ class LogOptions:
                 return int(value)
             except ValueError:
                 raise errors.bad_request(f"{key}={value!r} is not an integer") from None
+
         self.timestamps = query.get("timestamps", "false").lower() in ("true", "1")
         self.follow = query.get("follow", "false").lower() in ("true", "1")
         self.previous = query.get("previous", "false").lower() in ("true", "1")
@@ -125,14 +134,16 @@ class LogOptions:
         since_seconds = integer("sinceSeconds")
         self.since: datetime.datetime | None = None
         if since_seconds is not None:
-            self.since = datetime.datetime.now(datetime.UTC) - \
-                datetime.timedelta(seconds=since_seconds)
+            self.since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
+                seconds=since_seconds
+            )
         elif query.get("sinceTime"):
             try:
                 self.since = parse_timestamp(query["sinceTime"])
             except ValueError:
                 raise errors.bad_request(
-                    f"sinceTime={query['sinceTime']!r} is not RFC 3339") from None
+                    f"sinceTime={query['sinceTime']!r} is not RFC 3339"
+                ) from None
 
 
 class _Renderer:
@@ -166,7 +177,7 @@ def read_logs(path: Path, options: LogOptions) -> tuple[bytes, int]:
     with path.open("r", encoding="utf-8", errors="replace") as handle:
         data = handle.read()
     offset = len(data.encode("utf-8", errors="replace"))
-    complete = data if data.endswith("\n") or not data else data[:data.rfind("\n") + 1]
+    complete = data if data.endswith("\n") or not data else data[: data.rfind("\n") + 1]
     offset = len(complete.encode("utf-8", errors="replace"))
     chunks = [renderer.render(line) for line in complete.splitlines()]
     text = [c for c in chunks if c is not None]
@@ -183,8 +194,9 @@ def read_logs(path: Path, options: LogOptions) -> tuple[bytes, int]:
     return "".join(text).encode(), offset
 
 
-async def follow_logs(path: Path, offset: int, options: LogOptions,
-                      done: Callable[[], bool]) -> AsyncIterator[bytes]:
+async def follow_logs(
+    path: Path, offset: int, options: LogOptions, done: Callable[[], bool]
+) -> AsyncIterator[bytes]:
     """New rendered bytes appended after `offset`, until `done()` and the file is drained."""
     renderer = _Renderer(options)
     options.since = None

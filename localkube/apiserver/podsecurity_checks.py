@@ -11,19 +11,44 @@ from __future__ import annotations
 from collections.abc import Callable
 
 BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
 }
 SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
 }
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t"}
 RESTRICTED_VOLUME_SOURCES = (
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-    "projected", "secret",
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
 )
 APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 
@@ -44,8 +69,11 @@ def name_containers(names: list[str]) -> str:
 
 
 def list_containers(spec: dict) -> list[dict]:
-    return [c for key in ("initContainers", "containers", "ephemeralContainers")
-            for c in spec.get(key) or []]
+    return [
+        c
+        for key in ("initContainers", "containers", "ephemeralContainers")
+        for c in spec.get(key) or []
+    ]
 
 
 def read_container_sc(container: dict) -> dict:
@@ -73,9 +101,12 @@ def check_app_armor_profile(meta: dict, spec: dict) -> Violation | None:
         setters.append(name_containers(bad))
     listed = sorted(values)
     annotations = sorted(
-        f'{k}="{v}"' for k, v in (meta.get("annotations") or {}).items()
+        f'{k}="{v}"'
+        for k, v in (meta.get("annotations") or {}).items()
         if k.startswith(APPARMOR_ANNOTATION_PREFIX)
-        and v and v != "runtime/default" and not v.startswith("localhost/")
+        and v
+        and v != "runtime/default"
+        and not v.startswith("localhost/")
     )
     if annotations:
         listed += annotations
@@ -83,8 +114,9 @@ def check_app_armor_profile(meta: dict, spec: dict) -> Violation | None:
     if not setters:
         return None
     reason = pluralize("forbidden AppArmor profile", "forbidden AppArmor profiles", len(listed))
-    return reason, (f"{' and '.join(setters)} must not set AppArmor profile type to "
-                    f"{join_quote(listed)}")
+    return reason, (
+        f"{' and '.join(setters)} must not set AppArmor profile type to {join_quote(listed)}"
+    )
 
 
 def check_capabilities_baseline(meta: dict, spec: dict) -> Violation | None:
@@ -97,9 +129,11 @@ def check_capabilities_baseline(meta: dict, spec: dict) -> Violation | None:
             caps.update(forbidden)
     if not bad:
         return None
-    return "non-default capabilities", (f"{name_containers(bad)} must not include "
-                                        f"{join_quote(sorted(caps))} in "
-                                        "securityContext.capabilities.add")
+    return "non-default capabilities", (
+        f"{name_containers(bad)} must not include "
+        f"{join_quote(sorted(caps))} in "
+        "securityContext.capabilities.add"
+    )
 
 
 def check_host_namespaces(meta: dict, spec: dict) -> Violation | None:
@@ -123,9 +157,11 @@ def check_host_ports(meta: dict, spec: dict) -> Violation | None:
             ports.update(used)
     if not bad:
         return None
-    return "hostPort", (f"{name_containers(bad)} {pluralize('uses', 'use', len(bad))} "
-                        f"{pluralize('hostPort', 'hostPorts', len(ports))} "
-                        f"{', '.join(sorted(ports))}")
+    return "hostPort", (
+        f"{name_containers(bad)} {pluralize('uses', 'use', len(bad))} "
+        f"{pluralize('hostPort', 'hostPorts', len(ports))} "
+        f"{', '.join(sorted(ports))}"
+    )
 
 
 def check_host_probes_and_lifecycle(meta: dict, spec: dict) -> Violation | None:
@@ -133,8 +169,13 @@ def check_host_probes_and_lifecycle(meta: dict, spec: dict) -> Violation | None:
     for c in list_containers(spec):
         handlers = [c.get(p) for p in ("livenessProbe", "readinessProbe", "startupProbe")]
         handlers += [(c.get("lifecycle") or {}).get(h) for h in ("postStart", "preStop")]
-        found = [h[kind]["host"] for h in handlers if h for kind in ("httpGet", "tcpSocket")
-                 if (h.get(kind) or {}).get("host")]
+        found = [
+            h[kind]["host"]
+            for h in handlers
+            if h
+            for kind in ("httpGet", "tcpSocket")
+            if (h.get(kind) or {}).get("host")
+        ]
         if found:
             bad.append(c["name"])
             hosts.update(found)
@@ -144,7 +185,8 @@ def check_host_probes_and_lifecycle(meta: dict, spec: dict) -> Violation | None:
     return "probe or lifecycle host", (
         f"{name_containers(bad)} {pluralize('uses', 'use', len(bad))} "
         f"{pluralize('probe or lifecycle host', 'probe or lifecycle hosts', len(hosts))} "
-        f"{join_quote(sorted(hosts))}")
+        f"{join_quote(sorted(hosts))}"
+    )
 
 
 def check_privileged(meta: dict, spec: dict) -> Violation | None:
@@ -163,8 +205,10 @@ def check_proc_mount(meta: dict, spec: dict) -> Violation | None:
             kinds.add(str(mount))
     if not bad:
         return None
-    return "procMount", (f"{name_containers(bad)} must not set securityContext.procMount to "
-                         f"{join_quote(sorted(kinds))}")
+    return "procMount", (
+        f"{name_containers(bad)} must not set securityContext.procMount to "
+        f"{join_quote(sorted(kinds))}"
+    )
 
 
 def check_selinux_options(meta: dict, spec: dict) -> Violation | None:
@@ -184,9 +228,12 @@ def check_selinux_options(meta: dict, spec: dict) -> Violation | None:
     options = read_pod_sc(spec).get("seLinuxOptions")
     if options is not None and not is_valid(options):
         setters.append("pod")
-    bad = [c["name"] for c in list_containers(spec)
-           if read_container_sc(c).get("seLinuxOptions") is not None
-           and not is_valid(read_container_sc(c)["seLinuxOptions"])]
+    bad = [
+        c["name"]
+        for c in list_containers(spec)
+        if read_container_sc(c).get("seLinuxOptions") is not None
+        and not is_valid(read_container_sc(c)["seLinuxOptions"])
+    ]
     if bad:
         setters.append(name_containers(bad))
     if not setters:
@@ -195,8 +242,9 @@ def check_selinux_options(meta: dict, spec: dict) -> Violation | None:
     if types:
         data.append(f"{pluralize('type', 'types', len(types))} {join_quote(sorted(types))}")
     data += [f"{key} may not be set" for key in ("user", "role") if key in flags]
-    return "seLinuxOptions", (f"{' and '.join(setters)} set forbidden "
-                              f"securityContext.seLinuxOptions: {'; '.join(data)}")
+    return "seLinuxOptions", (
+        f"{' and '.join(setters)} set forbidden securityContext.seLinuxOptions: {'; '.join(data)}"
+    )
 
 
 def read_seccomp_type(sc: dict) -> str | None:
@@ -224,19 +272,26 @@ def check_seccomp(spec: dict, required: bool) -> Violation | None:
     if bad:
         setters.append(name_containers(bad))
     if setters:
-        return "seccompProfile", (f"{' and '.join(setters)} must not set "
-                                  f"securityContext.seccompProfile.type to "
-                                  f"{join_quote(sorted(values))}")
+        return "seccompProfile", (
+            f"{' and '.join(setters)} must not set "
+            f"securityContext.seccompProfile.type to "
+            f"{join_quote(sorted(values))}"
+        )
     if required and implicit:
-        return "seccompProfile", (f"pod or {name_containers(implicit)} must set "
-                                  'securityContext.seccompProfile.type to "RuntimeDefault" '
-                                  'or "Localhost"')
+        return "seccompProfile", (
+            f"pod or {name_containers(implicit)} must set "
+            'securityContext.seccompProfile.type to "RuntimeDefault" '
+            'or "Localhost"'
+        )
     return None
 
 
 def check_sysctls(meta: dict, spec: dict) -> Violation | None:
-    names = [s.get("name", "") for s in read_pod_sc(spec).get("sysctls") or []
-             if s.get("name") not in SAFE_SYSCTLS]
+    names = [
+        s.get("name", "")
+        for s in read_pod_sc(spec).get("sysctls") or []
+        if s.get("name") not in SAFE_SYSCTLS
+    ]
     return ("forbidden sysctls", ", ".join(names)) if names else None
 
 
@@ -244,24 +299,32 @@ def check_windows_host_process(meta: dict, spec: dict) -> Violation | None:
     setters = []
     if (read_pod_sc(spec).get("windowsOptions") or {}).get("hostProcess"):
         setters.append("pod")
-    bad = [c["name"] for c in list_containers(spec)
-           if (read_container_sc(c).get("windowsOptions") or {}).get("hostProcess")]
+    bad = [
+        c["name"]
+        for c in list_containers(spec)
+        if (read_container_sc(c).get("windowsOptions") or {}).get("hostProcess")
+    ]
     if bad:
         setters.append(name_containers(bad))
     if not setters:
         return None
-    return "hostProcess", (f"{' and '.join(setters)} must not set "
-                           "securityContext.windowsOptions.hostProcess=true")
+    return "hostProcess", (
+        f"{' and '.join(setters)} must not set securityContext.windowsOptions.hostProcess=true"
+    )
 
 
 # ---- restricted ----------------------------------------------------------------------------
 def check_allow_privilege_escalation(meta: dict, spec: dict) -> Violation | None:
-    bad = [c["name"] for c in list_containers(spec)
-           if read_container_sc(c).get("allowPrivilegeEscalation") is not False]
+    bad = [
+        c["name"]
+        for c in list_containers(spec)
+        if read_container_sc(c).get("allowPrivilegeEscalation") is not False
+    ]
     if not bad:
         return None
     return "allowPrivilegeEscalation != false", (
-        f"{name_containers(bad)} must set securityContext.allowPrivilegeEscalation=false")
+        f"{name_containers(bad)} must set securityContext.allowPrivilegeEscalation=false"
+    )
 
 
 def check_capabilities_restricted(meta: dict, spec: dict) -> Violation | None:
@@ -279,11 +342,14 @@ def check_capabilities_restricted(meta: dict, spec: dict) -> Violation | None:
             caps.update(forbidden)
     details = []
     if missing_drop:
-        details.append(f'{name_containers(missing_drop)} must set '
-                       'securityContext.capabilities.drop=["ALL"]')
+        details.append(
+            f'{name_containers(missing_drop)} must set securityContext.capabilities.drop=["ALL"]'
+        )
     if adding:
-        details.append(f"{name_containers(adding)} must not include "
-                       f"{join_quote(sorted(caps))} in securityContext.capabilities.add")
+        details.append(
+            f"{name_containers(adding)} must not include "
+            f"{join_quote(sorted(caps))} in securityContext.capabilities.add"
+        )
     return ("unrestricted capabilities", "; ".join(details)) if details else None
 
 
@@ -301,7 +367,8 @@ def check_restricted_volumes(meta: dict, spec: dict) -> Violation | None:
         f"{pluralize('volume', 'volumes', len(bad))} {join_quote(bad)} "
         f"{pluralize('uses', 'use', len(bad))} "
         f"{pluralize('restricted volume type', 'restricted volume types', len(kinds))} "
-        f"{join_quote(sorted(kinds))}")
+        f"{join_quote(sorted(kinds))}"
+    )
 
 
 def check_run_as_non_root(meta: dict, spec: dict) -> Violation | None:
@@ -319,11 +386,13 @@ def check_run_as_non_root(meta: dict, spec: dict) -> Violation | None:
     if explicit:
         setters.append(name_containers(explicit))
     if setters:
-        return "runAsNonRoot != true", (f"{' and '.join(setters)} must not set "
-                                        "securityContext.runAsNonRoot=false")
+        return "runAsNonRoot != true", (
+            f"{' and '.join(setters)} must not set securityContext.runAsNonRoot=false"
+        )
     if implicit:
-        return "runAsNonRoot != true", (f"pod or {name_containers(implicit)} must set "
-                                        "securityContext.runAsNonRoot=true")
+        return "runAsNonRoot != true", (
+            f"pod or {name_containers(implicit)} must set securityContext.runAsNonRoot=true"
+        )
     return None
 
 
@@ -362,5 +431,8 @@ RESTRICTED_CHECKS: tuple[tuple[str, Check], ...] = (
     ("seccompProfile_restricted", lambda meta, spec: check_seccomp(spec, required=True)),
 )
 OVERRIDDEN_BY_RESTRICTED = {
-    "capabilities_baseline", "hostPathVolumes", "procMount_baseline", "seccompProfile_baseline",
+    "capabilities_baseline",
+    "hostPathVolumes",
+    "procMount_baseline",
+    "seccompProfile_baseline",
 }

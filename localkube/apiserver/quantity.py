@@ -10,11 +10,22 @@ import re
 from fractions import Fraction
 
 _SUFFIXES = {
-    "": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
 }
 _PATTERN = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
@@ -25,8 +36,10 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(value)
     match = _PATTERN.match(str(value).strip())
     if not match or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"quantity {value!r} is not valid; expected a number with an optional "
-                         f"suffix among {', '.join(s for s in _SUFFIXES if s)}")
+        raise ValueError(
+            f"quantity {value!r} is not valid; expected a number with an optional "
+            f"suffix among {', '.join(s for s in _SUFFIXES if s)}"
+        )
     return Fraction(match.group(1)) * _SUFFIXES[match.group(2)]
 
 

@@ -40,8 +40,11 @@ def classify_request(method: str, path: str, query: dict) -> tuple[str, str] | N
     named = len(rest) >= 2
     watch = watch or str(query.get("watch", "")).lower() in ("true", "1")
     if method == "GET":
-        verb = "WATCH" if watch else ("CONNECT" if len(rest) >= 3 and rest[2] == "exec"
-                                      else "GET" if named else "LIST")
+        verb = (
+            "WATCH"
+            if watch
+            else ("CONNECT" if len(rest) >= 3 and rest[2] == "exec" else "GET" if named else "LIST")
+        )
     elif method == "DELETE":
         verb = "DELETE" if named else "DELETECOLLECTION"
     else:
@@ -55,9 +58,13 @@ class RequestCounts:
         self.started = time.time()
 
     def describe(self) -> dict:
-        return {"since": self.started, "total": sum(self.counts.values()),
-                "counts": {f"{verb} {resource}": n
-                           for (verb, resource), n in sorted(self.counts.items())}}
+        return {
+            "since": self.started,
+            "total": sum(self.counts.values()),
+            "counts": {
+                f"{verb} {resource}": n for (verb, resource), n in sorted(self.counts.items())
+            },
+        }
 
 
 def build_counting_middleware(counts: RequestCounts) -> Callable:
@@ -67,6 +74,7 @@ def build_counting_middleware(counts: RequestCounts) -> Callable:
         if kind is not None:
             counts.counts[kind] += 1
         return await handler(request)
+
     return count
 
 

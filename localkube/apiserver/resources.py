@@ -28,21 +28,29 @@ class Resource:
         return self.group_version
 
 
-RESOURCES: dict[str, Resource] = {r.plural: r for r in (
-    Resource("namespaces", "Namespace", False, ("ns",), ("status", "finalize")),
-    Resource("nodes", "Node", False, ("no",), ("status",)),
-    Resource("pods", "Pod", True, ("po",), ("status", "binding", "log", "exec")),
-    Resource("services", "Service", True, ("svc",), ("status",)),
-    Resource("configmaps", "ConfigMap", True, ("cm",)),
-    Resource("secrets", "Secret", True),
-    Resource("events", "Event", True, ("ev",)),
-    Resource("resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),
-    Resource("limitranges", "LimitRange", True, ("limits",)),
-    Resource("serviceaccounts", "ServiceAccount", True, ("sa",)),
-    # Stored and served, not enforced: pods reach each other whatever the policies say.
-    Resource("networkpolicies", "NetworkPolicy", True, ("netpol",),
-             group_version="networking.k8s.io/v1"),
-)}
+RESOURCES: dict[str, Resource] = {
+    r.plural: r
+    for r in (
+        Resource("namespaces", "Namespace", False, ("ns",), ("status", "finalize")),
+        Resource("nodes", "Node", False, ("no",), ("status",)),
+        Resource("pods", "Pod", True, ("po",), ("status", "binding", "log", "exec")),
+        Resource("services", "Service", True, ("svc",), ("status",)),
+        Resource("configmaps", "ConfigMap", True, ("cm",)),
+        Resource("secrets", "Secret", True),
+        Resource("events", "Event", True, ("ev",)),
+        Resource("resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),
+        Resource("limitranges", "LimitRange", True, ("limits",)),
+        Resource("serviceaccounts", "ServiceAccount", True, ("sa",)),
+        # Stored and served, not enforced: pods reach each other whatever the policies say.
+        Resource(
+            "networkpolicies",
+            "NetworkPolicy",
+            True,
+            ("netpol",),
+            group_version="networking.k8s.io/v1",
+        ),
+    )
+}
 
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
 

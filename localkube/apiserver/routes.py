@@ -42,8 +42,9 @@ class Target:
 
 
 def json_response(body: dict, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(body).encode(), status=status,
-                        content_type="application/json")
+    return web.Response(
+        body=json.dumps(body).encode(), status=status, content_type="application/json"
+    )
 
 
 def error_response(error: ApiError) -> web.Response:
@@ -52,8 +53,10 @@ def error_response(error: ApiError) -> web.Response:
 
 def parse_target(parts: list[str], group_version: str = CORE_GROUP_VERSION) -> Target:
     """Resolve /api/v1/<parts> (or /apis/<group_version>/<parts>); 404 for what we do not serve."""
+
     def unknown() -> ApiError:
         return ApiError(404, "NotFound", "the server could not find the requested resource")
+
     if not parts:
         raise unknown()
     if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] not in ("status", "finalize"):
@@ -61,15 +64,17 @@ def parse_target(parts: list[str], group_version: str = CORE_GROUP_VERSION) -> T
         info = resource_for(rest[0], group_version)
         if info is None or not info.namespaced or len(rest) > 3:
             raise unknown()
-        return Target(info, namespace, rest[1] if len(rest) > 1 else None,
-                      rest[2] if len(rest) > 2 else None)
+        return Target(
+            info, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
+        )
     info = resource_for(parts[0], group_version)
     if info is None or len(parts) > 3:
         raise unknown()
     if info.namespaced and len(parts) > 1:
         raise unknown()
-    target = Target(info, "", parts[1] if len(parts) > 1 else None,
-                    parts[2] if len(parts) > 2 else None)
+    target = Target(
+        info, "", parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else None
+    )
     if target.subresource and target.subresource not in info.subresources:
         raise unknown()
     return target
@@ -82,6 +87,7 @@ async def read_json(request: web.Request):
     try:
         if request.content_type.endswith("yaml"):
             import yaml
+
             return yaml.safe_load(raw)
         return json.loads(raw)
     except ValueError as error:
@@ -107,8 +113,9 @@ class CoreHandlers:
         except ApiError as error:
             return error_response(error)
 
-    async def _dispatch(self, request: web.Request, target: Target,
-                        watch_path: bool) -> web.StreamResponse:
+    async def _dispatch(
+        self, request: web.Request, target: Target, watch_path: bool
+    ) -> web.StreamResponse:
         query = request.rel_url.query
         method = request.method
         resource = target.resource.plural
@@ -143,18 +150,30 @@ class CoreHandlers:
                 return await self._watch(request, target)
             obj = self.api.get(resource, target.namespace, target.name)
             if tables.wants_table(request.headers.get("Accept", "")) and not subresource:
-                return json_response(tables.build_table(target.resource, [obj],
-                                                        obj["metadata"]["resourceVersion"]))
+                return json_response(
+                    tables.build_table(target.resource, [obj], obj["metadata"]["resourceVersion"])
+                )
             return json_response(obj)
         if method == "PUT":
             body = await read_json(request)
-            return json_response(self.api.replace(resource, target.namespace, target.name, body,
-                                                  subresource, dry_run))
+            return json_response(
+                self.api.replace(
+                    resource, target.namespace, target.name, body, subresource, dry_run
+                )
+            )
         if method == "PATCH":
             body = await read_json(request)
-            return json_response(self.api.patch(resource, target.namespace, target.name,
-                                                request.headers.get("Content-Type", ""), body,
-                                                subresource, dry_run))
+            return json_response(
+                self.api.patch(
+                    resource,
+                    target.namespace,
+                    target.name,
+                    request.headers.get("Content-Type", ""),
+                    body,
+                    subresource,
+                    dry_run,
+                )
+            )
         if method == "DELETE":
             return await self._delete(request, target, dry_run)
         raise errors.method_not_allowed()
@@ -162,14 +181,20 @@ class CoreHandlers:
     def _list(self, target: Target, query, accept: str = "") -> web.Response:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
-        items = self.api.list(target.resource.plural,
-                              target.namespace if target.resource.namespaced and
-                              target.namespace else None, labels, fields)
+        items = self.api.list(
+            target.resource.plural,
+            target.namespace if target.resource.namespaced and target.namespace else None,
+            labels,
+            fields,
+        )
         if tables.wants_table(accept):
             return json_response(tables.build_table(target.resource, items, str(self.store.rv)))
-        body = {"kind": f"{target.resource.kind}List",
-                "apiVersion": target.resource.api_version,
-                "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}
+        body = {
+            "kind": f"{target.resource.kind}List",
+            "apiVersion": target.resource.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": items,
+        }
         return json_response(body)
 
     async def _delete(self, request: web.Request, target: Target, dry_run: bool) -> web.Response:
@@ -181,20 +206,35 @@ class CoreHandlers:
                 grace = int(grace)
             except ValueError:
                 raise errors.bad_request(
-                    f"gracePeriodSeconds={grace!r} is not an integer") from None
-        propagation = parse_propagation(query.get("propagationPolicy",
-                                                  options.get("propagationPolicy")))
+                    f"gracePeriodSeconds={grace!r} is not an integer"
+                ) from None
+        propagation = parse_propagation(
+            query.get("propagationPolicy", options.get("propagationPolicy"))
+        )
         if propagation is None and options.get("orphanDependents") is True:
             propagation = parse_propagation("Orphan")
         resource = target.resource.plural
-        result = self.api.delete(resource, target.namespace, target.name, grace, propagation,
-                                 options.get("preconditions"),
-                                 dry_run or bool(options.get("dryRun")))
+        result = self.api.delete(
+            resource,
+            target.namespace,
+            target.name,
+            grace,
+            propagation,
+            options.get("preconditions"),
+            dry_run or bool(options.get("dryRun")),
+        )
         if resource in ("pods", "namespaces") or result["metadata"].get("deletionTimestamp"):
             return json_response(result)
-        return json_response({**errors.status_object("Success"),
-                              "details": {"name": target.name, "kind": resource,
-                                          "uid": result["metadata"].get("uid")}})
+        return json_response(
+            {
+                **errors.status_object("Success"),
+                "details": {
+                    "name": target.name,
+                    "kind": resource,
+                    "uid": result["metadata"].get("uid"),
+                },
+            }
+        )
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         query = request.rel_url.query
@@ -208,15 +248,25 @@ class CoreHandlers:
         for obj in items:
             meta = obj["metadata"]
             try:
-                deleted.append(self.api.delete(resource, meta.get("namespace", ""), meta["name"],
-                                               None if grace is None else int(grace)))
+                deleted.append(
+                    self.api.delete(
+                        resource,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        None if grace is None else int(grace),
+                    )
+                )
             except ApiError as error:
                 if error.code != 404:
                     raise
-        return json_response({"kind": f"{target.resource.kind}List",
+        return json_response(
+            {
+                "kind": f"{target.resource.kind}List",
                 "apiVersion": target.resource.api_version,
-                              "metadata": {"resourceVersion": str(self.store.rv)},
-                              "items": deleted})
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": deleted,
+            }
+        )
 
     async def _serve_log(self, request: web.Request, target: Target) -> web.StreamResponse:
         pod = self.api.get("pods", target.namespace, target.name)
@@ -227,9 +277,10 @@ class CoreHandlers:
             return web.Response(body=b"", content_type="text/plain")
         text, offset = podlogs.read_logs(path, options)
         if options.limit_bytes is not None:
-            text = text[:options.limit_bytes]
-        if not options.follow or (options.limit_bytes is not None and
-                                  len(text) >= options.limit_bytes):
+            text = text[: options.limit_bytes]
+        if not options.follow or (
+            options.limit_bytes is not None and len(text) >= options.limit_bytes
+        ):
             return web.Response(body=text, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
@@ -247,12 +298,14 @@ class CoreHandlers:
             if current is None or current["metadata"].get("uid") != uid:
                 return True
             # A restarted container writes a new file: this stream is over, as on a kubelet.
-            return podlogs.is_terminated(current, container) or \
-                podlogs.current_restart(self.state_dir, uid, container) not in (None, restart)
+            return podlogs.is_terminated(current, container) or podlogs.current_restart(
+                self.state_dir, uid, container
+            ) not in (None, restart)
+
         try:
             async for chunk in podlogs.follow_logs(path, offset, options, finished):
                 if options.limit_bytes is not None:
-                    chunk = chunk[:max(options.limit_bytes - sent, 0)]
+                    chunk = chunk[: max(options.limit_bytes - sent, 0)]
                 sent += len(chunk)
                 await response.write(chunk)
                 if options.limit_bytes is not None and sent >= options.limit_bytes:
@@ -265,23 +318,28 @@ class CoreHandlers:
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         query = request.rel_url.query
         info = target.resource
-        watcher = Watcher(info.plural, target.namespace if info.namespaced and target.namespace
-                          else None, parse_label_selector(query.get("labelSelector")),
-                          parse_field_selector(query.get("fieldSelector")))
+        watcher = Watcher(
+            info.plural,
+            target.namespace if info.namespaced and target.namespace else None,
+            parse_label_selector(query.get("labelSelector")),
+            parse_field_selector(query.get("fieldSelector")),
+        )
         if target.name:
             watcher.fields = watcher.fields + (("metadata.name", "=", target.name),)
         try:
             timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
         except ValueError:
-            raise errors.bad_request(f"timeoutSeconds={query.get('timeoutSeconds')!r} is not "
-                                     "a number") from None
+            raise errors.bad_request(
+                f"timeoutSeconds={query.get('timeoutSeconds')!r} is not a number"
+            ) from None
         bookmarks = query.get("allowWatchBookmarks") in TRUE_VALUES
         since = query.get("resourceVersion") or ""
         expired = False
         # No await between reading the backlog and registering: nothing can slip between them.
         if since in ("", "0"):
-            for obj in self.api.list(info.plural, watcher.namespace, watcher.labels,
-                                     watcher.fields):
+            for obj in self.api.list(
+                info.plural, watcher.namespace, watcher.labels, watcher.fields
+            ):
                 watcher.queue.put_nowait((EventType.ADDED, obj))
         else:
             try:
@@ -299,10 +357,12 @@ class CoreHandlers:
         try:
             await response.prepare(request)
             if expired:
-                status = errors.gone(f"too old resource version: {since} "
-                                     f"({self.store.oldest_rv})").to_status()
-                await response.write(json.dumps({"type": "ERROR", "object": status})
-                                     .encode() + b"\n")
+                status = errors.gone(
+                    f"too old resource version: {since} ({self.store.oldest_rv})"
+                ).to_status()
+                await response.write(
+                    json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+                )
                 return response
             as_table = tables.wants_table(request.headers.get("Accept", ""))
             await self._stream_events(request, response, watcher, timeout, bookmarks, as_table)
@@ -312,9 +372,15 @@ class CoreHandlers:
             self.store.watchers.discard(watcher)
         return response
 
-    async def _stream_events(self, request: web.Request, response: web.StreamResponse,
-                             watcher: Watcher, timeout: float, bookmarks: bool,
-                             as_table: bool = False) -> None:
+    async def _stream_events(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        timeout: float,
+        bookmarks: bool,
+        as_table: bool = False,
+    ) -> None:
         loop = asyncio.get_running_loop()
         info = RESOURCES[watcher.resource]
         columns_sent = False
@@ -339,16 +405,27 @@ class CoreHandlers:
                 break
             try:
                 kind_of_event, obj = await asyncio.wait_for(
-                    watcher.queue.get(), min(remaining, DISCONNECT_CHECK_S))
+                    watcher.queue.get(), min(remaining, DISCONNECT_CHECK_S)
+                )
             except TimeoutError:
                 transport = request.transport
                 if transport is None or transport.is_closing():
                     return
                 if bookmarks and loop.time() - last_bookmark >= BOOKMARK_INTERVAL_S:
                     last_bookmark = loop.time()
-                    await response.write(json.dumps({"type": "BOOKMARK", "object": {
-                        "kind": kind, "apiVersion": RESOURCES[watcher.resource].api_version,
-                        "metadata": {"resourceVersion": str(self.store.rv)}}}).encode() + b"\n")
+                    await response.write(
+                        json.dumps(
+                            {
+                                "type": "BOOKMARK",
+                                "object": {
+                                    "kind": kind,
+                                    "apiVersion": RESOURCES[watcher.resource].api_version,
+                                    "metadata": {"resourceVersion": str(self.store.rv)},
+                                },
+                            }
+                        ).encode()
+                        + b"\n"
+                    )
                 continue
             lines = [line(kind_of_event, obj)]
             while not watcher.queue.empty():

@@ -82,8 +82,10 @@ def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
         elif re.match(r"^[A-Za-z0-9._/-]+$", part):
             requirements.append(Requirement(part, "exists"))
         else:
-            raise bad_request(f"unable to parse requirement: {part!r}; allowed forms: key=value, "
-                              "key==value, key!=value, key in (a,b), key notin (a,b), key, !key")
+            raise bad_request(
+                f"unable to parse requirement: {part!r}; allowed forms: key=value, "
+                "key==value, key!=value, key in (a,b), key notin (a,b), key, !key"
+            )
     return tuple(requirements)
 
 
@@ -116,8 +118,10 @@ def parse_field_selector(text: str | None) -> tuple[tuple[str, str, str], ...]:
                 terms.append((key.strip(), "!=" if operator == "!=" else "=", value.strip()))
                 break
         else:
-            raise bad_request(f"invalid selector: {part!r}; field selectors need "
-                              "field=value, field==value or field!=value")
+            raise bad_request(
+                f"invalid selector: {part!r}; field selectors need "
+                "field=value, field==value or field!=value"
+            )
     return tuple(terms)
 
 
@@ -136,14 +140,18 @@ def label_selector_from_object(selector: dict | None) -> Matcher:
     """
     if selector is None:
         return lambda labels: False
-    requirements = [Requirement(k, "=", (str(v),))
-                    for k, v in (selector.get("matchLabels") or {}).items()]
+    requirements = [
+        Requirement(k, "=", (str(v),)) for k, v in (selector.get("matchLabels") or {}).items()
+    ]
     for expr in selector.get("matchExpressions") or []:
         op = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}.get(
-            expr.get("operator", ""))
+            expr.get("operator", "")
+        )
         if op is None:
-            raise ValueError(f"matchExpressions operator {expr.get('operator')!r} is not valid; "
-                             "allowed: In, NotIn, Exists, DoesNotExist")
+            raise ValueError(
+                f"matchExpressions operator {expr.get('operator')!r} is not valid; "
+                "allowed: In, NotIn, Exists, DoesNotExist"
+            )
         requirements.append(Requirement(expr["key"], op, tuple(expr.get("values") or ())))
     frozen = tuple(requirements)
     return lambda labels: labels_match(frozen, labels)

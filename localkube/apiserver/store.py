@@ -92,15 +92,18 @@ class Store:
         self._db = sqlite3.connect(db_path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS objects (resource TEXT, namespace TEXT, "
-                         "name TEXT, body TEXT, PRIMARY KEY (resource, namespace, name))")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS objects (resource TEXT, namespace TEXT, "
+            "name TEXT, body TEXT, PRIMARY KEY (resource, namespace, name))"
+        )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.objects: dict[str, dict[Key, dict]] = collections.defaultdict(dict)
         self.uids: dict[str, tuple[str, Key]] = {}
         row = self._db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
         self.rv = int(row[0]) if row else 0
         for resource, namespace, name, body in self._db.execute(
-                "SELECT resource, namespace, name, body FROM objects"):
+            "SELECT resource, namespace, name, body FROM objects"
+        ):
             obj = json.loads(body)
             self.objects[resource][(namespace, name)] = obj
             self._index_uid(resource, (namespace, name), obj)
@@ -140,12 +143,14 @@ class Store:
         self.objects[resource][key] = obj
         self._index_uid(resource, key, obj)
         self._persist(resource, key, obj)
-        self._emit(WatchEvent(resource, EventType.MODIFIED if old else EventType.ADDED, obj,
-                              old, self.rv))
+        self._emit(
+            WatchEvent(resource, EventType.MODIFIED if old else EventType.ADDED, obj, old, self.rv)
+        )
         return obj
 
-    def remove(self, resource: str, namespace: str, name: str,
-               final: dict | None = None) -> dict | None:
+    def remove(
+        self, resource: str, namespace: str, name: str, final: dict | None = None
+    ) -> dict | None:
         """Remove an object; the DELETED event carries `final` (its last state, e.g. with the
         finalizers just emptied) when given, else the stored object."""
         key = (namespace or "", name)
@@ -193,11 +198,15 @@ class Store:
         pending, self._pending = self._pending, {}
         for (resource, namespace, name), body in pending.items():
             if body is None:
-                self._db.execute("DELETE FROM objects WHERE resource=? AND namespace=? AND name=?",
-                                 (resource, namespace, name))
+                self._db.execute(
+                    "DELETE FROM objects WHERE resource=? AND namespace=? AND name=?",
+                    (resource, namespace, name),
+                )
             else:
-                self._db.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)",
-                                 (resource, namespace, name, body))
+                self._db.execute(
+                    "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)",
+                    (resource, namespace, name, body),
+                )
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(self.rv),))
         self._db.execute("COMMIT")
         self._db.execute("BEGIN")

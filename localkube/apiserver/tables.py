@@ -37,9 +37,9 @@ def age(timestamp: str | None) -> str:
     if not timestamp:
         return "<unknown>"
     moment = datetime.datetime.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S").replace(
-        tzinfo=datetime.UTC)
-    return human_duration((datetime.datetime.now(datetime.UTC) - moment)
-                          .total_seconds())
+        tzinfo=datetime.UTC
+    )
+    return human_duration((datetime.datetime.now(datetime.UTC) - moment).total_seconds())
 
 
 def pod_status_text(pod: dict) -> str:
@@ -63,8 +63,10 @@ def pod_status_text(pod: dict) -> str:
             if (state.get("waiting") or {}).get("reason"):
                 reason = state["waiting"]["reason"]
             elif "terminated" in state:
-                reason = state["terminated"].get("reason") or \
-                    f"ExitCode:{state['terminated'].get('exitCode')}"
+                reason = (
+                    state["terminated"].get("reason")
+                    or f"ExitCode:{state['terminated'].get('exitCode')}"
+                )
     if pod["metadata"].get("deletionTimestamp"):
         reason = "Terminating"
     return reason
@@ -76,9 +78,17 @@ def _pod_cells(pod: dict) -> list:
     total = len((pod.get("spec") or {}).get("containers") or [])
     ready = sum(1 for c in containers if c.get("ready"))
     restarts = sum(c.get("restartCount", 0) for c in containers)
-    return [pod["metadata"]["name"], f"{ready}/{total}", pod_status_text(pod), restarts,
-            age(pod["metadata"].get("creationTimestamp")), status.get("podIP") or "<none>",
-            (pod.get("spec") or {}).get("nodeName") or "<none>", "<none>", "<none>"]
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{total}",
+        pod_status_text(pod),
+        restarts,
+        age(pod["metadata"].get("creationTimestamp")),
+        status.get("podIP") or "<none>",
+        (pod.get("spec") or {}).get("nodeName") or "<none>",
+        "<none>",
+        "<none>",
+    ]
 
 
 def _node_cells(node: dict) -> list:
@@ -88,41 +98,88 @@ def _node_cells(node: dict) -> list:
     if (node.get("spec") or {}).get("unschedulable"):
         text += ",SchedulingDisabled"
     version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-    return [node["metadata"]["name"], text, "<none>",
-            age(node["metadata"].get("creationTimestamp")), version]
+    return [
+        node["metadata"]["name"],
+        text,
+        "<none>",
+        age(node["metadata"].get("creationTimestamp")),
+        version,
+    ]
 
 
 def _event_cells(event: dict) -> list:
     involved = event.get("involvedObject") or {}
-    return [age(event.get("lastTimestamp") or event.get("eventTime")), event.get("type", ""),
-            event.get("reason", ""), f"{(involved.get('kind') or '').lower()}/"
-            f"{involved.get('name', '')}", event.get("message", "")]
+    return [
+        age(event.get("lastTimestamp") or event.get("eventTime")),
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}",
+        event.get("message", ""),
+    ]
 
 
 COLUMNS = {
-    "pods": (["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
-              "Readiness Gates"], [0, 0, 0, 0, 0, 1, 1, 1, 1], _pod_cells),
+    "pods": (
+        [
+            "Name",
+            "Ready",
+            "Status",
+            "Restarts",
+            "Age",
+            "IP",
+            "Node",
+            "Nominated Node",
+            "Readiness Gates",
+        ],
+        [0, 0, 0, 0, 0, 1, 1, 1, 1],
+        _pod_cells,
+    ),
     "nodes": (["Name", "Status", "Roles", "Age", "Version"], [0, 0, 0, 0, 0], _node_cells),
-    "events": (["Last Seen", "Type", "Reason", "Object", "Message"], [0, 0, 0, 0, 0],
-               _event_cells),
-    "namespaces": (["Name", "Status", "Age"], [0, 0, 0],
-                   lambda o: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""),
-                              age(o["metadata"].get("creationTimestamp"))]),
-    "configmaps": (["Name", "Data", "Age"], [0, 0, 0],
-                   lambda o: [o["metadata"]["name"], len(o.get("data") or {}) +
-                              len(o.get("binaryData") or {}),
-                              age(o["metadata"].get("creationTimestamp"))]),
-    "secrets": (["Name", "Type", "Data", "Age"], [0, 0, 0, 0],
-                lambda o: [o["metadata"]["name"], o.get("type", "Opaque"),
-                           len(o.get("data") or {}),
-                           age(o["metadata"].get("creationTimestamp"))]),
-    "services": (["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age"],
-                 [0, 0, 0, 0, 0, 0],
-                 lambda o: [o["metadata"]["name"], (o.get("spec") or {}).get("type", ""),
-                            (o.get("spec") or {}).get("clusterIP", ""), "<none>",
-                            ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
-                                     for p in (o.get("spec") or {}).get("ports") or [])
-                            or "<none>", age(o["metadata"].get("creationTimestamp"))]),
+    "events": (["Last Seen", "Type", "Reason", "Object", "Message"], [0, 0, 0, 0, 0], _event_cells),
+    "namespaces": (
+        ["Name", "Status", "Age"],
+        [0, 0, 0],
+        lambda o: [
+            o["metadata"]["name"],
+            (o.get("status") or {}).get("phase", ""),
+            age(o["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "configmaps": (
+        ["Name", "Data", "Age"],
+        [0, 0, 0],
+        lambda o: [
+            o["metadata"]["name"],
+            len(o.get("data") or {}) + len(o.get("binaryData") or {}),
+            age(o["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "secrets": (
+        ["Name", "Type", "Data", "Age"],
+        [0, 0, 0, 0],
+        lambda o: [
+            o["metadata"]["name"],
+            o.get("type", "Opaque"),
+            len(o.get("data") or {}),
+            age(o["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "services": (
+        ["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age"],
+        [0, 0, 0, 0, 0, 0],
+        lambda o: [
+            o["metadata"]["name"],
+            (o.get("spec") or {}).get("type", ""),
+            (o.get("spec") or {}).get("clusterIP", ""),
+            "<none>",
+            ",".join(
+                f"{p.get('port')}/{p.get('protocol', 'TCP')}"
+                for p in (o.get("spec") or {}).get("ports") or []
+            )
+            or "<none>",
+            age(o["metadata"].get("creationTimestamp")),
+        ],
+    ),
 }
 
 
@@ -131,15 +188,39 @@ def wants_table(accept: str) -> bool:
 
 
 def build_table(resource: Resource, items: list[dict], resource_version: str) -> dict:
-    names, priorities, cells = COLUMNS.get(resource.plural, (
-        ["Name", "Age"], [0, 0],
-        lambda o: [o["metadata"]["name"], age(o["metadata"].get("creationTimestamp"))]))
-    columns = [{"name": name, "type": "integer" if name in ("Restarts", "Data") else "string",
-                "format": "name" if name == "Name" else "", "description": "",
-                "priority": priority} for name, priority in zip(names, priorities, strict=True)]
-    rows = [{"cells": cells(obj), "object": {
-        "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-        "metadata": obj["metadata"]}} for obj in items]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": columns, "rows": rows}
+    names, priorities, cells = COLUMNS.get(
+        resource.plural,
+        (
+            ["Name", "Age"],
+            [0, 0],
+            lambda o: [o["metadata"]["name"], age(o["metadata"].get("creationTimestamp"))],
+        ),
+    )
+    columns = [
+        {
+            "name": name,
+            "type": "integer" if name in ("Restarts", "Data") else "string",
+            "format": "name" if name == "Name" else "",
+            "description": "",
+            "priority": priority,
+        }
+        for name, priority in zip(names, priorities, strict=True)
+    ]
+    rows = [
+        {
+            "cells": cells(obj),
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
+            },
+        }
+        for obj in items
+    ]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": columns,
+        "rows": rows,
+    }

@@ -19,11 +19,14 @@ def check_kind(info: Resource, obj: dict) -> None:
     """The body's kind and apiVersion, when given, are the resource's."""
     kind = info.kind
     if obj.get("kind") not in (None, "", kind):
-        raise errors.bad_request(f"the object kind {obj['kind']!r} does not match the "
-                                 f"resource; expected {kind!r}")
+        raise errors.bad_request(
+            f"the object kind {obj['kind']!r} does not match the resource; expected {kind!r}"
+        )
     if obj.get("apiVersion") not in (None, "", info.api_version):
-        raise errors.bad_request(f"apiVersion {obj['apiVersion']!r} is not served for "
-                                 f"{kind}; localkube serves {info.api_version}")
+        raise errors.bad_request(
+            f"apiVersion {obj['apiVersion']!r} is not served for "
+            f"{kind}; localkube serves {info.api_version}"
+        )
 
 
 def validate_name(kind: str, name: str) -> None:
@@ -33,11 +36,19 @@ def validate_name(kind: str, name: str) -> None:
     if kind == "Event":
         return
     if not pattern.match(name) or len(name) > limit:
-        raise errors.invalid(kind, name, [(
-            "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 '
-            f"{'label' if limit == 63 else 'subdomain'} must consist of lower case "
-            "alphanumeric characters, '-' or '.', and must start and end with an "
-            f"alphanumeric character (at most {limit} characters)")])
+        raise errors.invalid(
+            kind,
+            name,
+            [
+                (
+                    "metadata.name",
+                    f'Invalid value: "{name}": a lowercase RFC 1123 '
+                    f"{'label' if limit == 63 else 'subdomain'} must consist of lower case "
+                    "alphanumeric characters, '-' or '.', and must start and end with an "
+                    f"alphanumeric character (at most {limit} characters)",
+                )
+            ],
+        )
 
 
 def validate_object(resource: str, obj: dict) -> None:
@@ -55,14 +66,19 @@ def validate_object(resource: str, obj: dict) -> None:
             if not container.get("name"):
                 causes.append((f"spec.{group}[{i}].name", "Required value"))
             elif container["name"] in seen:
-                causes.append((f"spec.{group}[{i}].name",
-                               f'Duplicate value: "{container["name"]}"'))
+                causes.append(
+                    (f"spec.{group}[{i}].name", f'Duplicate value: "{container["name"]}"')
+                )
             seen.add(container.get("name"))
             if not container.get("image"):
                 causes.append((f"spec.{group}[{i}].image", "Required value"))
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
-        causes.append(("spec.restartPolicy", f'Unsupported value: "{policy}": supported '
-                       'values: "Always", "OnFailure", "Never"'))
+        causes.append(
+            (
+                "spec.restartPolicy",
+                f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
     if causes:
         raise errors.invalid("Pod", name, causes)

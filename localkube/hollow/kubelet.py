@@ -43,8 +43,9 @@ def find_node_index(state_dir: str, node: str) -> int:
     except (OSError, ValueError):
         names = []
     if node not in names:
-        raise ValueError(f"--node: {node!r} given; the nodes of {state_dir}/localkube.json are "
-                         f"{names}")
+        raise ValueError(
+            f"--node: {node!r} given; the nodes of {state_dir}/localkube.json are {names}"
+        )
     return names.index(node) + 1
 
 
@@ -67,19 +68,34 @@ class HollowNodeAgent:
         if self.pods.pop(uid, None) is not None:
             self.finished.add(uid)
 
-    def record_event(self, pod: dict, kind: str, reason: str, message: str,
-                     container: str | None = None) -> None:
+    def record_event(
+        self, pod: dict, kind: str, reason: str, message: str, container: str | None = None
+    ) -> None:
         meta, now = pod["metadata"], now_rfc3339()
-        involved = {"kind": "Pod", "apiVersion": "v1", "namespace": meta["namespace"],
-                    "name": meta["name"], "uid": meta["uid"]}
+        involved = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
         if container:
             involved["fieldPath"] = f"spec.containers{{{container}}}"
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                 "involvedObject": involved, "reason": reason, "message": message, "type": kind,
-                 "source": {"component": "kubelet", "host": self.node},
-                 "reportingComponent": "kubelet", "reportingInstance": self.node,
-                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "kubelet", "host": self.node},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
 
         async def post() -> None:
             async with self.event_slots:
@@ -92,25 +108,50 @@ class HollowNodeAgent:
     def node_status(self) -> dict:
         now = now_rfc3339()
         conditions = [
-            ("MemoryPressure", "False", "KubeletHasSufficientMemory",
-             "kubelet has sufficient memory available"),
+            (
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
             ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            ("PIDPressure", "False", "KubeletHasSufficientPID",
-             "kubelet has sufficient PID available"),
+            (
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
             ("Ready", "True", "KubeletReady", "kubelet is posting ready status (simulated node)"),
         ]
         return {
-            "conditions": [{"type": kind, "status": status, "reason": reason, "message": message,
-                            "lastHeartbeatTime": now, "lastTransitionTime": self.started_at}
-                           for kind, status, reason, message in conditions],
-            "addresses": [{"type": "InternalIP", "address": self.host_ip},
-                          {"type": "Hostname", "address": self.node}],
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": self.started_at,
+                }
+                for kind, status, reason, message in conditions
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": self.host_ip},
+                {"type": "Hostname", "address": self.node},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
-            "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
-                         "containerRuntimeVersion": "localkube-hollow://0.1",
-                         "operatingSystem": "linux", "architecture": "amd64",
-                         "osImage": "localkube (simulated)", "kernelVersion": os.uname().release,
-                         "machineID": "", "systemUUID": "", "bootID": ""},
+            "nodeInfo": {
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "containerRuntimeVersion": "localkube-hollow://0.1",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "localkube (simulated)",
+                "kernelVersion": os.uname().release,
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
         }
 
     async def heartbeat(self) -> None:
@@ -195,19 +236,21 @@ async def run_nodes(api_url: str, state_dir: str, nodes: list[str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     os.makedirs(os.path.join(state_dir, "kubelet", "pods"), mode=0o700, exist_ok=True)
-    agents = [HollowNodeAgent(api_url, state_dir, node, find_node_index(state_dir, node))
-              for node in nodes]
+    agents = [
+        HollowNodeAgent(api_url, state_dir, node, find_node_index(state_dir, node))
+        for node in nodes
+    ]
     await asyncio.gather(*(agent.run(stop) for agent in agents))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m localkube.hollow",
-                                     description="The kubelet of localkube's simulated nodes.")
+    parser = argparse.ArgumentParser(
+        prog="python -m localkube.hollow", description="The kubelet of localkube's simulated nodes."
+    )
     parser.add_argument("--api", required=True, help="the API server's https:// URL")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--node", action="append", required=True, help="a simulated node")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(run_nodes(args.api, os.path.abspath(args.state_dir), args.node))
     return 0

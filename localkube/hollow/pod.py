@@ -66,8 +66,9 @@ class HollowNode(Protocol):
     api: ApiClient
     addresses: AddressPool
 
-    def record_event(self, pod: dict, kind: str, reason: str, message: str,
-                     container: str | None = None) -> None: ...
+    def record_event(
+        self, pod: dict, kind: str, reason: str, message: str, container: str | None = None
+    ) -> None: ...
 
     def forget(self, uid: str) -> None: ...
 
@@ -89,11 +90,14 @@ class HollowPod:
         self.records = build_container_records(self.init_specs, self.main_specs)
         self.facts = PodRuntimeFacts(host_ip=node.host_ip)
         if origin is PodOrigin.LOST:
-            self.facts.failure_reason, self.facts.failure_message = "NodeRestart", \
-                NODE_RESTART_MESSAGE
+            self.facts.failure_reason, self.facts.failure_message = (
+                "NodeRestart",
+                NODE_RESTART_MESSAGE,
+            )
         self.dir = os.path.join(node.state_dir, "kubelet", "pods", self.uid)
-        self.reporter = PodStatusReporter(node.api, self.namespace, self.name,
-                                          self.current_status, self.vanish)
+        self.reporter = PodStatusReporter(
+            node.api, self.namespace, self.name, self.current_status, self.vanish
+        )
         self.deletion = asyncio.Event()
         self.gone = False
         self.task: asyncio.Task | None = None
@@ -163,8 +167,12 @@ class HollowPod:
             self.mark_dirty()
             await asyncio.Event().wait()
         self.facts.start_time = now_rfc3339()
-        mounts = [m["mountPath"] for c in self.init_specs + self.main_specs
-                  for m in c.get("volumeMounts") or [] if m.get("mountPath")]
+        mounts = [
+            m["mountPath"]
+            for c in self.init_specs + self.main_specs
+            for m in c.get("volumeMounts") or []
+            if m.get("mountPath")
+        ]
         await asyncio.to_thread(podfs.create_root, self.dir, mounts)
         for spec in self.init_specs:
             record = self.records[spec["name"]]
@@ -173,8 +181,9 @@ class HollowPod:
         for spec in self.main_specs:
             self.begin(self.records[spec["name"]])
         self.mark_dirty()
-        await asyncio.gather(*(self.run_container(self.records[c["name"]], rule)
-                               for c in self.main_specs))
+        await asyncio.gather(
+            *(self.run_container(self.records[c["name"]], rule) for c in self.main_specs)
+        )
 
     async def run_container(self, record: ContainerRecord, rule: SimulationRule) -> None:
         if rule.run_after_file and rule.run_seconds is not None:
@@ -198,17 +207,23 @@ class HollowPod:
         record.state = ContainerState.RUNNING
         record.started_at, record.finished_at = now_rfc3339(), None
         record.exit_code = record.reason = None
-        record.container_id = f"localkube-hollow://{self.uid[:8]}-{record.name}-" \
-                              f"{record.restart_count}"
+        record.container_id = (
+            f"localkube-hollow://{self.uid[:8]}-{record.name}-{record.restart_count}"
+        )
         record.ready = not record.is_init
         self.write_state()
-        self.append_log(record, [
-            f"simulated container {record.name} of pod {self.namespace}/{self.name} started on "
-            f"node {self.k.node} (image {record.image})",
-            f"pod IP {self.facts.pod_ip}, restart {record.restart_count}"])
+        self.append_log(
+            record,
+            [
+                f"simulated container {record.name} of pod {self.namespace}/{self.name} started on "
+                f"node {self.k.node} (image {record.image})",
+                f"pod IP {self.facts.pod_ip}, restart {record.restart_count}",
+            ],
+        )
         if not record.is_init:
-            self.k.record_event(self.pod, "Normal", "Started",
-                                f"Started container {record.name}", record.name)
+            self.k.record_event(
+                self.pod, "Normal", "Started", f"Started container {record.name}", record.name
+            )
 
     def end(self, record: ContainerRecord, exit_code: int) -> None:
         if record.state is not ContainerState.RUNNING:
@@ -218,8 +233,7 @@ class HollowPod:
         record.reason = "Completed" if exit_code == 0 else "Error"
         record.finished_at = now_rfc3339()
         record.ready = False
-        self.append_log(record, [f"simulated container {record.name} exited with code "
-                                 f"{exit_code}"])
+        self.append_log(record, [f"simulated container {record.name} exited with code {exit_code}"])
         self.write_state()
 
     async def stop(self, grace: float) -> None:
@@ -231,10 +245,17 @@ class HollowPod:
             rule = SimulationRule()
         seconds, code = stop_outcome(rule, grace)
         for record in running:
-            self.k.record_event(self.pod, "Normal", "Killing",
-                                f"Stopping container {record.name}", record.name)
-            self.append_log(record, ["simulated container received SIGTERM" if grace > 0
-                                     else "simulated container received SIGKILL"])
+            self.k.record_event(
+                self.pod, "Normal", "Killing", f"Stopping container {record.name}", record.name
+            )
+            self.append_log(
+                record,
+                [
+                    "simulated container received SIGTERM"
+                    if grace > 0
+                    else "simulated container received SIGKILL"
+                ],
+            )
         await asyncio.sleep(seconds)
         for record in running:
             self.end(record, code)
@@ -245,14 +266,23 @@ class HollowPod:
         if not os.path.isdir(os.path.dirname(self.dir)):
             os.makedirs(os.path.dirname(self.dir), mode=0o700, exist_ok=True)
         state = {
-            "namespace": self.namespace, "name": self.name, "uid": self.uid,
-            "node": self.k.node, "netns": None, "ip": self.facts.pod_ip, "simulated": True,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "node": self.k.node,
+            "netns": None,
+            "ip": self.facts.pod_ip,
+            "simulated": True,
             "containers": {
-                name: {"pid": None, "restartCount": r.restart_count,
-                       "running": r.state is ContainerState.RUNNING,
-                       "env": container_environment(self.spec_of(name)),
-                       "workingDir": self.spec_of(name).get("workingDir") or "/"}
-                for name, r in self.records.items()},
+                name: {
+                    "pid": None,
+                    "restartCount": r.restart_count,
+                    "running": r.state is ContainerState.RUNNING,
+                    "env": container_environment(self.spec_of(name)),
+                    "workingDir": self.spec_of(name).get("workingDir") or "/",
+                }
+                for name, r in self.records.items()
+            },
         }
         write_pod_state(self.dir, state)
 
@@ -278,6 +308,8 @@ class HollowPod:
 def container_environment(spec: dict) -> dict[str, str]:
     """The literal `env` values of a container (what `env` in an exec shows); references to
     ConfigMaps, Secrets and fields are not resolved in a simulated pod."""
-    return {e["name"]: str(e.get("value", "")) for e in spec.get("env") or []
-            if "name" in e and "valueFrom" not in e}
-
+    return {
+        e["name"]: str(e.get("value", ""))
+        for e in spec.get("env") or []
+        if "name" in e and "valueFrom" not in e
+    }

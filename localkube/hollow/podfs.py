@@ -60,8 +60,10 @@ def write_file(root: str, cwd: str, path: str, data: bytes, append: bool = False
         raise PodFsError(f"cannot create {path}: Is a directory")
     size = os.path.getsize(target) if append and os.path.isfile(target) else 0
     if size + len(data) > MAX_FILE_BYTES:
-        raise PodFsError(f"cannot write {path}: File too large (a simulated pod's files hold "
-                         f"at most {MAX_FILE_BYTES} bytes)")
+        raise PodFsError(
+            f"cannot write {path}: File too large (a simulated pod's files hold "
+            f"at most {MAX_FILE_BYTES} bytes)"
+        )
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
     try:
         fd = os.open(target, flags, 0o600)
@@ -119,5 +121,9 @@ def list_directory(root: str, cwd: str, path: str) -> list[str]:
 
 def check_path(root: str, cwd: str, flag: str, path: str) -> bool:
     target = host_path(root, cwd, path)
-    return {"-e": os.path.exists, "-f": os.path.isfile, "-d": os.path.isdir,
-            "-s": lambda p: os.path.isfile(p) and os.path.getsize(p) > 0}[flag](target)
+    return {
+        "-e": os.path.exists,
+        "-f": os.path.isfile,
+        "-d": os.path.isdir,
+        "-s": lambda p: os.path.isfile(p) and os.path.getsize(p) > 0,
+    }[flag](target)

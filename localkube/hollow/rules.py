@@ -49,8 +49,10 @@ def read_seconds(annotations: dict, key: str) -> float | None:
     except (TypeError, ValueError):
         seconds = math.nan
     if not 0 <= seconds <= MAX_SECONDS:
-        raise RuleError(f"annotation {key}: {text!r} given; a number of seconds from 0 to "
-                        f"{MAX_SECONDS:g} is allowed")
+        raise RuleError(
+            f"annotation {key}: {text!r} given; a number of seconds from 0 to "
+            f"{MAX_SECONDS:g} is allowed"
+        )
     return seconds
 
 
@@ -63,8 +65,9 @@ def read_exit_code(annotations: dict) -> int:
     except (TypeError, ValueError):
         code = -1
     if not 0 <= code <= 255:
-        raise RuleError(f"annotation {EXIT_CODE}: {text!r} given; an integer from 0 to 255 is "
-                        f"allowed")
+        raise RuleError(
+            f"annotation {EXIT_CODE}: {text!r} given; an integer from 0 to 255 is allowed"
+        )
     return code
 
 
@@ -92,8 +95,10 @@ def read_file_path(annotations: dict) -> str | None:
     if text is None:
         return None
     if not isinstance(text, str) or not text.startswith("/") or "\0" in text or len(text) > 4096:
-        raise RuleError(f"annotation {RUN_AFTER_FILE}: {text!r} given; an absolute path in the "
-                        "pod's filesystem is allowed")
+        raise RuleError(
+            f"annotation {RUN_AFTER_FILE}: {text!r} given; an absolute path in the "
+            "pod's filesystem is allowed"
+        )
     return text
 
 

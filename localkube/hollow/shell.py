@@ -93,7 +93,7 @@ def split_script(script: str) -> list[tuple[str, object]]:
             end = script.find("'", i + 1)
             if end < 0:
                 raise ShellSyntaxError("Syntax error: Unterminated quoted string")
-            word.append((script[i + 1:end], False))
+            word.append((script[i + 1 : end], False))
             i = end + 1
         elif char == '"':
             i += 1
@@ -116,8 +116,11 @@ def split_script(script: str) -> list[tuple[str, object]]:
             i += 2
         else:
             end = i
-            while end < n and script[end] not in " \t\n'\"\\" and \
-                    not any(script.startswith(op, end) for op in OPERATORS):
+            while (
+                end < n
+                and script[end] not in " \t\n'\"\\"
+                and not any(script.startswith(op, end) for op in OPERATORS)
+            ):
                 end += 1
             word.append((script[i:end], True))
             i = end
@@ -144,8 +147,10 @@ def run_script(script: str, context: Context, outcome: Outcome) -> int:
             command.append((kind, value))
             continue
         if value not in (";", "&&", "||"):
-            outcome.say(f"sh: 1: Syntax error: \"{value}\" is not supported by a simulated "
-                        f"pod's shell\n", error=True)
+            outcome.say(
+                f'sh: 1: Syntax error: "{value}" is not supported by a simulated pod\'s shell\n',
+                error=True,
+            )
             return 2
         if command and not skip:
             code = run_simple(command, context, outcome)
@@ -183,8 +188,13 @@ def run_simple(tokens: list[tuple[str, object]], context: Context, outcome: Outc
     if redirect:
         outcome.stderr.extend(target.stderr)
         try:
-            podfs.write_file(context.root, context.cwd, redirect[1], bytes(target.stdout),
-                             append=redirect[0] == ">>")
+            podfs.write_file(
+                context.root,
+                context.cwd,
+                redirect[1],
+                bytes(target.stdout),
+                append=redirect[0] == ">>",
+            )
         except podfs.PodFsError as error:
             outcome.say(f"sh: 1: {error}\n", error=True)
             return 2
@@ -197,11 +207,13 @@ def run_argv(argv: list[str], context: Context, outcome: Outcome) -> int:
     program = name.rsplit("/", 1)[-1]
     if program in ("sh", "bash"):
         if len(args) >= 2 and args[0] == "-c":
-            inner = Context(context.root, context.cwd, context.env, args[2:] or [program],
-                            context.hostname)
+            inner = Context(
+                context.root, context.cwd, context.env, args[2:] or [program], context.hostname
+            )
             return int(run_script(args[1], inner, outcome))
-        outcome.say(f"{program}: only `{program} -c SCRIPT [ARG...]` runs in a simulated pod\n",
-                    error=True)
+        outcome.say(
+            f"{program}: only `{program} -c SCRIPT [ARG...]` runs in a simulated pod\n", error=True
+        )
         return 2
     builtin = BUILTINS.get(program)
     if builtin is None:
@@ -245,7 +257,7 @@ def builtin_printf(args, context, outcome):
 
 def builtin_echo(args, context, outcome):
     newline = not (args and args[0] == "-n")
-    outcome.say(" ".join(args[0 if newline else 1:]) + ("\n" if newline else ""))
+    outcome.say(" ".join(args[0 if newline else 1 :]) + ("\n" if newline else ""))
     return 0
 
 
@@ -346,13 +358,15 @@ BUILTINS = {
     "exit": builtin_exit,
     "pwd": lambda args, context, outcome: outcome.say(context.cwd + "\n") or 0,
     "hostname": lambda args, context, outcome: outcome.say(context.hostname + "\n") or 0,
-    "env": lambda args, context, outcome: outcome.say(
-        "".join(f"{k}={v}\n" for k, v in sorted(context.env.items()))) or 0,
+    "env": lambda args, context, outcome: (
+        outcome.say("".join(f"{k}={v}\n" for k, v in sorted(context.env.items()))) or 0
+    ),
 }
 
 
-def run_command(root: str, command: list[str], env: dict[str, str], cwd: str,
-                hostname: str) -> Outcome:
+def run_command(
+    root: str, command: list[str], env: dict[str, str], cwd: str, hostname: str
+) -> Outcome:
     """Run an exec's command in the pod whose simulated root is `root`."""
     outcome = Outcome()
     context = Context(root, cwd or "/", dict(env), [command[0]], hostname)

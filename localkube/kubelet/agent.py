@@ -222,7 +222,11 @@ class Kubelet:
                         worker.pod, worker.sandbox.volume_paths, worker.ips(), self.get_object
                     )
                 except (
-                    OSError, VolumeError, TimeoutError, ApiRequestError, aiohttp.ClientError
+                    OSError,
+                    VolumeError,
+                    TimeoutError,
+                    ApiRequestError,
+                    aiohttp.ClientError,
                 ) as exc:
                     log.debug("volumes of pod %s not refreshed: %s", worker.name, exc)
 

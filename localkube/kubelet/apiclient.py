@@ -170,7 +170,9 @@ class ApiClient:
         while True:
             try:
                 await self.request(
-                    "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    body=body,
                     ok404=True,
                 )
                 return
@@ -184,8 +186,13 @@ class ApiClient:
                 if loop.time() >= deadline:
                     raise
                 failure = exc
-            log.warning("pod %s/%s not removed yet (%s); asking again in %.1fs", namespace,
-                        name, failure, delay)
+            log.warning(
+                "pod %s/%s not removed yet (%s); asking again in %.1fs",
+                namespace,
+                name,
+                failure,
+                delay,
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, DELETE_RETRY_MAX_DELAY_S)
 

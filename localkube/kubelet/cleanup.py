@@ -29,8 +29,9 @@ def read_state(path: str) -> dict:
         return {}
 
 
-def is_recorded_process(entry: dict, pid_key: str, start_key: str,
-                        marker: str | None = None) -> bool:
+def is_recorded_process(
+    entry: dict, pid_key: str, start_key: str, marker: str | None = None
+) -> bool:
     """Whether the process a state.json entry records still runs: same pid, same start.
 
     A pid recorded by a kubelet that died (or a container that ended before its

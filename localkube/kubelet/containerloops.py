@@ -94,7 +94,9 @@ async def back_off(host: RunHost, record: ContainerRecord) -> None:
         record.waiting_reason = "CrashLoopBackOff"
         record.waiting_message = describe_back_off(delay, record.name, host.pod)
         host.record_event(
-            "Warning", "BackOff", "Back-off restarting failed container " + record.name,
+            "Warning",
+            "BackOff",
+            "Back-off restarting failed container " + record.name,
             record.name,
         )
         host.mark_dirty()

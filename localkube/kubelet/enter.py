@@ -40,8 +40,13 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 # nsenter's order; the mount namespace last, since it changes what paths mean
-NAMESPACES = (("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS), ("net", CLONE_NEWNET),
-              ("pid", CLONE_NEWPID), ("mnt", CLONE_NEWNS))
+NAMESPACES = (
+    ("ipc", CLONE_NEWIPC),
+    ("uts", CLONE_NEWUTS),
+    ("net", CLONE_NEWNET),
+    ("pid", CLONE_NEWPID),
+    ("mnt", CLONE_NEWNS),
+)
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 

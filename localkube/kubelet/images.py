@@ -117,8 +117,7 @@ def describe_pull_failure(
     (ErrImagePull, then ImagePullBackOff) and the events to record, as (type, reason,
     message): Pulling and Failed the first time, BackOff on each retry after."""
     message = (
-        f'failed to pull and unpack image "{image}": '
-        "no rule in localkube images.yaml matches it"
+        f'failed to pull and unpack image "{image}": no rule in localkube images.yaml matches it'
     )
     if reason == "ImagePullBackOff":
         message = f'Back-off pulling image "{image}"'

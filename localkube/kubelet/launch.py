@@ -41,9 +41,7 @@ async def resolve_container_config(
 ) -> ContainerConfig:
     """Everything the run needs from the pod; raises one of CONFIG_ERRORS when it cannot run."""
     security = build_security_profile(pod, spec)
-    env = await build_environment(
-        pod, spec, image, sandbox.ips(), host.api_port, host.get_object
-    )
+    env = await build_environment(pod, spec, image, sandbox.ips(), host.api_port, host.get_object)
     argv = build_argv(spec, image, env)
     mounts = build_container_mounts(spec, sandbox.volume_paths, sandbox.etc_files)
     groups = cgroups.create_container_cgroups(host.state_hash, sandbox.uid, spec)
@@ -60,13 +58,20 @@ def build_run_spec(
 ) -> dict:
     """The shim's spec for this run (creating its directories)."""
     return build_shim_spec(
-        pod, sandbox.dir, spec, restart_count, netns_path=sandbox.netns_path(),
-        security=config.security, mounts=config.mounts, host_dirs=image.host_dirs,
-        cgroups=config.cgroups, argv=config.argv, env=config.env,
+        pod,
+        sandbox.dir,
+        spec,
+        restart_count,
+        netns_path=sandbox.netns_path(),
+        security=config.security,
+        mounts=config.mounts,
+        host_dirs=image.host_dirs,
+        cgroups=config.cgroups,
+        argv=config.argv,
+        env=config.env,
     )
 
 
 def describe_exec_context(config: ContainerConfig, shim_spec: dict) -> dict:
     """What exec sessions into the container run with (kept in state.json)."""
-    return {"env": config.env, "workingDir": shim_spec["workingDir"],
-            "security": config.security}
+    return {"env": config.env, "workingDir": shim_spec["workingDir"], "security": config.security}

@@ -217,7 +217,8 @@ class PodPortForwarder:
         loop = asyncio.get_running_loop()
         for forward in self.forwards:
             sock = await loop.run_in_executor(
-                None, open_listener_in_netns, self.netns, forward.pod_port)
+                None, open_listener_in_netns, self.netns, forward.pod_port
+            )
             server = await asyncio.start_server(self.make_handler(forward), sock=sock)
             self.servers.append(server)
 
@@ -225,7 +226,8 @@ class PodPortForwarder:
         async def handle(pod_reader: asyncio.StreamReader, pod_writer: asyncio.StreamWriter):
             try:
                 host_reader, host_writer = await asyncio.open_connection(
-                    forward.host_address, forward.host_port)
+                    forward.host_address, forward.host_port
+                )
             except OSError:
                 pod_writer.close()
                 return

@@ -408,7 +408,12 @@ class PodWorker:
             return
         netns = self.sandbox.netns if self.life.phase < WorkerPhase.RELEASED else None
         state = build_pod_state(
-            self.pod, self.kubelet.node, netns, self.facts.pod_ip, self.records, self.runs,
+            self.pod,
+            self.kubelet.node,
+            netns,
+            self.facts.pod_ip,
+            self.records,
+            self.runs,
             self.container_env,
         )
         write_pod_state(self.dir, state)
@@ -425,4 +430,3 @@ class PodWorker:
         init = [self.records[c["name"]] for c in self.init_specs]
         main = [self.records[c["name"]] for c in self.main_specs]
         return build_pod_status(self.pod, init, main, self.facts)
-

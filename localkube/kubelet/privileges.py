@@ -63,8 +63,11 @@ def check_call(rc: int, what: str) -> None:
 
 def call_prctl(option: int, arg2: int = 0, arg3: int = 0, what: str = "prctl") -> None:
     rc = libc.prctl(
-        ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
-        ctypes.c_ulong(0), ctypes.c_ulong(0),
+        ctypes.c_int(option),
+        ctypes.c_ulong(arg2),
+        ctypes.c_ulong(arg3),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
     )
     check_call(rc, what)
 

@@ -77,8 +77,9 @@ async def adopt_pod(worker: PodWorker, state: dict) -> bool:
         if before.get("lastState", {}).get("terminated"):
             record.last_terminated = before["lastState"]["terminated"]
         terminated = (before.get("state") or {}).get("terminated")
-        if is_recorded_process(entry, "shimPid", "shimStart", SHIM_MARKER) and \
-                is_recorded_process(entry, "pid", "pidStart"):
+        if is_recorded_process(entry, "shimPid", "shimStart", SHIM_MARKER) and is_recorded_process(
+            entry, "pid", "pidStart"
+        ):
             runs[name] = ContainerRun(
                 os.path.join(base_dir, name, "exit.bin"),
                 entry["shimPid"],

@@ -52,8 +52,9 @@ def make_pod_dirs(directory: str) -> None:
     os.chmod(tmp, POD_TMP_MODE)
 
 
-def build_shim_spec(pod: dict, directory: str, container: dict, restart_count: int,
-                    **run: object) -> dict:
+def build_shim_spec(
+    pod: dict, directory: str, container: dict, restart_count: int, **run: object
+) -> dict:
     """The shim's spec for one run of `container`, creating its per-run directories.
 
     `run` holds what the kubelet resolved: netns_path, security (the profile of
@@ -119,8 +120,12 @@ async def start_container_run(spec: dict, spec_path: str) -> ContainerRun:
         stderr=None,
         start_new_session=True,
     )
-    run = ContainerRun(exit_path=spec["exit_path"], shim_pid=process.pid, process=process,
-                       shim_start=read_start_ticks(process.pid))
+    run = ContainerRun(
+        exit_path=spec["exit_path"],
+        shim_pid=process.pid,
+        process=process,
+        shim_start=read_start_ticks(process.pid),
+    )
     try:
         line = await asyncio.wait_for(process.stdout.readline(), SHIM_START_TIMEOUT_S)
     except TimeoutError:
@@ -195,8 +200,7 @@ def read_start_ticks(pid: int | None) -> int | None:
         return None
 
 
-def is_process_alive(pid: int | None, marker: str | None = None,
-                     start: int | None = None) -> bool:
+def is_process_alive(pid: int | None, marker: str | None = None, start: int | None = None) -> bool:
     """Whether `pid` lives (and, given a marker, runs something whose cmdline holds it;
     given `start`, is the process that started then, not a later one with its number)."""
     if not pid:

@@ -24,21 +24,73 @@ from localkube.kubelet.errors import KubeletError
 
 # Overridable at container level (the rest of the pod's securityContext is pod-only).
 POD_LEVEL_FIELDS = (
-    "runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile", "seLinuxOptions",
-    "appArmorProfile", "windowsOptions",
+    "runAsUser",
+    "runAsGroup",
+    "runAsNonRoot",
+    "seccompProfile",
+    "seLinuxOptions",
+    "appArmorProfile",
+    "windowsOptions",
 )
 CAPABILITY_NAMES = (
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
-    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
-    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
-    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
-    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
 )
 # containerd's default set for a container that asks for nothing else.
 DEFAULT_CAPABILITIES = (
-    "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
-    "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FSETID",
+    "FOWNER",
+    "MKNOD",
+    "NET_RAW",
+    "SETGID",
+    "SETUID",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "KILL",
+    "AUDIT_WRITE",
 )
 
 
@@ -56,8 +108,9 @@ def merge_security_context(pod: dict, container: dict) -> dict:
     """The container's effective securityContext: pod-level fields, overridden by its own."""
     pod_sc = (pod.get("spec") or {}).get("securityContext") or {}
     effective = {k: pod_sc[k] for k in POD_LEVEL_FIELDS if pod_sc.get(k) is not None}
-    effective.update({k: v for k, v in (container.get("securityContext") or {}).items()
-                      if v is not None})
+    effective.update(
+        {k: v for k, v in (container.get("securityContext") or {}).items() if v is not None}
+    )
     return effective
 
 
@@ -71,7 +124,7 @@ def verify_run_as_non_root(pod: dict, container: dict, effective: dict) -> None:
     """The kubelet's verifyRunAsNonRoot; localkube's images (the host) run as root."""
     if not effective.get("runAsNonRoot"):
         return
-    where = f"(pod: \"{describe_pod(pod)}\", container: {container['name']})"
+    where = f'(pod: "{describe_pod(pod)}", container: {container["name"]})'
     if effective.get("runAsUser") is not None:
         if int(effective["runAsUser"]) == 0:
             raise ContainerConfigError(f"container's runAsUser breaks non-root policy {where}")
@@ -134,7 +187,7 @@ def resolve_primary_gid(uid: int, effective: dict) -> int:
 
 
 def resolve_seccomp(effective: dict) -> str | None:
-    """"RuntimeDefault" when the container is to be filtered; None when unconfined."""
+    """ "RuntimeDefault" when the container is to be filtered; None when unconfined."""
     if effective.get("privileged"):
         return None
     profile = effective.get("seccompProfile") or {}

@@ -194,11 +194,11 @@ async def fill_source(
                 value = resolve_field_path(pod, item["fieldRef"]["fieldPath"], *ips)
             else:
                 value = resolve_resource_field(pod, item.get("resourceFieldRef") or {})
-            write_file(directory, item["path"], value.encode(), item.get("mode") or mode,
-                       fs_group)
+            write_file(directory, item["path"], value.encode(), item.get("mode") or mode, fs_group)
     elif kind == "serviceAccountToken":
-        write_file(directory, source.get("path") or "token", b"localkube-unauthenticated", mode,
-                   fs_group)
+        write_file(
+            directory, source.get("path") or "token", b"localkube-unauthenticated", mode, fs_group
+        )
 
 
 def resolve_resource_field(pod: dict, ref: dict, container_name: str | None = None) -> str:
@@ -279,8 +279,15 @@ async def refresh_object_volumes(
             continue
         for kind in ("configMap", "secret"):
             if kind in volume:
-                await fill_source(directory, kind, volume[kind], pod, ips, get,
-                                  volume[kind].get("defaultMode") or DEFAULT_MODE)
+                await fill_source(
+                    directory,
+                    kind,
+                    volume[kind],
+                    pod,
+                    ips,
+                    get,
+                    volume[kind].get("defaultMode") or DEFAULT_MODE,
+                )
         if "projected" in volume:
             mode = volume["projected"].get("defaultMode") or DEFAULT_MODE
             for source in volume["projected"].get("sources") or []:

@@ -62,7 +62,8 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
     assert Path(values["plugins_folder"]).resolve() == REPO_ROOT / "plugins"
     # Without the launcher's database URL, a socket that does not exist: never a SQLite file.
     assert values["sql_alchemy_conn"] == (
-        f"postgresql+psycopg2:///airflow?host={home}/no-database-without-the-launcher")
+        f"postgresql+psycopg2:///airflow?host={home}/no-database-without-the-launcher"
+    )
     assert values["drivers"] == ["postgresql+psycopg2", "postgresql+asyncpg"]
     assert values["refresh_interval"] <= 10
     assert values["api_host"] == "127.0.0.1"
@@ -71,7 +72,9 @@ def test_airflow_reads_the_project_settings_from_airflow_cfg(tmp_path):
 
 def test_launcher_environment_points_every_component_at_one_home_port_and_secret(tmp_path):
     settings = airflow_server.AirflowSettings(
-        home=tmp_path / "home", port=18123, dags_folder=tmp_path / "dags",
+        home=tmp_path / "home",
+        port=18123,
+        dags_folder=tmp_path / "dags",
         database_url="postgresql+psycopg2://tfjob:pw@/airflow?host=/run/pg",
     )
     env = airflow_server.build_airflow_env(settings, base_env={"PATH": "/usr/bin"})
@@ -146,8 +149,9 @@ def test_up_on_a_taken_port_says_which_port_and_what_to_do(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        settings = airflow_server.AirflowSettings(home=tmp_path / "home", port=port,
-                                                  database_url="postgresql://unused")
+        settings = airflow_server.AirflowSettings(
+            home=tmp_path / "home", port=port, database_url="postgresql://unused"
+        )
         try:
             airflow_server.start_airflow(settings)
         except airflow_server.AirflowStartError as error:

@@ -66,8 +66,11 @@ def list_session(session_id: int) -> list[int]:
     """Live (not zombie) processes of a session."""
     from instance_processes import read_session_id  # scripts/, on sys.path by airflow_fixtures
 
-    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-            if read_session_id(pid) == session_id and airflow_server.is_alive(pid)]
+    return [
+        pid
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if read_session_id(pid) == session_id and airflow_server.is_alive(pid)
+    ]
 
 
 def submit_run_stuck_in_launch(state: Path, record: dict, folder: Path) -> tuple[str, str]:
@@ -75,17 +78,30 @@ def submit_run_stuck_in_launch(state: Path, record: dict, folder: Path) -> tuple
     import boto3
 
     s3 = record["s3"]
-    env = {**os.environ, "AWS_ENDPOINT_URL": s3["endpoint_url"],
-           "AWS_ACCESS_KEY_ID": s3["access_key"], "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
-           "AWS_DEFAULT_REGION": s3["region"], "KUBECONFIG": record["localkube"]["kubeconfig"],
-           "TSHELL_AIRFLOW_URL": record["airflow"]["url"], "TSHELL_USERNAME": "test-user",
-           "TSHELL_PASSWORD": airflow_server.read_users(state / "airflow")["test-user"]}
-    client = boto3.client("s3", endpoint_url=s3["endpoint_url"], region_name=s3["region"],
-                          aws_access_key_id=s3["access_key"],
-                          aws_secret_access_key=s3["secret_key"])
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": s3["access_key"],
+        "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
+        "AWS_DEFAULT_REGION": s3["region"],
+        "KUBECONFIG": record["localkube"]["kubeconfig"],
+        "TSHELL_AIRFLOW_URL": record["airflow"]["url"],
+        "TSHELL_USERNAME": "test-user",
+        "TSHELL_PASSWORD": airflow_server.read_users(state / "airflow")["test-user"],
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3["endpoint_url"],
+        region_name=s3["region"],
+        aws_access_key_id=s3["access_key"],
+        aws_secret_access_key=s3["secret_key"],
+    )
     client.upload_file(str(write_standin_bundle(folder)), BUCKET, "bundles/standin.tar.gz")
     request = {
-        "name": "crash-mid-run", "tenant": TENANT, "mode": "single", "image": "python:3.11",
+        "name": "crash-mid-run",
+        "tenant": TENANT,
+        "mode": "single",
+        "image": "python:3.11",
         "entrypoint": ["python3", "train.py"],
         "bundle": f"s3://{BUCKET}/bundles/standin.tar.gz",
         "output": f"s3://{BUCKET}/outputs/crash-mid-run",
@@ -95,7 +111,12 @@ def submit_run_stuck_in_launch(state: Path, record: dict, folder: Path) -> tuple
     (folder / "request.yaml").write_text(yaml.safe_dump(request))
     submitted = subprocess.run(
         [sys.executable, "-m", "tshell", "submit", str(folder / "request.yaml"), "--json"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     summary = json.loads(submitted.stdout)
     return summary["dag_id"], summary["run_id"]
@@ -106,23 +127,29 @@ def await_launch_in_flight(state: Path, record: dict, dag_id: str, run_id: str) 
     url = record["airflow"]["url"]
     users = airflow_server.read_users(state / "airflow")
     token = airflow_server.fetch_token(url, "admin", users["admin"])
-    kube = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
-        config_file=record["localkube"]["kubeconfig"]))
+    kube = kubernetes.client.CoreV1Api(
+        kubernetes.config.new_client_from_config(config_file=record["localkube"]["kubeconfig"])
+    )
 
     def launch_running_with_its_pod() -> bool:
         import requests
 
-        answer = requests.get(f"{url}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
-                              headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        answer = requests.get(
+            f"{url}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
         answer.raise_for_status()
         states = {ti["task_id"]: ti["state"] for ti in answer.json()["task_instances"]}
         assert states.get("validate") != "failed", states
-        pods = kube.list_namespaced_pod(f"tfjob-{TENANT}",
-                                        label_selector="tfjob.io/job=crash-mid-run").items
+        pods = kube.list_namespaced_pod(
+            f"tfjob-{TENANT}", label_selector="tfjob.io/job=crash-mid-run"
+        ).items
         return states.get("launch") == "running" and bool(pods)
 
-    wait_for(launch_running_with_its_pod, timeout=300, what="launch running with its pod",
-             interval=1.0)
+    wait_for(
+        launch_running_with_its_pod, timeout=300, what="launch running with its pod", interval=1.0
+    )
 
 
 def read_title(pid: int) -> str:
@@ -133,8 +160,14 @@ def read_title(pid: int) -> str:
 
 
 def kill_supervisor_and_components(supervisor: int) -> None:
-    names = (b"airflow_components", b"api-server", b"api_server", b"scheduler",
-             b"dag-processor", b"triggerer")
+    names = (
+        b"airflow_components",
+        b"api-server",
+        b"api_server",
+        b"scheduler",
+        b"dag-processor",
+        b"triggerer",
+    )
     for pid in list_session(supervisor):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -180,7 +213,8 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         assert aws["extra"]["endpoint_url"] == record["s3"]["endpoint_url"]
         assert Path(record["localkube"]["kubeconfig"]).exists()
         kube_client = kubernetes.config.new_client_from_config(
-            config_file=record["localkube"]["kubeconfig"])
+            config_file=record["localkube"]["kubeconfig"]
+        )
         assert kube_client.configuration.host == record["localkube"]["api_url"]
         assert kubernetes.client.VersionApi(kube_client).get_code().git_version
 
@@ -201,7 +235,8 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         titles = [read_title(pid) for pid in survivors]
         # setproctitle's names of the task's supervisor (base_executor) and runner (task_runner)
         assert any(t.startswith(("airflow supervisor:", "airflow worker -- ")) for t in titles), (
-            f"no task process among the survivors: {titles}")
+            f"no task process among the survivors: {titles}"
+        )
         third = services("up", "--state-dir", str(state), "--bucket", BUCKET, *ports)
         assert third.returncode == 0, third.stdout + third.stderr
         assert "of an earlier Airflow" in third.stderr, third.stderr
@@ -214,9 +249,19 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     assert not postgres_server.is_running(database)
     # What CI runs after `make down`, pointed at this state dir (the checkout's other
     # processes belong to the tests running beside this one).
-    clean = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "check_clean.py"),
-                            "--checkout", str(state), "--state-dir", str(state)],
-                           capture_output=True, text=True, timeout=120)
+    clean = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "check_clean.py"),
+            "--checkout",
+            str(state),
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert clean.returncode == 0, clean.stdout + clean.stderr
     shutil.rmtree(database.root)
     assert processes_mentioning(str(state)) == []

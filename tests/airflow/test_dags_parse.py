@@ -183,8 +183,12 @@ def team_tenants(tmp_path, monkeypatch):
 
 def request_of(tenant: str, name: str) -> dict:
     request = yaml.safe_load((DAGS / "requests" / "digits-single.yaml").read_text())
-    request.update(name=name, tenant=tenant, bundle=f"s3://{tenant}/bundles/b.tar.gz",
-                   output=f"s3://{tenant}/outputs/{name}")
+    request.update(
+        name=name,
+        tenant=tenant,
+        bundle=f"s3://{tenant}/bundles/b.tar.gz",
+        output=f"s3://{tenant}/outputs/{name}",
+    )
     return request
 
 
@@ -192,16 +196,14 @@ def test_each_tenant_gets_a_submit_dag_only_its_roles_may_trigger(team_tenants, 
     dags = load_dag_module("tfjob_submit").build_all()
     assert set(dags) == {"tfjob_submit__team-a", "tfjob_submit__team-b"}
     team_a = dags["tfjob_submit__team-a"]
-    assert team_a.access_control == {"ml-team": TENANT_PERMISSIONS,
-                                     "ml-oncall": TENANT_PERMISSIONS}
+    assert team_a.access_control == {"ml-team": TENANT_PERMISSIONS, "ml-oncall": TENANT_PERMISSIONS}
     assert team_a.max_active_runs == 5
     assert "tenant:team-a" in team_a.tags
     assert {t.task_id for t in team_a.tasks if t.pool == "tfjob-tenant-team-a"} == JOB_STEPS
     team_b = dags["tfjob_submit__team-b"]
     assert team_b.access_control == {"team-b": TENANT_PERMISSIONS}  # roles default: [name]
     assert team_b.max_active_runs == 4  # 2 x max_concurrent_jobs
-    assert [o.name for o in team_b.get_task("publish").outlets] == [
-        "tfjob_submit__team-b__model"]
+    assert [o.name for o in team_b.get_task("publish").outlets] == ["tfjob_submit__team-b__model"]
 
 
 def test_the_submit_dags_tenant_param_allows_only_its_tenant(team_tenants, no_network):
@@ -230,8 +232,7 @@ def test_a_request_dag_belongs_to_its_files_tenant(team_tenants, tmp_path, no_ne
     folder.mkdir()
     (folder / "mine.yaml").write_text(yaml.safe_dump(request_of("team-a", "mine")))
     dag = load_dag_module("tfjob_requests").build_all(folder)["tfjob__mine"]
-    assert dag.access_control == {"ml-team": TENANT_PERMISSIONS,
-                                  "ml-oncall": TENANT_PERMISSIONS}
+    assert dag.access_control == {"ml-team": TENANT_PERMISSIONS, "ml-oncall": TENANT_PERMISSIONS}
     assert dag.max_active_runs == 5
     assert "tenant:team-a" in dag.tags
     assert {t.task_id for t in dag.tasks if t.pool == "tfjob-tenant-team-a"} == JOB_STEPS
@@ -239,7 +240,8 @@ def test_a_request_dag_belongs_to_its_files_tenant(team_tenants, tmp_path, no_ne
 
 
 def test_a_request_file_of_an_unknown_tenant_gets_an_invalid_dag_without_roles(
-        team_tenants, tmp_path, no_network):
+    team_tenants, tmp_path, no_network
+):
     folder = tmp_path / "requests"
     folder.mkdir()
     (folder / "stray.yaml").write_text(yaml.safe_dump(request_of("nobody", "stray")))
@@ -252,7 +254,8 @@ def test_a_request_file_of_an_unknown_tenant_gets_an_invalid_dag_without_roles(
 
 
 def test_an_unreadable_tenants_file_makes_every_request_dag_invalid_saying_why(
-        tmp_path, monkeypatch, no_network):
+    tmp_path, monkeypatch, no_network
+):
     from tfjob.tenants import TENANTS_FILE_ENV
 
     monkeypatch.setenv(TENANTS_FILE_ENV, str(tmp_path / "missing.yaml"))

@@ -43,8 +43,7 @@ def test_the_probe_counts_this_process_s_connections_to_a_port() -> None:
 
 
 def test_the_probe_finds_a_child_by_its_command_and_reads_its_memory() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
-                              "probe-marker"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "probe-marker"])
     try:
         assert procprobe.find_process(os.getpid(), "probe-marker") == child.pid
         assert procprobe.find_process(os.getpid(), "no-such-marker") is None
@@ -58,8 +57,9 @@ def test_growth_says_which_figures_grow_faster_than_the_jobs() -> None:
     def batch(jobs: int, makespan: float, connections: int) -> dict:
         return {"jobs": jobs, "makespan_s": makespan, "peak_triggerer_connections": connections}
 
-    lines = report_concurrent_scale.describe_growth([batch(10, 100.0, 90), batch(100, 1000.0,
-                                                                                 9000)])
+    lines = report_concurrent_scale.describe_growth(
+        [batch(10, 100.0, 90), batch(100, 1000.0, 9000)]
+    )
     assert any("makespan" in line and "grows linearly or less" in line for line in lines)
     assert any("open connections" in line and "faster than linearly" in line for line in lines)
 
@@ -72,9 +72,24 @@ def test_the_smallest_batch_runs_end_to_end_and_the_report_has_every_column(
     out = tmp_path / "concurrent_scale.json"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_concurrent_scale.py"), "--jobs", "2",
-         "--run-seconds", str(RUN_SECONDS), "--batch-timeout-s", "300", "--out", str(out)],
-        capture_output=True, text=True, timeout=540, cwd=REPO_ROOT, env=env)
+        [
+            sys.executable,
+            str(BENCH / "bench_concurrent_scale.py"),
+            "--jobs",
+            "2",
+            "--run-seconds",
+            str(RUN_SECONDS),
+            "--batch-timeout-s",
+            "300",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=REPO_ROOT,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["left_behind"] == []

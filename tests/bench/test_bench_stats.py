@@ -280,10 +280,12 @@ def test_whole_runs_get_what_is_left_of_the_budget_after_concurrency():
 def test_concurrency_reads_structured_and_plain_task_logs():
     import bench_concurrency
 
-    structured = {"content": [
-        {"timestamp": "t1", "level": "info", "event": "starting"},
-        {"timestamp": "t2", "level": "error", "event": "Task failed", "error_detail": [1]},
-    ]}
+    structured = {
+        "content": [
+            {"timestamp": "t1", "level": "info", "event": "starting"},
+            {"timestamp": "t2", "level": "error", "event": "Task failed", "error_detail": [1]},
+        ]
+    }
     lines = bench_concurrency.read_log_lines(structured)
     assert lines[0] == "t1 INFO starting"
     assert lines[1].startswith("t2 ERROR Task failed {") and "error_detail" in lines[1]
@@ -295,21 +297,34 @@ def test_the_restart_section_tables_each_case_and_says_how_latency_and_loss_beha
 
     def restart_job(case: str, latency: float, at: int, restored: int | None) -> dict:
         how, replicas, interval = case.split(":")
-        return {"case": case, "how": how, "replicas": int(replicas), "interval_s": int(interval),
-                "loss_to_noticed_s": 0.1, "restart_latency_s": latency,
-                "stop_and_stage_s": latency / 4, "stage_to_created_s": 0.05,
-                "created_to_running_s": latency / 2, "delivery_s": latency / 4,
-                "step_at_failure": at, "restored_step": restored,
-                "steps_lost": max(0, at - (restored or 0))}
+        return {
+            "case": case,
+            "how": how,
+            "replicas": int(replicas),
+            "interval_s": int(interval),
+            "loss_to_noticed_s": 0.1,
+            "restart_latency_s": latency,
+            "stop_and_stage_s": latency / 4,
+            "stage_to_created_s": 0.05,
+            "created_to_running_s": latency / 2,
+            "delivery_s": latency / 4,
+            "step_at_failure": at,
+            "restored_step": restored,
+            "steps_lost": max(0, at - (restored or 0)),
+        }
 
-    jobs = [restart_job("drain:4:10", 2.0, 15, 15), restart_job("drain:4:10", 2.2, 17, 17),
-            restart_job("drain:16:10", 6.0, 20, 20),
-            restart_job("kill:4:60", 2.1, 90, 60), restart_job("kill:4:60", 2.3, 100, None)]
+    jobs = [
+        restart_job("drain:4:10", 2.0, 15, 15),
+        restart_job("drain:4:10", 2.2, 17, 17),
+        restart_job("drain:16:10", 6.0, 20, 20),
+        restart_job("kill:4:60", 2.1, 90, 60),
+        restart_job("kill:4:60", 2.3, 100, None),
+    ]
     summary = bench_restart.summarise_restart(jobs)
-    assert summary["kill:4:60"]["steps_lost"] == {"median": 65.0, "min": 30.0, "max": 100.0,
-                                                  "n": 2}
-    text = report.build_report({"restart": {"summary": summary}}, {},
-                               {"wall_s": 60, "budget_s": 1800})
+    assert summary["kill:4:60"]["steps_lost"] == {"median": 65.0, "min": 30.0, "max": 100.0, "n": 2}
+    text = report.build_report(
+        {"restart": {"summary": summary}}, {}, {"wall_s": 60, "budget_s": 1800}
+    )
     assert "## 6. Gang restarts" in text and "target under 30 min: met" in text
     assert "| drain:4:10 |" in text and "2.10 s (2.00–2.20, n=2)" in text
     assert "15→15, 17→17" in text and "90→60, 100→None" in text
@@ -330,30 +345,59 @@ def test_a_restart_case_names_what_is_wrong_with_it():
 
 
 def scale_job(replicas: int, running_s: float, gone_s: float) -> dict:
-    counts = {"server": {"CREATE pods": replicas, "PATCH pods/status": replicas},
-              "client": {"POST pods": replicas}}
-    return {"replicas": replicas, "launch_to_running_s": running_s, "launch_create_pods_s": 1.0,
-            "running_to_delivered_s": 1.0, "decision_to_gone_s": gone_s,
-            "client_requests_per_replica": 1.0, "server_requests_per_replica": 2.0,
-            "apiserver_peak_kib": 102400, "phases": {"launch": counts}}
+    counts = {
+        "server": {"CREATE pods": replicas, "PATCH pods/status": replicas},
+        "client": {"POST pods": replicas},
+    }
+    return {
+        "replicas": replicas,
+        "launch_to_running_s": running_s,
+        "launch_create_pods_s": 1.0,
+        "running_to_delivered_s": 1.0,
+        "decision_to_gone_s": gone_s,
+        "client_requests_per_replica": 1.0,
+        "server_requests_per_replica": 2.0,
+        "apiserver_peak_kib": 102400,
+        "phases": {"launch": counts},
+    }
 
 
 def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targets():
     import report_scale
 
     jobs = [scale_job(128, 2.0, 1.0), scale_job(1024, 40.0, 8.0)]
-    keys = ("launch_to_running_s", "launch_create_pods_s", "running_to_delivered_s",
-            "decision_to_gone_s", "client_requests_per_replica", "server_requests_per_replica",
-            "apiserver_peak_kib")
-    summary = {str(j["replicas"]): {k: stats.summarise([j[k]]).as_dict() for k in keys}
-               for j in jobs}
-    text = "\n".join(report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary,
-                                                  "jobs": jobs, "notes": ["delivery is O(n²)"]}))
+    keys = (
+        "launch_to_running_s",
+        "launch_create_pods_s",
+        "running_to_delivered_s",
+        "decision_to_gone_s",
+        "client_requests_per_replica",
+        "server_requests_per_replica",
+        "apiserver_peak_kib",
+    )
+    summary = {
+        str(j["replicas"]): {k: stats.summarise([j[k]]).as_dict() for k in keys} for j in jobs
+    }
+    text = "\n".join(
+        report_scale.section_scale(
+            {
+                "nodes": 16,
+                "repeat": 1,
+                "summary": summary,
+                "jobs": jobs,
+                "notes": ["delivery is O(n²)"],
+            }
+        )
+    )
     # 2 s → 40 s for 8× the replicas: n^1.44; 1 s → 8 s: n^1.00
-    assert "launch → all Running: 2.00 s at 128 → 40.00 s at 1024 replicas, ∝ n^1.44: grows " \
-           "faster than linearly" in text
-    assert "teardown → all gone: 1.00 s at 128 → 8.00 s at 1024 replicas, ∝ n^1.00: grows " \
-           "about linearly or less" in text
+    assert (
+        "launch → all Running: 2.00 s at 128 → 40.00 s at 1024 replicas, ∝ n^1.44: grows "
+        "faster than linearly" in text
+    )
+    assert (
+        "teardown → all gone: 1.00 s at 128 → 8.00 s at 1024 replicas, ∝ n^1.00: grows "
+        "about linearly or less" in text
+    )
     assert "all Running ≤ 30 s after launch starts: 40.00 — NOT met" in text
     assert "every pod gone ≤ 15 s after the decision: 8.00 — met" in text
     assert "| launch | CREATE pods | 1024 | 1.00 | – | 0.00 |" in text
@@ -362,6 +406,7 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
     # Jobs measured before the load average was recorded show none; later ones show it.
     assert "| API server peak RSS | load average |" in text and "| 100 MiB | – |" in text
     summary["1024"]["load_average_1m"] = stats.summarise([3.25]).as_dict()
-    text = "\n".join(report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary,
-                                                  "jobs": jobs}))
+    text = "\n".join(
+        report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary, "jobs": jobs})
+    )
     assert "| 100 MiB | 3.2 (n=1) |" in text

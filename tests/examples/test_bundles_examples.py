@@ -22,8 +22,12 @@ BUNDLES_DIR = REPO_ROOT / "bundles"
 EXAMPLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1", "digits-tf1-flags")
 # Further requests of a bundle, beside its request.yaml: (bundle, request file).
 VARIANTS = (("digits-tf1-flags", "request-chief.yaml"),)
-SEED_ERA_ARGS = ["--ps_hosts=$(PS_HOSTS)", "--worker_hosts=$(WORKER_HOSTS)",
-                 "--job_name=$(JOB_NAME)", "--task_index=$(TASK_INDEX)"]
+SEED_ERA_ARGS = [
+    "--ps_hosts=$(PS_HOSTS)",
+    "--worker_hosts=$(WORKER_HOSTS)",
+    "--job_name=$(JOB_NAME)",
+    "--task_index=$(TASK_INDEX)",
+]
 # A local run of the flags-only example on 2 shared cores: 3-4 TensorFlow processes.
 LOCAL_TRAINING_TIMEOUT_S = 300
 STATED_ACCURACY_PATTERN = re.compile(r"^# Stated accuracy: >= (0\.\d+)", re.MULTILINE)
@@ -177,5 +181,6 @@ def test_flags_only_tf1_program_trains_with_tensorflow_from_its_expanded_args(
     assert metrics["steps"] >= 600
     assert any(path.name.startswith("model.ckpt") for path in owner.model_dir.iterdir())
     for replica in job.replicas:  # each built its TF1 ClusterSpec from the expanded flags
-        assert f"{replica.role} {replica.index} of {job.cluster!r} serving at" in \
-            logs[replica.name], logs[replica.name][-2000:]
+        assert (
+            f"{replica.role} {replica.index} of {job.cluster!r} serving at" in logs[replica.name]
+        ), logs[replica.name][-2000:]

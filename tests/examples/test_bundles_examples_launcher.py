@@ -95,9 +95,11 @@ def test_args_are_expanded_per_replica_as_the_pod_bootstrap_does(fake_bundle, tm
         for replica in job.replicas:
             job.wait_for_exit(replica, timeout_s=30)
     seen = {r.name: r.read_metrics() for r in job.replicas}
-    cluster_flags = [f"--chief_hosts={job.cluster['chief'][0]}",
-                     f"--ps_hosts={job.cluster['ps'][0]}",
-                     f"--worker_hosts={','.join(job.cluster['worker'])}"]
+    cluster_flags = [
+        f"--chief_hosts={job.cluster['chief'][0]}",
+        f"--ps_hosts={job.cluster['ps'][0]}",
+        f"--worker_hosts={','.join(job.cluster['worker'])}",
+    ]
     for name, env in seen.items():
         role, index = name.split("-")
         assert env["argv"] == [*cluster_flags, f"--job_name={role}", f"--task_index={index}"]
@@ -106,8 +108,9 @@ def test_args_are_expanded_per_replica_as_the_pod_bootstrap_does(fake_bundle, tm
 
 def test_escaped_and_unset_references_reach_the_program_as_written(fake_bundle, tmp_path):
     argv = ("train.py", "--literal=$$(JOB_NAME)", "--unset=$(NOT_SET)", "--x=$(EXTRA)")
-    with LocalTFCluster(fake_bundle, {"ps": 1, "worker": 1}, tmp_path / "run", argv,
-                        {"EXTRA": "x"}) as job:
+    with LocalTFCluster(
+        fake_bundle, {"ps": 1, "worker": 1}, tmp_path / "run", argv, {"EXTRA": "x"}
+    ) as job:
         seen = job.wait_for_owner(timeout_s=30).read_metrics()
     assert seen["argv"] == ["--literal=$(JOB_NAME)", "--unset=$(NOT_SET)", "--x=x"]
     assert seen["CHIEF_HOSTS"] is None  # no chief, no CHIEF_HOSTS

@@ -62,15 +62,17 @@ EXAMPLES = [
 ]
 
 
-def run_to_the_end(request: TrainingRequest, example: Example, workdir: Path,
-                   checkpoint_dir: Path) -> tuple[LocalReplica, dict[str, str]]:
+def run_to_the_end(
+    request: TrainingRequest, example: Example, workdir: Path, checkpoint_dir: Path
+) -> tuple[LocalReplica, dict[str, str]]:
     """Run the request locally until its model owner (and every worker that exits) is done.
 
     Returns the owner and every replica's log by name.
     """
     # CHECKPOINT_DIR as the platform sets it for every replica (the launcher does not).
-    request = request.model_copy(update={"env": {**request.env,
-                                                 "CHECKPOINT_DIR": str(checkpoint_dir)}})
+    request = request.model_copy(
+        update={"env": {**request.env, "CHECKPOINT_DIR": str(checkpoint_dir)}}
+    )
     with LocalTFCluster.from_request(BUNDLES_DIR / example.bundle, request, workdir) as job:
         owner = job.wait_for_owner(timeout_s=RUN_TIMEOUT_S)
         if example.workers_exit:
@@ -98,8 +100,9 @@ def test_example_resumes_from_the_checkpoints_a_cut_short_run_left(example, tmp_
     checkpoint_dir = tmp_path / "checkpoints"
     checkpoint_dir.mkdir()
     full = example.request
-    short = full.model_copy(update={"env": {**full.env, **example.short_env},
-                                    "args": [*full.args, *example.short_args]})
+    short = full.model_copy(
+        update={"env": {**full.env, **example.short_env}, "args": [*full.args, *example.short_args]}
+    )
 
     owner, logs = run_to_the_end(short, example, tmp_path / "first", checkpoint_dir)
     lines = start_lines(logs[owner.name])
@@ -112,8 +115,9 @@ def test_example_resumes_from_the_checkpoints_a_cut_short_run_left(example, tmp_
 
     owner, logs = run_to_the_end(full, example, tmp_path / "second", checkpoint_dir)
     lines = start_lines(logs[owner.name])
-    assert [m.group(0) for m in lines] == [f"resumed from step {saved_step}"], \
-        logs[owner.name][-3000:]
+    assert [m.group(0) for m in lines] == [f"resumed from step {saved_step}"], logs[owner.name][
+        -3000:
+    ]
     metrics = owner.read_metrics()
     print(f"{example.bundle}: resumed from step {saved_step}; {metrics}")
     full_steps = int(full.env.get("STEPS", "600"))  # the TF1 programs' --train_steps is 600

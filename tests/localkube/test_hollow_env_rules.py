@@ -11,19 +11,27 @@ from localkube.hollow import rules
 def build_pod(annotations: dict | None = None, env: dict | None = None) -> dict:
     return {
         "metadata": {"annotations": annotations or {}},
-        "spec": {"containers": [
-            {"name": "keeper"},
-            {"name": "tensorflow",
-             "env": [{"name": k, "value": v} for k, v in (env or {}).items()]},
-        ]},
+        "spec": {
+            "containers": [
+                {"name": "keeper"},
+                {
+                    "name": "tensorflow",
+                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                },
+            ]
+        },
     }
 
 
 def test_the_environment_stands_for_missing_annotations() -> None:
-    pod = build_pod(env={"LOCALKUBE_SIMULATE_RUN_SECONDS": "20",
-                         "LOCALKUBE_SIMULATE_EXIT_CODE": "3",
-                         "LOCALKUBE_SIMULATE_START_SECONDS": "1.5",
-                         "LOCALKUBE_SIMULATE_STOP_SECONDS": "2"})
+    pod = build_pod(
+        env={
+            "LOCALKUBE_SIMULATE_RUN_SECONDS": "20",
+            "LOCALKUBE_SIMULATE_EXIT_CODE": "3",
+            "LOCALKUBE_SIMULATE_START_SECONDS": "1.5",
+            "LOCALKUBE_SIMULATE_STOP_SECONDS": "2",
+        }
+    )
     assert rules.read_rule(pod) == rules.SimulationRule(1.5, 20.0, 3, 2.0)
 
 
@@ -49,6 +57,7 @@ def test_a_run_after_file_comes_from_the_annotation_or_the_environment() -> None
 
 
 def test_a_relative_run_after_file_is_refused_naming_what_is_allowed() -> None:
-    with pytest.raises(rules.RuleError, match="simulate-run-after-file: 'ready' given; an "
-                                              "absolute path"):
+    with pytest.raises(
+        rules.RuleError, match="simulate-run-after-file: 'ready' given; an absolute path"
+    ):
         rules.read_rule(build_pod({rules.RUN_AFTER_FILE: "ready"}))

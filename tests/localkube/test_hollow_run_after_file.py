@@ -36,20 +36,42 @@ def read_phase(core, name: str) -> str:
 
 
 def test_the_run_starts_once_the_file_is_delivered(core, tmp_path: Path) -> None:
-    env = [{"name": "LOCALKUBE_SIMULATE_RUN_SECONDS", "value": "0.5"},
-           {"name": "LOCALKUBE_SIMULATE_RUN_AFTER_FILE", "value": "/tfjob/config/cluster.json"}]
-    core.create_namespaced_pod("default", {
-        "metadata": {"name": "waits"},
-        "spec": {"restartPolicy": "Never", "containers": [
-            {"name": "tensorflow", "image": "busybox", "env": env,
-             "volumeMounts": [{"name": "config", "mountPath": "/tfjob/config"}]}],
-            "volumes": [{"name": "config", "emptyDir": {}}]}})
+    env = [
+        {"name": "LOCALKUBE_SIMULATE_RUN_SECONDS", "value": "0.5"},
+        {"name": "LOCALKUBE_SIMULATE_RUN_AFTER_FILE", "value": "/tfjob/config/cluster.json"},
+    ]
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "waits"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "tensorflow",
+                        "image": "busybox",
+                        "env": env,
+                        "volumeMounts": [{"name": "config", "mountPath": "/tfjob/config"}],
+                    }
+                ],
+                "volumes": [{"name": "config", "emptyDir": {}}],
+            },
+        },
+    )
     wait_until(lambda: read_phase(core, "waits") == "Running", WAIT_S, "pod Running")
     time.sleep(2.0)  # four times its run: without the file it must still run
     assert read_phase(core, "waits") == "Running"
-    client = stream(core.connect_get_namespaced_pod_exec, "waits", "default",
-                    container="tensorflow", command=["sh", "-c", "echo {} > "
-                                                     "/tfjob/config/cluster.json"],
-                    stdout=True, stderr=True, stdin=False, tty=False, _preload_content=False)
+    client = stream(
+        core.connect_get_namespaced_pod_exec,
+        "waits",
+        "default",
+        container="tensorflow",
+        command=["sh", "-c", "echo {} > /tfjob/config/cluster.json"],
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+    )
     client.run_forever(timeout=10)
     wait_until(lambda: read_phase(core, "waits") == "Succeeded", WAIT_S, "pod Succeeded")

@@ -14,30 +14,57 @@ from localkube.apiserver.selectors import (
     parse_label_selector,
 )
 
-POD = {"spec": {"containers": [
-    {"name": "a", "image": "x", "env": [{"name": "K", "value": "1"}],
-     "volumeMounts": [{"name": "v", "mountPath": "/data"}], "ports": [{"containerPort": 80}]},
-    {"name": "b", "image": "y"}],
-    "volumes": [{"name": "v", "emptyDir": {}}]},
-    "status": {"conditions": [{"type": "Ready", "status": "False"},
-                              {"type": "PodScheduled", "status": "True"}]}}
+POD = {
+    "spec": {
+        "containers": [
+            {
+                "name": "a",
+                "image": "x",
+                "env": [{"name": "K", "value": "1"}],
+                "volumeMounts": [{"name": "v", "mountPath": "/data"}],
+                "ports": [{"containerPort": 80}],
+            },
+            {"name": "b", "image": "y"},
+        ],
+        "volumes": [{"name": "v", "emptyDir": {}}],
+    },
+    "status": {
+        "conditions": [
+            {"type": "Ready", "status": "False"},
+            {"type": "PodScheduled", "status": "True"},
+        ]
+    },
+}
 
 
 def test_strategic_merge_uses_the_patch_merge_keys():
-    patched = strategic_merge(POD, {"spec": {
-        "containers": [{"name": "a", "env": [{"name": "N", "value": "2"}],
+    patched = strategic_merge(
+        POD,
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "a",
+                        "env": [{"name": "N", "value": "2"}],
                         "volumeMounts": [{"name": "w", "mountPath": "/other"}],
-                        "ports": [{"containerPort": 80, "name": "http"}]}],
-        "volumes": [{"name": "w", "emptyDir": {}}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+                        "ports": [{"containerPort": 80, "name": "http"}],
+                    }
+                ],
+                "volumes": [{"name": "w", "emptyDir": {}}],
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
     a = patched["spec"]["containers"][0]
     assert [e["name"] for e in a["env"]] == ["K", "N"]
     assert [m["mountPath"] for m in a["volumeMounts"]] == ["/data", "/other"]
     assert a["ports"] == [{"containerPort": 80, "name": "http"}]
     assert [c["name"] for c in patched["spec"]["containers"]] == ["a", "b"]
     assert [v["name"] for v in patched["spec"]["volumes"]] == ["v", "w"]
-    assert patched["status"]["conditions"] == [{"type": "Ready", "status": "True"},
-                                               {"type": "PodScheduled", "status": "True"}]
+    assert patched["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "PodScheduled", "status": "True"},
+    ]
 
 
 def test_strategic_merge_directives():
@@ -55,10 +82,14 @@ def test_merge_patch_replaces_lists_and_deletes_nulls():
 
 def test_json_patch_operations_and_errors():
     doc = {"a": {"b": [1, 2]}}
-    assert json_patch(doc, [{"op": "add", "path": "/a/b/1", "value": 9},
-                            {"op": "add", "path": "/a/b/-", "value": 3},
-                            {"op": "replace", "path": "/a/b/0", "value": 0}]) == \
-        {"a": {"b": [0, 9, 2, 3]}}
+    assert json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a/b/1", "value": 9},
+            {"op": "add", "path": "/a/b/-", "value": 3},
+            {"op": "replace", "path": "/a/b/0", "value": 0},
+        ],
+    ) == {"a": {"b": [0, 9, 2, 3]}}
     with pytest.raises(ApiError):
         json_patch(doc, [{"op": "replace", "path": "/a/c", "value": 1}])
     assert json_patch(doc, [{"op": "move", "from": "/a/b", "path": "/c"}]) == {"a": {}, "c": [1, 2]}
@@ -69,13 +100,16 @@ def test_json_patch_operations_and_errors():
         json_patch(doc, [{"op": "test", "path": "/a/b/0", "value": 5}])
 
 
-@pytest.mark.parametrize("text, labels, expected", [
-    ("a=1,b!=2", {"a": "1", "b": "3"}, True),
-    ("a in (1, 2),!c", {"a": "2"}, True),
-    ("a notin (1)", {}, True),
-    ("a", {}, False),
-    ("environment in (production, qa),tier notin (frontend)", {"environment": "qa"}, True),
-])
+@pytest.mark.parametrize(
+    "text, labels, expected",
+    [
+        ("a=1,b!=2", {"a": "1", "b": "3"}, True),
+        ("a in (1, 2),!c", {"a": "2"}, True),
+        ("a notin (1)", {}, True),
+        ("a", {}, False),
+        ("environment in (production, qa),tier notin (frontend)", {"environment": "qa"}, True),
+    ],
+)
 def test_label_selector_forms(text, labels, expected):
     assert labels_match(parse_label_selector(text), labels) is expected
 
@@ -96,9 +130,9 @@ def test_quantities_compare_exactly_and_format_canonically():
 
 
 def test_strategic_merge_unions_finalizers():
-    patched = strategic_merge({"metadata": {"finalizers": ["a"]}},
-                              {"metadata": {"finalizers": ["b", "a"]}})
+    patched = strategic_merge(
+        {"metadata": {"finalizers": ["a"]}}, {"metadata": {"finalizers": ["b", "a"]}}
+    )
     assert patched["metadata"]["finalizers"] == ["a", "b"]
-    removed = strategic_merge(patched, {"metadata": {
-        "$deleteFromPrimitiveList/finalizers": ["a"]}})
+    removed = strategic_merge(patched, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}})
     assert removed["metadata"]["finalizers"] == ["b"]

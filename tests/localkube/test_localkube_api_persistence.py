@@ -18,11 +18,19 @@ def test_objects_survive_restart_and_versions_continue(tmp_path):
     try:
         core = handle.core_v1()
         core.create_namespace({"metadata": {"name": "keep"}})
-        cm = core.create_namespaced_config_map("keep", {"metadata": {"name": "c",
-                                                                     "labels": {"a": "b"}},
-                                                        "data": {"k": "v"}})
-        pod = core.create_namespaced_pod("keep", {"metadata": {"name": "p"}, "spec": {
-            "schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox:1"}]}})
+        cm = core.create_namespaced_config_map(
+            "keep", {"metadata": {"name": "c", "labels": {"a": "b"}}, "data": {"k": "v"}}
+        )
+        pod = core.create_namespaced_pod(
+            "keep",
+            {
+                "metadata": {"name": "p"},
+                "spec": {
+                    "schedulerName": "nobody",
+                    "containers": [{"name": "c", "image": "busybox:1"}],
+                },
+            },
+        )
         core.patch_namespaced_config_map("c", "keep", {"data": {"k": "v2"}})
         last_rv = int(core.read_namespaced_config_map("c", "keep").metadata.resource_version)
     finally:
@@ -38,9 +46,12 @@ def test_objects_survive_restart_and_versions_continue(tmp_path):
         created = core.create_namespaced_config_map("keep", {"metadata": {"name": "after"}})
         assert int(created.metadata.resource_version) > last_rv
         with pytest.raises(ApiException) as error:
-            for _ in watch.Watch().stream(core.list_namespaced_config_map, "keep",
-                                          resource_version=str(last_rv - 1),
-                                          timeout_seconds=2):
+            for _ in watch.Watch().stream(
+                core.list_namespaced_config_map,
+                "keep",
+                resource_version=str(last_rv - 1),
+                timeout_seconds=2,
+            ):
                 pass
         assert error.value.status == 410
     finally:
@@ -58,8 +69,9 @@ def test_a_killed_api_server_loses_nothing_it_acknowledged(tmp_path):
         os.kill(info["pids"]["apiserver"], signal.SIGKILL)
         # `up` notices the dead server, cleans up and starts a new one on the same state.
         handle = start_localkube(tmp_path, kubelets=False)
-        kept = {c.metadata.name for c in handle.core_v1().list_namespaced_config_map(
-            "default").items}
+        kept = {
+            c.metadata.name for c in handle.core_v1().list_namespaced_config_map("default").items
+        }
         assert set(names) <= kept
     finally:
         stop_localkube(handle)

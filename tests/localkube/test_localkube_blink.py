@@ -18,14 +18,16 @@ from localkube_fixtures import wait_until
 OUTAGE = "/localkube/v1/outage"
 
 
-def raw(handle, method: str, path: str, body: dict | None = None,
-        token: bool = True) -> tuple[int, dict, str]:
+def raw(
+    handle, method: str, path: str, body: dict | None = None, token: bool = True
+) -> tuple[int, dict, str]:
     """(status, headers, body text) of a request, errors included."""
     request = urllib.request.Request(
-        handle.api_url + path, method=method,
+        handle.api_url + path,
+        method=method,
         data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json",
-                 **(handle.auth_headers() if token else {})})
+        headers={"Content-Type": "application/json", **(handle.auth_headers() if token else {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10, context=handle.ssl_context()) as reply:
             return reply.status, dict(reply.headers), reply.read().decode()
@@ -34,9 +36,21 @@ def raw(handle, method: str, path: str, body: dict | None = None,
 
 
 def blink(handle, seconds: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localkube", "blink", "--state-dir",
-                           handle.state_dir, "--seconds", str(seconds)],
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localkube",
+            "blink",
+            "--state-dir",
+            handle.state_dir,
+            "--seconds",
+            str(seconds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.fixture
@@ -53,9 +67,14 @@ def test_the_switch_answers_503_to_everything_but_health_checks_and_recovers(api
     status, headers, text = raw(api, "GET", "/api/v1/namespaces")
     assert status == 503
     assert json.loads(text) == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": "the server is currently unable to handle the request (localkube outage "
-                   "switch)", "reason": "ServiceUnavailable", "code": 503}
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server is currently unable to handle the request (localkube outage switch)",
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    }
     assert "Retry-After" not in headers  # as kube-apiserver: clients must not sleep it away
     assert raw(api, "GET", "/version")[0] == 503
     for health in ("/healthz", "/livez", "/readyz"):
@@ -65,8 +84,11 @@ def test_the_switch_answers_503_to_everything_but_health_checks_and_recovers(api
         api.core_v1().list_namespaced_pod("default")
     assert error.value.status == 503
 
-    wait_until(lambda: raw(api, "GET", "/api/v1/namespaces")[0] == 200, timeout=10,
-               what="the API server serving again after the outage")
+    wait_until(
+        lambda: raw(api, "GET", "/api/v1/namespaces")[0] == 200,
+        timeout=10,
+        what="the API server serving again after the outage",
+    )
     assert json.loads(raw(api, "GET", OUTAGE)[2]) == {"active": False, "secondsLeft": 0.0}
     assert api.core_v1().list_namespaced_pod("default").kind == "PodList"
 
@@ -85,8 +107,11 @@ def test_open_watches_end_when_an_outage_begins(api):
 
     def watch_quietly() -> None:
         for _ in kubernetes.watch.Watch().stream(
-                core.list_namespaced_config_map, "default",
-                resource_version=listing.metadata.resource_version, timeout_seconds=60):
+            core.list_namespaced_config_map,
+            "default",
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=60,
+        ):
             pass
         ended.set()
 
@@ -109,20 +134,25 @@ def test_a_delete_whose_uid_precondition_does_not_match_is_refused_with_409(api)
     name = f"cm-{uuid.uuid4().hex[:6]}"
     made = core.create_namespaced_config_map("default", {"metadata": {"name": name}})
     wrong = str(uuid.uuid4())
-    status, _, text = raw(api, "DELETE", f"/api/v1/namespaces/default/configmaps/{name}",
-                          {"kind": "DeleteOptions", "apiVersion": "v1",
-                           "preconditions": {"uid": wrong}})
+    status, _, text = raw(
+        api,
+        "DELETE",
+        f"/api/v1/namespaces/default/configmaps/{name}",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": wrong}},
+    )
     assert status == 409
     answer = json.loads(text)
     assert (answer["kind"], answer["reason"], answer["code"]) == ("Status", "Conflict", 409)
     assert answer["message"] == (
         f'Operation cannot be fulfilled on configmaps "{name}": Precondition failed: '
-        f"UID in precondition: {wrong}, UID in object meta: {made.metadata.uid}")
+        f"UID in precondition: {wrong}, UID in object meta: {made.metadata.uid}"
+    )
     assert core.read_namespaced_config_map(name, "default").metadata.uid == made.metadata.uid
 
     # the python client's V1DeleteOptions, as the janitor sends them
     options = kubernetes.client.V1DeleteOptions(
-        preconditions=kubernetes.client.V1Preconditions(uid=made.metadata.uid))
+        preconditions=kubernetes.client.V1Preconditions(uid=made.metadata.uid)
+    )
     core.delete_namespaced_config_map(name, "default", body=options)
     with pytest.raises(kubernetes.client.exceptions.ApiException) as error:
         core.read_namespaced_config_map(name, "default")
@@ -130,6 +160,7 @@ def test_a_delete_whose_uid_precondition_does_not_match_is_refused_with_409(api)
 
 
 # --- the kubelet rides out an outage (no server: its API client faked) ------------------------
+
 
 def test_a_last_status_that_did_not_get_through_is_sent_again():
     import asyncio
@@ -141,8 +172,9 @@ def test_a_last_status_that_did_not_get_through_is_sent_again():
             raise RuntimeError("HTTP 503")
 
     async def flush_during_outage() -> bool:
-        reporter = PodStatusReporter(Unavailable(), "ns", "p", lambda: {"phase": "Succeeded"},
-                                     lambda: None)
+        reporter = PodStatusReporter(
+            Unavailable(), "ns", "p", lambda: {"phase": "Succeeded"}, lambda: None
+        )
         await reporter.flush()
         return reporter.dirty.is_set()
 
@@ -155,9 +187,12 @@ def test_the_kubelets_final_delete_is_asked_again_while_the_api_is_unavailable(m
     from localkube.kubelet import apiclient
 
     monkeypatch.setattr(apiclient, "RETRY_DELAY_S", 0.001)
-    answers = [apiclient.ApiRequestError(503, "unavailable", "DELETE"),
-               apiclient.aiohttp.ServerDisconnectedError(),
-               apiclient.ApiRequestError(503, "unavailable", "DELETE"), {}]
+    answers = [
+        apiclient.ApiRequestError(503, "unavailable", "DELETE"),
+        apiclient.aiohttp.ServerDisconnectedError(),
+        apiclient.ApiRequestError(503, "unavailable", "DELETE"),
+        {},
+    ]
 
     class Client(apiclient.ApiClient):
         async def request(self, method, path, **kwargs):

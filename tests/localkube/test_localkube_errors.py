@@ -24,8 +24,11 @@ def find_localkube_exceptions() -> dict[str, type[BaseException]]:
             continue
         module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, BaseException)
-                    and value.__module__ == module.__name__):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == module.__name__
+            ):
                 found[name] = value
     return found
 
@@ -38,8 +41,11 @@ def drawn_names() -> set[str]:
 
 
 def test_every_localkube_exception_is_a_localkube_error():
-    outside = [name for name, cls in find_localkube_exceptions().items()
-               if not issubclass(cls, LocalkubeError)]
+    outside = [
+        name
+        for name, cls in find_localkube_exceptions().items()
+        if not issubclass(cls, LocalkubeError)
+    ]
     assert not outside, f"not under LocalkubeError: {sorted(outside)}"
 
 

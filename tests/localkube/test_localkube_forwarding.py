@@ -82,8 +82,11 @@ def test_up_records_the_forwards_and_keeps_credentials_private(tmp_path):
         assert {"pod_port": api_port, "host": "127.0.0.1", "host_port": api_port} in info[
             "forwards"
         ]
-        handle.request("POST", "/api/v1/namespaces/default/secrets",
-                       {"metadata": {"name": "s"}, "stringData": {"k": "v"}})
+        handle.request(
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            {"metadata": {"name": "s"}, "stringData": {"k": "v"}},
+        )
         assert mode(state_dir) == 0o700
         for name in ("kubeconfig", "localkube.json", "store.db", "store.db-wal", "store.db-shm"):
             assert mode(state_dir / name) == 0o600, name

@@ -572,7 +572,7 @@ def test_a_secret_update_reaches_the_running_pods_mounted_file(v1):
     )
     script = (
         "cat /grants/grant; echo; "
-        "while [ \"$(cat /grants/grant)\" != second ]; do sleep 0.1; done; echo saw-second"
+        'while [ "$(cat /grants/grant)" != second ]; do sleep 0.1; done; echo saw-second'
     )
     pod = make_pod(
         name,

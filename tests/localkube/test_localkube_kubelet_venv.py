@@ -28,23 +28,35 @@ def test_a_venv_under_tmp_is_visible_in_pods(tmp_path, monkeypatch):
     handle = start_localkube(tmp_path)
     try:
         api = handle.core_v1()
-        api.create_namespaced_pod("default", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "venv-probe"},
-            "spec": {"restartPolicy": "Never",
-                     "initContainers": [{"name": "init", "image": "python:3.11",
-                                         "command": ["tfjob-venv-probe"]}],
-                     "containers": [{"name": "main", "image": "python:3.11",
-                                     "command": ["tfjob-venv-probe"]}]},
-        })
+        api.create_namespaced_pod(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "venv-probe"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "initContainers": [
+                        {"name": "init", "image": "python:3.11", "command": ["tfjob-venv-probe"]}
+                    ],
+                    "containers": [
+                        {"name": "main", "image": "python:3.11", "command": ["tfjob-venv-probe"]}
+                    ],
+                },
+            },
+        )
         deadline = time.monotonic() + 60
         while api.read_namespaced_pod("venv-probe", "default").status.phase not in (
-                "Succeeded", "Failed"):
+            "Succeeded",
+            "Failed",
+        ):
             assert time.monotonic() < deadline, "the pod did not finish within 60 s"
             time.sleep(0.2)
         assert api.read_namespaced_pod("venv-probe", "default").status.phase == "Succeeded"
         for container in ("init", "main"):
-            log = api.read_namespaced_pod_log("venv-probe", "default", container=container,
-                                              _preload_content=False)
+            log = api.read_namespaced_pod_log(
+                "venv-probe", "default", container=container, _preload_content=False
+            )
             assert log.data.decode().strip() == "probe-from-venv", container
     finally:
         stop_localkube(handle)

@@ -31,14 +31,22 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 
 
 def localkube_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localkube", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "localkube", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_cluster(tmp_path: Path) -> LocalkubeHandle:
     state_dir = tmp_path / "localkube"
-    result = localkube_cli("up", "--state-dir", str(state_dir), "--port", "0",
-                           "--node-monitor-grace-period", str(GRACE_PERIOD_S))
+    result = localkube_cli(
+        "up",
+        "--state-dir",
+        str(state_dir),
+        "--port",
+        "0",
+        "--node-monitor-grace-period",
+        str(GRACE_PERIOD_S),
+    )
     if result.returncode != 0:
         stop_localkube(state_dir)
         raise RuntimeError(f"localkube up failed ({result.returncode}): {result.stderr}")
@@ -80,17 +88,24 @@ def leftovers(state_dir: str, marker: str) -> dict:
     return {
         "processes": processes_with(marker) + processes_with(state_dir),
         "netns": [line for line in netns.splitlines() if line.startswith(prefix)],
-        "cgroups": [c for c in ("memory", "cpu", "pids")
-                    if os.path.exists(f"/sys/fs/cgroup/{c}/localkube-{cluster_hash(state_dir)}")],
+        "cgroups": [
+            c
+            for c in ("memory", "cpu", "pids")
+            if os.path.exists(f"/sys/fs/cgroup/{c}/localkube-{cluster_hash(state_dir)}")
+        ],
         "mounts": mounted,
     }
 
 
 def pinned_pod(name: str, node: str, command: list[str]) -> dict:
-    return {"metadata": {"name": name}, "spec": {
-        "terminationGracePeriodSeconds": 30,
-        "nodeSelector": {"kubernetes.io/hostname": node} if node else {},
-        "containers": [{"name": "main", "image": "busybox:1.36", "command": command}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "nodeSelector": {"kubernetes.io/hostname": node} if node else {},
+            "containers": [{"name": "main", "image": "busybox:1.36", "command": command}],
+        },
+    }
 
 
 def ready_of(node) -> object:
@@ -117,17 +132,55 @@ def in_process_cluster(tmp_path, paused=lambda: False):
 
 
 def heartbeat(api: ObjectApi, node: str, stamp: str) -> None:
-    api.patch("nodes", "", node, "application/merge-patch+json", {"status": {"conditions": [
-        {"type": "Ready", "status": "True", "reason": "KubeletReady",
-         "lastHeartbeatTime": stamp}]}}, subresource="status")
+    api.patch(
+        "nodes",
+        "",
+        node,
+        "application/merge-patch+json",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "lastHeartbeatTime": stamp,
+                    }
+                ]
+            }
+        },
+        subresource="status",
+    )
 
 
 def bound_pod(api: ObjectApi, name: str, node: str, phase: str = "Running") -> None:
-    api.create("pods", "default", {"metadata": {"name": name}, "spec": {
-        "nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}})
-    api.patch("pods", "default", name, "application/merge-patch+json", {"status": {
-        "phase": phase, "containerStatuses": [{"name": "main", "ready": True, "state": {
-            "running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}, subresource="status")
+    api.create(
+        "pods",
+        "default",
+        {
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
+    api.patch(
+        "pods",
+        "default",
+        name,
+        "application/merge-patch+json",
+        {
+            "status": {
+                "phase": phase,
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": True,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                ],
+            }
+        },
+        subresource="status",
+    )
 
 
 def test_a_silent_node_is_lost_with_its_unfinished_pods_and_returns_when_it_reports(tmp_path):
@@ -148,7 +201,9 @@ def test_a_silent_node_is_lost_with_its_unfinished_pods_and_returns_when_it_repo
     ready = next(c for c in lost["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")
     assert {(t["key"], t["effect"]) for t in lost["spec"]["taints"]} == {
-        (UNREACHABLE, "NoSchedule"), (UNREACHABLE, "NoExecute")}
+        (UNREACHABLE, "NoSchedule"),
+        (UNREACHABLE, "NoExecute"),
+    }
     status = api.get("pods", "default", "running")["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "NodeLost")
     assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
@@ -190,10 +245,14 @@ def test_a_stopped_node_loses_its_pods_and_new_ones_go_elsewhere(tmp_path):
     handle = start_cluster(tmp_path)
     try:
         core = handle.core_v1()
-        core.create_namespaced_pod("default", pinned_pod(
-            "lost", "node-1", ["sh", "-c", f"sleep 300; : {marker}"]))
-        wait_until(lambda: core.read_namespaced_pod("lost", "default").status.phase == "Running",
-                   timeout=60, what="pod lost running on node-1")
+        core.create_namespaced_pod(
+            "default", pinned_pod("lost", "node-1", ["sh", "-c", f"sleep 300; : {marker}"])
+        )
+        wait_until(
+            lambda: core.read_namespaced_pod("lost", "default").status.phase == "Running",
+            timeout=60,
+            what="pod lost running on node-1",
+        )
         pod = core.read_namespaced_pod("lost", "default")
         assert pod.spec.node_name == "node-1" and processes_with(marker)
 
@@ -207,9 +266,12 @@ def test_a_stopped_node_loses_its_pods_and_new_ones_go_elsewhere(tmp_path):
         # The pod turns Failed/NodeLost, seen as a MODIFIED watch event.
         lost_event = None
         for event in kubernetes.watch.Watch().stream(
-                core.list_namespaced_pod, "default", field_selector="metadata.name=lost",
-                resource_version=pod.metadata.resource_version,
-                timeout_seconds=GRACE_PERIOD_S + 15):
+            core.list_namespaced_pod,
+            "default",
+            field_selector="metadata.name=lost",
+            resource_version=pod.metadata.resource_version,
+            timeout_seconds=GRACE_PERIOD_S + 15,
+        ):
             if event["type"] == "MODIFIED" and event["object"].status.phase == "Failed":
                 lost_event = event
                 break
@@ -223,21 +285,29 @@ def test_a_stopped_node_loses_its_pods_and_new_ones_go_elsewhere(tmp_path):
         node = core.read_node("node-1")
         ready = ready_of(node)
         assert (ready.status, ready.reason, ready.message) == (
-            "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        )
         assert (UNREACHABLE, "NoExecute") in taint_keys(node)
         assert ready_of(core.read_node("node-2")).status == "True"
 
         # New pods go to node-2; one that must run on node-1 waits, told why.
         core.create_namespaced_pod("default", pinned_pod("fresh", "", ["sleep", "300"]))
         core.create_namespaced_pod("default", pinned_pod("stuck", "node-1", ["sleep", "300"]))
-        wait_until(lambda: core.read_namespaced_pod("fresh", "default").status.phase ==
-                   "Running", timeout=60, what="pod fresh running")
+        wait_until(
+            lambda: core.read_namespaced_pod("fresh", "default").status.phase == "Running",
+            timeout=60,
+            what="pod fresh running",
+        )
         assert core.read_namespaced_pod("fresh", "default").spec.node_name == "node-2"
 
         def unschedulable_message() -> str | None:
             conditions = core.read_namespaced_pod("stuck", "default").status.conditions or []
-            return next((c.message for c in conditions
-                         if c.type == "PodScheduled" and c.status == "False"), None)
+            return next(
+                (c.message for c in conditions if c.type == "PodScheduled" and c.status == "False"),
+                None,
+            )
 
         message = wait_until(unschedulable_message, timeout=10, what="stuck unschedulable")
         assert f"untolerated taint {{{UNREACHABLE}: }}" in message, message
@@ -252,10 +322,17 @@ def test_a_stopped_node_loses_its_pods_and_new_ones_go_elsewhere(tmp_path):
         restarted = localkube_cli("node-start", "node-1", "--state-dir", handle.state_dir)
         assert restarted.returncode == 0, restarted.stderr
         assert ready_of(core.read_node("node-1")).status == "True"
-        wait_until(lambda: not {k for k, _ in taint_keys(core.read_node("node-1"))}
-                   & {UNREACHABLE}, timeout=5, what="unreachable taint removed")
+        wait_until(
+            lambda: not {k for k, _ in taint_keys(core.read_node("node-1"))} & {UNREACHABLE},
+            timeout=5,
+            what="unreachable taint removed",
+        )
     finally:
         stop_localkube(handle)
     assert leftovers(handle.state_dir, marker) == {
-        "processes": [], "netns": [], "cgroups": [], "mounts": []}
+        "processes": [],
+        "netns": [],
+        "cgroups": [],
+        "mounts": [],
+    }
     assert time.monotonic() - started < 90

@@ -50,8 +50,9 @@ def foreign_container() -> Iterator[int]:
 @pytest.fixture
 def foreign_shim() -> Iterator[int]:
     """Another cluster's shim: a process whose command line names the shim."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                                "localkube/kubelet/shim.py"])
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "localkube/kubelet/shim.py"]
+    )
     try:
         yield process.pid
     finally:
@@ -60,17 +61,20 @@ def foreign_shim() -> Iterator[int]:
 
 
 def entry(pid: int, start: int | None, shim: int, shim_start: int | None) -> dict:
-    return {"containers": {"c": {"pid": pid, "pidStart": start, "shimPid": shim,
-                                 "shimStart": shim_start}}}
+    return {
+        "containers": {
+            "c": {"pid": pid, "pidStart": start, "shimPid": shim, "shimStart": shim_start}
+        }
+    }
 
 
-def test_a_recorded_pid_now_naming_another_process_is_left_alone(foreign_container,
-                                                                  foreign_shim):
+def test_a_recorded_pid_now_naming_another_process_is_left_alone(foreign_container, foreign_shim):
     container_start = read_start_ticks(foreign_container)
     shim_start = read_start_ticks(foreign_shim)
     # Recorded when our own processes had these numbers: they started at other times.
-    cleanup.kill_recorded_processes(entry(foreign_container, container_start - 1,
-                                          foreign_shim, shim_start - 1))
+    cleanup.kill_recorded_processes(
+        entry(foreign_container, container_start - 1, foreign_shim, shim_start - 1)
+    )
     # A record without start times (nothing known of the process) is no licence either.
     cleanup.kill_recorded_processes(entry(foreign_container, None, foreign_shim, None))
     time.sleep(0.2)
@@ -79,8 +83,14 @@ def test_a_recorded_pid_now_naming_another_process_is_left_alone(foreign_contain
 
 
 def test_the_recorded_processes_themselves_are_killed(foreign_container, foreign_shim):
-    cleanup.kill_recorded_processes(entry(foreign_container, read_start_ticks(foreign_container),
-                                          foreign_shim, read_start_ticks(foreign_shim)))
+    cleanup.kill_recorded_processes(
+        entry(
+            foreign_container,
+            read_start_ticks(foreign_container),
+            foreign_shim,
+            read_start_ticks(foreign_shim),
+        )
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
         cleanup.is_process_alive(foreign_container) or cleanup.is_process_alive(foreign_shim)
@@ -95,9 +105,18 @@ def test_a_containers_pid_1_leads_its_own_session_and_its_record_holds_its_start
     handle = start_localkube(tmp_path)
     try:
         core = handle.core_v1()
-        core.create_namespaced_pod("default", {"metadata": {"name": "alone"}, "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "300"]}]}})
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": "alone"},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "300"]}
+                    ],
+                },
+            },
+        )
         deadline = time.monotonic() + 60
         while core.read_namespaced_pod("alone", "default").status.phase != "Running":
             assert time.monotonic() < deadline, "pod alone did not start"

@@ -13,28 +13,51 @@ from localkube.placement import choose_node, unschedulable_message
 from localkube.scheduler import allocate_gpu_ids
 
 
-def node(name: str, gpus: int = 4, cpu: str = "8", labels: dict | None = None,
-         taints: list | None = None) -> dict:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                  **(labels or {})}},
-            "spec": {"taints": taints or []},
-            "status": {"capacity": {"cpu": cpu, "memory": "16Gi", "pods": "110",
-                                    "nvidia.com/gpu": str(gpus)},
-                       "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110",
-                                       "nvidia.com/gpu": str(gpus)}}}
+def node(
+    name: str, gpus: int = 4, cpu: str = "8", labels: dict | None = None, taints: list | None = None
+) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or []},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "16Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+            "allocatable": {
+                "cpu": cpu,
+                "memory": "16Gi",
+                "pods": "110",
+                "nvidia.com/gpu": str(gpus),
+            },
+        },
+    }
 
 
-def pod(name: str, labels: dict | None = None, gpu: int = 0, cpu: str | None = None,
-        node_name: str | None = None, **spec) -> dict:
+def pod(
+    name: str,
+    labels: dict | None = None,
+    gpu: int = 0,
+    cpu: str | None = None,
+    node_name: str | None = None,
+    **spec,
+) -> dict:
     requests = {}
     if gpu:
         requests["nvidia.com/gpu"] = str(gpu)
     if cpu:
         requests["cpu"] = cpu
-    body = {"metadata": {"name": name, "namespace": "default", "labels": labels or {}},
-            "spec": {"containers": [{"name": "c", "image": "busybox:1",
-                                     "resources": {"requests": requests, "limits": requests}}],
-                     **spec}, "status": {"phase": "Running" if node_name else "Pending"}}
+    body = {
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox:1",
+                    "resources": {"requests": requests, "limits": requests},
+                }
+            ],
+            **spec,
+        },
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
     if node_name:
         body["spec"]["nodeName"] = node_name
     return body
@@ -50,25 +73,39 @@ def test_gpu_requests_that_fit_nowhere_are_reported_like_kube_scheduler():
 
 
 def test_gpus_in_use_count_against_the_node():
-    on_nodes = {"node-1": [pod("a", gpu=3, node_name="node-1")],
-                "node-2": [pod("b", gpu=2, node_name="node-2")]}
+    on_nodes = {
+        "node-1": [pod("a", gpu=3, node_name="node-1")],
+        "node-2": [pod("b", gpu=2, node_name="node-2")],
+    }
     assert choose_node(pod("x", gpu=2), NODES, on_nodes).node == "node-2"
     finished = dict(pod("b", gpu=2, node_name="node-2"), status={"phase": "Succeeded"})
-    assert choose_node(pod("x", gpu=4), NODES, {"node-1": on_nodes["node-1"],
-                                                "node-2": [finished]}).node == "node-2"
+    assert (
+        choose_node(
+            pod("x", gpu=4), NODES, {"node-1": on_nodes["node-1"], "node-2": [finished]}
+        ).node
+        == "node-2"
+    )
 
 
 def test_node_selector_and_required_node_affinity():
     nodes = [node("node-1", labels={"zone": "a"}), node("node-2", labels={"zone": "b"})]
     empty = {"node-1": [], "node-2": []}
     assert choose_node(pod("x", nodeSelector={"zone": "b"}), nodes, empty).node == "node-2"
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "zone", "operator": "NotIn", "values": ["b"]}]}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]}
+                ]
+            }
+        }
+    }
     assert choose_node(pod("y", affinity=affinity), nodes, empty).node == "node-1"
     nowhere = choose_node(pod("z", nodeSelector={"zone": "c"}), nodes, empty)
-    assert nowhere.message == \
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert (
+        nowhere.message
+        == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    )
 
 
 def test_taints_need_tolerations():
@@ -76,18 +113,29 @@ def test_taints_need_tolerations():
     nodes = [node("node-1", taints=[taint]), node("node-2", taints=[taint])]
     empty = {"node-1": [], "node-2": []}
     refused = choose_node(pod("x"), nodes, empty)
-    assert refused.message == \
-        "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}."
-    tolerating = pod("y", tolerations=[{"key": "dedicated", "operator": "Equal",
-                                        "value": "gpu", "effect": "NoSchedule"}])
+    assert (
+        refused.message
+        == "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}."
+    )
+    tolerating = pod(
+        "y",
+        tolerations=[
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+        ],
+    )
     assert choose_node(tolerating, nodes, empty).node == "node-1"
 
 
 def _anti(kind: str, mode: str, labels: dict) -> dict:
     term = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
     if mode == "preferred":
-        return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 100, "podAffinityTerm": term}]}}
+        return {
+            kind: {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": term}
+                ]
+            }
+        }
     return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
@@ -97,12 +145,14 @@ def test_required_anti_affinity_spreads_and_refuses_a_third_replica():
     placed: dict[str, list] = {"node-1": [], "node-2": []}
     for i in range(2):
         decision = choose_node(pod(f"ps-{i}", labels, affinity=affinity), NODES, placed)
-        placed[decision.node].append(dict(pod(f"ps-{i}", labels, affinity=affinity),
-                                          status={"phase": "Running"}))
+        placed[decision.node].append(
+            dict(pod(f"ps-{i}", labels, affinity=affinity), status={"phase": "Running"})
+        )
     assert sorted(len(p) for p in placed.values()) == [1, 1]
     third = choose_node(pod("ps-2", labels, affinity=affinity), NODES, placed)
-    assert third.message == \
-        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+    assert (
+        third.message == "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+    )
 
 
 def test_required_affinity_follows_the_first_pod():
@@ -110,8 +160,7 @@ def test_required_affinity_follows_the_first_pod():
     affinity = _anti("podAffinity", "required", labels)
     placed = {"node-1": [], "node-2": [pod("w-0", labels, node_name="node-2")]}
     assert choose_node(pod("w-1", labels, affinity=affinity), NODES, placed).node == "node-2"
-    alone = choose_node(pod("w-0", labels, affinity=affinity), NODES, {"node-1": [],
-                                                                       "node-2": []})
+    alone = choose_node(pod("w-0", labels, affinity=affinity), NODES, {"node-1": [], "node-2": []})
     assert alone.node is not None
 
 
@@ -141,11 +190,14 @@ def test_gpu_ids_are_the_lowest_free_on_the_node():
 
 def test_message_lists_every_reason_with_its_count():
     reasons = Counter({"Insufficient cpu": 1, "Insufficient nvidia.com/gpu": 2})
-    assert unschedulable_message(2, reasons) == \
-        "0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient nvidia.com/gpu."
+    assert (
+        unschedulable_message(2, reasons)
+        == "0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient nvidia.com/gpu."
+    )
 
 
 # -- through the API server ------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -179,32 +231,56 @@ def test_scheduler_binds_with_gpu_ids_and_reports_unschedulable(cluster):
 
     for i in range(2):
         core.create_namespaced_pod(ns, gpu_pod(f"g{i}", 3))
-    bound = [wait_for(lambda n=f"g{i}": core.read_namespaced_pod(n, ns).spec.node_name and
-                      core.read_namespaced_pod(n, ns)) for i in range(2)]
+    bound = [
+        wait_for(
+            lambda n=f"g{i}": (
+                core.read_namespaced_pod(n, ns).spec.node_name and core.read_namespaced_pod(n, ns)
+            )
+        )
+        for i in range(2)
+    ]
     assert {p.spec.node_name for p in bound} == {"node-1", "node-2"}
     assert all(p.metadata.annotations["localkube.io/gpu-ids"] == "0,1,2" for p in bound)
     assert [c.type for c in bound[0].status.conditions] == ["PodScheduled"]
 
     core.create_namespaced_pod(ns, gpu_pod("toobig", 2))
-    condition = wait_for(lambda: next((c for c in core.read_namespaced_pod("toobig", ns)
-                                       .status.conditions or [] if c.status == "False"), None))
+    condition = wait_for(
+        lambda: next(
+            (
+                c
+                for c in core.read_namespaced_pod("toobig", ns).status.conditions or []
+                if c.status == "False"
+            ),
+            None,
+        )
+    )
     assert condition.reason == "Unschedulable"
     assert condition.message == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
-    events = wait_for(lambda: core.list_namespaced_event(
-        ns, field_selector="involvedObject.name=toobig,reason=FailedScheduling").items)
+    events = wait_for(
+        lambda: (
+            core.list_namespaced_event(
+                ns, field_selector="involvedObject.name=toobig,reason=FailedScheduling"
+            ).items
+        )
+    )
     assert events[0].type == "Warning" and events[0].message == condition.message
 
     # Freeing GPUs (the pod finishes) lets the waiting pod in, on the freed device ids.
-    core.patch_namespaced_pod_status(bound[0].metadata.name, ns,
-                                     {"status": {"phase": "Succeeded"}})
-    late = wait_for(lambda: core.read_namespaced_pod("toobig", ns).spec.node_name and
-                    core.read_namespaced_pod("toobig", ns))
+    core.patch_namespaced_pod_status(bound[0].metadata.name, ns, {"status": {"phase": "Succeeded"}})
+    late = wait_for(
+        lambda: (
+            core.read_namespaced_pod("toobig", ns).spec.node_name
+            and core.read_namespaced_pod("toobig", ns)
+        )
+    )
     assert late.spec.node_name == bound[0].spec.node_name
     assert late.metadata.annotations["localkube.io/gpu-ids"] == "0,1"
 
 
 def test_nodes_without_a_ready_kubelet_are_counted_in_the_message():
     decision = choose_node(pod("x", gpu=5), NODES[:1], {"node-1": []}, not_ready=1)
-    assert decision.message == ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-                                "1 node(s) had untolerated taint "
-                                "{node.kubernetes.io/not-ready: }.")
+    assert decision.message == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "1 node(s) had untolerated taint "
+        "{node.kubernetes.io/not-ready: }."
+    )

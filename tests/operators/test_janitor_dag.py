@@ -41,9 +41,12 @@ def airflow_env(home: Path, kubeconfig: str, tenants_file: Path) -> dict[str, st
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__UNIT_TEST_MODE="False",
-        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps({
-            "conn_type": "kubernetes",
-            "extra": {"kube_config_path": kubeconfig, "in_cluster": False}}),
+        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(
+            {
+                "conn_type": "kubernetes",
+                "extra": {"kube_config_path": kubeconfig, "in_cluster": False},
+            }
+        ),
         PYTHONPATH=str(REPO),
         TFJOB_TENANTS_FILE=str(tenants_file),
     )
@@ -55,43 +58,65 @@ def run_janitor(env: dict[str, str], logical_date: str) -> tuple[str, str, list[
     script = textwrap.dedent(f"""
         import datetime, json
         from airflow.dag_processing.dagbag import DagBag
-        dag = DagBag(dag_folder={str(REPO / 'dags' / 'tfjob_janitor.py')!r},
+        dag = DagBag(dag_folder={str(REPO / "dags" / "tfjob_janitor.py")!r},
                      safe_mode=False).dags["tfjob_janitor"]
         when = datetime.datetime.fromisoformat({logical_date!r})
         # run_after fixes the run id: manual__<run_after>.
         run = dag.test(logical_date=when, run_after=when)
         print("JANITOR_RESULT " + json.dumps({{"state": str(run.state), "run_id": run.run_id}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=DAG_TEST_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=DAG_TEST_TIMEOUT_S,
+    )
     output = done.stdout + done.stderr
     for line in done.stdout.splitlines():
         if line.startswith("JANITOR_RESULT "):
-            data = json.loads(line[len("JANITOR_RESULT "):])
-            removed = [line.split("janitor: removed ", 1)[1] for line in output.splitlines()
-                       if "janitor: removed " in line]
+            data = json.loads(line[len("JANITOR_RESULT ") :])
+            removed = [
+                line.split("janitor: removed ", 1)[1]
+                for line in output.splitlines()
+                if "janitor: removed " in line
+            ]
             return data["state"], data["run_id"], removed
     raise AssertionError(f"no janitor result (rc {done.returncode}):\n{output[-6000:]}")
 
 
 def leave_behind(core, job: str, dag_id: str, run_id: str) -> str:
     key = naming.run_key(job, dag_id, run_id)
-    metadata = {"labels": naming.run_labels(job, key, "janitor-dag"),
-                "annotations": {naming.ANNOTATION_DAG_ID: dag_id,
-                                naming.ANNOTATION_RUN_ID: run_id}}
-    core.create_namespaced_pod(NAMESPACE, {
-        "metadata": {"name": f"{key}-worker-0", **metadata},
-        "spec": {"containers": [{"name": "c", "image": "python:3.11"}]}})
-    core.create_namespaced_secret(NAMESPACE, {
-        "metadata": {"name": f"{key}-access", **metadata}, "stringData": {"a": "b"}})
+    metadata = {
+        "labels": naming.run_labels(job, key, "janitor-dag"),
+        "annotations": {naming.ANNOTATION_DAG_ID: dag_id, naming.ANNOTATION_RUN_ID: run_id},
+    }
+    core.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "metadata": {"name": f"{key}-worker-0", **metadata},
+            "spec": {"containers": [{"name": "c", "image": "python:3.11"}]},
+        },
+    )
+    core.create_namespaced_secret(
+        NAMESPACE, {"metadata": {"name": f"{key}-access", **metadata}, "stringData": {"a": "b"}}
+    )
     return key
 
 
 def names_of(core, key: str) -> list[str]:
     selector = naming.run_selector(key)
-    return sorted([p.metadata.name for p in core.list_namespaced_pod(
-        NAMESPACE, label_selector=selector).items] + [s.metadata.name for s in
-                  core.list_namespaced_secret(NAMESPACE, label_selector=selector).items])
+    return sorted(
+        [
+            p.metadata.name
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        ]
+        + [
+            s.metadata.name
+            for s in core.list_namespaced_secret(NAMESPACE, label_selector=selector).items
+        ]
+    )
 
 
 def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path):
@@ -103,14 +128,28 @@ def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path
         home.mkdir()
         # The janitor looks in the tenants' namespaces.
         tenants_file = tmp_path / "tenants.yaml"
-        tenants_file.write_text(yaml.safe_dump({"tenants": [{
-            "name": NAMESPACE.removeprefix("tfjob-"),
-            "defaults": {"cpu": "100m", "memory": "128Mi"},
-            "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 10},
-            **tenant_storage(NAMESPACE.removeprefix("tfjob-"))}]}))
+        tenants_file.write_text(
+            yaml.safe_dump(
+                {
+                    "tenants": [
+                        {
+                            "name": NAMESPACE.removeprefix("tfjob-"),
+                            "defaults": {"cpu": "100m", "memory": "128Mi"},
+                            "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 10},
+                            **tenant_storage(NAMESPACE.removeprefix("tfjob-")),
+                        }
+                    ]
+                }
+            )
+        )
         env = airflow_env(home, kube.kubeconfig, tenants_file)
-        migrated = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
-                                  capture_output=True, text=True, timeout=300)
+        migrated = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert migrated.returncode == 0, migrated.stderr[-3000:]
 
         # A first janitor run: afterwards Airflow holds it as ended (success).

@@ -25,8 +25,7 @@ NAMESPACE = "tfjob-janitor"
 
 @pytest.fixture(scope="module")
 def clients(localkube_api) -> Clients:
-    made = Clients.from_api_client(
-        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
+    made = Clients.from_api_client(kubernetes.client.ApiClient(localkube_api.kube_configuration()))
     made.core.create_namespace({"metadata": {"name": NAMESPACE}})
     return made
 
@@ -40,11 +39,16 @@ def create_run(clients: Clients, job: str, run_id: str | None, dag_id: str | Non
     if dag_id:
         annotations[naming.ANNOTATION_DAG_ID] = dag_id
     metadata = {"labels": naming.run_labels(job, key, "janitor"), "annotations": annotations}
-    clients.core.create_namespaced_pod(NAMESPACE, {
-        "metadata": {"name": f"{key}-worker-0", **metadata},
-        "spec": {"containers": [{"name": "c", "image": "python:3.11"}]}})
-    clients.core.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": f"{key}-runtime", **metadata}, "data": {"a": "b"}})
+    clients.core.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "metadata": {"name": f"{key}-worker-0", **metadata},
+            "spec": {"containers": [{"name": "c", "image": "python:3.11"}]},
+        },
+    )
+    clients.core.create_namespaced_config_map(
+        NAMESPACE, {"metadata": {"name": f"{key}-runtime", **metadata}, "data": {"a": "b"}}
+    )
     return key
 
 
@@ -52,8 +56,9 @@ def objects_of(clients: Clients, key: str) -> list[str]:
     selector = naming.run_selector(key)
     pods = clients.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
     maps = clients.core.list_namespaced_config_map(NAMESPACE, label_selector=selector).items
-    return sorted([f"Pod/{p.metadata.name}" for p in pods] +
-                  [f"ConfigMap/{c.metadata.name}" for c in maps])
+    return sorted(
+        [f"Pod/{p.metadata.name}" for p in pods] + [f"ConfigMap/{c.metadata.name}" for c in maps]
+    )
 
 
 def test_airflow_states_map_to_what_the_janitor_does():
@@ -70,8 +75,10 @@ def test_airflow_states_map_to_what_the_janitor_does():
 
 
 def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(clients):
-    airflow = {("tfjob__a", "run-active"): RunState.ACTIVE,
-               ("tfjob__a", "run-ended"): RunState.ENDED}
+    airflow = {
+        ("tfjob__a", "run-active"): RunState.ACTIVE,
+        ("tfjob__a", "run-ended"): RunState.ENDED,
+    }
     asked = []
 
     def lookup(dag_id: str, run_id: str) -> RunState:
@@ -83,8 +90,15 @@ def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(
     deleted_run = create_run(clients, "b", "run-deleted", "tfjob__b")
     anonymous = create_run(clients, "c", None, None)
     # A tenant object: managed by tfjob but no run label; never touched.
-    clients.core.create_namespaced_config_map(NAMESPACE, {"metadata": {
-        "name": "tenant-thing", "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY}}})
+    clients.core.create_namespaced_config_map(
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": "tenant-thing",
+                "labels": {naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
+            }
+        },
+    )
 
     dry = sweep(clients, lookup, dry_run=True)
     assert dry.deleted == []
@@ -95,8 +109,10 @@ def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(
     verdicts = {d.group.run_key: (d.verdict, d.reason) for d in report.decisions}
     assert verdicts[active][0] is Verdict.KEEP
     assert verdicts[ended] == (Verdict.DELETE, "dag tfjob__a run run-ended has ended")
-    assert verdicts[deleted_run] == (Verdict.DELETE,
-                                     "dag tfjob__b run run-deleted no longer exists in Airflow")
+    assert verdicts[deleted_run] == (
+        Verdict.DELETE,
+        "dag tfjob__b run run-deleted no longer exists in Airflow",
+    )
     assert verdicts[anonymous][0] is Verdict.KEEP
     assert "cannot tell which Airflow run" in verdicts[anonymous][1]
     # Airflow is asked once per run, not once per object.
@@ -115,10 +131,20 @@ def test_the_sweep_removes_objects_of_ended_and_missing_runs_and_keeps_the_rest(
 def test_the_sweep_looks_only_in_the_namespaces_it_is_given(clients):
     clients.core.create_namespace({"metadata": {"name": "tfjob-elsewhere"}})
     key = naming.run_key("far", "tfjob__far", "run-far")
-    clients.core.create_namespaced_config_map("tfjob-elsewhere", {"metadata": {
-        "name": f"{key}-runtime", "labels": naming.run_labels("far", key, "elsewhere"),
-        "annotations": {naming.ANNOTATION_DAG_ID: "tfjob__far",
-                        naming.ANNOTATION_RUN_ID: "run-far"}}, "data": {}})
+    clients.core.create_namespaced_config_map(
+        "tfjob-elsewhere",
+        {
+            "metadata": {
+                "name": f"{key}-runtime",
+                "labels": naming.run_labels("far", key, "elsewhere"),
+                "annotations": {
+                    naming.ANNOTATION_DAG_ID: "tfjob__far",
+                    naming.ANNOTATION_RUN_ID: "run-far",
+                },
+            },
+            "data": {},
+        },
+    )
 
     def nobody_has_it(dag_id: str, run_id: str) -> RunState:
         return RunState.MISSING
@@ -136,6 +162,7 @@ def objects_of_names(key: str) -> list[str]:
 
 # --- deletes name the uid the list saw (fakes: no server) -----------------------------------
 
+
 class FakeKindApi:
     """list_/delete_namespaced_<kind> over listed objects; a delete whose uid precondition does
     not match the object's current uid gets the API server's 409 Conflict."""
@@ -148,8 +175,10 @@ class FakeKindApi:
         kind = method.split("namespaced_", 1)[-1]
         if method.startswith("list_namespaced_"):
             return lambda namespace, label_selector=None: SimpleNamespace(
-                items=[o for o in self.listed.get(kind, []) if o.metadata.namespace == namespace])
+                items=[o for o in self.listed.get(kind, []) if o.metadata.namespace == namespace]
+            )
         if method.startswith("delete_namespaced_"):
+
             def delete(name, namespace, body=None):
                 self.deletes.append((kind, name, body))
                 current = self.current_uids.get((kind, name))
@@ -158,24 +187,34 @@ class FakeKindApi:
                     raise kubernetes.client.exceptions.ApiException(status=404)
                 if wanted and wanted != current:
                     raise kubernetes.client.exceptions.ApiException(status=409, reason="Conflict")
+
             return delete
         raise AttributeError(method)
 
 
 def listed_object(name: str, uid: str, key: str = "job-0000aaaa") -> SimpleNamespace:
-    return SimpleNamespace(metadata=SimpleNamespace(
-        namespace="tfjob-a", name=name, uid=uid,
-        labels={naming.LABEL_RUN: key, naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
-        annotations={naming.ANNOTATION_DAG_ID: "tfjob__job", naming.ANNOTATION_RUN_ID: "r1"}))
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            namespace="tfjob-a",
+            name=name,
+            uid=uid,
+            labels={naming.LABEL_RUN: key, naming.LABEL_MANAGED_BY: naming.MANAGED_BY},
+            annotations={naming.ANNOTATION_DAG_ID: "tfjob__job", naming.ANNOTATION_RUN_ID: "r1"},
+        )
+    )
 
 
 def test_each_delete_carries_the_listed_uid_and_a_recreated_object_is_skipped(caplog):
     pod = listed_object("job-0000aaaa-worker-0", "uid-pod-old")
     config_map = listed_object("job-0000aaaa-runtime", "uid-cm")
     # Between the list and the delete the run was cleared and relaunched: a new pod, same name.
-    core = FakeKindApi({"pod": [pod], "config_map": [config_map]},
-                       {("pod", pod.metadata.name): "uid-pod-new",
-                        ("config_map", config_map.metadata.name): "uid-cm"})
+    core = FakeKindApi(
+        {"pod": [pod], "config_map": [config_map]},
+        {
+            ("pod", pod.metadata.name): "uid-pod-new",
+            ("config_map", config_map.metadata.name): "uid-cm",
+        },
+    )
     networking = FakeKindApi({}, {})
     clients = Clients(core, networking)
 
@@ -188,8 +227,10 @@ def test_each_delete_carries_the_listed_uid_and_a_recreated_object_is_skipped(ca
     assert sent[("config_map", config_map.metadata.name)].preconditions.uid == "uid-cm"
     assert [o.name for o in report.deleted] == [config_map.metadata.name]
     assert [o.name for o in report.skipped] == [pod.metadata.name]
-    assert any("recreated since it was listed" in line and pod.metadata.name in line
-               for line in report.lines())
+    assert any(
+        "recreated since it was listed" in line and pod.metadata.name in line
+        for line in report.lines()
+    )
     assert "not ours any more" in caplog.text
 
 

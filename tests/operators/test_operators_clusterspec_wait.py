@@ -24,8 +24,11 @@ def test_an_early_replica_waits_past_the_latest_possible_delivery(startup_timeou
     # startup_timeout later; clusterspec is scheduled after launch and delivers with retries.
     first_started = 0.0
     last_started = float(startup_timeout)
-    latest_delivery = (last_started + timeline.CLUSTERSPEC_SCHEDULING_SLACK_SECONDS
-                       + timeline.DELIVERY_BUDGET_SECONDS)
+    latest_delivery = (
+        last_started
+        + timeline.CLUSTERSPEC_SCHEDULING_SLACK_SECONDS
+        + timeline.DELIVERY_BUDGET_SECONDS
+    )
     wait = timeline.clusterspec_wait_seconds(startup_timeout, active_deadline)
     assert gives_up_at(first_started, wait) >= latest_delivery
     assert latest_delivery == timeline.latest_delivery_seconds(startup_timeout)
@@ -42,7 +45,8 @@ def test_the_manifest_sets_the_wait_from_the_timeline():
     container = build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"][0]
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["TFJOB_CLUSTERSPEC_TIMEOUT"] == str(
-        120 + timeline.CLUSTERSPEC_SCHEDULING_SLACK_SECONDS + timeline.DELIVERY_BUDGET_SECONDS)
+        120 + timeline.CLUSTERSPEC_SCHEDULING_SLACK_SECONDS + timeline.DELIVERY_BUDGET_SECONDS
+    )
 
 
 def test_the_delivery_keeps_within_the_budget_the_replicas_wait_for():

@@ -24,12 +24,14 @@ def make_replica_pod(name: str) -> dict:
     return {
         "metadata": {"name": name},
         "spec": {
-            "containers": [{
-                "name": "tensorflow",
-                "image": "busybox:1.36",
-                "command": ["sh", "-c", "sleep 300"],
-                "volumeMounts": [{"name": "tfjob-config", "mountPath": "/tfjob/config"}],
-            }],
+            "containers": [
+                {
+                    "name": "tensorflow",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "sleep 300"],
+                    "volumeMounts": [{"name": "tfjob-config", "mountPath": "/tfjob/config"}],
+                }
+            ],
             "volumes": [{"name": "tfjob-config", "emptyDir": {}}],
             "terminationGracePeriodSeconds": 1,
         },
@@ -39,8 +41,9 @@ def make_replica_pod(name: str) -> dict:
 def await_running(core, names: list[str]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        phases = {p.metadata.name: p.status.phase
-                  for p in core.list_namespaced_pod(NAMESPACE).items}
+        phases = {
+            p.metadata.name: p.status.phase for p in core.list_namespaced_pod(NAMESPACE).items
+        }
         if all(phases.get(name) == "Running" for name in names):
             return
         time.sleep(0.2)
@@ -49,10 +52,20 @@ def await_running(core, names: list[str]) -> None:
 
 def read_cluster_file(core, pod: str) -> str:
     from kubernetes.stream import stream
+
     # the preloading form hands back a repr of the parsed JSON, not the bytes: read the channel
-    client = stream(core.connect_get_namespaced_pod_exec, pod, NAMESPACE,
-                    command=["cat", "/tfjob/config/cluster.json"], container="tensorflow",
-                    stderr=True, stdout=True, stdin=False, tty=False, _preload_content=False)
+    client = stream(
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        NAMESPACE,
+        command=["cat", "/tfjob/config/cluster.json"],
+        container="tensorflow",
+        stderr=True,
+        stdout=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+    )
     try:
         client.run_forever(timeout=10)
         return client.read_stdout()
@@ -71,11 +84,12 @@ def replica_pods(localkube):
     return core, names
 
 
-def test_every_replica_gets_its_own_cluster_file_through_parallel_execs(
-        replica_pods, monkeypatch):
+def test_every_replica_gets_its_own_cluster_file_through_parallel_execs(replica_pods, monkeypatch):
     core, names = replica_pods
-    contents = {name: json.dumps({"tf_config": {"task": {"index": i}}, "pod": name})
-                for i, name in enumerate(names)}
+    contents = {
+        name: json.dumps({"tf_config": {"task": {"index": i}}, "pod": name})
+        for i, name in enumerate(names)
+    }
     lock, running, most = threading.Lock(), [0], [0]
     deliver_one = delivery.deliver_cluster_file
 
@@ -112,7 +126,8 @@ def test_a_failed_delivery_names_the_pod_and_the_others_still_get_theirs(replica
 
 
 def test_a_delivery_whose_first_execs_meet_an_api_outage_is_retried_until_it_lands(
-        replica_pods, localkube, monkeypatch):
+    replica_pods, localkube, monkeypatch
+):
     # localkube's outage switch: the API server answers 503 to everything for 6 s (as a real
     # one does while its storage elects a leader); the delivery starts inside it. Retries
     # after 1, 2 and 4 s: the third lands after the outage.
@@ -126,9 +141,21 @@ def test_a_delivery_whose_first_execs_meet_an_api_outage_is_retried_until_it_lan
         deliver_one(api, namespace, pod, content)
 
     monkeypatch.setattr(delivery, "deliver_cluster_file", counting)
-    blinked = subprocess.run([sys.executable, "-m", "localkube", "blink", "--state-dir",
-                              localkube.state_dir, "--seconds", "6"],
-                             capture_output=True, text=True, timeout=30)
+    blinked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "localkube",
+            "blink",
+            "--state-dir",
+            localkube.state_dir,
+            "--seconds",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert blinked.returncode == 0, blinked.stderr
     deliver_cluster_files(core, NAMESPACE, contents, workers=3)
     assert max(tries.values()) >= 2, tries  # at least the first execs met the 503s

@@ -46,8 +46,11 @@ def exited(pod: str, code: int) -> DeliveryError:
 
 def test_a_replica_whose_exec_fails_is_retried_and_only_that_one(execs):
     tries, failures, written = execs
-    failures["job-worker-1"] = [exited("job-worker-1", 1),
-                                ApiException(status=0, reason="Handshake status 503"), None]
+    failures["job-worker-1"] = [
+        exited("job-worker-1", 1),
+        ApiException(status=0, reason="Handshake status 503"),
+        None,
+    ]
     contents = {f"job-worker-{i}": f'{{"index": {i}}}' for i in range(3)}
     deliver_cluster_files(None, "ns", contents, workers=1)
     assert tries == Counter({"job-worker-0": 1, "job-worker-1": 3, "job-worker-2": 1})
@@ -68,11 +71,14 @@ def test_tries_are_bounded_and_the_error_names_the_pod_and_the_count(execs):
     tries, failures, _ = execs
     failures["job-worker-0"] = [exited("job-worker-0", 1)]
     with pytest.raises(DeliveryError) as error:
-        deliver_cluster_files(None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"},
-                              workers=1, attempts=3)
+        deliver_cluster_files(
+            None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"}, workers=1, attempts=3
+        )
     assert tries["job-worker-0"] == 3 and tries["job-worker-1"] == 1
-    assert str(error.value) == ("cluster.json reached 1 of 2 pods; pod job-worker-0: writing "
-                                "cluster.json exited with code 1: mv: busy (after 3 tries)")
+    assert str(error.value) == (
+        "cluster.json reached 1 of 2 pods; pod job-worker-0: writing "
+        "cluster.json exited with code 1: mv: busy (after 3 tries)"
+    )
 
 
 def test_a_final_api_answer_is_not_retried(execs):
@@ -80,8 +86,7 @@ def test_a_final_api_answer_is_not_retried(execs):
     failures["job-worker-0"] = [ApiException(status=404, reason="Not Found")]
     failures["job-worker-1"] = [ApiException(status=0, reason="Handshake status 403 Forbidden")]
     with pytest.raises(DeliveryError, match=r"pod job-worker-0: exec failed \(404 Not Found\)"):
-        deliver_cluster_files(None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"},
-                              workers=1)
+        deliver_cluster_files(None, "ns", {"job-worker-0": "{}", "job-worker-1": "{}"}, workers=1)
     assert tries == Counter({"job-worker-0": 1, "job-worker-1": 1})
 
 

@@ -28,8 +28,13 @@ log = logging.getLogger(__name__)
 RUNNING = {"running": {"startedAt": "2026-12-04T12:00:00Z"}}
 
 
-def make_pod(name: str, version: int, phase: str = "Pending", ip: str | None = None,
-             reason: str | None = None) -> dict[str, Any]:
+def make_pod(
+    name: str,
+    version: int,
+    phase: str = "Pending",
+    ip: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": phase}
     if ip:
         status["podIP"] = ip
@@ -37,9 +42,15 @@ def make_pod(name: str, version: int, phase: str = "Pending", ip: str | None = N
     if reason:
         status["reason"] = reason
     role, index = name.rsplit("-", 2)[-2:]
-    return {"metadata": {"name": name, "resourceVersion": str(version),
-                         "labels": {"tfjob.io/role": role, "tfjob.io/index": index}},
-            "spec": {"nodeName": "n"}, "status": status}
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": str(version),
+            "labels": {"tfjob.io/role": role, "tfjob.io/index": index},
+        },
+        "spec": {"nodeName": "n"},
+        "status": status,
+    }
 
 
 def test_the_tracker_agrees_with_the_whole_gang_verdict_after_every_change():
@@ -131,17 +142,31 @@ def build_run(replicas: dict[str, int]) -> Any:
 
     small = {"cpu": "10m", "memory": "16Mi"}
     name = f"gang-{uuid.uuid4().hex[:6]}"
-    request = load_request({
-        "name": name, "tenant": "scale", "mode": "distributed",
-        "strategy": "parameter_server", "replicas": replicas, "success_policy": "chief",
-        "image": "python:3.11", "entrypoint": ["python3", "train.py"],
-        "bundle": "s3://bench/bundle.tar.gz", "output": f"s3://bench/out/{name}",
-        "startup_timeout": 60, "resources": {r: small for r in replicas},
-    })
+    request = load_request(
+        {
+            "name": name,
+            "tenant": "scale",
+            "mode": "distributed",
+            "strategy": "parameter_server",
+            "replicas": replicas,
+            "success_policy": "chief",
+            "image": "python:3.11",
+            "entrypoint": ["python3", "train.py"],
+            "bundle": "s3://bench/bundle.tar.gz",
+            "output": f"s3://bench/out/{name}",
+            "startup_timeout": 60,
+            "resources": {r: small for r in replicas},
+        }
+    )
     run_id, dag_id = f"test__{uuid.uuid4().hex[:8]}", f"tfjob__{name}"
-    return RunInfo(request=request, run_id=run_id, dag_id=dag_id,
-                   namespace=naming.tenant_namespace("scale"),
-                   run_key=naming.run_key(name, dag_id, run_id), aws_conn_id="aws_default")
+    return RunInfo(
+        request=request,
+        run_id=run_id,
+        dag_id=dag_id,
+        namespace=naming.tenant_namespace("scale"),
+        run_key=naming.run_key(name, dag_id, run_id),
+        aws_conn_id="aws_default",
+    )
 
 
 def test_a_gang_on_simulated_nodes_starts_gets_its_clusterspec_and_stops_with_grace(tmp_path):
@@ -158,26 +183,39 @@ def test_a_gang_on_simulated_nodes_starts_gets_its_clusterspec_and_stops_with_gr
         manifests = build_pod_manifests(run.request, run.identity())
         # The chief takes 3 s to end after SIGTERM, within its grace period.
         manifests[0]["metadata"].setdefault("annotations", {})[
-            "localkube.io/simulate-stop-seconds"] = "3"
-        names = create_replica_pods(lambda m: core.create_namespaced_pod(run.namespace, m),
-                                    manifests, log)
+            "localkube.io/simulate-stop-seconds"
+        ] = "3"
+        names = create_replica_pods(
+            lambda m: core.create_namespaced_pod(run.namespace, m), manifests, log
+        )
         assert sorted(names) == sorted(run.pod_names())
         endpoints = gang.await_gang_start(core, run, None, log)
         assert sum(len(v) for v in endpoints.values()) == 24
         deliver_run_cluster_spec(core, run, endpoints)
         for pod in core.list_namespaced_pod(run.namespace, label_selector=run.selector).items:
-            path = Path(handle.state_dir) / "kubelet" / "pods" / pod.metadata.uid / "rootfs" / \
-                "tfjob" / "config" / "cluster.json"
+            path = (
+                Path(handle.state_dir)
+                / "kubelet"
+                / "pods"
+                / pod.metadata.uid
+                / "rootfs"
+                / "tfjob"
+                / "config"
+                / "cluster.json"
+            )
             task = json.loads(path.read_text())["tf_config"]["task"]
             assert pod.metadata.name.endswith(f"-{task['type']}-{task['index']}")
 
         requests_before = handle.request("GET", "/localkube/v1/requests")["counts"]
-        deleted = kubeobjects.delete_run_objects(core, run.namespace, run.selector,
-                                                 kinds=gang.POD_KINDS)
+        deleted = kubeobjects.delete_run_objects(
+            core, run.namespace, run.selector, kinds=gang.POD_KINDS
+        )
         counts = handle.request("GET", "/localkube/v1/requests")["counts"]
         assert sorted(deleted) == sorted(f"Pod/{n}" for n in names)
-        assert counts.get("DELETECOLLECTION pods", 0) - \
-            requests_before.get("DELETECOLLECTION pods", 0) == 1
+        assert (
+            counts.get("DELETECOLLECTION pods", 0) - requests_before.get("DELETECOLLECTION pods", 0)
+            == 1
+        )
         # Grace honoured: the chief is still there, terminating, after the delete returned.
         chief = core.read_namespaced_pod(manifests[0]["metadata"]["name"], run.namespace)
         assert chief.metadata.deletion_timestamp is not None

@@ -33,9 +33,15 @@ UTC = dt.UTC
 
 def pointer(run_id: str, when: str, dag_id: str = "tfjob__job") -> dict[str, Any]:
     return build_pointer(
-        dag_id=dag_id, run_id=run_id, run_key=f"job-{run_id}", run_prefix=f"s3://b/o/runs/{run_id}",
-        model=f"s3://b/o/runs/{run_id}/model/", metrics=None, run_after=when,
-        ordered_by="run_after", published_at=0.0,
+        dag_id=dag_id,
+        run_id=run_id,
+        run_key=f"job-{run_id}",
+        run_prefix=f"s3://b/o/runs/{run_id}",
+        model=f"s3://b/o/runs/{run_id}/model/",
+        metrics=None,
+        run_after=when,
+        ordered_by="run_after",
+        published_at=0.0,
     )
 
 
@@ -72,13 +78,17 @@ def test_times_compare_as_instants_and_exact_ties_are_broken_by_the_ids():
 def test_the_run_order_is_run_after_then_the_logical_date_then_the_start():
     when = dt.datetime(2026, 6, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     later = dt.datetime(2026, 6, 3, tzinfo=UTC)
-    assert choose_run_order(SimpleNamespace(run_after=when, logical_date=later,
-                                            start_date=later)) == (
-        "2026-06-01T10:00:00+00:00", "run_after")
-    assert choose_run_order(SimpleNamespace(run_after=None, logical_date=when,
-                                            start_date=later))[1] == "logical_date"
+    assert choose_run_order(
+        SimpleNamespace(run_after=when, logical_date=later, start_date=later)
+    ) == ("2026-06-01T10:00:00+00:00", "run_after")
+    assert (
+        choose_run_order(SimpleNamespace(run_after=None, logical_date=when, start_date=later))[1]
+        == "logical_date"
+    )
     assert choose_run_order(SimpleNamespace(logical_date=None, start_date=later)) == (
-        "2026-06-03T00:00:00+00:00", "start_date")
+        "2026-06-03T00:00:00+00:00",
+        "start_date",
+    )
     with pytest.raises(ValueError, match="none of run_after, logical_date, start_date is set"):
         choose_run_order(SimpleNamespace(run_id="r", logical_date=None, start_date=None))
 
@@ -117,7 +127,8 @@ def test_the_s3_server_refuses_conditional_writes_whose_condition_no_longer_hold
 
 
 def test_a_publish_that_loses_the_race_to_a_newer_one_reads_again_and_keeps_it(
-        s3_server, monkeypatch):
+    s3_server, monkeypatch
+):
     s3, bucket = s3_server.client(), s3_server.bucket
     uri = f"s3://{bucket}/outputs/race/latest"
     publish_latest(s3, uri, pointer("old", OLD))
@@ -160,6 +171,7 @@ def test_a_publish_that_keeps_losing_its_race_fails_naming_the_pointer(s3_server
 
 # --- the publish task ---------------------------------------------------------------------
 
+
 class FakeTaskInstance:
     def __init__(self, xcoms: dict[str, Any]) -> None:
         self.xcoms = xcoms
@@ -171,8 +183,9 @@ class FakeTaskInstance:
 class OutletEvents(dict):
     def __missing__(self, outlet: Any) -> Any:
         added: list[tuple[Any, dict[str, Any]]] = []
-        self[outlet] = SimpleNamespace(added=added,
-                                       add=lambda asset, extra: added.append((asset, extra)))
+        self[outlet] = SimpleNamespace(
+            added=added, add=lambda asset, extra: added.append((asset, extra))
+        )
         return self[outlet]
 
 
@@ -187,8 +200,9 @@ def publish_run(s3: Any, bucket: str, run_id: str, run_after: dt.datetime) -> tu
     context = {
         "ti": FakeTaskInstance({VALIDATE_TASK: described, ARCHIVE_TASK: {"model": model}}),
         "task": SimpleNamespace(outlets=[alias]),
-        "dag_run": SimpleNamespace(run_id=run_id, run_after=run_after, logical_date=None,
-                                   start_date=dt.datetime.now(UTC)),
+        "dag_run": SimpleNamespace(
+            run_id=run_id, run_after=run_after, logical_date=None, start_date=dt.datetime.now(UTC)
+        ),
         "outlet_events": events,
     }
     steps_context = pytest.MonkeyPatch()
@@ -206,7 +220,8 @@ def test_publish_fires_the_asset_event_only_when_latest_moved(s3_server):
     newer, fired = publish_run(s3, bucket, "manual__new", dt.datetime(2026, 6, 2, tzinfo=UTC))
     assert newer["moved"] is True and newer["current"] is None
     assert [(asset.uri, extra["run_id"]) for asset, extra in fired] == [
-        (f"s3://{bucket}/outputs/pub/latest", "manual__new")]
+        (f"s3://{bucket}/outputs/pub/latest", "manual__new")
+    ]
     older, fired = publish_run(s3, bucket, "manual__old", dt.datetime(2026, 6, 1, tzinfo=UTC))
     assert older["moved"] is False and fired == []
     assert older["current"]["run_id"] == "manual__new"

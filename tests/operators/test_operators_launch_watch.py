@@ -23,9 +23,11 @@ def quick_backoff(monkeypatch):
 
 
 def pod(name: str, phase: str = "Pending", ip: str | None = None, grace: int = 10) -> dict:
-    return {"metadata": {"name": name, "resourceVersion": "5"},
-            "spec": {"terminationGracePeriodSeconds": grace},
-            "status": {"phase": phase, **({"podIP": ip} if ip else {})}}
+    return {
+        "metadata": {"name": name, "resourceVersion": "5"},
+        "spec": {"terminationGracePeriodSeconds": grace},
+        "status": {"phase": phase, **({"podIP": ip} if ip else {})},
+    }
 
 
 class FakeWatchResponse:
@@ -66,8 +68,10 @@ class ScriptedCore:
         self.calls.append("watch" if watch else "list")
         if watch:
             return self._next(self.watches)
-        items = [SimpleNamespace(raw=p, metadata=SimpleNamespace(name=p["metadata"]["name"]))
-                 for p in self._next(self.lists)]
+        items = [
+            SimpleNamespace(raw=p, metadata=SimpleNamespace(name=p["metadata"]["name"]))
+            for p in self._next(self.lists)
+        ]
         return SimpleNamespace(items=items, metadata=SimpleNamespace(resource_version="5"))
 
     def list_namespaced_config_map(self, namespace, label_selector=None):
@@ -84,13 +88,20 @@ def test_the_gang_watch_rides_out_a_dropped_watch_a_503_and_a_500():
     starting = [pod("a"), pod("b")]
     running = [pod("a", "Running", "10.0.0.1"), pod("b", "Running", "10.0.0.2")]
     core = ScriptedCore(
-        lists=[starting, ApiException(status=503, reason="Service Unavailable"),
-               ApiException(status=500, reason="Internal Server Error"), running],
-        watches=[FakeWatchResponse(
-            [{"type": "MODIFIED", "object": running[0]}],
-            then=urllib3.exceptions.ProtocolError("Connection broken", ConnectionResetError()))])
-    seen = kubeobjects.watch_run_pods(core, "ns", "sel", deadline=float("inf"),
-                                      is_done=all_running)
+        lists=[
+            starting,
+            ApiException(status=503, reason="Service Unavailable"),
+            ApiException(status=500, reason="Internal Server Error"),
+            running,
+        ],
+        watches=[
+            FakeWatchResponse(
+                [{"type": "MODIFIED", "object": running[0]}],
+                then=urllib3.exceptions.ProtocolError("Connection broken", ConnectionResetError()),
+            )
+        ],
+    )
+    seen = kubeobjects.watch_run_pods(core, "ns", "sel", deadline=float("inf"), is_done=all_running)
     assert all_running(seen)
     assert core.calls == ["list", "watch", "list", "list", "list"]
 
@@ -106,17 +117,19 @@ def test_an_api_down_until_the_deadline_leaves_the_last_pods_seen():
     import time
 
     starting = [pod("a"), pod("b")]
-    core = ScriptedCore(lists=[starting, ApiException(status=503)],
-                        watches=[FakeWatchResponse([])])
-    seen = kubeobjects.watch_run_pods(core, "ns", "sel", deadline=time.monotonic() + 0.2,
-                                      is_done=all_running)
+    core = ScriptedCore(lists=[starting, ApiException(status=503)], watches=[FakeWatchResponse([])])
+    seen = kubeobjects.watch_run_pods(
+        core, "ns", "sel", deadline=time.monotonic() + 0.2, is_done=all_running
+    )
     assert [p["metadata"]["name"] for p in seen] == ["a", "b"]
 
 
 def test_waiting_for_leftovers_to_go_rides_out_a_503():
     leaving = [pod("a", "Running")]
-    core = ScriptedCore(lists=[leaving, ApiException(status=503), []],
-                        watches=[FakeWatchResponse([], then=ConnectionResetError())])
+    core = ScriptedCore(
+        lists=[leaving, ApiException(status=503), []],
+        watches=[FakeWatchResponse([], then=ConnectionResetError())],
+    )
     assert kubeobjects.await_run_objects_gone(core, "ns", "sel", timeout=60) == []
 
 
@@ -177,8 +190,11 @@ def launch_with(answers: list) -> TrainingLaunchOperator:
 
 def test_a_pod_create_rides_out_a_blink_and_a_lost_answer():
     replica = SimpleNamespace(metadata=SimpleNamespace(name="job-1-worker-0"))
-    answers = [ApiException(status=503), ConnectionResetError(),
-               ApiException(status=409, reason="AlreadyExists")]  # the reset try had landed
+    answers = [
+        ApiException(status=503),
+        ConnectionResetError(),
+        ApiException(status=409, reason="AlreadyExists"),
+    ]  # the reset try had landed
     launch_with(answers).create_replica_pod(replica)
     assert answers == []
 
@@ -186,6 +202,5 @@ def test_a_pod_create_rides_out_a_blink_and_a_lost_answer():
 def test_a_pod_that_already_existed_before_any_try_is_still_an_error():
     replica = SimpleNamespace(metadata=SimpleNamespace(name="job-1-worker-0"))
     with pytest.raises(ApiException) as error:
-        launch_with([ApiException(status=409, reason="AlreadyExists")]).create_replica_pod(
-            replica)
+        launch_with([ApiException(status=409, reason="AlreadyExists")]).create_replica_pod(replica)
     assert error.value.status == 409

@@ -38,8 +38,13 @@ KEEPER = REPO_ROOT / "runtime" / "keeper.py"
 RUN_ID = "manual__2026-12-03T07:00:00+00:00"
 
 
-def owner_pod(name: str, main: dict[str, Any], keeper: dict[str, Any] | None = None,
-              role: str = "chief", phase: str = "Running") -> dict[str, Any]:
+def owner_pod(
+    name: str,
+    main: dict[str, Any],
+    keeper: dict[str, Any] | None = None,
+    role: str = "chief",
+    phase: str = "Running",
+) -> dict[str, Any]:
     statuses = [{"name": "tensorflow", "state": main}]
     if keeper is not None:
         statuses.append({"name": KEEPER_CONTAINER, "state": keeper})
@@ -54,8 +59,13 @@ RUNNING = {"running": {"startedAt": "2026-12-03T07:00:00Z"}}
 
 
 def exited(code: int) -> dict[str, Any]:
-    return {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                           "finishedAt": "2026-12-03T07:05:00Z"}}
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "finishedAt": "2026-12-03T07:05:00Z",
+        }
+    }
 
 
 # --- the verdicts look at tensorflow, never at the keeper ---------------------------------
@@ -79,8 +89,11 @@ def test_only_the_model_owner_gets_the_keeper_container_without_credentials():
         assert "envFrom" not in keeper and "ports" not in keeper
         mounts = {m["name"]: m for m in keeper["volumeMounts"]}
         assert set(mounts) == {"tfjob-runtime", "tfjob-workspace"}
-        assert mounts["tfjob-workspace"] == {"name": "tfjob-workspace",
-                                             "mountPath": "/tfjob/workspace", "readOnly": True}
+        assert mounts["tfjob-workspace"] == {
+            "name": "tfjob-workspace",
+            "mountPath": "/tfjob/workspace",
+            "readOnly": True,
+        }
         assert keeper["resources"]["requests"] == {"cpu": "10m", "memory": "32Mi"}
         assert "nvidia.com/gpu" not in keeper["resources"]["limits"]
 
@@ -92,8 +105,9 @@ def test_a_single_replica_owns_the_model_and_gets_the_keeper():
     assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", KEEPER_CONTAINER]
 
 
-@pytest.mark.parametrize(("code", "phase"), [(0, PodPhase.SUCCEEDED), (74, PodPhase.FAILED),
-                                             (3, PodPhase.FAILED)])
+@pytest.mark.parametrize(
+    ("code", "phase"), [(0, PodPhase.SUCCEEDED), (74, PodPhase.FAILED), (3, PodPhase.FAILED)]
+)
 def test_a_finished_main_container_decides_the_replica_while_the_keeper_runs(code, phase):
     replica = read_replica_status(owner_pod("job-chief-0", exited(code), RUNNING))
     assert replica.phase is phase and replica.exit_code == code
@@ -106,12 +120,15 @@ def test_a_running_main_container_is_running_whatever_the_keeper_does():
 
 
 def test_training_succeeds_when_the_chief_exits_0_though_its_keeper_keeps_the_pod_running():
-    pods = [owner_pod("job-chief-0", exited(0), RUNNING),
-            owner_pod("job-ps-0", RUNNING, role="ps")]
+    pods = [owner_pod("job-chief-0", exited(0), RUNNING), owner_pod("job-ps-0", RUNNING, role="ps")]
     verdict = judge_training(pods, ["chief-0"], ["job-chief-0", "job-ps-0"])
     assert verdict.state is TrainingState.SUCCEEDED
-    event = decide_training({p["metadata"]["name"]: p for p in pods}, ["chief-0"],
-                            ["job-chief-0", "job-ps-0"], deadline=float("inf"))
+    event = decide_training(
+        {p["metadata"]["name"]: p for p in pods},
+        ["chief-0"],
+        ["job-chief-0", "job-ps-0"],
+        deadline=float("inf"),
+    )
     assert event.state is TrainingState.SUCCEEDED
     assert event.replicas[0]["phase"] == "Succeeded"
     assert has_main_container_ended(pods[0])
@@ -170,11 +187,18 @@ def local_exec(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[st
 
     def run_keeper(api: Any, namespace: str, pod: str, args: list[str], timeout: float = 60):
         calls.append(args)
-        done = subprocess.run([sys.executable, "-I", str(KEEPER), *args], capture_output=True,
-                              text=True, env={"TFJOB_WORKSPACE": str(workspace)}, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-I", str(KEEPER), *args],
+            capture_output=True,
+            text=True,
+            env={"TFJOB_WORKSPACE": str(workspace)},
+            timeout=timeout,
+        )
         if done.returncode != 0:
-            raise RecoveryError(f"pod {pod}: keeper.py {args[0]} exited with code "
-                                f"{done.returncode}: {done.stderr.strip()}")
+            raise RecoveryError(
+                f"pod {pod}: keeper.py {args[0]} exited with code "
+                f"{done.returncode}: {done.stderr.strip()}"
+            )
         return done.stdout
 
     monkeypatch.setattr(modelrecovery, "exec_keeper", run_keeper)
@@ -183,8 +207,10 @@ def local_exec(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[st
 
 def stored(s3: Any, bucket: str, prefix: str) -> dict[str, bytes]:
     answer = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
-    return {item["Key"][len(prefix):]: s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-            for item in answer.get("Contents", [])}
+    return {
+        item["Key"][len(prefix) :]: s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+        for item in answer.get("Contents", [])
+    }
 
 
 def test_every_file_is_copied_in_bounded_chunks_and_uploaded_byte_for_byte(
@@ -192,15 +218,15 @@ def test_every_file_is_copied_in_bounded_chunks_and_uploaded_byte_for_byte(
 ):
     s3 = s3_server.client()
     prefix = f"s3://{s3_server.bucket}/outputs/chunks/runs/{RUN_ID}"
-    copied = modelrecovery.recover_model_from_pod(None, s3, "ns", "pod", prefix,
-                                                  chunk_bytes=4096)
+    copied = modelrecovery.recover_model_from_pod(None, s3, "ns", "pod", prefix, chunk_bytes=4096)
     assert copied["files"] == 4 and copied["bytes"] == 10_000 + 2500 + 0 + 18
     reads = [args for args in local_exec if args[0] == "read"]
     assert max(int(args[3]) for args in reads) <= 4096
     assert len([a for a in reads if a[1] == "model/saved_model.pb"]) == 3  # 4096+4096+1808
     got = stored(s3, s3_server.bucket, f"outputs/chunks/runs/{RUN_ID}/")
-    expected = {str(p.relative_to(workspace)): p.read_bytes()
-                for p in workspace.rglob("*") if p.is_file()}
+    expected = {
+        str(p.relative_to(workspace)): p.read_bytes() for p in workspace.rglob("*") if p.is_file()
+    }
     assert got == expected
 
 
@@ -217,8 +243,12 @@ def test_a_file_that_changes_under_the_copy_is_refused_by_its_checksum(
     monkeypatch.setattr(modelrecovery, "list_keeper_files", listing_then_change)
     with pytest.raises(RecoveryError, match="sha256"):
         modelrecovery.recover_model_from_pod(
-            None, s3_server.client(), "ns", "pod",
-            f"s3://{s3_server.bucket}/outputs/changed/runs/{RUN_ID}")
+            None,
+            s3_server.client(),
+            "ns",
+            "pod",
+            f"s3://{s3_server.bucket}/outputs/changed/runs/{RUN_ID}",
+        )
 
 
 class FakeKube:
@@ -246,8 +276,14 @@ def run_keys(run: Any) -> str:
 
 def archive(run: Any, pods: list[dict[str, Any]], s3: Any) -> dict[str, Any]:
     return archive_run(
-        FakeKube(pods), s3, run, bundle=None, cluster_spec=None, train_replicas=None,
-        metrics=None, timings={},
+        FakeKube(pods),
+        s3,
+        run,
+        bundle=None,
+        cluster_spec=None,
+        train_replicas=None,
+        metrics=None,
+        timings={},
     )
 
 
@@ -266,8 +302,10 @@ def test_archive_recovers_the_model_of_an_owner_that_exited_74_and_says_so_in_ru
     assert key == f"outputs/recovers/runs/tfjob__recovers/{RUN_ID}/"
     got = stored(s3, s3_server.bucket, key)
     model = workspace / "model" / "saved_model.pb"
-    assert hashlib.sha256(got["model/saved_model.pb"]).digest() == \
-        hashlib.sha256(model.read_bytes()).digest()
+    assert (
+        hashlib.sha256(got["model/saved_model.pb"]).digest()
+        == hashlib.sha256(model.read_bytes()).digest()
+    )
     run_json = json.loads(got["run.json"])
     assert run_json["model"]["recovered_from_pod"] is True
     assert run_json["replicas"][0]["exit_code"] == 74
@@ -276,8 +314,11 @@ def test_archive_recovers_the_model_of_an_owner_that_exited_74_and_says_so_in_ru
 def test_archive_leaves_a_model_that_was_uploaded_alone(s3_server, workspace, local_exec):
     s3 = s3_server.client()
     run = make_run(s3_server.bucket, "uploaded")
-    s3.put_object(Bucket=s3_server.bucket, Key=f"{run_keys(run)}model/m.bin",
-                  Body=b"uploaded by the bootstrap")
+    s3.put_object(
+        Bucket=s3_server.bucket,
+        Key=f"{run_keys(run)}model/m.bin",
+        Body=b"uploaded by the bootstrap",
+    )
     owner = run.pod_names()[0]
     manifest = archive(run, [owner_pod(owner, exited(0), RUNNING, role="worker")], s3)
     assert local_exec == []

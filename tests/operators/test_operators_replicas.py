@@ -256,8 +256,10 @@ def test_an_owner_whose_only_the_upload_failed_has_trained_and_archive_recovers_
     assert verdict.state is TrainingState.SUCCEEDED
     assert read_replica_status(owner).owns_model and read_replica_status(owner).exit_code == 74
     # The same exit code of a replica that owns no model is a failure like any other.
-    pods = [with_keeper(make_pod("chief", 0, "Running", "10.0.0.1", RUNNING)),
-            make_pod("worker", 0, "Failed", "10.0.0.3", exited(74))]
+    pods = [
+        with_keeper(make_pod("chief", 0, "Running", "10.0.0.1", RUNNING)),
+        make_pod("worker", 0, "Failed", "10.0.0.3", exited(74)),
+    ]
     verdict = judge_training(pods, ["chief-0"], expected)
     assert verdict.state is TrainingState.FAILED and verdict.failed_replica.exit_code == 74
 

@@ -23,8 +23,12 @@ def fetch(url: str) -> bytes:
 
 def test_each_checkpoint_file_gets_its_own_get_and_the_step_comes_from_the_pointer(s3_server):
     s3, bucket = s3_server.client(), s3_server.bucket
-    files = {"checkpoint": POINTER, "ckpt-7.index": b"index",
-             "ckpt-7.data-00000-of-00001": b"d" * 99, "sub/notes.txt": b"n"}
+    files = {
+        "checkpoint": POINTER,
+        "ckpt-7.index": b"index",
+        "ckpt-7.data-00000-of-00001": b"d" * 99,
+        "sub/notes.txt": b"n",
+    }
     for name, body in files.items():
         s3.put_object(Bucket=bucket, Key=RUN + "checkpoints/" + name, Body=body)
     s3.put_object(Bucket=bucket, Key=RUN + "model/saved_model.pb", Body=b"model")
@@ -34,8 +38,10 @@ def test_each_checkpoint_file_gets_its_own_get_and_the_step_comes_from_the_point
 
     assert (staged.step, staged.files, staged.size) == (7, 4, sum(map(len, files.values())))
     assert staged.source == f"s3://{bucket}/{RUN}checkpoints/"
-    assert staged.describe() == (f"restoring 4 checkpoint files ({staged.size} bytes, step 7) "
-                                 f"from s3://{bucket}/{RUN}checkpoints/")
+    assert staged.describe() == (
+        f"restoring 4 checkpoint files ({staged.size} bytes, step 7) "
+        f"from s3://{bucket}/{RUN}checkpoints/"
+    )
     document = staged.document
     assert (document["version"], document["step"]) == (1, 7)
     assert sorted(item["path"] for item in document["files"]) == sorted(files)
@@ -52,8 +58,11 @@ def test_each_checkpoint_file_gets_its_own_get_and_the_step_comes_from_the_point
 
 def test_no_checkpoints_stage_an_empty_restore(s3_server):
     staged = restore.stage_checkpoints(
-        s3_server.client(), s3_server.presigner(),
-        f"s3://{s3_server.bucket}/outputs/none/runs/tfjob__none/r/checkpoints/", 300)
+        s3_server.client(),
+        s3_server.presigner(),
+        f"s3://{s3_server.bucket}/outputs/none/runs/tfjob__none/r/checkpoints/",
+        300,
+    )
     assert staged.document == {"version": 1, "source": None, "step": None, "files": []}
     assert staged.describe() == "no checkpoint to restore: the programs start from scratch"
 

@@ -28,7 +28,7 @@ RUN_ID = "scheduled__2026-12-03T08:00:00+00:00"
 
 def keys_under(s3: Any, bucket: str, prefix: str) -> set[str]:
     answer = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
-    return {item["Key"][len(prefix):] for item in answer.get("Contents", [])}
+    return {item["Key"][len(prefix) :] for item in answer.get("Contents", [])}
 
 
 def put(s3: Any, bucket: str, key: str, body: bytes = b"x") -> None:
@@ -39,8 +39,7 @@ def test_clearing_removes_the_model_and_metrics_and_nothing_else(s3_server):
     s3, bucket = s3_server.client(), s3_server.bucket
     run = f"outputs/clear/runs/tfjob__clear/{RUN_ID}/"
     earlier = ["model/saved_model.pb", "model/variables/variables.index", "metrics.json"]
-    kept = ["bundle.tar.gz", "logs/worker-0.log", "run.json", "model-notes.txt",
-            "metrics.json.bak"]
+    kept = ["bundle.tar.gz", "logs/worker-0.log", "run.json", "model-notes.txt", "metrics.json.bak"]
     for name in earlier + kept:
         put(s3, bucket, run + name)
     other_run = "outputs/clear/runs/tfjob__clear/other-run/model/saved_model.pb"
@@ -100,9 +99,13 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
     (src / "code" / "train.py").write_text("print('no model this time')\n")
     write_bundle(src, tmp_path / "bundle.tar.gz", "nomodel")
     s3.upload_file(str(tmp_path / "bundle.tar.gz"), bucket, "bundles/nomodel.tar.gz")
-    request = load_request(valid_request_data(
-        name="nomodel", bundle=f"s3://{bucket}/bundles/nomodel.tar.gz",
-        output=f"s3://{bucket}/outputs/nomodel"))
+    request = load_request(
+        valid_request_data(
+            name="nomodel",
+            bundle=f"s3://{bucket}/bundles/nomodel.tar.gz",
+            output=f"s3://{bucket}/outputs/nomodel",
+        )
+    )
     described = describe_run(request, RUN_ID, "tfjob__nomodel", "aws_default")
     run_keys = f"outputs/nomodel/runs/tfjob__nomodel/{RUN_ID}/"
     # The first try trained, uploaded and archived.
@@ -119,8 +122,16 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
     assert identity["snapshot"].endswith(f"{run_keys}bundle.tar.gz")
     assert keys_under(s3, bucket, run_keys) == {"bundle.tar.gz", "run.json"}
     run = steps.pull_run(context)
-    manifest = archive_run(NoPods(), s3, run, bundle=identity, cluster_spec=None,
-                           train_replicas=None, metrics=None, timings={})
+    manifest = archive_run(
+        NoPods(),
+        s3,
+        run,
+        bundle=identity,
+        cluster_spec=None,
+        train_replicas=None,
+        metrics=None,
+        timings={},
+    )
     assert manifest["model"]["objects"] == 0 and manifest["metrics"] is None
 
     context["ti"].xcoms[ARCHIVE_TASK] = {"model": manifest["model"]}
@@ -132,13 +143,21 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
 
 def test_a_model_whose_recovery_from_the_pod_failed_is_not_published(s3_server, monkeypatch):
     s3, bucket = s3_server.client(), s3_server.bucket
-    request = load_request(valid_request_data(name="partial",
-                                              output=f"s3://{bucket}/outputs/partial"))
+    request = load_request(
+        valid_request_data(name="partial", output=f"s3://{bucket}/outputs/partial")
+    )
     described = describe_run(request, RUN_ID, "tfjob__partial", "aws_default")
-    model = {"uri": f"{described['run_prefix']}/model/", "objects": 1, "bytes": 10,
-             "recovered_from_pod": False,
-             "recovery": {"pod": "partial-1234abcd-worker-0", "reason": "tensorflow exited 74",
-                          "error": "keeper.py read did not finish within 120s"}}
+    model = {
+        "uri": f"{described['run_prefix']}/model/",
+        "objects": 1,
+        "bytes": 10,
+        "recovered_from_pod": False,
+        "recovery": {
+            "pod": "partial-1234abcd-worker-0",
+            "reason": "tensorflow exited 74",
+            "error": "keeper.py read did not finish within 120s",
+        },
+    }
     context: dict[str, Any] = {
         "ti": FakeTaskInstance({VALIDATE_TASK: described, ARCHIVE_TASK: {"model": model}}),
         "task": SimpleNamespace(outlets=[]),

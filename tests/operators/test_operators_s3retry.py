@@ -13,16 +13,20 @@ from operators.s3retry import S3Unavailable, call_with_s3_retries, is_transient_
 
 def server_error(code: str = "InternalError", status: int = 500) -> ClientError:
     return ClientError(
-        {"Error": {"Code": code, "Message": "We encountered an internal error"},
-         "ResponseMetadata": {"HTTPStatusCode": status}},
+        {
+            "Error": {"Code": code, "Message": "We encountered an internal error"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
         "PutObject",
     )
 
 
 def refusal(code: str = "AccessDenied", status: int = 403) -> ClientError:
     return ClientError(
-        {"Error": {"Code": code, "Message": "Access Denied"},
-         "ResponseMetadata": {"HTTPStatusCode": status}},
+        {
+            "Error": {"Code": code, "Message": "Access Denied"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
         "PutObject",
     )
 
@@ -102,7 +106,9 @@ def test_a_refusal_is_raised_at_once_and_unchanged():
     s3, clock = FlakyS3(failures=5, error=refusal()), FakeClock()
     with pytest.raises(ClientError, match="AccessDenied"):
         call_with_s3_retries(
-            lambda: s3.put_object(Bucket="b", Key="k", Body=b"x"), "put", sleep=clock.sleep,
+            lambda: s3.put_object(Bucket="b", Key="k", Body=b"x"),
+            "put",
+            sleep=clock.sleep,
             clock=clock,
         )
     assert s3.calls == 1 and clock.sleeps == []

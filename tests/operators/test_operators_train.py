@@ -54,21 +54,33 @@ class FakeCoreV1:
 def run():
     request = load_request(REQUEST)
     described = describe_run(request, RUN_ID, "tfjob__digits-ps", "aws_default")
-    return SimpleNamespace(request=request, context={"ti": FakeTaskInstance(described)},
-                           key=described["run_key"], namespace=described["namespace"])
+    return SimpleNamespace(
+        request=request,
+        context={"ti": FakeTaskInstance(described)},
+        key=described["run_key"],
+        namespace=described["namespace"],
+    )
 
 
 def make_pod(run, role: str, index: int, exit_code: int | None) -> dict[str, Any]:
-    state = ({"running": {}} if exit_code is None
-             else {"terminated": {"exitCode": exit_code,
-                                  "reason": "Completed" if exit_code == 0 else "Error"}})
+    state = (
+        {"running": {}}
+        if exit_code is None
+        else {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Completed" if exit_code == 0 else "Error",
+            }
+        }
+    )
     phase = {None: "Running", 0: "Succeeded"}.get(exit_code, "Failed")
     return {
-        "metadata": {"name": f"{run.key}-{role}-{index}",
-                     "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)}},
+        "metadata": {
+            "name": f"{run.key}-{role}-{index}",
+            "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)},
+        },
         "spec": {"nodeName": "node-1"},
-        "status": {"phase": phase,
-                   "containerStatuses": [{"name": "tensorflow", "state": state}]},
+        "status": {"phase": phase, "containerStatuses": [{"name": "tensorflow", "state": state}]},
     }
 
 
@@ -79,10 +91,12 @@ def make_operator(monkeypatch, logs: dict[str, str]) -> TrainingWaitOperator:
 
 
 def gang(run, worker_exit: int | None) -> list[dict[str, Any]]:
-    return [make_pod(run, "chief", 0, 0 if worker_exit is not None else None),
-            make_pod(run, "ps", 0, None),
-            make_pod(run, "worker", 0, worker_exit),
-            make_pod(run, "worker", 1, 0 if worker_exit is not None else None)]
+    return [
+        make_pod(run, "chief", 0, 0 if worker_exit is not None else None),
+        make_pod(run, "ps", 0, None),
+        make_pod(run, "worker", 0, worker_exit),
+        make_pod(run, "worker", 1, 0 if worker_exit is not None else None),
+    ]
 
 
 def test_a_new_try_of_a_decided_training_reports_it_without_deferring(run, monkeypatch):
@@ -107,8 +121,11 @@ def test_a_failed_training_is_final_so_airflow_does_not_retry_it(run, monkeypatc
 def test_killed_before_training_is_decided_train_deletes_the_run(run, monkeypatch):
     deleted = []
     monkeypatch.setattr(kubeobjects, "list_run_pods", lambda *args: gang(run, None))
-    monkeypatch.setattr(kubeobjects, "delete_run_objects",
-                        lambda api, namespace, selector, **kw: deleted.append(namespace) or [])
+    monkeypatch.setattr(
+        kubeobjects,
+        "delete_run_objects",
+        lambda api, namespace, selector, **kw: deleted.append(namespace) or [],
+    )
     operator = make_operator(monkeypatch, {})
     with pytest.raises(TaskDeferred):
         operator.execute(run.context)
@@ -118,8 +135,9 @@ def test_killed_before_training_is_decided_train_deletes_the_run(run, monkeypatc
 
 def test_killed_after_training_is_decided_train_leaves_the_pods(run, monkeypatch):
     deleted = []
-    monkeypatch.setattr(kubeobjects, "delete_run_objects",
-                        lambda *args, **kw: deleted.append(args) or [])
+    monkeypatch.setattr(
+        kubeobjects, "delete_run_objects", lambda *args, **kw: deleted.append(args) or []
+    )
     operator = make_operator(monkeypatch, {})
 
     def killed_while_reading_logs(*args: Any) -> str:
@@ -127,8 +145,12 @@ def test_killed_after_training_is_decided_train_leaves_the_pods(run, monkeypatch
         return ""
 
     monkeypatch.setattr(train_module.kubeobjects, "read_container_log", killed_while_reading_logs)
-    event = {"state": "succeeded", "deciding": ["chief-0"], "streamed": {},
-             "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}]}
+    event = {
+        "state": "succeeded",
+        "deciding": ["chief-0"],
+        "streamed": {},
+        "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}],
+    }
     operator.finish(run.context, event)
     assert deleted == []
 
@@ -162,8 +184,11 @@ def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
     from operators import transient
 
     monkeypatch.setattr(transient, "API_FIRST_DELAY_SECONDS", 0.001)
-    answers = [ApiException(status=503, reason="Service Unavailable"), ConnectionResetError(),
-               'TFJOB_METRICS {"accuracy": 0.9}\n']
+    answers = [
+        ApiException(status=503, reason="Service Unavailable"),
+        ConnectionResetError(),
+        'TFJOB_METRICS {"accuracy": 0.9}\n',
+    ]
 
     def read_log(*args, **kwargs):
         answer = answers.pop(0)
@@ -172,15 +197,28 @@ def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
         return answer
 
     monkeypatch.setattr(train_module.kubeobjects, "read_container_log", read_log)
-    event = {"state": "succeeded", "deciding": ["chief-0"], "streamed": {},
-             "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}]}
+    event = {
+        "state": "succeeded",
+        "deciding": ["chief-0"],
+        "streamed": {},
+        "replicas": [{"role": "chief", "index": 0, "pod": f"{run.key}-chief-0"}],
+    }
     assert make_operator(monkeypatch, {}).finish(run.context, event) == {"accuracy": 0.9}
 
 
 def test_a_deadline_reached_while_the_api_failed_says_so(run, monkeypatch):
     monkeypatch.setattr(train_module.kubeobjects, "read_container_log", lambda *a, **k: "")
-    event = {"state": "deadline", "deciding": ["chief-0"], "streamed": {}, "replicas": [],
-             "failed": None, "api_error": "503 Service Unavailable"}
-    with pytest.raises(TrainingFailed, match=r"did not finish within active_deadline=.*"
-                       r"the Kubernetes API was still failing then \(503 Service Unavailable\)"):
+    event = {
+        "state": "deadline",
+        "deciding": ["chief-0"],
+        "streamed": {},
+        "replicas": [],
+        "failed": None,
+        "api_error": "503 Service Unavailable",
+    }
+    with pytest.raises(
+        TrainingFailed,
+        match=r"did not finish within active_deadline=.*"
+        r"the Kubernetes API was still failing then \(503 Service Unavailable\)",
+    ):
         make_operator(monkeypatch, {}).finish(run.context, event)

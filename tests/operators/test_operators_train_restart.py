@@ -61,9 +61,10 @@ class FakeCluster:
     api_client = SimpleNamespace(sanitize_for_serialization=lambda model: model.raw)
 
     def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> Any:
-        items = [SimpleNamespace(raw=json.loads(json.dumps(p)),
-                                 metadata=SimpleNamespace(name=name))
-                 for name, p in self.pods.items()]
+        items = [
+            SimpleNamespace(raw=json.loads(json.dumps(p)), metadata=SimpleNamespace(name=name))
+            for name, p in self.pods.items()
+        ]
         return SimpleNamespace(items=items)
 
     def _empty(self, namespace: str, label_selector: str = "") -> Any:
@@ -82,8 +83,11 @@ class FakeCluster:
 
     def confirm_gone(self) -> list[str]:
         """The kubelets confirm the deleted pods' containers ended; what is left."""
-        for name in [n for n, p in self.pods.items()
-                     if p["metadata"].get("deletionTimestamp") and n not in self.stuck]:
+        for name in [
+            n
+            for n, p in self.pods.items()
+            if p["metadata"].get("deletionTimestamp") and n not in self.stuck
+        ]:
             del self.pods[name]
             self.journal.append(("gone", name))
         return sorted(f"Pod/{name}" for name in self.pods)
@@ -115,8 +119,7 @@ def cluster(monkeypatch) -> FakeCluster:
         by_role: dict[str, list[str]] = {}
         for pod in pods:
             labels = pod["metadata"]["labels"]
-            by_role.setdefault(labels["tfjob.io/role"], []).append(
-                f"{pod['status']['podIP']}:2222")
+            by_role.setdefault(labels["tfjob.io/role"], []).append(f"{pod['status']['podIP']}:2222")
         return by_role
 
     def deliver(api, namespace, contents, *args, **kwargs):
@@ -126,6 +129,7 @@ def cluster(monkeypatch) -> FakeCluster:
     monkeypatch.setattr(kubeobjects, "await_run_objects_gone", await_gone)
     monkeypatch.setattr(gang, "await_gang_start", await_start)
     monkeypatch.setattr(delivery, "deliver_cluster_files", deliver)
+
     def stage_restore(api, run, attempts, expires, log):
         # The run's checkpoints (operators/restore.py, tested against S3 on its own) hold
         # step 7: what the owner's last sync wrote within its grace period.
@@ -142,8 +146,12 @@ def make_run(**fields: Any) -> SimpleNamespace:
     data = load_request(REQUEST).model_dump(mode="json")
     request = load_request({**data, **fields})
     described = describe_run(request, RUN_ID, DAG_ID, "aws_default")
-    return SimpleNamespace(request=request, context={"ti": FakeTaskInstance(described)},
-                           key=described["run_key"], namespace=described["namespace"])
+    return SimpleNamespace(
+        request=request,
+        context={"ti": FakeTaskInstance(described)},
+        key=described["run_key"],
+        namespace=described["namespace"],
+    )
 
 
 def make_operator(monkeypatch, cluster: FakeCluster) -> TrainingWaitOperator:
@@ -162,29 +170,55 @@ def launch_first_gang(run, cluster: FakeCluster) -> None:
 
 
 def replica(run, role: str, index: int, **status: Any) -> dict[str, Any]:
-    base = {"role": role, "index": index, "pod": f"{run.key}-{role}-{index}",
-            "phase": "Running", "exit_code": None, "reason": None, "message": None,
-            "node": "node-1", "owns_model": role == "chief", "pod_reason": None,
-            "deleted": False}
+    base = {
+        "role": role,
+        "index": index,
+        "pod": f"{run.key}-{role}-{index}",
+        "phase": "Running",
+        "exit_code": None,
+        "reason": None,
+        "message": None,
+        "node": "node-1",
+        "owns_model": role == "chief",
+        "pod_reason": None,
+        "deleted": False,
+    }
     return {**base, **status}
 
 
 def failed_event(run, failed: dict[str, Any]) -> dict[str, Any]:
     others = [replica(run, "chief", 0), replica(run, "ps", 0), replica(run, "worker", 0)]
-    return {"state": "failed", "replicas": [*others, failed], "failed": failed,
-            "deciding": ["chief-0"], "streamed": {}}
+    return {
+        "state": "failed",
+        "replicas": [*others, failed],
+        "failed": failed,
+        "deciding": ["chief-0"],
+        "streamed": {},
+    }
 
 
 def deleted_worker(run) -> dict[str, Any]:
     """worker-1's pod vanished (a drain deleted it): judge_training's PodGone."""
-    return replica(run, "worker", 1, phase="Gone", reason="PodGone",
-                   message="the pod no longer exists", node=None)
+    return replica(
+        run,
+        "worker",
+        1,
+        phase="Gone",
+        reason="PodGone",
+        message="the pod no longer exists",
+        node=None,
+    )
 
 
 def succeeded_event(run) -> dict[str, Any]:
     chief = replica(run, "chief", 0, phase="Succeeded", exit_code=0, reason="Completed")
-    return {"state": "succeeded", "replicas": [chief], "failed": None,
-            "deciding": ["chief-0"], "streamed": {}}
+    return {
+        "state": "succeeded",
+        "replicas": [chief],
+        "failed": None,
+        "deciding": ["chief-0"],
+        "streamed": {},
+    }
 
 
 FIRST = restart.attempts_to_payload(restart.first_attempt(1_800_000_000.0))
@@ -204,8 +238,10 @@ def test_a_deleted_worker_restarts_the_gang_once_and_the_run_then_succeeds(monke
     assert attempts[0]["failed_replica"] == "worker-1"
     assert attempts[0]["kind"] == "deleted"
     assert attempts[0]["reason"] == "worker-1 was deleted"
-    assert (attempts[0]["restored_checkpoint_step"], attempts[1]["restored_checkpoint_step"]) \
-        == (None, 7)
+    assert (attempts[0]["restored_checkpoint_step"], attempts[1]["restored_checkpoint_step"]) == (
+        None,
+        7,
+    )
     assert run.context["ti"].pushed["attempts"] == attempts  # visible while attempt 2 runs
     assert deferred.value.method_name == "finish"
     assert sorted(deferred.value.trigger.expected_pods) == sorted(cluster.pods)
@@ -229,7 +265,8 @@ def test_the_new_gang_is_created_only_after_the_old_pods_are_gone(monkeypatch, c
     del cluster.pods[f"{run.key}-worker-1"]
     with pytest.raises(TaskDeferred):
         make_operator(monkeypatch, cluster).finish(
-            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST)
+            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST
+        )
 
     steps = [step for step, _ in cluster.journal]
     last_gone = max(i for i, step in enumerate(steps) if step == "gone")
@@ -246,22 +283,32 @@ def test_a_gang_whose_pods_do_not_go_is_never_followed_by_another(monkeypatch, c
     launch_first_gang(run, cluster)
     del cluster.pods[f"{run.key}-worker-1"]
     cluster.stuck.add(f"{run.key}-ps-0")  # its node never confirms
-    with pytest.raises(TrainingFailed, match=r"attempt 2: its gang did not start "
-                       r"\(GangStopError: .*ps-0") as failed:
+    with pytest.raises(
+        TrainingFailed,
+        match=r"attempt 2: its gang did not start "
+        r"\(GangStopError: .*ps-0",
+    ) as failed:
         make_operator(monkeypatch, cluster).finish(
-            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST)
+            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST
+        )
     assert "create" not in [step for step, _ in cluster.journal]
     assert "training failed after 2 attempts: attempt 1: worker-1 was deleted" in str(failed.value)
 
 
 def test_a_chief_that_fails_because_its_worker_is_being_deleted_restarts_the_gang(
-        monkeypatch, cluster):
+    monkeypatch, cluster
+):
     run = make_run(max_restarts=1)
     launch_first_gang(run, cluster)
     chief = replica(run, "chief", 0, phase="Failed", exit_code=1, reason="Error")
     going = replica(run, "worker", 1, deleted=True)  # still in its grace period, no exit yet
-    event = {"state": "failed", "failed": chief, "deciding": ["chief-0"], "streamed": {},
-             "replicas": [chief, replica(run, "ps", 0), replica(run, "worker", 0), going]}
+    event = {
+        "state": "failed",
+        "failed": chief,
+        "deciding": ["chief-0"],
+        "streamed": {},
+        "replicas": [chief, replica(run, "ps", 0), replica(run, "worker", 0), going],
+    }
     with pytest.raises(TaskDeferred) as deferred:
         make_operator(monkeypatch, cluster).finish(run.context, event, attempts=FIRST)
     first = deferred.value.kwargs["attempts"][0]
@@ -271,10 +318,14 @@ def test_a_chief_that_fails_because_its_worker_is_being_deleted_restarts_the_gan
 def test_with_max_restarts_0_a_deleted_worker_fails_the_run_naming_it(monkeypatch, cluster):
     run = make_run(max_restarts=0)
     launch_first_gang(run, cluster)
-    with pytest.raises(TrainingFailed, match=r"^training failed: attempt 1: worker-1 was deleted "
-                       r"\(not restarted: max_restarts is 0\)"):
+    with pytest.raises(
+        TrainingFailed,
+        match=r"^training failed: attempt 1: worker-1 was deleted "
+        r"\(not restarted: max_restarts is 0\)",
+    ):
         make_operator(monkeypatch, cluster).finish(
-            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST)
+            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST
+        )
     assert cluster.journal == []  # nothing stopped, nothing created: teardown's job
     assert run.context["ti"].pushed["attempts"][0]["outcome"] == "failed"
 
@@ -285,11 +336,14 @@ def test_a_program_that_exits_1_is_not_restarted_under_retryable(monkeypatch, cl
     worker = replica(run, "worker", 0, phase="Failed", exit_code=1, reason="Error")
     cluster.logs[f"{run.key}-worker-0"] = "Traceback\nValueError: bad shape\n"
     with pytest.raises(TrainingFailed) as failed:
-        make_operator(monkeypatch, cluster).finish(run.context, failed_event(run, worker),
-                                                   attempts=FIRST)
+        make_operator(monkeypatch, cluster).finish(
+            run.context, failed_event(run, worker), attempts=FIRST
+        )
     text = str(failed.value)
-    assert text.startswith("training failed: attempt 1: worker-0 exited 1 (not restarted: a "
-                           "permanent failure under restart_on=retryable)")
+    assert text.startswith(
+        "training failed: attempt 1: worker-0 exited 1 (not restarted: a "
+        "permanent failure under restart_on=retryable)"
+    )
     assert "[worker-0] ValueError: bad shape" in text
     assert cluster.journal == []
 
@@ -304,16 +358,20 @@ def test_over_the_budget_the_run_fails_naming_every_attempt(monkeypatch, cluster
 
     killed = replica(run, "worker", 1, phase="Failed", exit_code=143, reason="Error")
     with pytest.raises(TrainingFailed) as failed:
-        operator.finish(run.context, failed_event(run, killed),
-                        attempts=deferred.value.kwargs["attempts"])
+        operator.finish(
+            run.context, failed_event(run, killed), attempts=deferred.value.kwargs["attempts"]
+        )
 
     assert str(failed.value).splitlines()[0] == (
         "training failed after 2 attempts: attempt 1: worker-1 was deleted; "
         "attempt 2: worker-1 was killed by SIGTERM (exit code 143) (not restarted: no restarts "
-        "left: max_restarts=1, and this was attempt 2 of 2)")
+        "left: max_restarts=1, and this was attempt 2 of 2)"
+    )
     final = run.context["ti"].pushed["attempts"]
     assert [(a["number"], a["outcome"], a["exit_code"]) for a in final] == [
-        (1, "restarted", None), (2, "failed", 143)]
+        (1, "restarted", None),
+        (2, "failed", 143),
+    ]
 
 
 def test_a_new_try_of_train_finds_the_attempts_on_the_restarted_gang(monkeypatch, cluster):
@@ -322,7 +380,8 @@ def test_a_new_try_of_train_finds_the_attempts_on_the_restarted_gang(monkeypatch
     del cluster.pods[f"{run.key}-worker-1"]
     with pytest.raises(TaskDeferred) as deferred:
         make_operator(monkeypatch, cluster).finish(
-            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST)
+            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST
+        )
     attempts = deferred.value.kwargs["attempts"]
 
     run.context["ti"].pushed.clear()  # Airflow clears a new try's XComs
@@ -342,6 +401,7 @@ def test_a_first_gang_has_one_attempt_started_when_launch_saw_it_ready(monkeypat
 
 
 # --- run.json lists the attempts ------------------------------------------------------------
+
 
 class MemoryS3:
     """The few S3 calls archive makes, in memory."""
@@ -363,8 +423,16 @@ class MemoryS3:
 
     def get_paginator(self, name: str) -> Any:
         def paginate(Bucket: str, Prefix: str) -> list[dict[str, Any]]:  # noqa: N803
-            return [{"Contents": [{"Key": k, "Size": len(v)} for k, v in self.objects.items()
-                                  if k.startswith(Prefix)]}]
+            return [
+                {
+                    "Contents": [
+                        {"Key": k, "Size": len(v)}
+                        for k, v in self.objects.items()
+                        if k.startswith(Prefix)
+                    ]
+                }
+            ]
+
         return SimpleNamespace(paginate=paginate)
 
 
@@ -373,9 +441,17 @@ def archived_run_json(run, cluster: FakeCluster, attempts: Any) -> dict[str, Any
     from operators.runinfo import read_run
 
     s3 = MemoryS3()
-    archive_run(cluster, s3, read_run(run.context["ti"].described), bundle=None,
-                cluster_spec=None, train_replicas=None, metrics=None, timings={},
-                attempts=attempts)
+    archive_run(
+        cluster,
+        s3,
+        read_run(run.context["ti"].described),
+        bundle=None,
+        cluster_spec=None,
+        train_replicas=None,
+        metrics=None,
+        timings={},
+        attempts=attempts,
+    )
     key = next(k for k in s3.objects if k.endswith("/run.json"))
     return json.loads(s3.objects[key])
 
@@ -391,7 +467,9 @@ def test_run_json_lists_the_attempts_train_recorded(monkeypatch, cluster):
 
     manifest = archived_run_json(run, cluster, run.context["ti"].pushed["attempts"])
     assert [(a["number"], a["outcome"], a["failed_replica"]) for a in manifest["attempts"]] == [
-        (1, "restarted", "worker-1"), (2, "succeeded", None)]
+        (1, "restarted", "worker-1"),
+        (2, "succeeded", None),
+    ]
 
 
 def test_run_json_finds_the_attempts_on_the_gang_when_train_recorded_none(monkeypatch, cluster):
@@ -400,7 +478,8 @@ def test_run_json_finds_the_attempts_on_the_gang_when_train_recorded_none(monkey
     del cluster.pods[f"{run.key}-worker-1"]
     with pytest.raises(TaskDeferred) as deferred:
         make_operator(monkeypatch, cluster).finish(
-            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST)
+            run.context, failed_event(run, deleted_worker(run)), attempts=FIRST
+        )
     # train killed while attempt 2 ran: no final XCom, the pods still say what happened
     manifest = archived_run_json(run, cluster, None)
     assert manifest["attempts"] == deferred.value.kwargs["attempts"]

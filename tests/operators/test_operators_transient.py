@@ -23,15 +23,18 @@ def test_other_answers_are_final(status):
     assert not is_transient(AsyncApiException(status=status))
 
 
-@pytest.mark.parametrize("error", [
-    ConnectionResetError(104, "Connection reset by peer"),
-    ConnectionRefusedError(111, "Connection refused"),
-    TimeoutError("timed out"),
-    urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError()),
-    urllib3.exceptions.ReadTimeoutError(None, "/api/v1/pods", "Read timed out."),
-    aiohttp.ServerDisconnectedError(),
-    aiohttp.ClientPayloadError("Response payload is not completed"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionResetError(104, "Connection reset by peer"),
+        ConnectionRefusedError(111, "Connection refused"),
+        TimeoutError("timed out"),
+        urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError()),
+        urllib3.exceptions.ReadTimeoutError(None, "/api/v1/pods", "Read timed out."),
+        aiohttp.ServerDisconnectedError(),
+        aiohttp.ClientPayloadError("Response payload is not completed"),
+    ],
+)
 def test_dropped_connections_and_timeouts_are_transient(error):
     assert is_transient(error)
 
@@ -77,8 +80,12 @@ class QuietLog:
 
 
 def test_a_call_is_asked_again_after_transient_failures_until_it_answers():
-    answers = [ApiException(status=503, reason="Service Unavailable"), ConnectionResetError(),
-               ApiException(status=500, reason="Internal Server Error"), "pods"]
+    answers = [
+        ApiException(status=503, reason="Service Unavailable"),
+        ConnectionResetError(),
+        ApiException(status=500, reason="Internal Server Error"),
+        "pods",
+    ]
     clock, log = FakeClock(), QuietLog()
 
     def call():
@@ -87,9 +94,18 @@ def test_a_call_is_asked_again_after_transient_failures_until_it_answers():
             raise answer
         return answer
 
-    assert call_with_retries(call, deadline=60.0, what="listing pods", log=log,
-                             backoff=Backoff(draw=lambda: 1.0), clock=lambda: clock.now,
-                             sleep=clock.sleep) == "pods"
+    assert (
+        call_with_retries(
+            call,
+            deadline=60.0,
+            what="listing pods",
+            log=log,
+            backoff=Backoff(draw=lambda: 1.0),
+            clock=lambda: clock.now,
+            sleep=clock.sleep,
+        )
+        == "pods"
+    )
     assert clock.slept == [0.5, 1.0, 2.0]
     assert log.lines[0] == "listing pods: 503 Service Unavailable (transient); asking again in 0.5s"
 
@@ -101,15 +117,22 @@ def test_a_final_error_or_the_deadline_ends_the_retries():
         raise ApiException(status=403, reason="Forbidden")
 
     with pytest.raises(ApiException) as error:
-        call_with_retries(forbidden, deadline=60.0, what="x", log=log,
-                          clock=lambda: clock.now, sleep=clock.sleep)
+        call_with_retries(
+            forbidden, deadline=60.0, what="x", log=log, clock=lambda: clock.now, sleep=clock.sleep
+        )
     assert error.value.status == 403 and clock.slept == []
 
     def unavailable():
         raise ApiException(status=503)
 
     with pytest.raises(ApiException):
-        call_with_retries(unavailable, deadline=5.0, what="x", log=log,
-                          backoff=Backoff(draw=lambda: 1.0), clock=lambda: clock.now,
-                          sleep=clock.sleep)
+        call_with_retries(
+            unavailable,
+            deadline=5.0,
+            what="x",
+            log=log,
+            backoff=Backoff(draw=lambda: 1.0),
+            clock=lambda: clock.now,
+            sleep=clock.sleep,
+        )
     assert sum(clock.slept) == pytest.approx(5.0)  # the last pause ends at the deadline

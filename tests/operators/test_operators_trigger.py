@@ -83,6 +83,7 @@ def test_a_replica_log_is_followed_once_its_main_container_started():
 
 # --- a control plane that blinks -------------------------------------------------------------
 
+
 class FakePodModel:
     """A listed pod as kubernetes_asyncio gives it: `.metadata.name`, serialised by the client."""
 
@@ -137,8 +138,9 @@ class ScriptedCore:
         if watch:
             return self._next(self.watches)
         pods = self._next(self.lists)
-        return SimpleNamespace(items=[FakePodModel(p) for p in pods],
-                               metadata=SimpleNamespace(resource_version="7"))
+        return SimpleNamespace(
+            items=[FakePodModel(p) for p in pods], metadata=SimpleNamespace(resource_version="7")
+        )
 
     async def read_namespaced_pod_log(self, *args, **kwargs):
         raise RuntimeError("no live logs in this test")
@@ -146,17 +148,26 @@ class ScriptedCore:
 
 def replica_pod(role: str, index: int, state: dict, phase: str = "Running") -> dict:
     return {
-        "metadata": {"name": f"job-1234abcd-{role}-{index}", "resourceVersion": "8",
-                     "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)}},
+        "metadata": {
+            "name": f"job-1234abcd-{role}-{index}",
+            "resourceVersion": "8",
+            "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)},
+        },
         "spec": {"nodeName": "node-1"},
-        "status": {"phase": phase, "podIP": "10.0.0.1",
-                   "containerStatuses": [{"name": "tensorflow", "state": state}]},
+        "status": {
+            "phase": phase,
+            "podIP": "10.0.0.1",
+            "containerStatuses": [{"name": "tensorflow", "state": state}],
+        },
     }
 
 
 TRAINING = [replica_pod("worker", 0, {"waiting": {"reason": "ContainerCreating"}})]
-TRAINED = [replica_pod("worker", 0, {"terminated": {"exitCode": 0, "reason": "Completed"}},
-                       phase="Succeeded")]
+TRAINED = [
+    replica_pod(
+        "worker", 0, {"terminated": {"exitCode": 0, "reason": "Completed"}}, phase="Succeeded"
+    )
+]
 
 
 @pytest.fixture
@@ -183,9 +194,13 @@ def blinking_api(monkeypatch):
     def run(core: ScriptedCore, deadline_in: float = 60.0) -> dict:
         monkeypatch.setattr(kubernetes_asyncio.client, "CoreV1Api", lambda api_client: core)
         trigger = TrainingTrigger(
-            namespace="ns", selector="tfjob.io/run=job-1234abcd",
-            expected_pods=["job-1234abcd-worker-0"], deciding=["worker-0"],
-            deadline=time.time() + deadline_in, kubernetes_conn_id="kubernetes_default")
+            namespace="ns",
+            selector="tfjob.io/run=job-1234abcd",
+            expected_pods=["job-1234abcd-worker-0"],
+            deciding=["worker-0"],
+            deadline=time.time() + deadline_in,
+            kubernetes_conn_id="kubernetes_default",
+        )
 
         async def first_event() -> dict:
             async for event in trigger.run():
@@ -203,14 +218,20 @@ def test_the_trigger_rides_out_a_503_a_connection_reset_and_a_500(blinking_api):
 
     modified = {"type": "MODIFIED", "object": TRAINING[0]}
     core = ScriptedCore(
-        lists=[TRAINING,
-               ApiException(status=503, reason="Service Unavailable"),
-               aiohttp.ServerDisconnectedError(),
-               ApiException(status=500, reason="Internal Server Error"),
-               TRAINED],
+        lists=[
+            TRAINING,
+            ApiException(status=503, reason="Service Unavailable"),
+            aiohttp.ServerDisconnectedError(),
+            ApiException(status=500, reason="Internal Server Error"),
+            TRAINED,
+        ],
         # the watch delivers one event, then the server goes away mid-stream
-        watches=[FakeWatchResponse([modified],
-                                   then=aiohttp.ClientPayloadError("payload is not completed"))])
+        watches=[
+            FakeWatchResponse(
+                [modified], then=aiohttp.ClientPayloadError("payload is not completed")
+            )
+        ],
+    )
     event = blinking_api(core)
     assert event["state"] == "succeeded"
     assert core.calls == ["list", "watch", "list", "list", "list", "list"]
@@ -219,17 +240,22 @@ def test_the_trigger_rides_out_a_503_a_connection_reset_and_a_500(blinking_api):
 def test_a_watch_that_cannot_open_is_relisted(blinking_api):
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    core = ScriptedCore(lists=[TRAINING, TRAINED],
-                        watches=[ApiException(status=504, reason="Gateway Timeout")])
+    core = ScriptedCore(
+        lists=[TRAINING, TRAINED], watches=[ApiException(status=504, reason="Gateway Timeout")]
+    )
     assert blinking_api(core)["state"] == "succeeded"
 
 
 def test_the_trigger_still_fails_on_a_final_answer(blinking_api):
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    core = ScriptedCore(lists=[ApiException(status=503, reason="Service Unavailable"),
-                               ApiException(status=403, reason="Forbidden")],
-                        watches=[FakeWatchResponse([])])
+    core = ScriptedCore(
+        lists=[
+            ApiException(status=503, reason="Service Unavailable"),
+            ApiException(status=403, reason="Forbidden"),
+        ],
+        watches=[FakeWatchResponse([])],
+    )
     with pytest.raises(ApiException) as error:
         blinking_api(core)
     assert error.value.status == 403
@@ -238,8 +264,10 @@ def test_the_trigger_still_fails_on_a_final_answer(blinking_api):
 def test_an_api_still_down_at_the_deadline_fires_deadline_naming_the_error(blinking_api):
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    core = ScriptedCore(lists=[TRAINING, ApiException(status=503, reason="Service Unavailable")],
-                        watches=[FakeWatchResponse([])])
+    core = ScriptedCore(
+        lists=[TRAINING, ApiException(status=503, reason="Service Unavailable")],
+        watches=[FakeWatchResponse([])],
+    )
     event = blinking_api(core, deadline_in=0.3)
     assert event["state"] == "deadline"
     assert event["api_error"] == "503 Service Unavailable"
@@ -250,12 +278,17 @@ def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs()
     from operators.triggers import decide_training
     from tfjob.restart_policy import FailureKind, ReplicaFailure
 
-    evicted = replica_pod("worker", 0, {"terminated": {"exitCode": 143, "reason": "Error"}},
-                          phase="Failed")
+    evicted = replica_pod(
+        "worker", 0, {"terminated": {"exitCode": 143, "reason": "Error"}}, phase="Failed"
+    )
     evicted["status"]["reason"] = "Evicted"
     evicted["metadata"]["deletionTimestamp"] = "2026-12-03T06:10:00Z"
-    event = decide_training({"job-1234abcd-worker-0": evicted}, ["worker-0"],
-                            ["job-1234abcd-worker-0"], deadline=time.time() + 60)
+    event = decide_training(
+        {"job-1234abcd-worker-0": evicted},
+        ["worker-0"],
+        ["job-1234abcd-worker-0"],
+        deadline=time.time() + 60,
+    )
     assert event.state is TrainingState.FAILED
     assert event.failed["pod_reason"] == "Evicted" and event.failed["deleted"] is True
     payload = json.loads(json.dumps(event.to_payload()))  # as the triggerer stores it
@@ -263,6 +296,7 @@ def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs()
 
 
 # --- the event's shape and the decisions the watch delivers ----------------------------------
+
 
 def test_an_event_crosses_the_triggerers_database_unchanged():
     event = TrainingEvent(
@@ -281,10 +315,13 @@ def test_an_event_crosses_the_triggerers_database_unchanged():
     assert TrainingEvent.from_payload(quiet.to_payload()) == quiet
 
 
-@pytest.mark.parametrize(("state", "problem"), [
-    ("running", "an event is fired only once training is decided"),
-    ("finished", "'finished' is not a valid TrainingState"),
-])
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ("running", "an event is fired only once training is decided"),
+        ("finished", "'finished' is not a valid TrainingState"),
+    ],
+)
 def test_an_event_of_no_decided_state_is_refused(state, problem):
     with pytest.raises(ValueError, match=problem):
         TrainingEvent.from_payload({"state": state, "replicas": [], "failed": None})
@@ -307,8 +344,15 @@ def backoffs(monkeypatch):
 
 
 def test_a_410_gone_watch_relists_at_once_without_backing_off(blinking_api, backoffs):
-    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
-                                        "message": "too old resource version: 7 (9)"}}
+    gone = {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "code": 410,
+            "reason": "Expired",
+            "message": "too old resource version: 7 (9)",
+        },
+    }
     core = ScriptedCore(lists=[TRAINING, TRAINED], watches=[FakeWatchResponse([gone])])
     assert blinking_api(core)["state"] == "succeeded"
     assert core.calls == ["list", "watch", "list"]
@@ -318,15 +362,18 @@ def test_a_410_gone_watch_relists_at_once_without_backing_off(blinking_api, back
 def test_a_transient_failure_backs_off_before_it_relists(blinking_api, backoffs):
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    core = ScriptedCore(lists=[ApiException(status=503, reason="Service Unavailable"), TRAINED],
-                        watches=[FakeWatchResponse([])])
+    core = ScriptedCore(
+        lists=[ApiException(status=503, reason="Service Unavailable"), TRAINED],
+        watches=[FakeWatchResponse([])],
+    )
     assert blinking_api(core)["state"] == "succeeded"
     assert core.calls == ["list", "list"] and len(backoffs) == 1
 
 
 def test_a_watch_event_that_decides_fires_without_another_list(blinking_api):
-    core = ScriptedCore(lists=[TRAINING],
-                        watches=[FakeWatchResponse([{"type": "MODIFIED", "object": TRAINED[0]}])])
+    core = ScriptedCore(
+        lists=[TRAINING], watches=[FakeWatchResponse([{"type": "MODIFIED", "object": TRAINED[0]}])]
+    )
     event = blinking_api(core)
     assert event["state"] == "succeeded" and event["failed"] is None
     assert event["deciding"] == ["worker-0"]
@@ -335,18 +382,21 @@ def test_a_watch_event_that_decides_fires_without_another_list(blinking_api):
 
 
 def test_a_replica_that_exits_non_zero_during_the_watch_fails_the_run_with_it(blinking_api):
-    crashed = replica_pod("worker", 0, {"terminated": {"exitCode": 3, "reason": "Error"}},
-                          phase="Failed")
-    core = ScriptedCore(lists=[TRAINING],
-                        watches=[FakeWatchResponse([{"type": "MODIFIED", "object": crashed}])])
+    crashed = replica_pod(
+        "worker", 0, {"terminated": {"exitCode": 3, "reason": "Error"}}, phase="Failed"
+    )
+    core = ScriptedCore(
+        lists=[TRAINING], watches=[FakeWatchResponse([{"type": "MODIFIED", "object": crashed}])]
+    )
     event = blinking_api(core)
     assert event["state"] == "failed"
     assert event["failed"]["pod"] == "job-1234abcd-worker-0" and event["failed"]["exit_code"] == 3
 
 
 def test_a_deciding_pod_deleted_during_the_watch_fails_the_run_as_gone(blinking_api):
-    core = ScriptedCore(lists=[TRAINING],
-                        watches=[FakeWatchResponse([{"type": "DELETED", "object": TRAINING[0]}])])
+    core = ScriptedCore(
+        lists=[TRAINING], watches=[FakeWatchResponse([{"type": "DELETED", "object": TRAINING[0]}])]
+    )
     event = blinking_api(core)
     assert event["state"] == "failed"
     assert (event["failed"]["phase"], event["failed"]["reason"]) == ("Gone", "PodGone")
@@ -375,7 +425,10 @@ def test_the_event_counts_the_lines_each_replica_streamed_live(blinking_api):
     class LoggingCore(ScriptedCore):
         async def read_namespaced_pod_log(self, pod, namespace, **kwargs):
             assert (pod, kwargs["container"], kwargs["follow"]) == (
-                "job-1234abcd-worker-0", "tensorflow", True)
+                "job-1234abcd-worker-0",
+                "tensorflow",
+                True,
+            )
             return FakeLogResponse([b"step 1\nste", b"p 2\n", b"done"])
 
     core = LoggingCore(lists=[TRAINED], watches=[FakeWatchResponse([])])

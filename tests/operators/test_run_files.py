@@ -35,16 +35,21 @@ DAG = "tfjob_submit__team-a"
 RUN = "manual__2026-12-03T10:00:00+00:00"
 PREFIX = f"digits/runs/{DAG}/{RUN}/"
 STORAGE = RunStorage(bucket=BUCKET, prefix=PREFIX, aws_conn_id="team_a_s3")
-DESCRIBED = {"dag_id": DAG, "run_id": RUN, "aws_conn_id": "team_a_s3",
-             "run_prefix": f"s3://{BUCKET}/{PREFIX.rstrip('/')}"}
+DESCRIBED = {
+    "dag_id": DAG,
+    "run_id": RUN,
+    "aws_conn_id": "team_a_s3",
+    "run_prefix": f"s3://{BUCKET}/{PREFIX.rstrip('/')}",
+}
 SECRET = "test-secret-key-never-shown"
 
 
 @pytest.fixture
 def s3() -> Iterator[Any]:
     with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
-                              aws_secret_access_key=SECRET)
+        client = boto3.client(
+            "s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key=SECRET
+        )
         client.create_bucket(Bucket=BUCKET)
         yield client
 
@@ -56,26 +61,37 @@ def put(s3: Any, path: str, body: bytes) -> None:
 # --- the path rules -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["run.json", "model/saved_model.pb", "logs/worker-0.log",
-                                  "model/variables/variables.data-00000-of-00001", "a b/ü.txt",
-                                  "x" * MAX_PATH_CHARS])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "run.json",
+        "model/saved_model.pb",
+        "logs/worker-0.log",
+        "model/variables/variables.data-00000-of-00001",
+        "a b/ü.txt",
+        "x" * MAX_PATH_CHARS,
+    ],
+)
 def test_a_relative_path_inside_the_run_is_accepted(path):
     assert check_run_file_path(path) == path
 
 
-@pytest.mark.parametrize(("path", "rule"), [
-    ("", "a file of the run is required"),
-    ("/etc/passwd", "an absolute path is not allowed"),
-    ("..", "segment '..' is not allowed"),
-    ("../other-run/run.json", "segment '..' is not allowed"),
-    ("model/../../x", "segment '..' is not allowed"),
-    ("./run.json", "segment '.' is not allowed"),
-    ("model//saved_model.pb", "segment '' is not allowed"),
-    ("model/", "segment '' is not allowed"),
-    ("model\\saved_model.pb", "backslashes are not allowed"),
-    ("logs/a\nb", "control characters are not allowed"),
-    ("x" * (MAX_PATH_CHARS + 1), f"at most {MAX_PATH_CHARS} characters are allowed"),
-])
+@pytest.mark.parametrize(
+    ("path", "rule"),
+    [
+        ("", "a file of the run is required"),
+        ("/etc/passwd", "an absolute path is not allowed"),
+        ("..", "segment '..' is not allowed"),
+        ("../other-run/run.json", "segment '..' is not allowed"),
+        ("model/../../x", "segment '..' is not allowed"),
+        ("./run.json", "segment '.' is not allowed"),
+        ("model//saved_model.pb", "segment '' is not allowed"),
+        ("model/", "segment '' is not allowed"),
+        ("model\\saved_model.pb", "backslashes are not allowed"),
+        ("logs/a\nb", "control characters are not allowed"),
+        ("x" * (MAX_PATH_CHARS + 1), f"at most {MAX_PATH_CHARS} characters are allowed"),
+    ],
+)
 def test_a_path_that_could_leave_the_run_is_refused_naming_the_path_and_the_rule(path, rule):
     with pytest.raises(RunFilePathError) as refused:
         check_run_file_path(path)
@@ -106,10 +122,16 @@ def test_the_storage_is_the_run_prefix_and_connection_validate_described():
     assert storage == STORAGE and storage.uri == f"s3://{BUCKET}/{PREFIX}"
 
 
-@pytest.mark.parametrize("change", [
-    {"run_prefix": None}, {"aws_conn_id": ""}, {"run_prefix": "models/x"},
-    {"run_prefix": f"s3://{BUCKET}/digits/runs/{DAG}/other-run"}, {"run_id": "other-run"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"run_prefix": None},
+        {"aws_conn_id": ""},
+        {"run_prefix": "models/x"},
+        {"run_prefix": f"s3://{BUCKET}/digits/runs/{DAG}/other-run"},
+        {"run_id": "other-run"},
+    ],
+)
 def test_a_description_without_this_run_s_prefix_or_connection_serves_nothing(change):
     with pytest.raises(RunNotArchivableError) as refused:
         locate_run_storage({**DESCRIBED, **change}, DAG, RUN)
@@ -126,7 +148,9 @@ def test_the_listing_holds_paths_relative_to_the_run_with_size_and_time(s3):
     s3.put_object(Bucket=BUCKET, Key=f"digits/runs/{DAG}/{RUN}-2/run.json", Body=b"other")
     listing = list_run_files(s3, STORAGE).as_json()
     assert [(f["path"], f["size"]) for f in listing["files"]] == [
-        ("model/saved_model.pb", 11), ("run.json", 2)]
+        ("model/saved_model.pb", 11),
+        ("run.json", 2),
+    ]
     assert listing["files"][0]["last_modified"].startswith("20")
     assert listing["truncated"] is False and "note" not in listing
     assert listing["run_prefix"] == f"s3://{BUCKET}/{PREFIX}"
@@ -174,9 +198,11 @@ def test_a_missing_bucket_is_a_404_naming_the_bucket(s3):
 
 def test_the_download_name_is_the_last_segment_quoted_for_any_client():
     assert build_content_disposition("saved_model.pb") == (
-        "attachment; filename=\"saved_model.pb\"; filename*=UTF-8''saved_model.pb")
+        "attachment; filename=\"saved_model.pb\"; filename*=UTF-8''saved_model.pb"
+    )
     assert build_content_disposition('ü"x.txt') == (
-        "attachment; filename=\"__x.txt\"; filename*=UTF-8''%C3%BC%22x.txt")
+        "attachment; filename=\"__x.txt\"; filename*=UTF-8''%C3%BC%22x.txt"
+    )
 
 
 # --- the HTTP routes ------------------------------------------------------------------------
@@ -225,14 +251,17 @@ def test_the_list_route_answers_json_and_refuses_a_bad_directory(api, s3):
     assert refused.status_code == 400 and "'../'" in refused.json()["detail"]
 
 
-@pytest.mark.parametrize(("path", "status", "words"), [
-    ("model/nothing.bin", 404, "model/nothing.bin: no such file"),
-    ("", 400, "a file of the run is required"),
-    ("model//x", 400, "segment '' is not allowed"),
-    ("..%2Fother/run.json", 400, "segment '..' is not allowed"),
-    ("model%5Cx", 400, "backslashes are not allowed"),
-    ("x" * 1100, 400, "at most 1024 characters"),
-])
+@pytest.mark.parametrize(
+    ("path", "status", "words"),
+    [
+        ("model/nothing.bin", 404, "model/nothing.bin: no such file"),
+        ("", 400, "a file of the run is required"),
+        ("model//x", 400, "segment '' is not allowed"),
+        ("..%2Fother/run.json", 400, "segment '..' is not allowed"),
+        ("model%5Cx", 400, "backslashes are not allowed"),
+        ("x" * 1100, 400, "at most 1024 characters"),
+    ],
+)
 def test_the_file_route_answers_400_or_404_naming_the_path(api, path, status, words):
     answer = api.get(files_url(path))
     assert answer.status_code == status, answer.text
@@ -241,9 +270,12 @@ def test_the_file_route_answers_400_or_404_naming_the_path(api, path, status, wo
 
 def test_no_answer_carries_a_secret_or_a_presigned_url(api, s3):
     put(s3, "run.json", b"{}")
-    texts = [api.get(files_url()).text, api.get(files_url("run.json")).text,
-             json.dumps(dict(api.get(files_url("run.json")).headers)),
-             api.get(files_url("nothing")).text]
+    texts = [
+        api.get(files_url()).text,
+        api.get(files_url("run.json")).text,
+        json.dumps(dict(api.get(files_url("run.json")).headers)),
+        api.get(files_url("nothing")).text,
+    ]
     for text in texts:
         for mark in (SECRET, "X-Amz-Signature", "x-amz-signature", "X-Amz-Credential"):
             assert mark not in text

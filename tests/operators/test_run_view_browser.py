@@ -50,15 +50,23 @@ REPLICAS = {"chief": 1, "ps": 1, "worker": 1, "evaluator": 0}
 
 def distributed_request(world: Any, name: str, sleep_s: int) -> dict[str, Any]:
     behaviour = {r: {"sleep": sleep_s, "metric_every": 1} for r in ("chief-0", "worker-0")}
-    return world.request(name, mode="distributed", strategy="parameter_server",
-                         replicas=REPLICAS, active_deadline=300,
-                         env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)})
+    return world.request(
+        name,
+        mode="distributed",
+        strategy="parameter_server",
+        replicas=REPLICAS,
+        active_deadline=300,
+        env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)},
+    )
 
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {k: v for k, v in pipeline_world.env.items()
-           if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"}
+    env = {
+        k: v
+        for k, v in pipeline_world.env.items()
+        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+    }
     env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
     handle = start_airflow(tmp_path_factory.mktemp("airflow-view"), extra_env=env)
     try:
@@ -73,14 +81,16 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox"])
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
         yield chromium
         chromium.close()
 
 
-def open_tab(browser: Any, airflow: Any, run_id: str, dag_id: str = SUBMIT,
-             color_scheme: str = "light") -> tuple[Any, Any]:
+def open_tab(
+    browser: Any, airflow: Any, run_id: str, dag_id: str = SUBMIT, color_scheme: str = "light"
+) -> tuple[Any, Any]:
     """The run's TFJob tab in the Airflow UI, logged in as `airflow`'s user: (page, tab), the
     tab a frame locator (the UI may re-render its iframe; a locator finds it again)."""
     page = open_page(browser, airflow, tab_path(run_id, dag_id), color_scheme)
@@ -104,8 +114,9 @@ def save_screenshot(page: Any, name: str, full_page: bool = False) -> None:
     """Into $TFJOB_VIEW_SCREENSHOTS when set (scripts/view_screenshots.sh: docs/images/)."""
     folder = os.environ.get("TFJOB_VIEW_SCREENSHOTS")
     if folder:
-        page.screenshot(path=os.path.join(folder, f"{name}.jpg"), type="jpeg", quality=70,
-                        full_page=full_page)
+        page.screenshot(
+            path=os.path.join(folder, f"{name}.jpg"), type="jpeg", quality=70, full_page=full_page
+        )
 
 
 def tenant_user(airflow: Any, tenant: str) -> Any:
@@ -126,47 +137,68 @@ def running(pipeline_world, airflow) -> dict[str, Any]:
 
 def replica_phases(tab: Any) -> dict[str, str]:
     rows = tab.locator("#replicas tbody tr[data-replica]")
-    return {rows.nth(i).get_attribute("data-replica"): rows.nth(i).locator("td").nth(4)
-            .inner_text().strip() for i in range(rows.count())}
+    return {
+        rows.nth(i).get_attribute("data-replica"): rows.nth(i)
+        .locator("td")
+        .nth(4)
+        .inner_text()
+        .strip()
+        for i in range(rows.count())
+    }
 
 
-def test_a_running_job_shows_every_replica_running_its_curve_and_live_log(browser, airflow,
-                                                                           running):
+def test_a_running_job_shows_every_replica_running_its_curve_and_live_log(
+    browser, airflow, running
+):
     # The tenant's own user: the tab needs the plugin list, which tenant roles may read.
     page, tab = open_tab(browser, tenant_user(airflow, "test"), running["dag_run_id"])
     expected = {"chief-0", "ps-0", "worker-0"}
 
     def all_running() -> dict[str, str] | None:
         phases = replica_phases(tab)
-        return phases if set(phases) == expected and set(phases.values()) == {"Running"} \
-            else None
+        return phases if set(phases) == expected and set(phases.values()) == {"Running"} else None
 
     wait_for(all_running, 150, "every replica Running in the tab", interval=0.5)
     assert tab.locator("#replicas-from").inner_text() == "live from Kubernetes"
     assert tab.locator("#state").inner_text() == "running"
     assert tab.locator("#job-name").inner_text() == "view-live"
-    wait_for(lambda: points_of(tab, "loss") >= 3 or None, 60,
-             "a loss curve of at least 3 points", interval=0.5)
+    wait_for(
+        lambda: points_of(tab, "loss") >= 3 or None,
+        60,
+        "a loss curve of at least 3 points",
+        interval=0.5,
+    )
     assert tab.locator("#curves-from").inner_text() == "live from the pods' logs"
     # The ClusterSpec as a table once clusterspec pushed it (pods run before it is
     # delivered), and the timeline to scale: validate to clusterspec ended, train started.
-    wait_for(lambda: tab.locator("#cluster tbody tr").count() == 3 or None, 30,
-             "the ClusterSpec's three rows")
+    wait_for(
+        lambda: tab.locator("#cluster tbody tr").count() == 3 or None,
+        30,
+        "the ClusterSpec's three rows",
+    )
     assert tab.locator("#timeline .bar").count() >= 5
 
     tab.locator("#log-replica").select_option("worker-0")
 
     def fresh_tick() -> float | None:
-        ticks = re.findall(r"standin worker-0 tick \d+ at ([0-9.]+)",
-                           tab.locator("#log").inner_text())
+        ticks = re.findall(
+            r"standin worker-0 tick \d+ at ([0-9.]+)", tab.locator("#log").inner_text()
+        )
         lag = time.time() - float(ticks[-1]) if ticks else None
         return lag if lag is not None and lag < LIVE_LAG_S else None
 
     lag = wait_for(fresh_tick, 30, f"a worker-0 line printed under {LIVE_LAG_S} s ago")
     assert tab.locator("#log-source").inner_text() == "followed live"
     tab.locator("#log-filter").fill("TFJOB_METRIC")
-    wait_for(lambda: (lines := tab.locator("#log").inner_text().splitlines()) and all(
-        "TFJOB_METRIC" in line for line in lines) or None, 15, "the log filtered")
+    wait_for(
+        lambda: (
+            (lines := tab.locator("#log").inner_text().splitlines())
+            and all("TFJOB_METRIC" in line for line in lines)
+            or None
+        ),
+        15,
+        "the log filtered",
+    )
     # Readable on a laptop screen: nothing wider than the frame.
     width = tab.locator("html").evaluate("html => [html.scrollWidth, html.clientWidth]")
     assert width[0] <= width[1], f"horizontal scrolling: {width}"
@@ -177,22 +209,27 @@ def test_a_running_job_shows_every_replica_running_its_curve_and_live_log(browse
     page.context.close()
 
 
-def test_after_the_run_the_archived_logs_curves_and_outputs_are_served(browser, airflow,
-                                                                       running):
+def test_after_the_run_the_archived_logs_curves_and_outputs_are_served(browser, airflow, running):
     run_id = running["dag_run_id"]
     done = await_run(airflow, SUBMIT, run_id)
     assert done["state"] == "success", explain_run(airflow, SUBMIT, run_id)
     page, tab = open_tab(browser, airflow, run_id, color_scheme="dark")
-    wait_for(lambda: tab.locator("#state").inner_text() == "success" or None, 60,
-             "the tab showing the finished run")
+    wait_for(
+        lambda: tab.locator("#state").inner_text() == "success" or None,
+        60,
+        "the tab showing the finished run",
+    )
     # The UI is dark (its "system" theme on a dark browser), and the tab follows its class.
     assert "dark" in (page.locator("html").get_attribute("class") or "").split()
     assert tab.locator("html").get_attribute("data-theme") == "dark"
     assert tab.locator("#replicas-from").inner_text() == "as the run recorded them"
     assert not tab.locator("#cancel").is_visible()
     tab.locator("#log-replica").select_option("worker-0")
-    wait_for(lambda: "standin worker-0 done" in tab.locator("#log").inner_text() or None,
-             30, "worker-0's archived log")
+    wait_for(
+        lambda: "standin worker-0 done" in tab.locator("#log").inner_text() or None,
+        30,
+        "worker-0's archived log",
+    )
     assert tab.locator("#log-source").inner_text() == "from the archive"
     wait_for(lambda: points_of(tab, "loss") >= 3 or None, 30, "the archived curve")
     links = tab.locator("#outputs a")
@@ -225,13 +262,19 @@ def test_cancel_from_the_page_tears_the_run_down(browser, airflow, pipeline_worl
     cancel.click()  # asked twice in the page: the UI's iframe sandbox allows no dialog
     assert cancel.inner_text().startswith("Click again to cancel")
     cancel.click()
-    wait_for(lambda: "cancelled" in tab.locator("#cancel-note").inner_text() or None, 30,
-             "the page saying the run is cancelled")
+    wait_for(
+        lambda: "cancelled" in tab.locator("#cancel-note").inner_text() or None,
+        30,
+        "the page saying the run is cancelled",
+    )
     done = await_run(airflow, SUBMIT, run["dag_run_id"])
     assert done["state"] == "failed"
-    states = {ti["task_id"]: ti["state"] for ti in airflow.request(
-        "GET", f"/api/v2/dags/{SUBMIT}/dagRuns/{run['dag_run_id']}/taskInstances")
-        ["task_instances"]}
+    states = {
+        ti["task_id"]: ti["state"]
+        for ti in airflow.request(
+            "GET", f"/api/v2/dags/{SUBMIT}/dagRuns/{run['dag_run_id']}/taskInstances"
+        )["task_instances"]
+    }
     assert states["train"] == "failed" and states["teardown"] == "success", states
     assert states["archive"] == "success", states
     assert pipeline_world.run_objects("view-cancel") == []
@@ -246,14 +289,21 @@ def test_another_tenants_user_gets_the_403_page(browser, airflow, running):
     assert page.locator("#job-name").count() == 0
     assert page.context.request.get(airflow.url + run_path).status == 403
     assert page.context.request.get(airflow.url + run_path + "/logs/worker-0").status == 403
-    cancel = page.context.request.post(airflow.url + run_path + "/cancel",
-                                       headers={"X-TFJob-Cancel": "1"})
+    cancel = page.context.request.post(
+        airflow.url + run_path + "/cancel", headers={"X-TFJob-Cancel": "1"}
+    )
     assert cancel.status == 403
     page.context.close()
     # Inside the Airflow UI the run is not theirs: Airflow's own error page, no job view.
     page, tab = open_tab(browser, other, running["dag_run_id"])
-    refused = wait_for(lambda: page.get_by_text(re.compile(r"^(403|404)$")).count()
-                       or tab.locator("main.refused").count(), 60, "a refusal in the UI")
+    refused = wait_for(
+        lambda: (
+            page.get_by_text(re.compile(r"^(403|404)$")).count()
+            or tab.locator("main.refused").count()
+        ),
+        60,
+        "a refusal in the UI",
+    )
     assert refused and tab.locator("#job-name").count() == 0
     page.context.close()
 
@@ -289,8 +339,7 @@ def card_of(answer: dict[str, Any], tenant: str) -> dict[str, Any] | None:
     return next((card for card in answer["tenants"] if card["name"] == tenant), None)
 
 
-def test_the_tenants_json_shows_a_running_job_and_its_quota_to_its_tenant_only(airflow,
-                                                                                tenant_run):
+def test_the_tenants_json_shows_a_running_job_and_its_quota_to_its_tenant_only(airflow, tenant_run):
     run_id = tenant_run["dag_run_id"]
     own = tenant_user(airflow, "test")
 
@@ -325,15 +374,20 @@ def test_the_tenants_json_shows_a_running_job_and_its_quota_to_its_tenant_only(a
     assert "href=../static/run.css" in page
 
 
-def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(browser, airflow,
-                                                                               tenant_run):
+def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(
+    browser, airflow, tenant_run
+):
     run_id = tenant_run["dag_run_id"]
     page = open_page(browser, tenant_user(airflow, "test"), TENANTS_PAGE)
     frame = page.frame_locator('iframe[title="TFJob tenants"]')
     card = frame.locator("section[data-tenant=test]")
     row = card.locator(f'tr[data-run="{run_id}"]')
-    wait_for(lambda: row.count() and row.locator("td.pods").inner_text() == "3/3", 150,
-             "tenant test's run with 3/3 pods running on the page", interval=0.5)
+    wait_for(
+        lambda: row.count() and row.locator("td.pods").inner_text() == "3/3",
+        150,
+        "tenant test's run with 3/3 pods running on the page",
+        interval=0.5,
+    )
     assert row.locator("a").inner_text() == "view-tenants"
     href = row.locator("a").get_attribute("href")
     assert href == tab_path(run_id)  # the run's TFJob tab
@@ -348,8 +402,11 @@ def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(b
 
     other = open_page(browser, tenant_user(airflow, "research"), TENANTS_PAGE)
     frame = other.frame_locator('iframe[title="TFJob tenants"]')
-    wait_for(lambda: frame.locator("section[data-tenant=research]").count(), 60,
-             "tenant research's own card")
+    wait_for(
+        lambda: frame.locator("section[data-tenant=research]").count(),
+        60,
+        "tenant research's own card",
+    )
     assert frame.locator("section[data-tenant=test]").count() == 0
     assert run_id not in frame.locator("#tenants").inner_text()
     other.context.close()

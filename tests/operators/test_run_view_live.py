@@ -36,17 +36,30 @@ DAG, RUN = "tfjob_submit__team-a", "manual__1"
 NAMESPACE, RUN_KEY = "tfjob-team-a", "digits-1234abcd"
 
 
-def a_pod(role: str, index: int, phase: str = "Running", gpus: int = 0,
-          restarts: int = 0) -> dict[str, Any]:
+def a_pod(
+    role: str, index: int, phase: str = "Running", gpus: int = 0, restarts: int = 0
+) -> dict[str, Any]:
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return {
-        "metadata": {"name": f"{RUN_KEY}-{role}-{index}",
-                     "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)}},
-        "spec": {"nodeName": f"node-{index % 4}",
-                 "containers": [{"name": "tensorflow", "resources": {"limits": limits}}]},
-        "status": {"phase": phase, "podIP": f"10.77.0.{index + 2}",
-                   "containerStatuses": [{"name": "tensorflow", "restartCount": restarts,
-                                          "state": {"running": {"startedAt": "t"}}}]},
+        "metadata": {
+            "name": f"{RUN_KEY}-{role}-{index}",
+            "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)},
+        },
+        "spec": {
+            "nodeName": f"node-{index % 4}",
+            "containers": [{"name": "tensorflow", "resources": {"limits": limits}}],
+        },
+        "status": {
+            "phase": phase,
+            "podIP": f"10.77.0.{index + 2}",
+            "containerStatuses": [
+                {
+                    "name": "tensorflow",
+                    "restartCount": restarts,
+                    "state": {"running": {"startedAt": "t"}},
+                }
+            ],
+        },
     }
 
 
@@ -98,8 +111,7 @@ def test_pods_are_read_once_per_ttl_whatever_the_number_of_callers():
 def test_callers_arriving_during_a_read_share_it_instead_of_starting_another():
     kube = FakeKubernetes([a_pod("worker", 0)], delay_s=0.3)
     live = LiveReads(kube.read_pods, kube.read_log)
-    threads = [threading.Thread(target=live.list_pods, args=(NAMESPACE, RUN_KEY))
-               for _ in range(8)]
+    threads = [threading.Thread(target=live.list_pods, args=(NAMESPACE, RUN_KEY)) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -123,8 +135,12 @@ def test_a_live_replica_row_has_node_ip_gpus_and_restarts():
     row = describe_live_replicas([a_pod("worker", 1, gpus=2, restarts=3)])[0]
     assert (row["role"], row["index"], row["phase"]) == ("worker", 1, "Running")
     assert (row["node"], row["ip"], row["gpus"], row["restarts"]) == ("node-1", "10.77.0.3", 2, 3)
-    assert count_pod_gpus({"spec": {"containers": [{"resources": {"limits": {
-        "nvidia.com/gpu": "x"}}}]}}) == 0
+    assert (
+        count_pod_gpus(
+            {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}
+        )
+        == 0
+    )
 
 
 # --- log lines and curves -------------------------------------------------------------------
@@ -137,10 +153,18 @@ def test_the_last_lines_holding_the_filter_are_kept_case_insensitively():
     assert select_log_lines("", 5) == []
 
 
-@pytest.mark.parametrize(("replica", "ok"), [("worker-0", True), ("chief-12", True),
-                                             ("ps-0", True), ("../run.json", False),
-                                             ("worker", False), ("worker-0.log", False),
-                                             ("x" * 100, False)])
+@pytest.mark.parametrize(
+    ("replica", "ok"),
+    [
+        ("worker-0", True),
+        ("chief-12", True),
+        ("ps-0", True),
+        ("../run.json", False),
+        ("worker", False),
+        ("worker-0.log", False),
+        ("x" * 100, False),
+    ],
+)
 def test_a_replica_is_role_dash_index(replica, ok):
     if ok:
         assert check_replica_id(replica) == replica
@@ -157,11 +181,14 @@ def test_tail_and_filter_are_bounded_naming_the_field():
 
 
 def test_curves_are_each_replicas_metric_points_in_order():
-    logs = {"worker-0": 'x\nTFJOB_METRIC {"step": 1, "loss": 2.0}\n'
-                        '[w] TFJOB_METRIC {"step": 2, "loss": 1.5}\nTFJOB_METRICS {"a": 1}\n',
-            "worker-1": "no points\n"}
-    assert collect_curves(logs) == {"worker-0": [{"step": 1.0, "loss": 2.0},
-                                                 {"step": 2.0, "loss": 1.5}]}
+    logs = {
+        "worker-0": 'x\nTFJOB_METRIC {"step": 1, "loss": 2.0}\n'
+        '[w] TFJOB_METRIC {"step": 2, "loss": 1.5}\nTFJOB_METRICS {"a": 1}\n',
+        "worker-1": "no points\n",
+    }
+    assert collect_curves(logs) == {
+        "worker-0": [{"step": 1.0, "loss": 2.0}, {"step": 2.0, "loss": 1.5}]
+    }
     assert replica_of_log_name("s3://b/o/runs/d/r/logs/chief-0.log") == "chief-0"
     assert replica_of_log_name("s3://b/o/runs/d/r/logs/notes.txt") is None
 
@@ -172,18 +199,30 @@ REPLICAS = 32
 
 
 def summary_of_an_active_run(replicas: int) -> dict[str, Any]:
-    described = {"request": {"name": "digits", "tenant": "team-a", "mode": "distributed",
-                             "replicas": {"chief": 1, "worker": replicas - 1}},
-                 "namespace": NAMESPACE, "run_key": RUN_KEY}
-    cluster = {"chief": ["10.77.0.2:2222"],
-               "worker": [f"10.77.0.{i + 3}:2222" for i in range(replicas - 1)]}
-    tasks = {t: TaskTimes("success", "2026-12-04T10:00:00+00:00", "2026-12-04T10:00:02+00:00")
-             for t in ("validate", "fetch_bundle", "launch", "clusterspec")}
+    described = {
+        "request": {
+            "name": "digits",
+            "tenant": "team-a",
+            "mode": "distributed",
+            "replicas": {"chief": 1, "worker": replicas - 1},
+        },
+        "namespace": NAMESPACE,
+        "run_key": RUN_KEY,
+    }
+    cluster = {
+        "chief": ["10.77.0.2:2222"],
+        "worker": [f"10.77.0.{i + 3}:2222" for i in range(replicas - 1)],
+    }
+    tasks = {
+        t: TaskTimes("success", "2026-12-04T10:00:00+00:00", "2026-12-04T10:00:02+00:00")
+        for t in ("validate", "fetch_bundle", "launch", "clusterspec")
+    }
     tasks["train"] = TaskTimes("deferred", "2026-12-04T10:00:03+00:00")
-    xcoms = {("validate", "return_value"): described,
-             ("clusterspec", "return_value"): {"cluster": cluster}}
-    return summarize_run(DAG, RUN, RunTimes("running", "2026-12-04T10:00:00+00:00"), xcoms,
-                         tasks)
+    xcoms = {
+        ("validate", "return_value"): described,
+        ("clusterspec", "return_value"): {"cluster": cluster},
+    }
+    return summarize_run(DAG, RUN, RunTimes("running", "2026-12-04T10:00:00+00:00"), xcoms, tasks)
 
 
 @pytest.fixture
@@ -196,8 +235,11 @@ def api_of_a_32_replica_run(monkeypatch):
 
     pods = [a_pod("chief", 0)] + [a_pod("worker", i) for i in range(REPLICAS - 1)]
     kube = FakeKubernetes(pods, delay_s=0.02)
-    monkeypatch.setattr(run_view_api, "read_run_summary",
-                        lambda _session, dag, run: summary_of_an_active_run(REPLICAS))
+    monkeypatch.setattr(
+        run_view_api,
+        "read_run_summary",
+        lambda _session, dag, run: summary_of_an_active_run(REPLICAS),
+    )
     monkeypatch.setattr(run_view_api, "is_allowed", lambda *args: True)
     app = run_view_api.build_app(LiveReads(kube.read_pods, kube.read_log))
     app.dependency_overrides[run_view_api.CAN_READ_XCOM[0].dependency] = lambda: None
@@ -222,8 +264,7 @@ def test_the_json_of_a_32_replica_run_answers_in_under_200_ms(api_of_a_32_replic
     # processes one answer may wait for a CPU, which says nothing about the view.
     median = statistics.median(durations)
     assert median < 0.200, f"answers took {[round(d * 1000) for d in durations]} ms"
-    print(f"32 replicas: median {median * 1000:.1f} ms, "
-          f"max {max(durations) * 1000:.1f} ms")
+    print(f"32 replicas: median {median * 1000:.1f} ms, max {max(durations) * 1000:.1f} ms")
 
 
 def test_tabs_polling_together_read_kubernetes_at_most_once_per_2_s(api_of_a_32_replica_run):
@@ -252,7 +293,8 @@ def test_tabs_polling_together_read_kubernetes_at_most_once_per_2_s(api_of_a_32_
 def test_a_live_replica_of_a_restarted_gang_counts_the_gang_restarts_too():
     pod = a_pod("worker", 0, restarts=1)
     pod["metadata"].setdefault("annotations", {})["tfjob.io/attempts"] = json.dumps(
-        [{"number": 1, "outcome": "restarted"}, {"number": 2, "outcome": "running"}])
+        [{"number": 1, "outcome": "restarted"}, {"number": 2, "outcome": "running"}]
+    )
     assert describe_live_replicas([pod])[0]["restarts"] == 2
     pod["metadata"]["annotations"]["tfjob.io/attempts"] = "not json"
     assert describe_live_replicas([pod])[0]["restarts"] == 1

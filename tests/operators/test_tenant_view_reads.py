@@ -26,8 +26,12 @@ class FakeCoreV1:
 
     def list_resource_quota_for_all_namespaces(self) -> FakeList:
         self.calls.append("quotas")
-        return FakeList([{"metadata": {"name": "tfjob-quota", "namespace": "tfjob-a"}},
-                         {"metadata": {"name": "someone-elses", "namespace": "tfjob-a"}}])
+        return FakeList(
+            [
+                {"metadata": {"name": "tfjob-quota", "namespace": "tfjob-a"}},
+                {"metadata": {"name": "someone-elses", "namespace": "tfjob-a"}},
+            ]
+        )
 
 
 class Clock:

@@ -37,17 +37,27 @@ class LogCore:
 
 
 def started_pod(role: str, index: int) -> dict:
-    return {"metadata": {"name": f"job-1234abcd-{role}-{index}",
-                         "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)}},
-            "status": {"phase": "Running",
-                       "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}]}}
+    return {
+        "metadata": {
+            "name": f"job-1234abcd-{role}-{index}",
+            "labels": {"tfjob.io/role": role, "tfjob.io/index": str(index)},
+        },
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],
+        },
+    }
 
 
 def follow(deciding: list[str], pods: list[dict]) -> tuple[list[str], dict[str, int]]:
     trigger = TrainingTrigger(
-        namespace="ns", selector="tfjob.io/run=job-1234abcd",
-        expected_pods=[p["metadata"]["name"] for p in pods], deciding=deciding,
-        deadline=time.time() + 60, kubernetes_conn_id="kubernetes_default")
+        namespace="ns",
+        selector="tfjob.io/run=job-1234abcd",
+        expected_pods=[p["metadata"]["name"] for p in pods],
+        deciding=deciding,
+        deadline=time.time() + 60,
+        kubernetes_conn_id="kubernetes_default",
+    )
     core = LogCore()
 
     async def run() -> dict[str, int]:
@@ -64,8 +74,11 @@ def follow(deciding: list[str], pods: list[dict]) -> tuple[list[str], dict[str, 
 
 
 def test_a_parameter_server_gang_streams_only_its_chief() -> None:
-    pods = [started_pod("chief", 0), started_pod("ps", 0),
-            *(started_pod("worker", i) for i in range(6))]
+    pods = [
+        started_pod("chief", 0),
+        started_pod("ps", 0),
+        *(started_pod("worker", i) for i in range(6)),
+    ]
     followed, streamed = follow(["chief-0"], pods)
     assert followed == ["job-1234abcd-chief-0"]
     assert streamed == {"chief-0": 2}  # train writes every other replica's log when it resumes

@@ -87,8 +87,11 @@ def container_states(pod: Any) -> dict[str, Any]:
 
 
 def runtime_files() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted((REPO / "runtime").glob("*.py"))
-            if p.name != "__init__.py"}
+    return {
+        p.name: p.read_text()
+        for p in sorted((REPO / "runtime").glob("*.py"))
+        if p.name != "__init__.py"
+    }
 
 
 def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) -> None:
@@ -99,9 +102,13 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         kube = start_localkube(tmp_path, forward_ports=(port,))
         s3 = s3_info.client()
         signer = boto3.client(
-            "s3", endpoint_url=s3_info.endpoint, aws_access_key_id=s3_info.access_key,
-            aws_secret_access_key=s3_info.secret_key, region_name=s3_info.region,
-            config=Config(signature_version="s3v4"))
+            "s3",
+            endpoint_url=s3_info.endpoint,
+            aws_access_key_id=s3_info.access_key,
+            aws_secret_access_key=s3_info.secret_key,
+            region_name=s3_info.region,
+            config=Config(signature_version="s3v4"),
+        )
         bucket = s3_info.bucket
         src = tmp_path / "src"
         (src / "code").mkdir(parents=True)
@@ -109,10 +116,17 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         write_bundle(src, tmp_path / "bundle.tar.gz", "keeper-e2e")
         s3.upload_file(str(tmp_path / "bundle.tar.gz"), bucket, "bundles/keeper.tar.gz")
 
-        request = load_request(valid_request_data(
-            name="keeper", image="python:3.11", bundle=f"s3://{bucket}/bundles/keeper.tar.gz",
-            output=f"s3://{bucket}/outputs/keeper", startup_timeout=60, active_deadline=300,
-            resources={"worker": {"cpu": "200m", "memory": "256Mi"}}))
+        request = load_request(
+            valid_request_data(
+                name="keeper",
+                image="python:3.11",
+                bundle=f"s3://{bucket}/bundles/keeper.tar.gz",
+                output=f"s3://{bucket}/outputs/keeper",
+                startup_timeout=60,
+                active_deadline=300,
+                resources={"worker": {"cpu": "200m", "memory": "256Mi"}},
+            )
+        )
         run = read_run(describe_run(request, RUN_ID, "tfjob__keeper", "aws_default"))
         identity = run.identity()
         api = kube.core_v1()
@@ -125,17 +139,25 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         upload["url"] = f"http://127.0.0.1:{closed_port()}/{bucket}"
         main["env"] = [e for e in main["env"] if e["name"] != "TFJOB_UPLOAD_PATIENCE"]
         main["env"].append({"name": "TFJOB_UPLOAD_PATIENCE", "value": "2"})
-        access = {"bundle_url": presign_bundle_url(signer, request.bundle, 3600),
-                  "upload.json": json.dumps(upload)}
+        access = {
+            "bundle_url": presign_bundle_url(signer, request.bundle, 3600),
+            "upload.json": json.dumps(upload),
+        }
         for volume in pod["spec"]["volumes"]:  # every Secret the pod mounts, whatever its split
             if "secret" in volume:
-                api.create_namespaced_secret(run.namespace, {
-                    "metadata": {"name": volume["secret"]["secretName"],
-                                 "labels": naming.run_labels(request.name, run.run_key,
-                                                             request.tenant)},
-                    "stringData": access})
+                api.create_namespaced_secret(
+                    run.namespace,
+                    {
+                        "metadata": {
+                            "name": volume["secret"]["secretName"],
+                            "labels": naming.run_labels(request.name, run.run_key, request.tenant),
+                        },
+                        "stringData": access,
+                    },
+                )
         api.create_namespaced_config_map(
-            run.namespace, build_runtime_configmap(identity, runtime_files(), request.tenant))
+            run.namespace, build_runtime_configmap(identity, runtime_files(), request.tenant)
+        )
         api.create_namespaced_pod(run.namespace, pod)
         name = pod["metadata"]["name"]
 
@@ -156,11 +178,18 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         assert live.status.phase == "Running"  # the keeper holds the pod
         prefix = f"outputs/keeper/runs/tfjob__keeper/{RUN_ID}/"
         assert run.run_prefix == f"s3://{bucket}/{prefix.rstrip('/')}"
-        assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}model/"
-                                  ).get("KeyCount") == 0
+        assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}model/").get("KeyCount") == 0
 
-        manifest = archive_run(api, s3, run, bundle=None, cluster_spec=None,
-                               train_replicas=None, metrics=None, timings={})
+        manifest = archive_run(
+            api,
+            s3,
+            run,
+            bundle=None,
+            cluster_spec=None,
+            train_replicas=None,
+            metrics=None,
+            timings={},
+        )
 
         assert manifest["model"]["recovered_from_pod"] is True
         assert manifest["model"]["objects"] == 2

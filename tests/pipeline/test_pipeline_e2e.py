@@ -263,8 +263,9 @@ def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_i
         # It took nothing: its ticket is gone again and no pod was made.
         assert world.run_objects("e2e-admit") == [], world.run_objects("e2e-admit")
         api.delete_namespaced_config_map(
-            naming.configmap_name(naming.run_key(holders[0], f"tfjob__{holders[0]}",
-                                                 "manual__hold")),
+            naming.configmap_name(
+                naming.run_key(holders[0], f"tfjob__{holders[0]}", "manual__hold")
+            ),
             NAMESPACE,
         )
     finally:

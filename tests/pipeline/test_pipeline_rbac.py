@@ -19,8 +19,13 @@ def test_every_rbac_manifest_validates_against_the_kubernetes_schema(path):
 
 def granted_by(role: dict) -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) triples a role grants."""
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_the_role_grants_every_verb_the_pipeline_uses():
@@ -54,11 +59,22 @@ def test_the_role_grants_every_verb_the_pipeline_uses():
 
 
 # Kubernetes client methods -> (apiGroup, resource, verb) for what operators/ calls.
-CLIENT_VERBS = {"create": "create", "read": "get", "list": "list", "replace": "update",
-                "patch": "patch", "delete": "delete", "delete_collection": "deletecollection"}
+CLIENT_VERBS = {
+    "create": "create",
+    "read": "get",
+    "list": "list",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+    "delete_collection": "deletecollection",
+}
 CLIENT_RESOURCES = {
-    "pod": ("", "pods"), "pod_log": ("", "pods/log"), "config_map": ("", "configmaps"),
-    "secret": ("", "secrets"), "event": ("", "events"), "resource_quota": ("", "resourcequotas"),
+    "pod": ("", "pods"),
+    "pod_log": ("", "pods/log"),
+    "config_map": ("", "configmaps"),
+    "secret": ("", "secrets"),
+    "event": ("", "events"),
+    "resource_quota": ("", "resourcequotas"),
     "limit_range": ("", "limitranges"),
     "network_policy": ("networking.k8s.io", "networkpolicies"),
 }
@@ -77,12 +93,22 @@ def test_the_role_grants_every_namespaced_call_in_operators():
         if path.name == "tenancy.py":
             # apply_tenant* (an administrator's command) lives there; the calls the pipeline
             # makes from it are the preflight's and the run policy's, listed explicitly.
-            calls |= {("list", "resource_quota"), ("list", "pod"), ("list", "limit_range"),
-                      ("read", "config_map"), ("create", "network_policy"),
-                      ("replace", "network_policy")}
+            calls |= {
+                ("list", "resource_quota"),
+                ("list", "pod"),
+                ("list", "limit_range"),
+                ("read", "config_map"),
+                ("create", "network_policy"),
+                ("replace", "network_policy"),
+            }
             continue
-        calls |= set(re.findall(r"\b(create|read|list|replace|patch|delete|delete_collection)"
-                                r"_namespaced_([a-z_]+?)(?:_status)?\b", path.read_text()))
+        calls |= set(
+            re.findall(
+                r"\b(create|read|list|replace|patch|delete|delete_collection)"
+                r"_namespaced_([a-z_]+?)(?:_status)?\b",
+                path.read_text(),
+            )
+        )
     calls |= {(verb, kind) for kind in JANITOR_KINDS for verb in ("list", "delete")}
     needed = {(*CLIENT_RESOURCES[kind], CLIENT_VERBS[verb]) for verb, kind in calls}
     assert needed - granted_by(role) == set()

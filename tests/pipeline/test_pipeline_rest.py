@@ -175,7 +175,9 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
     plugins = airflow.request("GET", "/api/v2/plugins")["plugins"]
     views = [v for p in plugins if p["name"] == "tfjob" for v in p["external_views"]]
     assert [(v["name"], v["destination"]) for v in views] == [
-        ("TFJob", "dag_run"), ("TFJob tenants", "nav")], plugins
+        ("TFJob", "dag_run"),
+        ("TFJob tenants", "nav"),
+    ], plugins
     assert views[0]["href"] == "tfjob/runs/{DAG_ID}/{RUN_ID}/view"
     assert views[1]["href"] == "tfjob/tenants/view"
 
@@ -192,8 +194,7 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
     assert summary["model"]["uri"] == f"{prefix}/model/"
     assert sorted(summary["logs"]) == [f"{prefix}/logs/{r}.log" for r in sorted(ends)]
 
-    status, kind, page = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/{run_id}/view",
-                                    airflow.token())
+    status, kind, page = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/{run_id}/view", airflow.token())
     assert status == 200 and kind.startswith("text/html"), (status, page[:500])
     # The page is the live tab's shell: its script fills it from the JSON checked above.
     assert 'src="../../../static/run.js"' in page and '<table id="cluster"' in page, page[:2000]
@@ -202,15 +203,20 @@ def test_the_tfjob_tab_shows_a_runs_cluster_spec_replicas_and_outputs(pipeline_w
     # No grant or key reaches the view (the grants' values are searched for in
     # tests/pipeline/test_pipeline_s3_access.py; here the marks every grant and key carries).
     text = json.dumps(summary) + json.dumps(curves) + page
-    for mark in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential", "x-amz-credential",
-                 pipeline_world.s3.access_key, pipeline_world.s3.secret_key):
+    for mark in (
+        "X-Amz-Signature",
+        "x-amz-signature",
+        "X-Amz-Credential",
+        "x-amz-credential",
+        pipeline_world.s3.access_key,
+        pipeline_world.s3.secret_key,
+    ):
         assert mark not in text, mark
 
     # Same rule as the REST API's XCom routes: no credentials, no job view.
     status, _, answer = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/{run_id}", None)
     assert status == 401, answer
-    status, _, answer = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/no-such-run",
-                                   airflow.token())
+    status, _, answer = fetch_page(airflow, f"/tfjob/runs/{SUBMIT}/no-such-run", airflow.token())
     assert status == 404 and "no-such-run" in answer, answer
 
 
@@ -233,17 +239,22 @@ def test_a_tenant_user_runs_its_own_tenants_jobs_and_cannot_submit_for_another(
 ):
     world = pipeline_world
     user = airflow.for_user("test-user")
-    conf = world.request(
-        "iso-own", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 600}})}
-    )
+    conf = world.request("iso-own", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 600}})})
     run_id = trigger(user, SUBMIT, conf)["dag_run_id"]
-    wait_for(lambda: task_states(user, SUBMIT, run_id).get("train") == "deferred",
-             RUN_TIMEOUT_S, "train to be deferred", interval=1.0)
+    wait_for(
+        lambda: task_states(user, SUBMIT, run_id).get("train") == "deferred",
+        RUN_TIMEOUT_S,
+        "train to be deferred",
+        interval=1.0,
+    )
 
     # The replica runs as the tenant's service account, non-root, with nothing to escalate.
     api = world.kube.core_v1()
-    pod = next(p for p in api.list_namespaced_pod(f"tfjob-{conf['tenant']}").items
-               if p.metadata.labels.get(naming.LABEL_JOB) == "iso-own")
+    pod = next(
+        p
+        for p in api.list_namespaced_pod(f"tfjob-{conf['tenant']}").items
+        if p.metadata.labels.get(naming.LABEL_JOB) == "iso-own"
+    )
     assert pod.spec.service_account_name == "tfjob-runner"
     assert pod.spec.automount_service_account_token is False
     assert pod.spec.security_context.run_as_non_root is True
@@ -254,15 +265,26 @@ def test_a_tenant_user_runs_its_own_tenants_jobs_and_cannot_submit_for_another(
         assert context.capabilities.drop == ["ALL"], container.name
     from kubernetes.stream import stream
 
-    uid = stream(api.connect_get_namespaced_pod_exec, pod.metadata.name, pod.metadata.namespace,
-                 command=["id", "-u"], container="tensorflow", stdout=True, stderr=True,
-                 stdin=False, tty=False)
+    uid = stream(
+        api.connect_get_namespaced_pod_exec,
+        pod.metadata.name,
+        pod.metadata.namespace,
+        command=["id", "-u"],
+        container="tensorflow",
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+    )
     assert uid.strip() == str(pod.spec.security_context.run_as_user), uid
 
     # The same user may not submit for research: Airflow says 403 and no run exists.
-    foreign = {**world.request("iso-foreign"), "tenant": "research",
-               "bundle": f"s3://{world.bucket}/{RESEARCH_BUNDLE_KEY}",
-               "output": f"s3://{world.bucket}/research/outputs/iso-foreign"}
+    foreign = {
+        **world.request("iso-foreign"),
+        "tenant": "research",
+        "bundle": f"s3://{world.bucket}/{RESEARCH_BUNDLE_KEY}",
+        "output": f"s3://{world.bucket}/research/outputs/iso-foreign",
+    }
     assert refusal(lambda: trigger(user, RESEARCH, foreign)) == 403
     runs = airflow.request("GET", f"/api/v2/dags/{RESEARCH}/dagRuns")["dag_runs"]
     assert [r for r in runs if (r.get("conf") or {}).get("name") == "iso-foreign"] == []
@@ -271,8 +293,11 @@ def test_a_tenant_user_runs_its_own_tenants_jobs_and_cannot_submit_for_another(
     assert refusal(lambda: trigger(user, SUBMIT, foreign)) == 400
 
     # Cancelling its own run is allowed, and teardown still runs.
-    user.request("PATCH", f"/api/v2/dags/{SUBMIT}/dagRuns/{run_id}/taskInstances/train",
-                 {"new_state": "failed"})
+    user.request(
+        "PATCH",
+        f"/api/v2/dags/{SUBMIT}/dagRuns/{run_id}/taskInstances/train",
+        {"new_state": "failed"},
+    )
     done = await_run(user, SUBMIT, run_id)
     assert done["state"] == "failed"
     assert task_states(user, SUBMIT, run_id)["teardown"] == "success"
@@ -285,12 +310,17 @@ def test_a_request_into_another_tenants_prefix_fails_validate_and_writes_nothing
 ):
     world = pipeline_world
     client = world.s3.client()
-    client.copy_object(Bucket=world.bucket, Key=RESEARCH_BUNDLE_KEY,
-                       CopySource={"Bucket": world.bucket, "Key": STANDIN_BUNDLE_KEY})
+    client.copy_object(
+        Bucket=world.bucket,
+        Key=RESEARCH_BUNDLE_KEY,
+        CopySource={"Bucket": world.bucket, "Key": STANDIN_BUNDLE_KEY},
+    )
     user = airflow.for_user("test-user")
     name = f"iso-steal-{field}"
-    stolen = {"bundle": f"s3://{world.bucket}/{RESEARCH_BUNDLE_KEY}",
-              "output": f"s3://{world.bucket}/research/outputs/{name}"}[field]
+    stolen = {
+        "bundle": f"s3://{world.bucket}/{RESEARCH_BUNDLE_KEY}",
+        "output": f"s3://{world.bucket}/research/outputs/{name}",
+    }[field]
     conf = world.request(name, **{field: stolen})
     before = world.s3_keys("research/")
     run_id = trigger(user, SUBMIT, conf)["dag_run_id"]
@@ -321,30 +351,38 @@ def ensure_namespace(world, tenant: str) -> None:
 
 def test_another_tenants_run_its_logs_xcoms_and_job_view_are_forbidden(pipeline_world, airflow):
     world = pipeline_world
-    conf = {**world.request("iso-research"), "tenant": "research",
-            "image": "tensorflow/tensorflow:2.21.0",  # research allows only TensorFlow images
-            "bundle": f"s3://{world.bucket}/research/bundles/missing.tar.gz",
-            "output": f"s3://{world.bucket}/research/outputs/iso-research"}
+    conf = {
+        **world.request("iso-research"),
+        "tenant": "research",
+        "image": "tensorflow/tensorflow:2.21.0",  # research allows only TensorFlow images
+        "bundle": f"s3://{world.bucket}/research/bundles/missing.tar.gz",
+        "output": f"s3://{world.bucket}/research/outputs/iso-research",
+    }
     ensure_namespace(world, "research")
     run_id = trigger(airflow, RESEARCH, conf)["dag_run_id"]  # the admin may
     done = await_run(airflow, RESEARCH, run_id)
     states = task_states(airflow, RESEARCH, run_id)
     assert done["state"] == "failed" and states["validate"] == "success", explain_run(
-        airflow, RESEARCH, run_id)
+        airflow, RESEARCH, run_id
+    )
     run_path = f"/api/v2/dags/{RESEARCH}/dagRuns/{run_id}"
     assert airflow.request("GET", f"{run_path}/taskInstances/validate/xcomEntries")["xcom_entries"]
 
     user = airflow.for_user("test-user")
-    for path in (run_path, f"{run_path}/taskInstances",
-                 f"{run_path}/taskInstances/validate/logs/1",
-                 f"{run_path}/taskInstances/validate/xcomEntries",
-                 f"{run_path}/taskInstances/validate/xcomEntries/return_value",
-                 f"/tfjob/runs/{RESEARCH}/{run_id}"):
+    for path in (
+        run_path,
+        f"{run_path}/taskInstances",
+        f"{run_path}/taskInstances/validate/logs/1",
+        f"{run_path}/taskInstances/validate/xcomEntries",
+        f"{run_path}/taskInstances/validate/xcomEntries/return_value",
+        f"/tfjob/runs/{RESEARCH}/{run_id}",
+    ):
         assert refusal(lambda path=path: user.request("GET", path)) == 403, path
     status, _, _ = fetch_page(airflow, f"/tfjob/runs/{RESEARCH}/{run_id}/view", user.token())
     assert status == 403
     assert refusal(lambda: user.request("PATCH", run_path, {"state": "failed"})) == 403
     listed = user.request("GET", "/api/v2/dags/~/dagRuns?limit=100")["dag_runs"]
     assert {r["dag_id"] for r in listed} <= {SUBMIT} | {
-        d["dag_id"] for d in user.request("GET", "/api/v2/dags?limit=100")["dags"]}
+        d["dag_id"] for d in user.request("GET", "/api/v2/dags?limit=100")["dags"]
+    }
     assert RESEARCH not in {r["dag_id"] for r in listed}

@@ -76,16 +76,22 @@ def program_started(world, pod_name: str, replica: str) -> bool:  # type: ignore
     return f"standin {replica} TF_CONFIG=" in text
 
 
-def await_programs(world, job: str, replicas, running_dag=None,  # type: ignore[no-untyped-def]
-                   timeout: float = PROGRAMS_TIMEOUT_S):
+def await_programs(
+    world,
+    job: str,
+    replicas,
+    running_dag=None,  # type: ignore[no-untyped-def]
+    timeout: float = PROGRAMS_TIMEOUT_S,
+):
     """Wait until every program of the job's first gang runs; return {replica: pod}. A
     `dag.test()` (running_dag) that ended meanwhile fails the wait with its output."""
 
     def running() -> dict[str, Any] | None:
         if running_dag is not None and running_dag.poll() is not None:
             out, err = running_dag.communicate()
-            raise AssertionError(f"dag.test() of {job} ended before its programs ran:\n"
-                                 f"{(out + err)[-20000:]}")
+            raise AssertionError(
+                f"dag.test() of {job} ended before its programs ran:\n{(out + err)[-20000:]}"
+            )
         pods = first_gang_pods(world, job)
         if set(replicas) <= set(pods) and all(
             program_started(world, pods[r].metadata.name, r) for r in replicas
@@ -93,8 +99,9 @@ def await_programs(world, job: str, replicas, running_dag=None,  # type: ignore[
             return pods
         return None
 
-    return wait_for(running, timeout, f"every program of {job} ({', '.join(replicas)}) to run",
-                    interval=0.5)
+    return wait_for(
+        running, timeout, f"every program of {job} ({', '.join(replicas)}) to run", interval=0.5
+    )
 
 
 def task_states(world, dag_id: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -133,8 +140,11 @@ def test_a_deleted_worker_restarts_the_whole_gang_which_succeeds_and_two_gangs_n
     body = ps_request(
         world,
         job,
-        {"chief-0": {"sleep": RESTART_TRAIN_SECONDS, "checkpoint_every": 1},
-         "worker-0": {"sleep": LONG_SECONDS}, "worker-1": {"sleep": LONG_SECONDS}},
+        {
+            "chief-0": {"sleep": RESTART_TRAIN_SECONDS, "checkpoint_every": 1},
+            "worker-0": {"sleep": LONG_SECONDS},
+            "worker-1": {"sleep": LONG_SECONDS},
+        },
         max_restarts=2,
         checkpoint_interval=10,
     )
@@ -218,8 +228,11 @@ def test_a_deleted_worker_fails_the_run_naming_it_when_max_restarts_is_0(pipelin
     body = ps_request(
         world,
         job,
-        {"chief-0": {"sleep": LONG_SECONDS}, "worker-0": {"sleep": LONG_SECONDS},
-         "worker-1": {"sleep": LONG_SECONDS}},
+        {
+            "chief-0": {"sleep": LONG_SECONDS},
+            "worker-0": {"sleep": LONG_SECONDS},
+            "worker-1": {"sleep": LONG_SECONDS},
+        },
         max_restarts=0,
     )
     recorder = start_recorder(world, job)
@@ -270,9 +283,11 @@ def test_a_worker_exiting_1_is_a_permanent_failure_and_is_not_restarted(pipeline
         replicas={"worker": 2},
         success_policy="all_workers",
         max_restarts=2,  # restart_on: the default, retryable
-        env={"STANDIN_BEHAVIOUR": json.dumps(
-            {"worker-0": {"sleep": LONG_SECONDS}, "worker-1": {"sleep": 5, "exit": 1}}
-        )},
+        env={
+            "STANDIN_BEHAVIOUR": json.dumps(
+                {"worker-0": {"sleep": LONG_SECONDS}, "worker-1": {"sleep": 5, "exit": 1}}
+            )
+        },
     )
     recorder = start_recorder(world, job)
     try:
@@ -318,15 +333,15 @@ def test_a_20s_api_server_outage_while_training_does_not_fail_the_run(pipeline_w
             # `train` has started (dag.test() queues a task right before it runs it, and
             # keeps it queued while its trigger runs in line): the outage hits the wait.
             wait_for(
-                lambda: task_states(world, dag_id).get("train") in ("queued", "running",
-                                                                      "deferred"),
+                lambda: (
+                    task_states(world, dag_id).get("train") in ("queued", "running", "deferred")
+                ),
                 120,
                 f"train of {dag_id} to start",
                 interval=0.5,
             )
             outage_started = time.monotonic()
-            answer = world.kube.request("POST", "/localkube/v1/outage",
-                                        {"seconds": OUTAGE_SECONDS})
+            answer = world.kube.request("POST", "/localkube/v1/outage", {"seconds": OUTAGE_SECONDS})
             assert answer.get("active") is True, answer
             # The switch works: the API answers 503 (the client's own calls included).
             with pytest.raises(ApiException) as refused:
@@ -364,9 +379,13 @@ def test_a_warm_start_from_latest_resumes_from_the_published_runs_checkpoint(pip
     output = f"s3://{world.bucket}/outputs/e2e-warm"
     # Yesterday's run: its single replica checkpoints every second for 4 s, its bootstrap
     # copies them to S3 (the last copy after the program ended), and publish moves latest.
-    first = world.run_request(world.request(
-        "e2e-warm-first", output=output,
-        env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4, "checkpoint_every": 1}})}))
+    first = world.run_request(
+        world.request(
+            "e2e-warm-first",
+            output=output,
+            env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4, "checkpoint_every": 1}})},
+        )
+    )
     assert first.state == "success", first
     assert "standin worker-0 resumed" not in first.log, first
     first_keys = run_keys(first, "e2e-warm")
@@ -375,9 +394,14 @@ def test_a_warm_start_from_latest_resumes_from_the_published_runs_checkpoint(pip
     assert saved >= 1, pointer
 
     # Today's run of another DAG on the same output starts from there.
-    second = world.run_request(world.request(
-        "e2e-warm-next", output=output, warm_start="latest",
-        env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 1, "checkpoint_every": 1}})}))
+    second = world.run_request(
+        world.request(
+            "e2e-warm-next",
+            output=output,
+            warm_start="latest",
+            env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 1, "checkpoint_every": 1}})},
+        )
+    )
     assert second.state == "success", second
     assert f"standin worker-0 resumed from step {saved}" in second.log, second
     assert "warm_start 'latest': restoring" in second.log, second
@@ -405,10 +429,16 @@ def test_a_node_that_stops_mid_run_restarts_the_gang_on_the_other_node(pipeline_
     # gang cannot finish before its lost node is noticed (40 s of silence, localkube's
     # default node-monitor grace period, as Kubernetes').
     body = ps_request(
-        world, job,
-        {"chief-0": {"steps": 100, "checkpoint_every": 1}, "worker-0": {"sleep": LONG_SECONDS},
-         "worker-1": {"sleep": LONG_SECONDS}},
-        max_restarts=2, checkpoint_interval=10, active_deadline=400,
+        world,
+        job,
+        {
+            "chief-0": {"steps": 100, "checkpoint_every": 1},
+            "worker-0": {"sleep": LONG_SECONDS},
+            "worker-1": {"sleep": LONG_SECONDS},
+        },
+        max_restarts=2,
+        checkpoint_interval=10,
+        active_deadline=400,
     )
     recorder = start_recorder(world, job)
     running = start_request_dag(world, body)
@@ -418,9 +448,16 @@ def test_a_node_that_stops_mid_run_restarts_the_gang_on_the_other_node(pipeline_
             first = await_programs(world, job, PS_IDS, running)
             # Once the chief's first periodic sync is in S3 (10 s): the lost node may be
             # the chief's, and a powered-off pod syncs nothing more.
-            wait_for(lambda: [k for k in world.s3_keys(f"outputs/{job}/runs/")
-                              if k.endswith("/checkpoints/checkpoint")],
-                     60, "the chief's first checkpoint sync", interval=0.5)
+            wait_for(
+                lambda: [
+                    k
+                    for k in world.s3_keys(f"outputs/{job}/runs/")
+                    if k.endswith("/checkpoints/checkpoint")
+                ],
+                60,
+                "the chief's first checkpoint sync",
+                interval=0.5,
+            )
             lost = first["worker-1"].spec.node_name
             stop_node(world, lost)
         except BaseException:
@@ -445,4 +482,3 @@ def test_a_node_that_stops_mid_run_restarts_the_gang_on_the_other_node(pipeline_
     assert lost in {life.node for life in gangs[1]}, timeline
     assert {life.node for life in gangs[2]} - {None} == {"node-1", "node-2"} - {lost}, timeline
     assert world.run_objects(job) == []
-

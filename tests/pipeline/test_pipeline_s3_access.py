@@ -35,8 +35,11 @@ class Recorder(threading.Thread):
         self.stop = threading.Event()
         # Every key of the run's Secrets (bundle_url, upload.json, restore.json, and any
         # added later): a key this recorder did not foresee must not stop it recording.
-        self.secret_values: dict[str, set[str]] = {"bundle_url": set(), "upload.json": set(),
-                                                   "restore.json": set()}
+        self.secret_values: dict[str, set[str]] = {
+            "bundle_url": set(),
+            "upload.json": set(),
+            "restore.json": set(),
+        }
         self.pods: dict[str, str] = {}
         self.events: list[str] = []
 
@@ -48,7 +51,8 @@ class Recorder(threading.Thread):
                 for secret in secrets.items:
                     for key, value in (secret.data or {}).items():
                         self.secret_values.setdefault(key, set()).add(
-                            base64.b64decode(value).decode())
+                            base64.b64decode(value).decode()
+                        )
                 for pod in self.api.list_namespaced_pod(NAMESPACE, label_selector=selector).items:
                     self.pods[pod.metadata.name] = json.dumps(
                         self.api.api_client.sanitize_for_serialization(pod)
@@ -86,9 +90,7 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
     world.write_request(body)
     recorder = Recorder(world, "e2e-grants")
     recorder.start()
-    process = world.start_dag(
-        "tfjob__e2e-grants", extra_env={"TFJOB_GRANT_LIFETIME_SECONDS": "60"}
-    )
+    process = world.start_dag("tfjob__e2e-grants", extra_env={"TFJOB_GRANT_LIFETIME_SECONDS": "60"})
     try:
         result = world.finish_dag(process, timeout=TRAIN_SECONDS + 400)
     finally:
@@ -109,8 +111,14 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
     assert len(signed) >= 5, f"{len(signed)} distinct upload grants seen"
     assert "S3 grants of run" in result.log and "signed anew" in result.log
 
-    xcoms = json.dumps([str(row) for row in world.query_airflow_db(
-        "SELECT value FROM xcom WHERE dag_id = :dag_id", dag_id="tfjob__e2e-grants")])
+    xcoms = json.dumps(
+        [
+            str(row)
+            for row in world.query_airflow_db(
+                "SELECT value FROM xcom WHERE dag_id = :dag_id", dag_id="tfjob__e2e-grants"
+            )
+        ]
+    )
     places = {
         "task log": result.log,
         "run.json": manifest_text,
@@ -150,9 +158,7 @@ def test_a_model_whose_upload_fails_with_s3_down_is_copied_out_of_the_pod_and_pu
     pipeline_world,
 ) -> None:
     world = pipeline_world
-    body = world.request(
-        "e2e-recover", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 20}})}
-    )
+    body = world.request("e2e-recover", env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 20}})})
     world.write_request(body)
     process = world.start_dag(
         "tfjob__e2e-recover", extra_env={"TFJOB_UPLOAD_PATIENCE_SECONDS": "5"}

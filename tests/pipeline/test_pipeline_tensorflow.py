@@ -167,8 +167,9 @@ def check_run(world: Any, request: dict[str, Any], dag_id: str, run_id: str) -> 
     points = collect_metric_points(world.s3_text(f"{prefix}logs/{owner}.log").splitlines())
     wanted = CURVE_POINTS.get(name, 1)
     if len(points) < wanted or not all("loss" in p and "step" in p for p in points):
-        problems.append(f"{name}: {len(points)} curve points in {owner}'s log, {wanted} wanted: "
-                        f"{points[:3]}")
+        problems.append(
+            f"{name}: {len(points)} curve points in {owner}'s log, {wanted} wanted: {points[:3]}"
+        )
     accuracy = (manifest["metrics"] or {}).get("accuracy")
     if accuracy is None or accuracy < STATED_ACCURACY:
         problems.append(f"{name}: metrics {manifest['metrics']} below {STATED_ACCURACY}")

@@ -61,8 +61,14 @@ def restart_request(world: Any) -> dict[str, Any]:
 
 def synced_checkpoint(world: Any) -> str | None:
     """The key of the run's `checkpoint` pointer in S3, once the chief's bootstrap sent one."""
-    return next((key for key in world.s3_keys(f"outputs/{JOB}/runs/")
-                 if key.endswith("/checkpoints/checkpoint")), None)
+    return next(
+        (
+            key
+            for key in world.s3_keys(f"outputs/{JOB}/runs/")
+            if key.endswith("/checkpoints/checkpoint")
+        ),
+        None,
+    )
 
 
 def test_digits_ps_restarts_from_its_s3_checkpoint_after_a_worker_is_deleted_and_publishes(
@@ -78,15 +84,21 @@ def test_digits_ps_restarts_from_its_s3_checkpoint_after_a_worker_is_deleted_and
     world.write_request(body)
     running = world.start_dag(f"tfjob__{JOB}")
     try:
+
         def checkpoint_in_s3() -> str | None:
             if running.poll() is not None:
                 out, err = running.communicate()
-                raise AssertionError(f"dag.test() ended before a checkpoint reached S3:\n"
-                                     f"{(out + err)[-20000:]}")
+                raise AssertionError(
+                    f"dag.test() ended before a checkpoint reached S3:\n{(out + err)[-20000:]}"
+                )
             return synced_checkpoint(world)
 
-        wait_for(checkpoint_in_s3, FIRST_CHECKPOINT_TIMEOUT_S,
-                 "the chief's first checkpoint in S3", interval=1.0)
+        wait_for(
+            checkpoint_in_s3,
+            FIRST_CHECKPOINT_TIMEOUT_S,
+            "the chief's first checkpoint in S3",
+            interval=1.0,
+        )
         pods = first_gang_pods(world, JOB)
         delete_like_a_drain(world, pods["worker-1"])
     except BaseException:

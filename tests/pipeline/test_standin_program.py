@@ -19,12 +19,19 @@ def run_standin(tmp_path: Path, behaviour: dict) -> subprocess.CompletedProcess[
     (tmp_path / "ckpt").mkdir(exist_ok=True)
     program = tmp_path / "train.py"
     program.write_text(STANDIN_PROGRAM)
-    env = {**os.environ, "TFJOB_ROLE": "chief", "TFJOB_INDEX": "0",
-           "STANDIN_BEHAVIOUR": json.dumps({"chief-0": behaviour}),
-           "CHECKPOINT_DIR": str(tmp_path / "ckpt"), "DATA_DIR": str(tmp_path / "data"),
-           "MODEL_DIR": str(tmp_path / "model"), "METRICS_FILE": str(tmp_path / "m.json")}
-    return subprocess.run([sys.executable, str(program)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **os.environ,
+        "TFJOB_ROLE": "chief",
+        "TFJOB_INDEX": "0",
+        "STANDIN_BEHAVIOUR": json.dumps({"chief-0": behaviour}),
+        "CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "DATA_DIR": str(tmp_path / "data"),
+        "MODEL_DIR": str(tmp_path / "model"),
+        "METRICS_FILE": str(tmp_path / "m.json"),
+    }
+    return subprocess.run(
+        [sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_standin_checkpoints_each_step_and_resumes_from_the_pointer(tmp_path: Path):

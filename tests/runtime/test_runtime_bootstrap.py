@@ -140,8 +140,10 @@ def chief_job_cluster_json(role: str, index: int) -> dict:
     from tfjob.request import Role, load_request
 
     request = load_request(distributed_request_data(replicas={"chief": 1, "ps": 1, "worker": 2}))
-    endpoints = [Endpoint(r, i, f"10.0.0.{n + 1}", 2222)
-                 for n, (r, i) in enumerate(request.replicas_in_order())]
+    endpoints = [
+        Endpoint(r, i, f"10.0.0.{n + 1}", 2222)
+        for n, (r, i) in enumerate(request.replicas_in_order())
+    ]
     return build_cluster_files(request, endpoints)[(Role(role), index)]
 
 
@@ -157,9 +159,13 @@ def test_a_replica_of_a_job_with_a_chief_gets_chief_hosts(tmp_path: Path) -> Non
     assert (seen["JOB_NAME"], seen["TASK_INDEX"]) == ("chief", "0")
 
 
-SEED_ERA_ARGS = ("--chief_hosts=$(CHIEF_HOSTS)", "--ps_hosts=$(PS_HOSTS)",
-                 "--worker_hosts=$(WORKER_HOSTS)", "--job_name=$(JOB_NAME)",
-                 "--task_index=$(TASK_INDEX)")
+SEED_ERA_ARGS = (
+    "--chief_hosts=$(CHIEF_HOSTS)",
+    "--ps_hosts=$(PS_HOSTS)",
+    "--worker_hosts=$(WORKER_HOSTS)",
+    "--job_name=$(JOB_NAME)",
+    "--task_index=$(TASK_INDEX)",
+)
 
 
 def test_args_are_expanded_with_the_cluster_variables_as_kubernetes_would(
@@ -168,18 +174,31 @@ def test_args_are_expanded_with_the_cluster_variables_as_kubernetes_would(
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
     write_cluster_json(dirs, chief_job_cluster_json("worker", 1))
     proc = start_bootstrap(
-        dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", MY_SETTING="kept"), *SEED_ERA_ARGS,
-        "--data=$(DATA_DIR)/digits.npz", "--kept=$(MY_SETTING)", "--literal=$$(JOB_NAME)",
-        "--unset=$(NOT_SET)", "--open=$(JOB_NAME", "$()",
+        dirs,
+        pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", MY_SETTING="kept"),
+        *SEED_ERA_ARGS,
+        "--data=$(DATA_DIR)/digits.npz",
+        "--kept=$(MY_SETTING)",
+        "--literal=$$(JOB_NAME)",
+        "--unset=$(NOT_SET)",
+        "--open=$(JOB_NAME",
+        "$()",
     )
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     seen = json.loads((dirs["workspace"] / "seen.json").read_text())
     assert seen["argv"] == [
-        "--chief_hosts=10.0.0.1:2222", "--ps_hosts=10.0.0.2:2222",
-        "--worker_hosts=10.0.0.3:2222,10.0.0.4:2222", "--job_name=worker", "--task_index=1",
-        f"--data={dirs['workspace'] / 'data'}/digits.npz", "--kept=kept",
-        "--literal=$(JOB_NAME)", "--unset=$(NOT_SET)", "--open=$(JOB_NAME", "$()",
+        "--chief_hosts=10.0.0.1:2222",
+        "--ps_hosts=10.0.0.2:2222",
+        "--worker_hosts=10.0.0.3:2222,10.0.0.4:2222",
+        "--job_name=worker",
+        "--task_index=1",
+        f"--data={dirs['workspace'] / 'data'}/digits.npz",
+        "--kept=kept",
+        "--literal=$(JOB_NAME)",
+        "--unset=$(NOT_SET)",
+        "--open=$(JOB_NAME",
+        "$()",
     ]
 
 
@@ -189,16 +208,19 @@ def test_the_command_is_printed_once_without_values_of_other_variables(tmp_path:
     write_cluster_json(dirs, chief_job_cluster_json("worker", 0))
     token = "tok-5e3c7a1b9f"
     env = pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="1", API_TOKEN=token, TFJOB_ROLE="worker")
-    proc = start_bootstrap(dirs, env, "--job_name=$(JOB_NAME)", "--token=$(API_TOKEN)",
-                           "--role=$(TFJOB_ROLE)")
+    proc = start_bootstrap(
+        dirs, env, "--job_name=$(JOB_NAME)", "--token=$(API_TOKEN)", "--role=$(TFJOB_ROLE)"
+    )
     out, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     seen = json.loads((dirs["workspace"] / "seen.json").read_text())
     assert seen["argv"] == ["--job_name=worker", f"--token={token}", "--role=worker"]
     (line,) = [line for line in err.splitlines() if "running " in line]
-    assert line == (f"tfjob-bootstrap: running {sys.executable} prog.py --job_name=worker "
-                    "'--token=$(API_TOKEN)' --role=worker (shown as written: API_TOKEN; only "
-                    "TF-on-K8s' own variables are printed expanded)")
+    assert line == (
+        f"tfjob-bootstrap: running {sys.executable} prog.py --job_name=worker "
+        "'--token=$(API_TOKEN)' --role=worker (shown as written: API_TOKEN; only "
+        "TF-on-K8s' own variables are printed expanded)"
+    )
     assert token not in out + err
 
 
@@ -206,13 +228,16 @@ def test_single_mode_expands_the_workspace_variables_and_leaves_the_cluster_ones
     tmp_path: Path,
 ) -> None:
     dirs = make_pod_dirs(tmp_path, DUMP_ENV)
-    proc = start_bootstrap(dirs, pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="0"),
-                           "--model_dir=$(MODEL_DIR)", "--job_name=$(JOB_NAME)")
+    proc = start_bootstrap(
+        dirs,
+        pod_env(dirs, TFJOB_WAIT_CLUSTERSPEC="0"),
+        "--model_dir=$(MODEL_DIR)",
+        "--job_name=$(JOB_NAME)",
+    )
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     seen = json.loads((dirs["workspace"] / "seen.json").read_text())
-    assert seen["argv"] == [f"--model_dir={dirs['workspace'] / 'model'}",
-                            "--job_name=$(JOB_NAME)"]
+    assert seen["argv"] == [f"--model_dir={dirs['workspace'] / 'model'}", "--job_name=$(JOB_NAME)"]
     assert "(shown as written" not in err
 
 
@@ -299,8 +324,9 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 def write_upload_json(
     server: S3Server, dirs: dict[str, Path], run_id: str, prefix_override: str | None = None
 ) -> str:
-    policy = presign_upload(server.presigner(), f"s3://{server.bucket}/outputs/job", DAG, run_id,
-                            300)
+    policy = presign_upload(
+        server.presigner(), f"s3://{server.bucket}/outputs/job", DAG, run_id, 300
+    )
     if prefix_override is not None:
         policy["prefix"] = prefix_override
     (dirs["access"] / "upload.json").write_text(json.dumps(policy))
@@ -405,8 +431,9 @@ def test_an_upload_to_an_unreachable_s3_is_retried_until_the_patience_runs_out(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
     dirs = make_pod_dirs(tmp_path, TRAIN_PROGRAM)
-    grant = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/o", DAG, "run-down",
-                           300)
+    grant = presign_upload(
+        s3_server.presigner(), f"s3://{s3_server.bucket}/o", DAG, "run-down", 300
+    )
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         grant["url"] = f"http://127.0.0.1:{closed.getsockname()[1]}/{s3_server.bucket}"

@@ -77,9 +77,15 @@ def test_restore_downloads_every_listed_file_into_checkpoint_dir_and_says_so(
 
 
 # The last one is what Airflow writes for a gang that starts from scratch.
-@pytest.mark.parametrize("restore", [
-    None, {"files": []}, {"version": 1, "source": None, "step": None, "files": []},
-], ids=["no-restore-json", "empty-list", "from-scratch"])
+@pytest.mark.parametrize(
+    "restore",
+    [
+        None,
+        {"files": []},
+        {"version": 1, "source": None, "step": None, "files": []},
+    ],
+    ids=["no-restore-json", "empty-list", "from-scratch"],
+)
 def test_nothing_to_restore_leaves_the_workspace_as_the_bundle_made_it(
     tmp_path: Path, restore: dict | None
 ) -> None:
@@ -90,8 +96,13 @@ def test_nothing_to_restore_leaves_the_workspace_as_the_bundle_made_it(
 
 
 def a_listing(url: str, **changes: object) -> dict:
-    return {"version": 1, "source": "s/", "step": None,
-            "files": [{"path": "ckpt-1.index", "size": 5, "url": url}], **changes}
+    return {
+        "version": 1,
+        "source": "s/",
+        "step": None,
+        "files": [{"path": "ckpt-1.index", "size": 5, "url": url}],
+        **changes,
+    }
 
 
 REFUSED = {
@@ -153,21 +164,28 @@ def test_a_restore_json_over_its_size_cap_is_refused_unread(tmp_path: Path) -> N
 
 
 def test_a_path_listed_as_a_file_and_a_directory_is_refused(tmp_path: Path) -> None:
-    listing = {"files": [{"path": "a", "size": 1, "url": "http://127.0.0.1:1/a"},
-                         {"path": "a/b", "size": 1, "url": "http://127.0.0.1:1/b"}]}
+    listing = {
+        "files": [
+            {"path": "a", "size": 1, "url": "http://127.0.0.1:1/a"},
+            {"path": "a/b", "size": 1, "url": "http://127.0.0.1:1/b"},
+        ]
+    }
     result, _ = fetch_with_restore(tmp_path, listing)
     assert result.returncode == 65
     assert "'a' is listed as a file and as the directory of 'a/b'" in result.stderr
 
 
-@pytest.mark.parametrize("listed, words", [(4, "longer than the 4 bytes"),
-                                           (9, "5 bytes downloaded; restore.json lists 9")])
+@pytest.mark.parametrize(
+    "listed, words",
+    [(4, "longer than the 4 bytes"), (9, "5 bytes downloaded; restore.json lists 9")],
+)
 def test_a_checkpoint_of_another_size_than_listed_is_refused_and_not_kept(
     tmp_path: Path, s3_server: S3Server, listed: int, words: str
 ) -> None:
     (entry,) = put_restore_files(s3_server, "sized/", {"ckpt-1.index": b"12345"})
-    result, workspace = fetch_with_restore(tmp_path, a_listing(entry["url"], files=[
-        {**entry, "size": listed}]))
+    result, workspace = fetch_with_restore(
+        tmp_path, a_listing(entry["url"], files=[{**entry, "size": listed}])
+    )
     assert result.returncode == 65, result.stderr
     assert f"checkpoint restore refused: ckpt-1.index: {words}" in result.stderr
     assert list((workspace / "checkpoints").iterdir()) == []
@@ -183,5 +201,3 @@ def test_a_failed_download_exits_74_without_the_url(tmp_path: Path, s3_server: S
     assert result.returncode == 74, result.stderr
     assert "checkpoint restore failed: download of" in result.stderr and "404" in result.stderr
     assert_no_credentials(result.stderr)
-
-

@@ -74,9 +74,12 @@ def test_a_pass_sends_every_pointer_after_every_other_file(tmp_path: Path) -> No
     send = Recorder()
     result = checkpoint_sync.sync_pass(str(root), {}, send)
     assert send.names() == [
-        "ckpt-1.data-00000-of-00001", "ckpt-1.index",
-        "eval/ckpt-2.data-00000-of-00001", "eval/ckpt-2.index",
-        "checkpoint", "eval/checkpoint",
+        "ckpt-1.data-00000-of-00001",
+        "ckpt-1.index",
+        "eval/ckpt-2.data-00000-of-00001",
+        "eval/ckpt-2.index",
+        "checkpoint",
+        "eval/checkpoint",
     ]
     assert dict(send.sent)["eval/checkpoint"] == POINTER_TEXT.format(n=2).encode()
     assert result.files == 6 and result.bytes == sum(len(body) for _, body in send.sent)
@@ -94,7 +97,10 @@ def test_unchanged_files_are_not_sent_again_and_changed_ones_are(tmp_path: Path)
     changed = Recorder()
     checkpoint_sync.sync_pass(str(root), uploaded, changed)
     assert changed.names() == [
-        "ckpt-1.index", "ckpt-2.data-00000-of-00001", "ckpt-2.index", "checkpoint"
+        "ckpt-1.index",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "checkpoint",
     ]
 
 
@@ -138,25 +144,39 @@ def test_a_pointer_that_moved_and_names_files_never_uploaded_waits_for_the_next_
     assert send.sent[-1] == ("checkpoint", POINTER_TEXT.format(n=2).encode())
 
 
-@pytest.mark.parametrize("pointer, listed, named", [
-    (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00000-of-00001"], True),
-    (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00001-of-00002"], False),
-    (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.data-00000-of-00001"], False),
-    (b'model_checkpoint_path: "ckpt-3"', ["ckpt-33.index", "ckpt-33.data-00000-of-00001"], False),
-    (b'model_checkpoint_path: "../x/ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00000-of-00001"],
-     False),
-    (b'model_checkpoint_path: "{root}/ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00000-of-00001"],
-     True),
-    (b"not a pointer", ["ckpt-3.index", "ckpt-3.data-00000-of-00001"], False),
-])
+@pytest.mark.parametrize(
+    "pointer, listed, named",
+    [
+        (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00000-of-00001"], True),
+        (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.index", "ckpt-3.data-00001-of-00002"], False),
+        (b'model_checkpoint_path: "ckpt-3"', ["ckpt-3.data-00000-of-00001"], False),
+        (
+            b'model_checkpoint_path: "ckpt-3"',
+            ["ckpt-33.index", "ckpt-33.data-00000-of-00001"],
+            False,
+        ),
+        (
+            b'model_checkpoint_path: "../x/ckpt-3"',
+            ["ckpt-3.index", "ckpt-3.data-00000-of-00001"],
+            False,
+        ),
+        (
+            b'model_checkpoint_path: "{root}/ckpt-3"',
+            ["ckpt-3.index", "ckpt-3.data-00000-of-00001"],
+            True,
+        ),
+        (b"not a pointer", ["ckpt-3.index", "ckpt-3.data-00000-of-00001"], False),
+    ],
+)
 def test_what_a_pointer_names_counts_as_uploaded_with_its_index_and_every_shard(
     tmp_path: Path, pointer: bytes, listed: list[str], named: bool
 ) -> None:
     content = pointer.replace(b"{root}", str(tmp_path).encode())
     uploaded: dict[str, object] = {path: (1, 1) for path in listed}
-    assert checkpoint_sync.is_named_checkpoint_uploaded(
-        "checkpoint", content, uploaded, str(tmp_path)
-    ) is named
+    assert (
+        checkpoint_sync.is_named_checkpoint_uploaded("checkpoint", content, uploaded, str(tmp_path))
+        is named
+    )
 
 
 def test_a_file_deleted_during_a_pass_is_skipped(tmp_path: Path) -> None:
@@ -206,8 +226,9 @@ def make_pod_dirs(tmp_path: Path, program: str) -> dict[str, Path]:
 
 
 def write_upload_json(server: S3Server, dirs: dict[str, Path], run_id: str) -> dict:
-    grant = presign_upload(server.presigner(), f"s3://{server.bucket}/outputs/job", DAG, run_id,
-                           300)
+    grant = presign_upload(
+        server.presigner(), f"s3://{server.bucket}/outputs/job", DAG, run_id, 300
+    )
     (dirs["access"] / "upload.json").write_text(json.dumps(grant))
     return grant
 
@@ -223,7 +244,10 @@ def start_bootstrap(dirs: dict[str, Path], **extra: str) -> subprocess.Popen[str
     }
     return subprocess.Popen(
         [sys.executable, "-I", str(BOOTSTRAP), "--", sys.executable, "prog.py"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -278,14 +302,23 @@ def test_while_training_the_pointer_in_s3_only_names_checkpoints_already_there(
     prefix = grant["prefix"]
     # The program holds at steps 1 and 6 until the test has seen that step's pointer in S3
     # (a busy machine could otherwise delete ckpt-1 locally before the first pass runs).
-    proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="0.2",
-                           STEPS="12", PAUSE="0.05", POINTER=POINTER_TEXT, HOLD_AT="1,6")
+    proc = start_bootstrap(
+        dirs,
+        TFJOB_SYNC_CHECKPOINTS="1",
+        TFJOB_CHECKPOINT_INTERVAL="0.2",
+        STEPS="12",
+        PAUSE="0.05",
+        POINTER=POINTER_TEXT,
+        HOLD_AT="1,6",
+    )
     steps_seen = set()
     for held in (1, 6):
+
         def pointer_at_held_step(held: int = held) -> bool:
             steps_seen.add(check_pointer_names_stored_files(s3_server, prefix))
             assert proc.poll() is None, proc.communicate()[1]
             return held in steps_seen
+
         wait_for(pointer_at_held_step, f"the pointer in S3 naming ckpt-{held}")
         (dirs["workspace"] / f"proceed-{held}").touch()
     while proc.poll() is None:
@@ -304,14 +337,25 @@ def test_the_final_pass_copies_what_the_program_left_before_the_model_is_uploade
     dirs = make_pod_dirs(tmp_path, TRAINING_PROGRAM)
     grant = write_upload_json(s3_server, dirs, "run-sync-final")
     prefix = grant["prefix"]
-    proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="600",
-                           TFJOB_UPLOAD_MODEL="1", STEPS="3", POINTER=POINTER_TEXT)
+    proc = start_bootstrap(
+        dirs,
+        TFJOB_SYNC_CHECKPOINTS="1",
+        TFJOB_CHECKPOINT_INTERVAL="600",
+        TFJOB_UPLOAD_MODEL="1",
+        STEPS="3",
+        POINTER=POINTER_TEXT,
+    )
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     assert list_keys(s3_server, f"{prefix}checkpoints/") == [
         f"{prefix}checkpoints/{name}"
-        for name in ("checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
-                     "ckpt-3.data-00000-of-00001", "ckpt-3.index")
+        for name in (
+            "checkpoint",
+            "ckpt-2.data-00000-of-00001",
+            "ckpt-2.index",
+            "ckpt-3.data-00000-of-00001",
+            "ckpt-3.index",
+        )
     ]
     lines = err.splitlines()
     size = sum(p.stat().st_size for p in (dirs["workspace"] / "checkpoints").iterdir())
@@ -381,8 +425,9 @@ def test_a_checkpoint_saved_on_sigterm_is_uploaded_by_the_final_pass(
     dirs = make_pod_dirs(tmp_path, SIGTERM_PROGRAM)
     grant = write_upload_json(s3_server, dirs, "run-sync-sigterm")
     at = f"{grant['prefix']}checkpoints/"
-    proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="600",
-                           TFJOB_UPLOAD_MODEL="1")
+    proc = start_bootstrap(
+        dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="600", TFJOB_UPLOAD_MODEL="1"
+    )
     wait_for(lambda: (dirs["workspace"] / "ready").exists(), "the program to start")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=DEADLINE_S)
@@ -410,8 +455,9 @@ def test_an_unreachable_s3_is_logged_and_never_changes_the_exit_code(
         closed.bind(("127.0.0.1", 0))
         grant["url"] = f"http://127.0.0.1:{closed.getsockname()[1]}/{s3_server.bucket}"
     (dirs["access"] / "upload.json").write_text(json.dumps(grant))
-    proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="0.3",
-                           TFJOB_UPLOAD_PATIENCE="1")
+    proc = start_bootstrap(
+        dirs, TFJOB_SYNC_CHECKPOINTS="1", TFJOB_CHECKPOINT_INTERVAL="0.3", TFJOB_UPLOAD_PATIENCE="1"
+    )
     out, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == exit_code, err
     assert "tfjob-bootstrap: checkpoint sync failed: upload of" in err
@@ -432,8 +478,9 @@ def test_without_the_sync_setting_checkpoint_dir_exists_and_nothing_is_uploaded(
     """
     dirs = make_pod_dirs(tmp_path, program)
     grant = write_upload_json(s3_server, dirs, "run-sync-off")
-    proc = start_bootstrap(dirs, TFJOB_SYNC_CHECKPOINTS="0", TFJOB_CHECKPOINT_INTERVAL="0.1",
-                           TFJOB_UPLOAD_MODEL="1")
+    proc = start_bootstrap(
+        dirs, TFJOB_SYNC_CHECKPOINTS="0", TFJOB_CHECKPOINT_INTERVAL="0.1", TFJOB_UPLOAD_MODEL="1"
+    )
     _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     ckpt = dirs["workspace"] / "checkpoints"

@@ -6,74 +6,103 @@ from hypothesis import strategies as st
 
 from runtime.expansion import escape, expand, expand_argv, expand_with
 
-VARIABLES = {"VAR_A": "A", "VAR_B": "B", "JOB_NAME": "worker", "TASK_INDEX": "1",
-             "PS_HOSTS": "10.0.0.1:2222", "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
-             "EMPTY": "", "NESTED": "$(VAR_A)", "DOLLARS": "$$"}
+VARIABLES = {
+    "VAR_A": "A",
+    "VAR_B": "B",
+    "JOB_NAME": "worker",
+    "TASK_INDEX": "1",
+    "PS_HOSTS": "10.0.0.1:2222",
+    "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
+    "EMPTY": "",
+    "NESTED": "$(VAR_A)",
+    "DOLLARS": "$$",
+}
 
 
-@pytest.mark.parametrize(("text", "expanded"), [
-    pytest.param("$(VAR_A)", "A", id="whole_argument"),
-    pytest.param("--job_name=$(JOB_NAME)", "--job_name=worker", id="inside_an_argument"),
-    pytest.param("$(VAR_A)$(VAR_B)", "AB", id="two_adjacent"),
-    pytest.param("$(VAR_A)-$(VAR_B)-$(VAR_A)", "A-B-A", id="several_in_one_argument"),
-    pytest.param("--x=$(EMPTY).", "--x=.", id="empty_value"),
-    pytest.param("$(NESTED)", "$(VAR_A)", id="values_are_not_expanded_again"),
-    pytest.param("$(DOLLARS)", "$$", id="values_keep_their_dollars"),
-])
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [
+        pytest.param("$(VAR_A)", "A", id="whole_argument"),
+        pytest.param("--job_name=$(JOB_NAME)", "--job_name=worker", id="inside_an_argument"),
+        pytest.param("$(VAR_A)$(VAR_B)", "AB", id="two_adjacent"),
+        pytest.param("$(VAR_A)-$(VAR_B)-$(VAR_A)", "A-B-A", id="several_in_one_argument"),
+        pytest.param("--x=$(EMPTY).", "--x=.", id="empty_value"),
+        pytest.param("$(NESTED)", "$(VAR_A)", id="values_are_not_expanded_again"),
+        pytest.param("$(DOLLARS)", "$$", id="values_keep_their_dollars"),
+    ],
+)
 def test_a_reference_to_a_set_variable_becomes_its_value(text, expanded):
     assert expand(text, VARIABLES) == expanded
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param("", id="empty"),
-    pytest.param("train.py", id="plain"),
-    pytest.param("--lr=0.1", id="flag"),
-    pytest.param("$", id="lone_dollar"),
-    pytest.param("cost$", id="trailing_dollar"),
-    pytest.param("$VAR_A", id="shell_style"),
-    pytest.param("${VAR_A}", id="shell_braces"),
-    pytest.param("a$)b", id="dollar_before_closer"),
-    pytest.param("(VAR_A)", id="no_operator"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("train.py", id="plain"),
+        pytest.param("--lr=0.1", id="flag"),
+        pytest.param("$", id="lone_dollar"),
+        pytest.param("cost$", id="trailing_dollar"),
+        pytest.param("$VAR_A", id="shell_style"),
+        pytest.param("${VAR_A}", id="shell_braces"),
+        pytest.param("a$)b", id="dollar_before_closer"),
+        pytest.param("(VAR_A)", id="no_operator"),
+    ],
+)
 def test_text_without_references_stays_as_written(text):
     assert expand(text, VARIABLES) == text
 
 
-@pytest.mark.parametrize(("text", "expanded"), [
-    pytest.param("$$(VAR_A)", "$(VAR_A)", id="escaped_reference"),
-    pytest.param("--x=$$(JOB_NAME)", "--x=$(JOB_NAME)", id="escaped_inside_an_argument"),
-    pytest.param("$$$(VAR_A)", "$A", id="escape_then_reference"),
-    pytest.param("$$$$(VAR_A)", "$$(VAR_A)", id="two_escapes"),
-    pytest.param("$$", "$", id="escape_alone"),
-    pytest.param("$$$", "$$", id="escape_and_lone_dollar"),
-    pytest.param("$$$$$$$(GOOD_ODDS)", "$$$$(GOOD_ODDS)", id="odd_dollars_unset_name"),
-    pytest.param("$$VAR_A", "$VAR_A", id="escape_before_plain_text"),
-])
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [
+        pytest.param("$$(VAR_A)", "$(VAR_A)", id="escaped_reference"),
+        pytest.param("--x=$$(JOB_NAME)", "--x=$(JOB_NAME)", id="escaped_inside_an_argument"),
+        pytest.param("$$$(VAR_A)", "$A", id="escape_then_reference"),
+        pytest.param("$$$$(VAR_A)", "$$(VAR_A)", id="two_escapes"),
+        pytest.param("$$", "$", id="escape_alone"),
+        pytest.param("$$$", "$$", id="escape_and_lone_dollar"),
+        pytest.param("$$$$$$$(GOOD_ODDS)", "$$$$(GOOD_ODDS)", id="odd_dollars_unset_name"),
+        pytest.param("$$VAR_A", "$VAR_A", id="escape_before_plain_text"),
+    ],
+)
 def test_double_dollar_is_one_literal_dollar(text, expanded):
     assert expand(text, VARIABLES) == expanded
 
 
-@pytest.mark.parametrize(("text", "expanded"), [
-    pytest.param("$(UNKNOWN)", "$(UNKNOWN)", id="unknown_name"),
-    pytest.param("$(UNKNOWN)-$(VAR_A)", "$(UNKNOWN)-A", id="unknown_beside_known"),
-    pytest.param("$(var_a)", "$(var_a)", id="names_are_case_sensitive"),
-    pytest.param("$()", "$()", id="empty_name"),
-    pytest.param("$(VAR_A", "$(VAR_A", id="unterminated"),
-    pytest.param("x$(", "x$(", id="opener_at_the_end"),
-    pytest.param("$(VAR_A$(VAR_B", "$(VAR_A$(VAR_B", id="two_unterminated"),
-    pytest.param("$(VAR_A $(VAR_B)", "$(VAR_A $(VAR_B)", id="name_runs_to_the_first_closer"),
-    pytest.param("$(VAR_A))", "A)", id="extra_closer"),
-])
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [
+        pytest.param("$(UNKNOWN)", "$(UNKNOWN)", id="unknown_name"),
+        pytest.param("$(UNKNOWN)-$(VAR_A)", "$(UNKNOWN)-A", id="unknown_beside_known"),
+        pytest.param("$(var_a)", "$(var_a)", id="names_are_case_sensitive"),
+        pytest.param("$()", "$()", id="empty_name"),
+        pytest.param("$(VAR_A", "$(VAR_A", id="unterminated"),
+        pytest.param("x$(", "x$(", id="opener_at_the_end"),
+        pytest.param("$(VAR_A$(VAR_B", "$(VAR_A$(VAR_B", id="two_unterminated"),
+        pytest.param("$(VAR_A $(VAR_B)", "$(VAR_A $(VAR_B)", id="name_runs_to_the_first_closer"),
+        pytest.param("$(VAR_A))", "A)", id="extra_closer"),
+    ],
+)
 def test_unknown_empty_and_unterminated_references_stay_as_written(text, expanded):
     assert expand(text, VARIABLES) == expanded
 
 
 def test_the_seed_era_request_args_become_the_replicas_flags():
-    args = ["--ps_hosts=$(PS_HOSTS)", "--worker_hosts=$(WORKER_HOSTS)",
-            "--job_name=$(JOB_NAME)", "--task_index=$(TASK_INDEX)"]
+    args = [
+        "--ps_hosts=$(PS_HOSTS)",
+        "--worker_hosts=$(WORKER_HOSTS)",
+        "--job_name=$(JOB_NAME)",
+        "--task_index=$(TASK_INDEX)",
+    ]
     assert expand_argv(["python3", "train.py", *args], VARIABLES) == [
-        "python3", "train.py", "--ps_hosts=10.0.0.1:2222",
-        "--worker_hosts=10.0.0.2:2222,10.0.0.3:2222", "--job_name=worker", "--task_index=1"]
+        "python3",
+        "train.py",
+        "--ps_hosts=10.0.0.1:2222",
+        "--worker_hosts=10.0.0.2:2222,10.0.0.3:2222",
+        "--job_name=worker",
+        "--task_index=1",
+    ]
 
 
 def test_each_argument_is_expanded_on_its_own():
@@ -99,7 +128,7 @@ def expand_as_kubernetes_does(text, variables):
     while cursor < len(text):
         if text[cursor] == "$" and cursor + 1 < len(text):
             buf.append(text[checkpoint:cursor])
-            rest = text[cursor + 1:]
+            rest = text[cursor + 1 :]
             if rest[0] == "$":
                 read, is_var, advance = rest[0:1], False, 1
             elif rest[0] == "(":
@@ -122,8 +151,9 @@ def expand_as_kubernetes_does(text, variables):
 
 
 # Pieces that make references likely: operators, brackets, and set and unset names.
-TEXT = st.lists(st.sampled_from([*"$()x-=", "VAR_A", "VAR_B", "UNSET", "$("]),
-                max_size=20).map("".join)
+TEXT = st.lists(st.sampled_from([*"$()x-=", "VAR_A", "VAR_B", "UNSET", "$("]), max_size=20).map(
+    "".join
+)
 
 
 @given(TEXT)

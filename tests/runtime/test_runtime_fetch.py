@@ -83,9 +83,7 @@ def test_fetch_refuses_an_archive_over_the_compressed_limit_before_reading_it(
 
 def test_fetch_with_a_compressed_limit_that_is_not_a_number_exits_2(tmp_path: Path) -> None:
     bundle = build_good(tmp_path / "good.tar.gz")
-    result, _ = run_fetch(
-        tmp_path, bundle.as_uri(), {"TFJOB_MAX_BUNDLE_COMPRESSED_BYTES": "20GiB"}
-    )
+    result, _ = run_fetch(tmp_path, bundle.as_uri(), {"TFJOB_MAX_BUNDLE_COMPRESSED_BYTES": "20GiB"})
     assert result.returncode == 2
     assert "TFJOB_MAX_BUNDLE_COMPRESSED_BYTES: '20GiB' given" in result.stderr
 

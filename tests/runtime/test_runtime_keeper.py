@@ -46,12 +46,13 @@ def test_list_names_every_model_file_and_the_metrics_with_size_and_sha256(worksp
     listing = json.loads(done.stdout)
     assert listing["version"] == 1
     files = {entry["path"]: entry for entry in listing["files"]}
-    assert list(files) == ["model/saved_model.pb", "model/variables/variables.data",
-                           "metrics.json"]
+    assert list(files) == ["model/saved_model.pb", "model/variables/variables.data", "metrics.json"]
     data = (workspace / "model" / "variables" / "variables.data").read_bytes()
     assert files["model/variables/variables.data"] == {
-        "path": "model/variables/variables.data", "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest()}
+        "path": "model/variables/variables.data",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def test_list_of_a_workspace_without_model_or_metrics_is_empty(tmp_path):
@@ -71,8 +72,14 @@ def test_read_gives_base64_of_the_byte_range(workspace):
 
 @pytest.mark.parametrize(
     "path",
-    ["code/secret.txt", "/etc/passwd", "model/../code/secret.txt", "../outside", "model",
-     "model/escape"],
+    [
+        "code/secret.txt",
+        "/etc/passwd",
+        "model/../code/secret.txt",
+        "../outside",
+        "model",
+        "model/escape",
+    ],
 )
 def test_read_refuses_anything_but_the_model_and_the_metrics(workspace, path):
     (workspace.parent / "outside").write_text("outside")

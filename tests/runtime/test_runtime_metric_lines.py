@@ -18,21 +18,30 @@ from runtime.metric_lines import (
 
 def test_a_metric_line_gives_its_numbers_wherever_the_marker_is():
     assert parse_metric_line('TFJOB_METRIC {"step": 120, "loss": 0.31}') == {
-        "step": 120.0, "loss": 0.31}
+        "step": 120.0,
+        "loss": 0.31,
+    }
     line = '2026-12-04T03:00:00Z [chief-0] TFJOB_METRIC {"step": 5, "accuracy": 0.5}'
     assert parse_metric_line(line) == {"step": 5.0, "accuracy": 0.5}
 
 
 def test_lines_that_are_not_points_give_none():
-    for line in ("training step 5", 'TFJOB_METRICS {"accuracy": 0.9}',  # the run's final ones
-                 "TFJOB_METRIC not json", "TFJOB_METRIC [1, 2]", 'TFJOB_METRIC {"loss": "x"}',
-                 'TFJOB_METRIC {"ok": true}', "TFJOB_METRIC {}"):
+    for line in (
+        "training step 5",
+        'TFJOB_METRICS {"accuracy": 0.9}',  # the run's final ones
+        "TFJOB_METRIC not json",
+        "TFJOB_METRIC [1, 2]",
+        'TFJOB_METRIC {"loss": "x"}',
+        'TFJOB_METRIC {"ok": true}',
+        "TFJOB_METRIC {}",
+    ):
         assert parse_metric_line(line) is None, line
 
 
 def test_odd_names_infinite_numbers_and_long_lines_are_left_out():
-    point = parse_metric_line('TFJOB_METRIC {"loss": 1, "bad name": 2, "x": Infinity, '
-                              '"nan": NaN, "' + "n" * 65 + '": 3}')
+    point = parse_metric_line(
+        'TFJOB_METRIC {"loss": 1, "bad name": 2, "x": Infinity, "nan": NaN, "' + "n" * 65 + '": 3}'
+    )
     assert point == {"loss": 1.0}
     many = {f"m{i}": i for i in range(MAX_NAMES + 10)}
     assert len(parse_metric_line("TFJOB_METRIC " + json.dumps(many))) == MAX_NAMES

@@ -50,8 +50,12 @@ def test_no_module_but_protocol_spells_a_pod_protocol_name():
             tree = ast.parse(path.read_text(encoding="utf-8"))
             docs = docstring_nodes(tree)
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                        and id(node) not in docs and PROTOCOL_LITERAL.match(node.value)):
+                if (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and id(node) not in docs
+                    and PROTOCOL_LITERAL.match(node.value)
+                ):
                     copies.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
     assert not copies, "import these from runtime/protocol.py:\n" + "\n".join(copies)
 
@@ -67,20 +71,30 @@ def test_the_runtime_scripts_import_the_protocol_by_flat_name_as_in_a_pod(tmp_pa
     for path in (REPO / "runtime").glob("*.py"):
         (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "__init__.py").unlink()
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "import bootstrap, fetch, keeper, metric_lines, checkpoints, protocol; "
-            "print(keeper.EXIT_KEEPER_REFUSED, bootstrap.EXIT_UPLOAD_FAILED, "
-            "metric_lines.METRIC_MARKER.strip(), checkpoints.RESTORE_FILE)")
-    done = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import bootstrap, fetch, keeper, metric_lines, checkpoints, protocol; "
+        "print(keeper.EXIT_KEEPER_REFUSED, bootstrap.EXIT_UPLOAD_FAILED, "
+        "metric_lines.METRIC_MARKER.strip(), checkpoints.RESTORE_FILE)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["77", "74", "TFJOB_METRIC", "restore.json"]
 
 
 def test_the_manifests_build_pods_from_the_protocols_names():
     pods = build_pod_manifests(load_request(distributed_request_data()), RUN)
-    owner = next(pod for pod in pods
-                 if any(c["name"] == protocol.KEEPER_CONTAINER for c in pod["spec"]["containers"]))
+    owner = next(
+        pod
+        for pod in pods
+        if any(c["name"] == protocol.KEEPER_CONTAINER for c in pod["spec"]["containers"])
+    )
     init = owner["spec"]["initContainers"][0]
     main, keeper = owner["spec"]["containers"]
     assert (init["name"], main["name"]) == (protocol.INIT_CONTAINER, protocol.MAIN_CONTAINER)
@@ -88,10 +102,20 @@ def test_the_manifests_build_pods_from_the_protocols_names():
     assert main["command"][:2] == ["python3", protocol.BOOTSTRAP_SCRIPT]
     assert keeper["command"] == ["python3", protocol.KEEPER_SCRIPT]
     mounts = {m["mountPath"] for m in main["volumeMounts"]}
-    assert {protocol.RUNTIME_DIR, protocol.ACCESS_DIR, protocol.WORKSPACE_DIR,
-            protocol.CONFIG_DIR} <= mounts
+    assert {
+        protocol.RUNTIME_DIR,
+        protocol.ACCESS_DIR,
+        protocol.WORKSPACE_DIR,
+        protocol.CONFIG_DIR,
+    } <= mounts
     env = {item["name"] for item in main["env"]}
-    assert {protocol.ENV_ROLE, protocol.ENV_INDEX, protocol.ENV_WAIT_CLUSTERSPEC,
-            protocol.ENV_CLUSTERSPEC_TIMEOUT, protocol.ENV_UPLOAD_MODEL,
-            protocol.ENV_UPLOAD_PATIENCE, protocol.ENV_SYNC_CHECKPOINTS,
-            protocol.ENV_CHECKPOINT_INTERVAL} <= env
+    assert {
+        protocol.ENV_ROLE,
+        protocol.ENV_INDEX,
+        protocol.ENV_WAIT_CLUSTERSPEC,
+        protocol.ENV_CLUSTERSPEC_TIMEOUT,
+        protocol.ENV_UPLOAD_MODEL,
+        protocol.ENV_UPLOAD_PATIENCE,
+        protocol.ENV_SYNC_CHECKPOINTS,
+        protocol.ENV_CHECKPOINT_INTERVAL,
+    } <= env

@@ -22,7 +22,6 @@ from tfjob.grants import MAX_GRANT_SECONDS, grant_lifetime, max_active_deadline,
 DAG = "tfjob__job"
 
 
-
 def test_grants_are_sigv4_and_a_client_that_would_sign_sigv2_is_refused(
     s3_server: S3Server,
 ) -> None:
@@ -63,8 +62,7 @@ def post_status(policy: transfer.UploadPolicy, name: str, tmp_path: Path) -> int
 def test_the_model_owner_writes_model_and_metrics_and_nothing_else_of_the_run(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
-    raw = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/out/j", DAG, "run-9",
-                         60)
+    raw = presign_upload(s3_server.presigner(), f"s3://{s3_server.bucket}/out/j", DAG, "run-9", 60)
     policy = transfer.UploadPolicy.from_json(raw)
     assert policy.prefix == f"out/j/runs/{DAG}/run-9/"
     assert post_status(policy, "model/saved_model.pb", tmp_path) == 204
@@ -108,8 +106,9 @@ class FakeRun:
 
 
 def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> None:
-    plan = GrantPlan.for_run(FakeRun,
-                             "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz")
+    plan = GrantPlan.for_run(
+        FakeRun, "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz"
+    )
     assert plan.lifetime == 120 + 1200 + 600
     assert GrantPlan.from_payload(plan.to_payload()) == plan
     first = sign_grants(plan, s3_server.presigner())

@@ -73,8 +73,9 @@ def write_everything(server: S3Server, tmp_path: Path) -> dict[str, str]:
     # The model, as a pod posts it: presigned POST policies, through the pods' listener.
     raw = presign_upload(server.presigner(), f"s3://{server.bucket}/out/j", DAG, "run-1", 300)
     policy = transfer.UploadPolicy.from_json(raw)
-    policy = dataclasses.replace(policy, url=policy.url.replace(server.endpoint,
-                                                                server.pod_endpoint))
+    policy = dataclasses.replace(
+        policy, url=policy.url.replace(server.endpoint, server.pod_endpoint)
+    )
     for name, size in (
         ("model/saved_model.pb", 300_000),
         ("model/variables/variables.index", 2_000),
@@ -95,8 +96,13 @@ def write_everything(server: S3Server, tmp_path: Path) -> dict[str, str]:
     kept[PUBLISHED_KEY] = kept[policy.prefix + "model/saved_model.pb"]
 
     client.put_object(Bucket=server.bucket, Key="notes.txt", Body=b"first")
-    client.put_object(Bucket=server.bucket, Key="notes.txt", Body=b"second",
-                      ContentType="text/plain", Metadata={"edited": "yes"})
+    client.put_object(
+        Bucket=server.bucket,
+        Key="notes.txt",
+        Body=b"second",
+        ContentType="text/plain",
+        Metadata={"edited": "yes"},
+    )
     kept["notes.txt"] = sha(b"second")
     for key in DELETED:
         client.put_object(Bucket=server.bucket, Key=key, Body=b"old log")
@@ -132,8 +138,9 @@ def look_at(server: S3Server) -> dict[str, Any]:
 
 def check_kept(seen: dict[str, Any], kept: dict[str, str], bucket: str) -> None:
     assert KEPT_BUCKET in seen["buckets"] and GONE_BUCKET not in seen["buckets"]
-    objects = {name.split("/", 1)[1]: each for name, each in seen.items()
-               if name.startswith(bucket + "/")}
+    objects = {
+        name.split("/", 1)[1]: each for name, each in seen.items() if name.startswith(bucket + "/")
+    }
     assert {key: each["sha256"] for key, each in objects.items()} == kept
     assert objects[BUNDLE_KEY]["etag"].endswith('-3"')  # three parts, as the client saw it
     assert objects[BUNDLE_KEY]["type"] == "application/gzip"
@@ -262,8 +269,11 @@ def make_client(info: dict[str, Any]) -> Any:
 
 
 def save_one(store: s3_store.DiskStore, key: str, data: bytes) -> s3_store.ObjectRecord:
-    store.save_bucket(s3_store.BucketRecord("tfjob-test", "123456789012", "us-east-1",
-                                            "2026-12-03T10:00:00+00:00"))
+    store.save_bucket(
+        s3_store.BucketRecord(
+            "tfjob-test", "123456789012", "us-east-1", "2026-12-03T10:00:00+00:00"
+        )
+    )
     return store.save_object("tfjob-test", key, {"etag": '"x"'}, [data[:3], data[3:]], None)
 
 
@@ -360,12 +370,20 @@ def test_what_moto_changed_is_saved_and_loaded_back_into_a_fresh_moto(tmp_path: 
         client = boto3.client("s3", region_name="us-east-1")
         with s3_sync.collect_changes() as changes:
             client.create_bucket(Bucket="tfjob-test")
-            client.put_object(Bucket="tfjob-test", Key="a/b.json", Body=b'{"x": 1}',
-                              ContentType="application/json", Metadata={"run": "r1"})
+            client.put_object(
+                Bucket="tfjob-test",
+                Key="a/b.json",
+                Body=b'{"x": 1}',
+                ContentType="application/json",
+                Metadata={"run": "r1"},
+            )
             client.put_object(Bucket="tfjob-test", Key="gone", Body=b"x")
             client.delete_object(Bucket="tfjob-test", Key="gone")
-            client.put_object_tagging(Bucket="tfjob-test", Key="a/b.json",
-                                      Tagging={"TagSet": [{"Key": "kind", "Value": "metrics"}]})
+            client.put_object_tagging(
+                Bucket="tfjob-test",
+                Key="a/b.json",
+                Tagging={"TagSet": [{"Key": "kind", "Value": "metrics"}]},
+            )
         assert changes == {
             s3_sync.Change("tfjob-test", None),
             s3_sync.Change("tfjob-test", "a/b.json"),
@@ -405,8 +423,12 @@ def test_a_change_that_cannot_be_saved_is_answered_with_500_not_success() -> Non
 
     answered: list[str] = []
     layer = s3_persist.PersistingMiddleware(moto, FailingMirror())  # type: ignore[arg-type]
-    body = b"".join(layer({"REQUEST_METHOD": "PUT", "PATH_INFO": "/b/k"},
-                          lambda status, headers, exc_info=None: answered.append(status)))
+    body = b"".join(
+        layer(
+            {"REQUEST_METHOD": "PUT", "PATH_INFO": "/b/k"},
+            lambda status, headers, exc_info=None: answered.append(status),
+        )
+    )
     assert answered == ["500 Internal Server Error"]
     assert b"<Code>InternalError</Code>" in body and b"No space left on device" in body
     assert b"in memory only" in body

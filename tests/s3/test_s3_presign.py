@@ -54,7 +54,8 @@ def test_parse_s3_url_splits_bucket_and_key_and_names_bad_values() -> None:
     )
     # Two DAGs, one output and one run id: two prefixes.
     assert run_output_prefix("s3://b/out", "tfjob__a", "r") != run_output_prefix(
-        "s3://b/out", "tfjob__b", "r")
+        "s3://b/out", "tfjob__b", "r"
+    )
     with pytest.raises(ValueError, match="run_id"):
         run_output_prefix("s3://b/out", "tfjob__job", "a/b")
 

@@ -155,7 +155,6 @@ def test_download_does_not_retry_a_refusal_and_names_the_s3_code(
 # ------------------------------------------------------------- SigV4 only, two listeners
 
 
-
 def load_s3_checks() -> Any:
     """scripts/ is not a package: load scripts/s3_checks.py by path."""
     spec = importlib.util.spec_from_file_location(

@@ -32,8 +32,12 @@ def state_dir() -> Iterator[Path]:
 
 
 def connect(cluster: postgres_server.PostgresCluster, database: str):
-    return psycopg2.connect(dbname=database, user=postgres_server.SUPERUSER,
-                            password=cluster.read_password(), host=str(cluster.socket_dir))
+    return psycopg2.connect(
+        dbname=database,
+        user=postgres_server.SUPERUSER,
+        password=cluster.read_password(),
+        host=str(cluster.socket_dir),
+    )
 
 
 def read_postmaster_pid(cluster: postgres_server.PostgresCluster) -> int:
@@ -72,8 +76,12 @@ def test_the_password_is_private_and_required(state_dir):
     assert stat.S_IMODE(cluster.data.stat().st_mode) == 0o700
     assert not list(cluster.socket_dir.glob("*password*"))  # initdb's file is gone
     with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
-        psycopg2.connect(dbname="postgres", user=postgres_server.SUPERUSER, password="wrong",
-                         host=str(cluster.socket_dir))
+        psycopg2.connect(
+            dbname="postgres",
+            user=postgres_server.SUPERUSER,
+            password="wrong",
+            host=str(cluster.socket_dir),
+        )
     # No TCP listener: the socket file is the only way in.
     assert "listen_addresses = ''" in (cluster.data / "postgresql.conf").read_text()
 

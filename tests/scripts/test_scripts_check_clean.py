@@ -14,7 +14,9 @@ CHECK = REPO_ROOT / "scripts" / "check_clean.py"
 def run_check(checkout: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(CHECK), "--checkout", str(checkout)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

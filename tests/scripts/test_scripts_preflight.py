@@ -59,9 +59,7 @@ def test_every_problem_is_named_at_once(tmp_path: Path, held_port: int) -> None:
     assert f"port {held_port} (S3 server)" in str(caught.value)
 
 
-def test_a_port_held_by_this_state_dirs_own_service_is_fine(
-    tmp_path: Path, held_port: int
-) -> None:
+def test_a_port_held_by_this_state_dirs_own_service_is_fine(tmp_path: Path, held_port: int) -> None:
     # The second `make demo`: the S3 server of this state dir is up on its port.
     (tmp_path / "s3").mkdir()
     (tmp_path / "s3" / "ready.json").write_text(json.dumps({"pid": os.getpid()}))
@@ -79,10 +77,22 @@ def test_services_up_exits_1_on_a_taken_port_without_starting_anything(
 ) -> None:
     state = tmp_path / "state"
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "services.py"), "up",
-         "--state-dir", str(state), "--s3-port", str(held_port),
-         "--kube-port", "0", "--airflow-port", "0"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "services.py"),
+            "up",
+            "--state-dir",
+            str(state),
+            "--s3-port",
+            str(held_port),
+            "--kube-port",
+            "0",
+            "--airflow-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert f"port {held_port} (S3 server) on 127.0.0.1 is taken" in result.stderr

@@ -20,11 +20,13 @@ REPO = REPO_ROOT
 
 
 def make_tenant(**changes):
-    data = {"name": "team-a", "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4,
-                                        "pods": 20},
-            "defaults": {"cpu": "500m", "memory": "1Gi"},
-            "bundle_prefixes": ["s3://tfjob-bundles/digits/", "s3://team-a/code/"],
-            "output_prefixes": ["s3://tfjob-output/"]}
+    data = {
+        "name": "team-a",
+        "quota": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 4, "pods": 20},
+        "defaults": {"cpu": "500m", "memory": "1Gi"},
+        "bundle_prefixes": ["s3://tfjob-bundles/digits/", "s3://team-a/code/"],
+        "output_prefixes": ["s3://tfjob-output/"],
+    }
     data.update(changes)
     return validate_tenants({"tenants": [data]}, "t.yaml").tenants[0]
 
@@ -51,12 +53,17 @@ def test_a_request_within_every_rule_of_its_tenant_runs():
 
 def test_the_error_names_the_field_what_was_given_and_what_the_tenant_allows():
     demo = load_tenants(DEFAULT_TENANTS_FILE).find("demo")
-    error = refusal(demo, tenant="demo", bundle="s3://tfjob-demo/bundles/d.tar.gz",
-                    output="s3://tfjob-demo/research/outputs/x")
-    assert str(error) == ("request.output: 's3://tfjob-demo/research/outputs/x' given; tenant "
-                          "demo may write outputs only under s3://tfjob-demo/outputs/")
-    assert (error.field, error.given) == ("request.output",
-                                          "s3://tfjob-demo/research/outputs/x")
+    error = refusal(
+        demo,
+        tenant="demo",
+        bundle="s3://tfjob-demo/bundles/d.tar.gz",
+        output="s3://tfjob-demo/research/outputs/x",
+    )
+    assert str(error) == (
+        "request.output: 's3://tfjob-demo/research/outputs/x' given; tenant "
+        "demo may write outputs only under s3://tfjob-demo/outputs/"
+    )
+    assert (error.field, error.given) == ("request.output", "s3://tfjob-demo/research/outputs/x")
     assert error.allowed == "tenant demo may write outputs only under s3://tfjob-demo/outputs/"
     assert isinstance(error, ValueError)
     copied = pickle.loads(pickle.dumps(error))
@@ -73,6 +80,7 @@ def test_the_shipped_example_requests_are_allowed_for_the_demo_tenant():
 
 # --- the tenant ---------------------------------------------------------------------------
 
+
 def test_a_request_naming_another_tenant_is_refused():
     error = refusal(tenant="team-b")
     assert error.field == "request.tenant"
@@ -82,11 +90,13 @@ def test_a_request_naming_another_tenant_is_refused():
 
 # --- where data lives ---------------------------------------------------------------------
 
+
 def test_a_bundle_outside_the_tenants_bundle_prefixes_is_refused():
     error = refusal(bundle="s3://tfjob-bundles/other/bundle.tar.gz")
     assert error.field == "request.bundle"
-    assert str(error).endswith("tenant team-a may read bundles only under "
-                               "s3://tfjob-bundles/digits/, s3://team-a/code/")
+    assert str(error).endswith(
+        "tenant team-a may read bundles only under s3://tfjob-bundles/digits/, s3://team-a/code/"
+    )
     assert allows(bundle="s3://team-a/code/deep/er/b.tar.gz")
 
 
@@ -96,9 +106,11 @@ def test_a_bundle_in_another_bucket_with_the_same_key_is_refused():
 
 
 def test_a_bundle_key_with_dot_dot_or_empty_segments_is_refused_even_under_a_prefix():
-    for bundle in ("s3://tfjob-bundles/digits/../secret/b.tar.gz",
-                   "s3://tfjob-bundles/digits/./b.tar.gz",
-                   "s3://tfjob-bundles/digits//b.tar.gz"):
+    for bundle in (
+        "s3://tfjob-bundles/digits/../secret/b.tar.gz",
+        "s3://tfjob-bundles/digits/./b.tar.gz",
+        "s3://tfjob-bundles/digits//b.tar.gz",
+    ):
         error = refusal(bundle=bundle)
         assert error.field == "request.bundle"
         assert "empty, '.' or '..' path segments are not allowed" in str(error)
@@ -133,25 +145,28 @@ def test_a_whole_bucket_prefix_allows_every_key_of_that_bucket_only():
     assert refusal(tenant, output="s3://team-ab/x").field == "request.output"
 
 
-@pytest.mark.parametrize(("url", "prefix", "inside"), [
-    ("s3://bucket-a/outputs/x", "s3://bucket-a/outputs/", True),
-    ("s3://bucket-a/outputs/x/y/", "s3://bucket-a/outputs/", True),
-    ("s3://bucket-a/outputs/", "s3://bucket-a/outputs/", True),
-    ("s3://bucket-a/outputs", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/outputs-x/y", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/outputs-x/y", "s3://bucket-a/outputs", False),   # a prefix is a directory
-    ("s3://bucket-a/outputs/x", "s3://bucket-a/outputs", True),
-    ("s3://bucket-b/outputs/x", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-ab/outputs/x", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/x", "s3://bucket-a/", True),
-    ("s3://bucket-a", "s3://bucket-a/", True),
-    ("s3://bucket-a/outputs/../x", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/outputs/./x", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/outputs//x", "s3://bucket-a/outputs/", False),
-    ("https://bucket-a/outputs/x", "s3://bucket-a/outputs/", False),
-    ("s3://bucket-a/outputs/x", "https://bucket-a/outputs/", False),
-    ("s3://Bucket_A/outputs/x", "s3://Bucket_A/outputs/", False),
-])
+@pytest.mark.parametrize(
+    ("url", "prefix", "inside"),
+    [
+        ("s3://bucket-a/outputs/x", "s3://bucket-a/outputs/", True),
+        ("s3://bucket-a/outputs/x/y/", "s3://bucket-a/outputs/", True),
+        ("s3://bucket-a/outputs/", "s3://bucket-a/outputs/", True),
+        ("s3://bucket-a/outputs", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/outputs-x/y", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/outputs-x/y", "s3://bucket-a/outputs", False),  # a prefix is a directory
+        ("s3://bucket-a/outputs/x", "s3://bucket-a/outputs", True),
+        ("s3://bucket-b/outputs/x", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-ab/outputs/x", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/x", "s3://bucket-a/", True),
+        ("s3://bucket-a", "s3://bucket-a/", True),
+        ("s3://bucket-a/outputs/../x", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/outputs/./x", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/outputs//x", "s3://bucket-a/outputs/", False),
+        ("https://bucket-a/outputs/x", "s3://bucket-a/outputs/", False),
+        ("s3://bucket-a/outputs/x", "https://bucket-a/outputs/", False),
+        ("s3://Bucket_A/outputs/x", "s3://Bucket_A/outputs/", False),
+    ],
+)
 def test_is_within_prefix(url, prefix, inside):
     assert is_within_prefix(url, prefix) is inside
 
@@ -170,10 +185,13 @@ def test_unsafe_segments_and_prefix_problems_are_named():
 
 # --- images -------------------------------------------------------------------------------
 
+
 def test_an_image_matching_no_allowed_pattern_is_refused():
     error = refusal(image="python:3.11")
-    assert str(error) == ("request.image: 'python:3.11' given; tenant team-a may run only "
-                          "images matching tensorflow/tensorflow:*")
+    assert str(error) == (
+        "request.image: 'python:3.11' given; tenant team-a may run only "
+        "images matching tensorflow/tensorflow:*"
+    )
     assert refusal(image="evil.io/tensorflow/tensorflow:2").field == "request.image"
     assert allows(image="tensorflow/tensorflow:2.21.0-gpu")
 
@@ -187,6 +205,7 @@ def test_the_tenants_image_patterns_are_its_allow_list():
 
 
 # --- node selectors -----------------------------------------------------------------------
+
 
 def test_a_node_selector_is_refused_when_the_tenant_allows_none():
     error = refusal(node_selector={"pool": "train"})
@@ -202,15 +221,19 @@ def test_node_selectors_are_allowed_by_key_and_value_pattern():
     error = refusal(tenant, node_selector={"pool": "prod"})
     assert error.field == "request.node_selector.pool"
     assert "may select nodes only by: pool matching train-*, eval" in str(error)
-    assert refusal(tenant, node_selector={"pool": "eval", "zone": "a"}).field == \
-        "request.node_selector.zone"
+    assert (
+        refusal(tenant, node_selector={"pool": "eval", "zone": "a"}).field
+        == "request.node_selector.zone"
+    )
 
 
 def test_the_gpu_type_selector_the_pipeline_adds_is_always_allowed():
     assert allows(gpu_type="NVIDIA-A100-SXM4-40GB", resources={"worker": {"gpu": 1}})
     # ... but naming the same label as a request node selector is the request's choice
-    assert refusal(node_selector={"nvidia.com/gpu.product": "X"}).field == \
-        "request.node_selector.nvidia.com/gpu.product"
+    assert (
+        refusal(node_selector={"nvidia.com/gpu.product": "X"}).field
+        == "request.node_selector.nvidia.com/gpu.product"
+    )
 
 
 # --- tolerations --------------------------------------------------------------------------
@@ -226,46 +249,63 @@ def test_a_toleration_is_refused_when_the_tenant_allows_none():
 
 
 def test_a_toleration_needs_an_entry_with_its_key_and_every_field_the_entry_names():
-    tenant = make_tenant(tolerations=[
-        {"key": "nvidia.com/gpu", "operator": "Exists"},
-        {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoSchedule"},
-        {"key": "spot"}])
+    tenant = make_tenant(
+        tolerations=[
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoSchedule"},
+            {"key": "spot"},
+        ]
+    )
     assert allows(tenant, tolerations=[GPU_TAINT])
-    assert allows(tenant, tolerations=[{"key": "dedicated", "value": "team-a",
-                                        "effect": "NoSchedule"}])
-    assert allows(tenant, tolerations=[{"key": "spot", "operator": "Exists"},
-                                       {"key": "spot", "value": "yes", "effect": "NoExecute",
-                                        "tolerationSeconds": 60}])
-    for toleration in ({"key": "dedicated", "value": "team-b", "effect": "NoSchedule"},
-                       {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"},
-                       {"key": "dedicated", "value": "team-a"},   # every effect: broader
-                       {"key": "nvidia.com/gpu", "value": "x"},   # Equal, entry says Exists
-                       {"key": "other", "operator": "Exists"}):
+    assert allows(
+        tenant, tolerations=[{"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}]
+    )
+    assert allows(
+        tenant,
+        tolerations=[
+            {"key": "spot", "operator": "Exists"},
+            {"key": "spot", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60},
+        ],
+    )
+    for toleration in (
+        {"key": "dedicated", "value": "team-b", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "team-a"},  # every effect: broader
+        {"key": "nvidia.com/gpu", "value": "x"},  # Equal, entry says Exists
+        {"key": "other", "operator": "Exists"},
+    ):
         error = refusal(tenant, tolerations=[GPU_TAINT, toleration])
         assert error.field == "request.tolerations[1]"
-        assert "may tolerate only: key nvidia.com/gpu (operator Exists); key dedicated " \
+        assert (
+            "may tolerate only: key nvidia.com/gpu (operator Exists); key dedicated "
             "(operator Equal, value team-a, effect NoSchedule); key spot" in str(error)
+        )
 
 
 def test_tolerating_every_taint_needs_an_entry_with_an_empty_key_and_exists():
     everything = {"operator": "Exists"}
     with_key = make_tenant(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
     assert refusal(with_key, tolerations=[everything]).field == "request.tolerations[0]"
-    assert refusal(with_key, tolerations=[{"key": "", "operator": "Exists"}]).field == \
-        "request.tolerations[0]"
+    assert (
+        refusal(with_key, tolerations=[{"key": "", "operator": "Exists"}]).field
+        == "request.tolerations[0]"
+    )
     listed = make_tenant(tolerations=[{"key": "", "operator": "Exists"}])
     assert allows(listed, tolerations=[everything])
     assert "every taint (key '' with operator Exists)" in str(
-        refusal(listed, tolerations=[GPU_TAINT]))
+        refusal(listed, tolerations=[GPU_TAINT])
+    )
 
 
 # --- order --------------------------------------------------------------------------------
 
+
 def test_the_first_broken_rule_is_reported():
     error = refusal(tenant="team-b", image="python:3.11", output="s3://elsewhere/x")
     assert error.field == "request.tenant"
-    error = refusal(image="python:3.11", output="s3://elsewhere/x",
-                    bundle="s3://elsewhere/b.tar.gz")
+    error = refusal(
+        image="python:3.11", output="s3://elsewhere/x", bundle="s3://elsewhere/b.tar.gz"
+    )
     assert error.field == "request.bundle"
     error = refusal(image="python:3.11", output="s3://elsewhere/x")
     assert error.field == "request.output"

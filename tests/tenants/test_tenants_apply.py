@@ -24,21 +24,28 @@ from tfjob.tenants import validate_tenants
 
 
 def tenants_config(cpu: str = "4", jobs: int = 2, extra: dict | None = None):
-    tenants = [{"name": "apply-a", "quota": {"cpu": cpu, "memory": "8Gi",
-                                             "nvidia.com/gpu": 2, "pods": 6},
-                "defaults": {"cpu": "250m", "memory": "256Mi"}, "max_concurrent_jobs": jobs,
-                **tenant_storage("apply-a")},
-               {"name": "apply-b", "quota": {"cpu": "2", "memory": "4Gi",
-                                             "nvidia.com/gpu": 0, "pods": 4},
-                "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage("apply-b"),
-                **(extra or {})}]
+    tenants = [
+        {
+            "name": "apply-a",
+            "quota": {"cpu": cpu, "memory": "8Gi", "nvidia.com/gpu": 2, "pods": 6},
+            "defaults": {"cpu": "250m", "memory": "256Mi"},
+            "max_concurrent_jobs": jobs,
+            **tenant_storage("apply-a"),
+        },
+        {
+            "name": "apply-b",
+            "quota": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 0, "pods": 4},
+            "defaults": {"cpu": "100m", "memory": "128Mi"},
+            **tenant_storage("apply-b"),
+            **(extra or {}),
+        },
+    ]
     return validate_tenants({"tenants": tenants}, "test-tenants.yaml")
 
 
 @pytest.fixture(scope="module")
 def clients(localkube_api) -> Clients:
-    return Clients.from_api_client(
-        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
+    return Clients.from_api_client(kubernetes.client.ApiClient(localkube_api.kube_configuration()))
 
 
 def outcomes(results) -> dict[str, Outcome]:
@@ -60,13 +67,16 @@ def test_apply_creates_then_leaves_everything_unchanged_then_changes_only_what_c
     assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
     assert labels["tfjob.io/tenant"] == "apply-a"
 
-    changed = apply_tenants(clients, tenants_config(
-        cpu="6", extra={"default_limits": {"cpu": "1", "memory": "1Gi"}}))
+    changed = apply_tenants(
+        clients, tenants_config(cpu="6", extra={"default_limits": {"cpu": "1", "memory": "1Gi"}})
+    )
     by_key = outcomes(changed)
     assert by_key["ResourceQuota/tfjob-apply-a/tfjob-quota"] is Outcome.CHANGED
     assert by_key["LimitRange/tfjob-apply-b/tfjob-defaults"] is Outcome.CHANGED
     assert [k for k, o in by_key.items() if o is Outcome.CHANGED] == [
-        "ResourceQuota/tfjob-apply-a/tfjob-quota", "LimitRange/tfjob-apply-b/tfjob-defaults"]
+        "ResourceQuota/tfjob-apply-a/tfjob-quota",
+        "LimitRange/tfjob-apply-b/tfjob-defaults",
+    ]
     quota = clients.core.read_namespaced_resource_quota("tfjob-quota", "tfjob-apply-a")
     assert quota.spec.hard["requests.cpu"] == "6"
     limits = clients.core.read_namespaced_limit_range("tfjob-defaults", "tfjob-apply-b")
@@ -80,38 +90,64 @@ def test_apply_creates_then_leaves_everything_unchanged_then_changes_only_what_c
 
 
 def test_diff_ignores_labels_added_by_others_and_quantities_written_differently():
-    desired = {"apiVersion": "v1", "kind": "ResourceQuota",
-               "metadata": {"name": "q", "labels": {"a": "1"}},
-               "spec": {"hard": {"requests.cpu": "1", "requests.memory": "1Gi"}}}
-    live = {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": "q", "labels": {"a": "1", "other": "x"}, "uid": "u"},
-            "spec": {"hard": {"requests.cpu": "1000m", "requests.memory": "1024Mi"}},
-            "status": {"used": {}}}
+    desired = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "labels": {"a": "1"}},
+        "spec": {"hard": {"requests.cpu": "1", "requests.memory": "1Gi"}},
+    }
+    live = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "labels": {"a": "1", "other": "x"}, "uid": "u"},
+        "spec": {"hard": {"requests.cpu": "1000m", "requests.memory": "1024Mi"}},
+        "status": {"used": {}},
+    }
     assert diff_manifest(desired, live) == {}
     live["spec"]["hard"]["pods"] = "3"
-    assert diff_manifest(desired, live) == {"spec": {"hard": {
-        "requests.cpu": "1", "requests.memory": "1Gi", "pods": None}}}
+    assert diff_manifest(desired, live) == {
+        "spec": {"hard": {"requests.cpu": "1", "requests.memory": "1Gi", "pods": None}}
+    }
 
 
 def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(clients):
     config = tenants_config()
     apply_tenants(clients, config)
     tenant = config.find("apply-a")
-    request = load_request(distributed_request_data(
-        tenant="apply-a", replicas={"chief": 0, "ps": 1, "worker": 2, "evaluator": 0},
-        resources={"worker": {"cpu": "1", "memory": "1Gi", "gpu": 1},
-                   "ps": {"cpu": "500m", "memory": "512Mi"}}))
+    request = load_request(
+        distributed_request_data(
+            tenant="apply-a",
+            replicas={"chief": 0, "ps": 1, "worker": 2, "evaluator": 0},
+            resources={
+                "worker": {"cpu": "1", "memory": "1Gi", "gpu": 1},
+                "ps": {"cpu": "500m", "memory": "512Mi"},
+            },
+        )
+    )
     assert preflight_quota(clients.core, request, tenant).fits
 
     # Someone else's job holds one GPU and 2 cpu; its pod is Pending (no kubelets) but counts.
     # (The namespace enforces the restricted Pod Security Standard: the pod must meet it.)
-    clients.core.create_namespaced_pod("tfjob-apply-a", {
-        "metadata": {"name": "other-job"},
-        "spec": {"securityContext": build_pod_security_context(),
-                 "containers": [{"name": "c", "image": "python:3.11", "resources": {
-                     "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
-                     "limits": {"nvidia.com/gpu": "1"}},
-                     "securityContext": build_container_security_context()}]}})
+    clients.core.create_namespaced_pod(
+        "tfjob-apply-a",
+        {
+            "metadata": {"name": "other-job"},
+            "spec": {
+                "securityContext": build_pod_security_context(),
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "python:3.11",
+                        "resources": {
+                            "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+                            "limits": {"nvidia.com/gpu": "1"},
+                        },
+                        "securityContext": build_container_security_context(),
+                    }
+                ],
+            },
+        },
+    )
     try:
         hard, used = read_tenant_quota(clients.core, tenant)
         assert hard["cpu"] == Decimal(4) and hard["nvidia.com/gpu"] == Decimal(2)
@@ -127,44 +163,75 @@ def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(c
 
 
 def test_the_preflight_of_a_tenant_never_applied_says_to_apply_it(clients):
-    config = validate_tenants({"tenants": [{"name": "never-applied", "quota": {
-        "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 1},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage("never-applied")}]})
+    config = validate_tenants(
+        {
+            "tenants": [
+                {
+                    "name": "never-applied",
+                    "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 1},
+                    "defaults": {"cpu": "100m", "memory": "128Mi"},
+                    **tenant_storage("never-applied"),
+                }
+            ]
+        }
+    )
     request = load_request(distributed_request_data(tenant="never-applied"))
-    with pytest.raises(TenantNotAppliedError, match="namespace tfjob-never-applied does not "
-                                                    "exist.*tshell tenants apply"):
+    with pytest.raises(
+        TenantNotAppliedError,
+        match="namespace tfjob-never-applied does not exist.*tshell tenants apply",
+    ):
         preflight_quota(clients.core, request, config.tenants[0])
 
 
 def test_admission_refuses_unknown_tenants_and_gangs_that_do_not_fit(clients):
     config = tenants_config()
     apply_tenants(clients, config)
-    small = load_request(distributed_request_data(
-        tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 1, "evaluator": 0},
-        resources={"worker": {"cpu": "500m", "memory": "256Mi"},
-                   "ps": {"cpu": "500m", "memory": "256Mi"}}))
+    small = load_request(
+        distributed_request_data(
+            tenant="apply-b",
+            replicas={"chief": 0, "ps": 1, "worker": 1, "evaluator": 0},
+            resources={
+                "worker": {"cpu": "500m", "memory": "256Mi"},
+                "ps": {"cpu": "500m", "memory": "256Mi"},
+            },
+        )
+    )
     tenant, check = admit_request(clients.core, small, config)
     assert tenant.name == "apply-b" and check.fits
 
     with pytest.raises(TenancyRefusal, match="'nobody' given; known tenants .*apply-a, apply-b"):
         admit_request(clients.core, small.model_copy(update={"tenant": "nobody"}), config)
 
-    wide = load_request(distributed_request_data(
-        tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 4, "evaluator": 0}))
+    wide = load_request(
+        distributed_request_data(
+            tenant="apply-b", replicas={"chief": 0, "ps": 1, "worker": 4, "evaluator": 0}
+        )
+    )
     with pytest.raises(TenancyRefusal, match="pods: needed 5, free 4"):
         admit_request(clients.core, wide, config)
 
 
 def test_tshell_tenants_apply_then_list_shows_each_object_and_the_usage(
-        localkube_api, tmp_path, capsys):
+    localkube_api, tmp_path, capsys
+):
     from tshell.cli import run
 
     path = tmp_path / "tenants.yaml"
-    path.write_text(yaml.safe_dump({"tenants": [{
-        "name": "cli-a", "quota": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 1,
-                                   "pods": 5},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 1,
-        **tenant_storage("cli-a")}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tenants": [
+                    {
+                        "name": "cli-a",
+                        "quota": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": 1, "pods": 5},
+                        "defaults": {"cpu": "100m", "memory": "128Mi"},
+                        "max_concurrent_jobs": 1,
+                        **tenant_storage("cli-a"),
+                    }
+                ]
+            }
+        )
+    )
     common = ["--file", str(path), "--kubeconfig", localkube_api.kubeconfig]
     assert run(["tenants", "apply", *common, "--no-pools"]) == 0
     first = capsys.readouterr().out
@@ -199,10 +266,12 @@ def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
 
     config = tenants_config()
     apply_tenants(clients, config)
-    run = RunIdentity(job="netpol", run_id="manual__netpol", dag_id="tfjob__netpol",
-                      namespace="tfjob-apply-a")
+    run = RunIdentity(
+        job="netpol", run_id="manual__netpol", dag_id="tfjob__netpol", namespace="tfjob-apply-a"
+    )
     clients.core.create_namespaced_config_map(
-        run.namespace, build_runtime_configmap(run, {"a.py": ""}, "apply-a"))
+        run.namespace, build_runtime_configmap(run, {"a.py": ""}, "apply-a")
+    )
     api_client = clients.core.api_client
     made = create_run_network_policy(api_client, run, "apply-a", config)
     name = f"{run.run_key}-network"
@@ -216,6 +285,7 @@ def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
     clients.core.delete_namespaced_config_map(naming.configmap_name(run.run_key), run.namespace)
     deadline = time.monotonic() + 30
     while clients.networking.list_namespaced_network_policy(
-            run.namespace, label_selector=naming.run_selector(run.run_key)).items:
+        run.namespace, label_selector=naming.run_selector(run.run_key)
+    ).items:
         assert time.monotonic() < deadline, "the run's NetworkPolicy outlived its ConfigMap"
         time.sleep(0.2)

@@ -28,22 +28,42 @@ def core(localkube_api):
     for node in NODES:
         mark_node_ready(localkube_api, node)
     clients = Clients.from_api_client(
-        kubernetes.client.ApiClient(localkube_api.kube_configuration()))
-    config = validate_tenants({"tenants": [{
-        "name": TENANT, "quota": {"cpu": "32", "memory": "64Gi", "nvidia.com/gpu": 16,
-                                  "pods": 40},
-        "defaults": {"cpu": "100m", "memory": "128Mi"}, **tenant_storage(TENANT)}]})
+        kubernetes.client.ApiClient(localkube_api.kube_configuration())
+    )
+    config = validate_tenants(
+        {
+            "tenants": [
+                {
+                    "name": TENANT,
+                    "quota": {"cpu": "32", "memory": "64Gi", "nvidia.com/gpu": 16, "pods": 40},
+                    "defaults": {"cpu": "100m", "memory": "128Mi"},
+                    **tenant_storage(TENANT),
+                }
+            ]
+        }
+    )
     apply_tenants(clients, config)
     return clients.core
 
 
 def gpu_job(job: str, placement: str, gpus: int = 1, workers: int = 4, **changes):
-    request = load_request(distributed_request_data(
-        name=job, tenant=TENANT, strategy="multi_worker_mirrored", placement=placement,
-        replicas={"chief": 0, "ps": 0, "worker": workers, "evaluator": 0},
-        resources={"worker": {"cpu": "500m", "memory": "512Mi", "gpu": gpus}}, **changes))
-    run = RunIdentity(job=job, run_id=f"manual__{job}",
-                      dag_id=f"{pipeline_ids.REQUEST_DAG_PREFIX}{job}", namespace=NAMESPACE)
+    request = load_request(
+        distributed_request_data(
+            name=job,
+            tenant=TENANT,
+            strategy="multi_worker_mirrored",
+            placement=placement,
+            replicas={"chief": 0, "ps": 0, "worker": workers, "evaluator": 0},
+            resources={"worker": {"cpu": "500m", "memory": "512Mi", "gpu": gpus}},
+            **changes,
+        )
+    )
+    run = RunIdentity(
+        job=job,
+        run_id=f"manual__{job}",
+        dag_id=f"{pipeline_ids.REQUEST_DAG_PREFIX}{job}",
+        namespace=NAMESPACE,
+    )
     return request, run
 
 
@@ -57,13 +77,16 @@ def launch(core, job: str, placement: str, **kwargs) -> str:
 def await_pods(core, run_key: str, settled) -> list:
     deadline = time.monotonic() + SCHEDULE_TIMEOUT_S
     while True:
-        pods = core.list_namespaced_pod(NAMESPACE,
-                                        label_selector=naming.run_selector(run_key)).items
+        pods = core.list_namespaced_pod(
+            NAMESPACE, label_selector=naming.run_selector(run_key)
+        ).items
         if settled(pods):
             return pods
         if time.monotonic() > deadline:
-            raise AssertionError(f"pods of {run_key} did not settle: "
-                                 f"{[(p.metadata.name, p.spec.node_name) for p in pods]}")
+            raise AssertionError(
+                f"pods of {run_key} did not settle: "
+                f"{[(p.metadata.name, p.spec.node_name) for p in pods]}"
+            )
         time.sleep(0.2)
 
 
@@ -72,15 +95,16 @@ def all_bound(pods) -> bool:
 
 
 def unschedulable_message(pod) -> str | None:
-    for condition in (pod.status.conditions or []):
+    for condition in pod.status.conditions or []:
         if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
             return condition.message
     return None
 
 
 def remove(core, run_key: str) -> None:
-    core.delete_collection_namespaced_pod(NAMESPACE, label_selector=naming.run_selector(run_key),
-                                          grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(
+        NAMESPACE, label_selector=naming.run_selector(run_key), grace_period_seconds=0
+    )
     await_pods(core, run_key, lambda pods: not pods)
 
 
@@ -112,8 +136,10 @@ def test_more_gpus_than_any_node_has_stays_pending_with_the_schedulers_reason(co
         pods = await_pods(core, key, lambda ps: ps and all(unschedulable_message(p) for p in ps))
         assert pods[0].spec.node_name is None
         assert pods[0].status.phase == "Pending"
-        assert unschedulable_message(pods[0]) == \
-            "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        assert (
+            unschedulable_message(pods[0])
+            == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        )
     finally:
         remove(core, key)
 
@@ -124,10 +150,12 @@ def test_a_gpu_type_becomes_a_node_selector_that_the_scheduler_honours(core):
     try:
         bound = await_pods(core, fits, all_bound)
         assert bound[0].spec.node_selector == {"nvidia.com/gpu.product": "FAKE-H100"}
-        pending = await_pods(core, missing,
-                             lambda ps: ps and all(unschedulable_message(p) for p in ps))
+        pending = await_pods(
+            core, missing, lambda ps: ps and all(unschedulable_message(p) for p in ps)
+        )
         assert unschedulable_message(pending[0]) == (
-            "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+            "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        )
     finally:
         remove(core, fits)
         remove(core, missing)

@@ -48,22 +48,38 @@ OTHER_DEFAULTS = {"cpu": "150m", "memory": "96Mi"}
 @pytest.fixture(scope="module")
 def world(pipeline_world, tmp_path_factory):
     path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
-    path.write_text(yaml.safe_dump({"network": {"s3_port": 9000}, "tenants": [
-        {"name": TENANT, "quota": {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": 8,
-                                   "pods": 10},
-         "defaults": {"cpu": "100m", "memory": "128Mi"}, "max_concurrent_jobs": 2,
-         "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],
-         "output_prefixes": [f"s3://{BUCKET}/outputs/"], "images": ["python:*"]},
-        {"name": OTHER, "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0,
-                                  "pods": 3},
-         "defaults": OTHER_DEFAULTS, "max_concurrent_jobs": 1,
-         "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],  # bundles may be shared
-         "output_prefixes": [f"s3://{BUCKET}/{OTHER}/outputs/"], "images": ["python:*"]},
-    ]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "network": {"s3_port": 9000},
+                "tenants": [
+                    {
+                        "name": TENANT,
+                        "quota": {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": 8, "pods": 10},
+                        "defaults": {"cpu": "100m", "memory": "128Mi"},
+                        "max_concurrent_jobs": 2,
+                        "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],
+                        "output_prefixes": [f"s3://{BUCKET}/outputs/"],
+                        "images": ["python:*"],
+                    },
+                    {
+                        "name": OTHER,
+                        "quota": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 0, "pods": 3},
+                        "defaults": OTHER_DEFAULTS,
+                        "max_concurrent_jobs": 1,
+                        "bundle_prefixes": [f"s3://{BUCKET}/bundles/"],  # bundles may be shared
+                        "output_prefixes": [f"s3://{BUCKET}/{OTHER}/outputs/"],
+                        "images": ["python:*"],
+                    },
+                ],
+            }
+        )
+    )
     import kubernetes
 
     clients = Clients.from_api_client(
-        kubernetes.config.new_client_from_config(config_file=pipeline_world.kube.kubeconfig))
+        kubernetes.config.new_client_from_config(config_file=pipeline_world.kube.kubeconfig)
+    )
     apply_tenants(clients, load_tenants(path))
     pipeline_world.env[TENANTS_FILE_ENV] = str(path)
     pipeline_world.sync_tenant_roles()  # the other tenant's role: its DAGs name it
@@ -72,16 +88,24 @@ def world(pipeline_world, tmp_path_factory):
 
 def other_request(world, name: str, **changes):
     """A stand-in request of the other tenant, writing under its own output prefix."""
-    return world.request(name, tenant=OTHER, output=f"s3://{BUCKET}/{OTHER}/outputs/{name}",
-                         **changes)
+    return world.request(
+        name, tenant=OTHER, output=f"s3://{BUCKET}/{OTHER}/outputs/{name}", **changes
+    )
 
 
 def pods_ever_created(world, namespace: str, job: str) -> list[str]:
     """Pods of `job` the namespace ever had: the scheduler's events outlive the pods."""
     events = world.kube.core_v1().list_namespaced_event(namespace).items
-    return sorted({e.involved_object.name for e in events
-                   if e.involved_object.kind == "Pod" and e.involved_object.name.startswith(
-                       f"{naming.sanitize_dns_label(job, naming.MAX_JOB_PART)}-")})
+    return sorted(
+        {
+            e.involved_object.name
+            for e in events
+            if e.involved_object.kind == "Pod"
+            and e.involved_object.name.startswith(
+                f"{naming.sanitize_dns_label(job, naming.MAX_JOB_PART)}-"
+            )
+        }
+    )
 
 
 def test_each_tenants_job_lands_in_its_own_namespace(world):
@@ -96,9 +120,13 @@ def test_each_tenants_job_lands_in_its_own_namespace(world):
 
 
 def test_a_gang_over_the_tenants_quota_fails_at_validate_before_any_pod(world):
-    body = other_request(world, "too-wide", mode="distributed",
-                         strategy="multi_worker_mirrored",
-                         replicas={"chief": 0, "ps": 0, "worker": 4, "evaluator": 0})
+    body = other_request(
+        world,
+        "too-wide",
+        mode="distributed",
+        strategy="multi_worker_mirrored",
+        replicas={"chief": 0, "ps": 0, "worker": 4, "evaluator": 0},
+    )
     result = world.run_request(body)
     assert result.state == "failed", result
     assert result.tasks["validate"] == "failed", result
@@ -121,23 +149,30 @@ def test_a_submit_dag_refuses_another_tenants_request_and_writes_nothing(world):
     # Airflow itself refuses the conf: the DAG's tenant Param allows only its tenant.
     with pytest.raises(AssertionError) as refused:
         world.run_submit(other_request(world, "cross"), tenant=TENANT)
-    assert f"Invalid input for param tenant: '{OTHER}' is not one of ['{TENANT}']" \
-        in str(refused.value)
+    assert f"Invalid input for param tenant: '{OTHER}' is not one of ['{TENANT}']" in str(
+        refused.value
+    )
     # Its own tenant, but writing where the other tenant's models live.
     stolen = world.request("stolen", output=f"s3://{BUCKET}/{OTHER}/outputs/ns-theirs")
     before = world.s3_keys(f"{OTHER}/")
     result = world.run_submit(stolen)
     assert result.state == "failed" and result.tasks["validate"] == "failed", result
     assert result.tasks["fetch_bundle"] == "upstream_failed", result
-    assert f"request.output: 's3://{BUCKET}/{OTHER}/outputs/ns-theirs' given; tenant " \
+    assert (
+        f"request.output: 's3://{BUCKET}/{OTHER}/outputs/ns-theirs' given; tenant "
         f"{TENANT} may write outputs only under s3://{BUCKET}/outputs/" in result.log
+    )
     assert world.s3_keys(f"{OTHER}/") == before
     assert world.run_objects("cross") == [] and world.run_objects("stolen") == []
 
 
 def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_reason(world):
-    body = world.request("gpu-hog", startup_timeout=15, active_deadline=120, resources={
-        "worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5}})
+    body = world.request(
+        "gpu-hog",
+        startup_timeout=15,
+        active_deadline=120,
+        resources={"worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5}},
+    )
     result = world.run_request(body)
     assert result.state == "failed", result
     assert result.tasks["validate"] == "success", result
@@ -147,8 +182,9 @@ def test_more_gpus_than_any_node_has_fails_at_gang_start_with_the_schedulers_rea
 
 
 def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world):
-    body = other_request(world, "bare", resources={},
-                         env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4}})})
+    body = other_request(
+        world, "bare", resources={}, env={"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 4}})}
+    )
     seen: dict[str, dict] = {}
     outcome: dict[str, object] = {}
     runner = threading.Thread(target=lambda: outcome.update(result=world.run_request(body)))
@@ -167,8 +203,11 @@ def test_a_request_without_resources_gets_the_tenants_limitrange_defaults(world)
     assert result.state == "success", result
     # the request named none: the namespace's LimitRange filled them at pod creation
     # (the single replica owns the model: its keeper container names its own tiny requests)
-    assert seen == {"fetch-bundle": OTHER_DEFAULTS, "tensorflow": OTHER_DEFAULTS,
-                    "tfjob-keeper": {"cpu": "10m", "memory": "32Mi"}}, seen
+    assert seen == {
+        "fetch-bundle": OTHER_DEFAULTS,
+        "tensorflow": OTHER_DEFAULTS,
+        "tfjob-keeper": {"cpu": "10m", "memory": "32Mi"},
+    }, seen
 
     # The preflight counts such replicas with the namespace's LimitRange, not a guess:
     # even a tenants-file entry saying otherwise does not change what it counts.
@@ -225,7 +264,8 @@ class PodSampler(threading.Thread):
 
 @pytest.mark.slow
 def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submit_runs(
-        world, tmp_path):
+    world, tmp_path
+):
     """A pool of 1 slot: a request file's run and a run of the same tenant's submit DAG,
     triggered together, both put every job step (launch..teardown) in the tenant's pool,
     the pool runs one of those steps at a time (a deferred train holding its slot), and
@@ -242,8 +282,9 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     sampler = PodSampler(world.kube.core_v1(), OTHER_NAMESPACE)
     try:
         pools = RestPoolClient(airflow.url, airflow.token)
-        results = {r.name: r.outcome for r in apply_pools(pools, load_tenants(
-            world.env[TENANTS_FILE_ENV]))}
+        results = {
+            r.name: r.outcome for r in apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
+        }
         assert results[pool_name(OTHER)] is Outcome.CREATED
         assert airflow.request("GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 1
         # Applying again changes nothing.
@@ -252,32 +293,49 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
 
         triggers = {"tfjob__pool-a": {}, SUBMIT_DAG: submitted}
         for dag_id in triggers:
-            wait_for(lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"), 120,
-                     f"{dag_id} to be parsed", interval=1.0)
+            wait_for(
+                lambda d=dag_id: fetch_or_none(airflow, f"/api/v2/dags/{d}"),
+                120,
+                f"{dag_id} to be parsed",
+                interval=1.0,
+            )
             airflow.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         sampler.start()
-        runs = {dag_id: trigger(airflow, dag_id, conf)["dag_run_id"]
-                for dag_id, conf in triggers.items()}
+        runs = {
+            dag_id: trigger(airflow, dag_id, conf)["dag_run_id"]
+            for dag_id, conf in triggers.items()
+        }
 
         def states():
-            found = {d: airflow.request("GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
-                     for d, r in runs.items()}
+            found = {
+                d: airflow.request("GET", f"/api/v2/dags/{d}/dagRuns/{r}")["state"]
+                for d, r in runs.items()
+            }
             return found if all(s in TERMINAL for s in found.values()) else None
 
         final = wait_for(states, POOL_RUN_TIMEOUT_S, "both runs to end", interval=1.0)
         held_slots, steps = [], {}
         for dag_id, run_id in runs.items():
-            tis = {ti["task_id"]: ti for ti in airflow.request(
-                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
-            )["task_instances"]}
-            steps[dag_id] = {t: (ti["state"], ti["start_date"], ti["end_date"])
-                             for t, ti in tis.items()}
+            tis = {
+                ti["task_id"]: ti
+                for ti in airflow.request(
+                    "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+                )["task_instances"]
+            }
+            steps[dag_id] = {
+                t: (ti["state"], ti["start_date"], ti["end_date"]) for t, ti in tis.items()
+            }
             for step in JOB_STEPS:
                 # both DAGs name the tenant's pool when they are built
                 assert tis[step]["pool"] == pool_name(OTHER), tis[step]
                 assert tis[step]["start_date"], tis[step]
-                held_slots.append((parse_time(tis[step]["start_date"]),
-                                   parse_time(tis[step]["end_date"]), f"{dag_id}.{step}"))
+                held_slots.append(
+                    (
+                        parse_time(tis[step]["start_date"]),
+                        parse_time(tis[step]["end_date"]),
+                        f"{dag_id}.{step}",
+                    )
+                )
         assert final == {d: "success" for d in runs}, (final, steps)
     finally:
         sampler.halt.set()
@@ -291,4 +349,5 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     # The job cap (launch's admission): the two jobs' pods never coexist, even when the
     # other job's launch takes the slot between two steps of the first.
     assert all(len(sample) <= 1 for sample in sampler.samples), [
-        s for s in sampler.samples if len(s) > 1]
+        s for s in sampler.samples if len(s) > 1
+    ]

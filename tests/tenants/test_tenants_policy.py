@@ -62,8 +62,9 @@ def test_steps_of_a_tenant_whose_pool_is_missing_run_in_the_default_pool(schedul
     from airflow.models.pool import Pool
 
     session, run = scheduler_session
-    submit = SimpleNamespace(dag_id="tfjob_submit__demo", task_id="launch",
-                             pool="tfjob-tenant-demo")
+    submit = SimpleNamespace(
+        dag_id="tfjob_submit__demo", task_id="launch", pool="tfjob-tenant-demo"
+    )
     request = SimpleNamespace(dag_id="tfjob__x", task_id="train", pool="tfjob-tenant-demo")
     for ti in (submit, request):
         task_instance_mutation_hook(task_instance=ti, dag_run=run)
@@ -72,20 +73,24 @@ def test_steps_of_a_tenant_whose_pool_is_missing_run_in_the_default_pool(schedul
     from sqlalchemy import insert
 
     with session.no_autoflush:
-        session.execute(insert(Pool.__table__).values(pool="tfjob-tenant-demo", slots=1,
-                                                      include_deferred=True))
+        session.execute(
+            insert(Pool.__table__).values(pool="tfjob-tenant-demo", slots=1, include_deferred=True)
+        )
     submit.pool = request.pool = "tfjob-tenant-demo"
     for ti in (submit, request):
         task_instance_mutation_hook(task_instance=ti, dag_run=run)
         assert ti.pool == "tfjob-tenant-demo", ti
 
 
-@pytest.mark.parametrize(("task_id", "pool"), [
-    ("validate", "tfjob-tenant-demo"),  # holds no objects: never in a tenant pool
-    ("publish", "tfjob-tenant-demo"),
-    ("launch", "default_pool"),         # not a tenant pool: nothing to check
-    ("launch", "team-pool"),
-])
+@pytest.mark.parametrize(
+    ("task_id", "pool"),
+    [
+        ("validate", "tfjob-tenant-demo"),  # holds no objects: never in a tenant pool
+        ("publish", "tfjob-tenant-demo"),
+        ("launch", "default_pool"),  # not a tenant pool: nothing to check
+        ("launch", "team-pool"),
+    ],
+)
 def test_only_job_steps_in_a_tenant_pool_are_checked(scheduler_session, task_id, pool):
     _session, run = scheduler_session
     ti = SimpleNamespace(dag_id="tfjob__x", task_id=task_id, pool=pool)

@@ -11,8 +11,12 @@ import pytest
 from operators.pool_clients import PoolApiError, PoolSpec, PoolUnavailableError, RestPoolClient
 
 SLOW = 0  # an answer that comes after the client stopped waiting
-DETAILS = {500: 'relation "slot_pool" does not exist', 502: "bad gateway",
-           503: "upstream connect error", 504: "upstream request timeout"}
+DETAILS = {
+    500: 'relation "slot_pool" does not exist',
+    502: "bad gateway",
+    503: "upstream connect error",
+    504: "upstream request timeout",
+}
 
 
 def serve(answers: list[int]) -> tuple[ThreadingHTTPServer, list[str]]:
@@ -67,8 +71,9 @@ def test_a_pool_call_still_unavailable_after_every_try_says_so(monkeypatch):
 def test_a_create_that_timed_out_and_then_meets_the_pool_updates_it_instead():
     server, seen = serve([SLOW, 409, 200])
     try:
-        client = RestPoolClient(f"http://127.0.0.1:{server.server_port}", lambda: "token",
-                                timeout=0.5)
+        client = RestPoolClient(
+            f"http://127.0.0.1:{server.server_port}", lambda: "token", timeout=0.5
+        )
         client.create_pool(PoolSpec("tfjob-tenant-demo", 4, "demo"))
     finally:
         server.shutdown()

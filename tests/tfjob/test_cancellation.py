@@ -9,9 +9,14 @@ from tfjob.cancellation import (
     select_cleanup_tasks,
 )
 
-PIPELINE_RULES = [("validate", "all_success"), ("launch", "all_success"),
-                  ("train", "all_success"), ("archive", "all_done"),
-                  ("teardown", "all_done_setup_success"), ("publish", "all_success")]
+PIPELINE_RULES = [
+    ("validate", "all_success"),
+    ("launch", "all_success"),
+    ("train", "all_success"),
+    ("archive", "all_done"),
+    ("teardown", "all_done_setup_success"),
+    ("publish", "all_success"),
+]
 
 
 class FakeRun:
@@ -25,9 +30,11 @@ class FakeRun:
     def list_instances(self) -> list[TaskInstanceRef]:
         states = self.passes[min(self.listed, len(self.passes) - 1)]
         self.listed += 1
-        return [TaskInstanceRef(task, state, 0 if task == "train" else -1)
-                for task, state in states.items()
-                if (task, 0 if task == "train" else -1) not in self.failed]
+        return [
+            TaskInstanceRef(task, state, 0 if task == "train" else -1)
+            for task, state in states.items()
+            if (task, 0 if task == "train" else -1) not in self.failed
+        ]
 
     def fail(self, instance: TaskInstanceRef) -> None:
         self.failed.append((instance.task_id, instance.map_index))
@@ -37,13 +44,25 @@ class FakeRun:
 
 
 def cancel(run: FakeRun, rounds: int = CANCEL_ROUNDS):
-    return cancel_run_tasks(run.list_instances, run.fail, run.mark_failed,
-                            select_cleanup_tasks(PIPELINE_RULES), rounds)
+    return cancel_run_tasks(
+        run.list_instances, run.fail, run.mark_failed, select_cleanup_tasks(PIPELINE_RULES), rounds
+    )
 
 
 def test_active_tasks_fail_and_the_cleanup_tasks_are_spared_to_run():
-    run = FakeRun([{"validate": "success", "launch": "success", "train": "deferred",
-                    "archive": None, "teardown": None, "publish": None}, {}])
+    run = FakeRun(
+        [
+            {
+                "validate": "success",
+                "launch": "success",
+                "train": "deferred",
+                "archive": None,
+                "teardown": None,
+                "publish": None,
+            },
+            {},
+        ]
+    )
     outcome = cancel(run)
     assert outcome.failed == ("train",) and run.failed == [("train", 0)]
     assert outcome.spared == ("archive", "teardown") and not outcome.run_marked_failed
@@ -51,9 +70,13 @@ def test_active_tasks_fail_and_the_cleanup_tasks_are_spared_to_run():
 
 
 def test_a_task_scheduled_between_listing_and_failing_is_caught_by_the_next_pass():
-    run = FakeRun([{"launch": "running", "train": None},
-                   {"launch": "failed", "train": "scheduled"},
-                   {"launch": "failed", "train": "upstream_failed"}])
+    run = FakeRun(
+        [
+            {"launch": "running", "train": None},
+            {"launch": "failed", "train": "scheduled"},
+            {"launch": "failed", "train": "upstream_failed"},
+        ]
+    )
     outcome = cancel(run)
     assert outcome.failed == ("launch", "train") and run.listed == 3
 

@@ -23,12 +23,22 @@ def test_the_checkpoints_prefix_sits_next_to_the_model():
 
 
 def test_files_are_selected_by_path_and_markers_and_unsafe_paths_left_out():
-    listed = [(PREFIX + "ckpt-2.index", 10), (PREFIX + "checkpoint", 3), (PREFIX + "sub/", 0),
-              (PREFIX + "a//b", 1), (PREFIX + "../escape", 1), (PREFIX + "sub/./x", 1),
-              ("elsewhere/ckpt-1.index", 5), (PREFIX + "sub/ckpt-2.data-00000-of-00001", 7)]
+    listed = [
+        (PREFIX + "ckpt-2.index", 10),
+        (PREFIX + "checkpoint", 3),
+        (PREFIX + "sub/", 0),
+        (PREFIX + "a//b", 1),
+        (PREFIX + "../escape", 1),
+        (PREFIX + "sub/./x", 1),
+        ("elsewhere/ckpt-1.index", 5),
+        (PREFIX + "sub/ckpt-2.data-00000-of-00001", 7),
+    ]
     files = select_checkpoint_files(listed, PREFIX)
     assert [(f.path, f.size) for f in files] == [
-        ("checkpoint", 3), ("ckpt-2.index", 10), ("sub/ckpt-2.data-00000-of-00001", 7)]
+        ("checkpoint", 3),
+        ("ckpt-2.index", 10),
+        ("sub/ckpt-2.data-00000-of-00001", 7),
+    ]
     assert find_pointer(files).key == PREFIX + "checkpoint"
     assert find_pointer(files[1:]) is None
 
@@ -42,23 +52,32 @@ def test_too_many_or_too_large_checkpoints_are_refused_naming_the_limits(monkeyp
         select_checkpoint_files([(PREFIX + "big", 101)], PREFIX)
 
 
-@pytest.mark.parametrize(("text", "step"), [
-    ('model_checkpoint_path: "ckpt-12"\nall_model_checkpoint_paths: "ckpt-11"\n', 12),
-    ('model_checkpoint_path: "/tmp/x/model.ckpt-4500"\n', 4500),  # tf.compat.v1 Saver
-    ('all_model_checkpoint_paths: "ckpt-3"\nmodel_checkpoint_path: "chief/ckpt-7"\n', 7),
-    ('model_checkpoint_path: "final"\n', None),
-    ("not a pointer", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "step"),
+    [
+        ('model_checkpoint_path: "ckpt-12"\nall_model_checkpoint_paths: "ckpt-11"\n', 12),
+        ('model_checkpoint_path: "/tmp/x/model.ckpt-4500"\n', 4500),  # tf.compat.v1 Saver
+        ('all_model_checkpoint_paths: "ckpt-3"\nmodel_checkpoint_path: "chief/ckpt-7"\n', 7),
+        ('model_checkpoint_path: "final"\n', None),
+        ("not a pointer", None),
+        ("", None),
+    ],
+)
 def test_the_step_is_the_number_ending_the_latest_checkpoints_name(text, step):
     assert parse_checkpoint_step(text) == step
 
 
 def test_the_restore_document_lists_each_file_with_its_own_url():
-    files = select_checkpoint_files([(PREFIX + "checkpoint", 3), (PREFIX + "ckpt-1.index", 9)],
-                                    PREFIX)
+    files = select_checkpoint_files(
+        [(PREFIX + "checkpoint", 3), (PREFIX + "ckpt-1.index", 9)], PREFIX
+    )
     urls = {PREFIX + "checkpoint": "http://s3/c?sig", PREFIX + "ckpt-1.index": "http://s3/i?sig"}
     assert build_restore_document("s3://b/" + PREFIX, 1, files, urls) == {
-        "version": 1, "source": "s3://b/" + PREFIX, "step": 1,
-        "files": [{"path": "checkpoint", "size": 3, "url": "http://s3/c?sig"},
-                  {"path": "ckpt-1.index", "size": 9, "url": "http://s3/i?sig"}]}
+        "version": 1,
+        "source": "s3://b/" + PREFIX,
+        "step": 1,
+        "files": [
+            {"path": "checkpoint", "size": 3, "url": "http://s3/c?sig"},
+            {"path": "ckpt-1.index", "size": 9, "url": "http://s3/i?sig"},
+        ],
+    }

@@ -21,8 +21,10 @@ from tfjob.request import Role, TrainingRequest, load_request
 
 
 def endpoints_for(request: TrainingRequest, port: int = 2222) -> list[Endpoint]:
-    return [Endpoint(role, index, f"10.0.{number // 250}.{number % 250 + 1}", port)
-            for number, (role, index) in enumerate(request.replicas_in_order())]
+    return [
+        Endpoint(role, index, f"10.0.{number // 250}.{number % 250 + 1}", port)
+        for number, (role, index) in enumerate(request.replicas_in_order())
+    ]
 
 
 FULL = load_request(distributed_request_data())
@@ -43,7 +45,8 @@ def test_cluster_spec_lists_every_role_in_role_order_and_index_order():
 def test_roles_without_replicas_are_left_out():
     request = load_request(valid_request_data())
     assert build_cluster_spec(request, [Endpoint(Role.WORKER, 0, "10.1.1.1", 2222)]) == {
-        "worker": ["10.1.1.1:2222"]}
+        "worker": ["10.1.1.1:2222"]
+    }
 
 
 def test_tf_config_names_the_task_and_leaves_the_evaluator_out_of_the_cluster():
@@ -71,12 +74,15 @@ def test_legacy_env_describes_the_whole_training_cluster_on_every_replica():
     cluster = build_cluster_spec(FULL, endpoints_for(FULL))
     for role, index in FULL.replicas_in_order():
         legacy = build_legacy_env(cluster, role, index)
-        tf1_cluster = {job: legacy[f"{job.upper()}_HOSTS"].split(",")
-                       for job in ("chief", "ps", "worker")}
+        tf1_cluster = {
+            job: legacy[f"{job.upper()}_HOSTS"].split(",") for job in ("chief", "ps", "worker")
+        }
         assert tf1_cluster == build_tf_config(cluster, role, index)["cluster"]
         if role is not Role.EVALUATOR:
-            assert tf1_cluster[legacy["JOB_NAME"]][int(legacy["TASK_INDEX"])] == \
-                cluster[role.value][index]
+            assert (
+                tf1_cluster[legacy["JOB_NAME"]][int(legacy["TASK_INDEX"])]
+                == cluster[role.value][index]
+            )
 
 
 def test_legacy_env_of_a_job_without_chief_has_no_chief_hosts():
@@ -84,8 +90,10 @@ def test_legacy_env_of_a_job_without_chief_has_no_chief_hosts():
     cluster = build_cluster_spec(request, endpoints_for(request))
     legacy = build_legacy_env(cluster, Role.WORKER, 0)
     assert "CHIEF_HOSTS" not in legacy
-    assert (legacy["PS_HOSTS"], legacy["WORKER_HOSTS"]) == ("10.0.0.1:2222",
-                                                            "10.0.0.2:2222,10.0.0.3:2222")
+    assert (legacy["PS_HOSTS"], legacy["WORKER_HOSTS"]) == (
+        "10.0.0.1:2222",
+        "10.0.0.2:2222,10.0.0.3:2222",
+    )
 
 
 def test_legacy_env_of_the_evaluator_lists_the_training_cluster_but_not_itself():
@@ -98,12 +106,16 @@ def test_legacy_env_of_the_evaluator_lists_the_training_cluster_but_not_itself()
 
 
 def test_legacy_env_of_a_mirrored_job_has_empty_ps_hosts():
-    request = load_request(distributed_request_data(strategy="multi_worker_mirrored",
-                                                    replicas={"worker": 2}))
+    request = load_request(
+        distributed_request_data(strategy="multi_worker_mirrored", replicas={"worker": 2})
+    )
     cluster = build_cluster_spec(request, endpoints_for(request))
     assert build_legacy_env(cluster, Role.WORKER, 1) == {
-        "PS_HOSTS": "", "WORKER_HOSTS": "10.0.0.1:2222,10.0.0.2:2222",
-        "JOB_NAME": "worker", "TASK_INDEX": "1"}
+        "PS_HOSTS": "",
+        "WORKER_HOSTS": "10.0.0.1:2222,10.0.0.2:2222",
+        "JOB_NAME": "worker",
+        "TASK_INDEX": "1",
+    }
 
 
 def test_cluster_files_hold_tf_config_and_legacy_per_replica_as_json():
@@ -124,31 +136,46 @@ def test_ipv6_addresses_are_bracketed_and_parse_back():
     assert endpoints_from_mapping(cluster) == [endpoint]
 
 
-@pytest.mark.parametrize(("endpoints", "message"), [
-    pytest.param(
-        [e for e in endpoints_for(FULL) if (e.role, e.index) != (Role.WORKER, 1)],
-        "worker: 2 of 3 endpoints given; missing worker-1", id="missing_index"),
-    pytest.param(
-        [*endpoints_for(FULL), Endpoint(Role.PS, 0, "10.9.9.9", 2222)],
-        r"endpoint ps-0: given twice \(10.0.0.2:2222 and 10.9.9.9:2222\)", id="duplicate"),
-    pytest.param(
-        [*endpoints_for(FULL), Endpoint(Role.WORKER, 3, "10.9.9.9", 2222)],
-        r"endpoint worker-3: index 3 given; the request has 3 worker replica\(s\), indices 0-2",
-        id="index_beyond_count"),
-    pytest.param(
-        [*endpoints_for(FULL), Endpoint("master", 0, "10.9.9.9", 2222)],
-        "endpoint master-0: role 'master' given; allowed: chief, ps, worker, evaluator",
-        id="unknown_role"),
-    pytest.param(
-        [Endpoint(Role.CHIEF, 0, "pod-a", 2222)],
-        "endpoint chief-0: ip 'pod-a' given; allowed: an IPv4 or IPv6 address", id="bad_ip"),
-    pytest.param(
-        [Endpoint(Role.CHIEF, 0, "10.0.0.1", 70000)],
-        "endpoint chief-0: port 70000 given; allowed: 1 to 65535", id="bad_port"),
-    pytest.param(
-        [Endpoint(Role.CHIEF, 0, "10.0.0.1", 2222)],
-        "ps: 0 of 2 endpoints given; missing ps-0, ps-1", id="count_differs"),
-])
+@pytest.mark.parametrize(
+    ("endpoints", "message"),
+    [
+        pytest.param(
+            [e for e in endpoints_for(FULL) if (e.role, e.index) != (Role.WORKER, 1)],
+            "worker: 2 of 3 endpoints given; missing worker-1",
+            id="missing_index",
+        ),
+        pytest.param(
+            [*endpoints_for(FULL), Endpoint(Role.PS, 0, "10.9.9.9", 2222)],
+            r"endpoint ps-0: given twice \(10.0.0.2:2222 and 10.9.9.9:2222\)",
+            id="duplicate",
+        ),
+        pytest.param(
+            [*endpoints_for(FULL), Endpoint(Role.WORKER, 3, "10.9.9.9", 2222)],
+            r"endpoint worker-3: index 3 given; the request has 3 worker replica\(s\), indices 0-2",
+            id="index_beyond_count",
+        ),
+        pytest.param(
+            [*endpoints_for(FULL), Endpoint("master", 0, "10.9.9.9", 2222)],
+            "endpoint master-0: role 'master' given; allowed: chief, ps, worker, evaluator",
+            id="unknown_role",
+        ),
+        pytest.param(
+            [Endpoint(Role.CHIEF, 0, "pod-a", 2222)],
+            "endpoint chief-0: ip 'pod-a' given; allowed: an IPv4 or IPv6 address",
+            id="bad_ip",
+        ),
+        pytest.param(
+            [Endpoint(Role.CHIEF, 0, "10.0.0.1", 70000)],
+            "endpoint chief-0: port 70000 given; allowed: 1 to 65535",
+            id="bad_port",
+        ),
+        pytest.param(
+            [Endpoint(Role.CHIEF, 0, "10.0.0.1", 2222)],
+            "ps: 0 of 2 endpoints given; missing ps-0, ps-1",
+            id="count_differs",
+        ),
+    ],
+)
 def test_endpoints_that_differ_from_the_request_are_refused(endpoints, message):
     with pytest.raises(ClusterSpecError, match=message):
         build_cluster_spec(FULL, endpoints)
@@ -157,8 +184,10 @@ def test_endpoints_that_differ_from_the_request_are_refused(endpoints, message):
 def test_endpoint_of_a_role_the_request_lacks_is_refused():
     request = load_request(valid_request_data())
     with pytest.raises(ClusterSpecError, match="endpoint ps-0: the request has no ps replicas"):
-        build_cluster_spec(request, [Endpoint(Role.WORKER, 0, "10.0.0.1", 2222),
-                                     Endpoint(Role.PS, 0, "10.0.0.2", 2222)])
+        build_cluster_spec(
+            request,
+            [Endpoint(Role.WORKER, 0, "10.0.0.1", 2222), Endpoint(Role.PS, 0, "10.0.0.2", 2222)],
+        )
 
 
 def test_tf_config_for_a_task_not_in_the_cluster_is_refused():
@@ -167,12 +196,15 @@ def test_tf_config_for_a_task_not_in_the_cluster_is_refused():
         build_tf_config(cluster, Role.WORKER, 3)
 
 
-@pytest.mark.parametrize(("mapping", "message"), [
-    ({"master": ["10.0.0.1:2222"]}, "role 'master' given"),
-    ({"worker": "10.0.0.1:2222"}, "allowed: a list of"),
-    ({"worker": ["10.0.0.1"]}, "address '10.0.0.1' given"),
-    ({"worker": ["10.0.0.1:http"]}, "address '10.0.0.1:http' given"),
-])
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"master": ["10.0.0.1:2222"]}, "role 'master' given"),
+        ({"worker": "10.0.0.1:2222"}, "allowed: a list of"),
+        ({"worker": ["10.0.0.1"]}, "address '10.0.0.1' given"),
+        ({"worker": ["10.0.0.1:http"]}, "address '10.0.0.1:http' given"),
+    ],
+)
 def test_malformed_xcom_mapping_is_refused(mapping, message):
     with pytest.raises(ClusterSpecError, match=message):
         endpoints_from_mapping(mapping)
@@ -180,8 +212,9 @@ def test_malformed_xcom_mapping_is_refused(mapping, message):
 
 def test_mapping_with_a_gap_in_indices_is_refused():
     with pytest.raises(ClusterSpecError, match="worker: missing worker-1"):
-        endpoints_to_mapping([Endpoint(Role.WORKER, 0, "10.0.0.1", 1),
-                              Endpoint(Role.WORKER, 2, "10.0.0.3", 1)])
+        endpoints_to_mapping(
+            [Endpoint(Role.WORKER, 0, "10.0.0.1", 1), Endpoint(Role.WORKER, 2, "10.0.0.3", 1)]
+        )
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -196,16 +229,23 @@ def requests_with_endpoints(draw):
     if strategy == "single":
         request = load_request(valid_request_data())
     else:
-        replicas = {"chief": draw(st.integers(0, 1)), "worker": draw(st.integers(1, 6)),
-                    "evaluator": draw(st.integers(0, 1)),
-                    "ps": draw(st.integers(1, 4)) if strategy == "parameter_server" else 0}
-        request = load_request(valid_request_data(mode="distributed", strategy=strategy,
-                                                  replicas=replicas))
+        replicas = {
+            "chief": draw(st.integers(0, 1)),
+            "worker": draw(st.integers(1, 6)),
+            "evaluator": draw(st.integers(0, 1)),
+            "ps": draw(st.integers(1, 4)) if strategy == "parameter_server" else 0,
+        }
+        request = load_request(
+            valid_request_data(mode="distributed", strategy=strategy, replicas=replicas)
+        )
     replicas = request.replicas_in_order()
-    addresses = draw(st.lists(st.tuples(ips, ports), min_size=len(replicas),
-                              max_size=len(replicas), unique=True))
-    endpoints = [Endpoint(role, index, ip, port)
-                 for (role, index), (ip, port) in zip(replicas, addresses, strict=True)]
+    addresses = draw(
+        st.lists(st.tuples(ips, ports), min_size=len(replicas), max_size=len(replicas), unique=True)
+    )
+    endpoints = [
+        Endpoint(role, index, ip, port)
+        for (role, index), (ip, port) in zip(replicas, addresses, strict=True)
+    ]
     return request, draw(st.permutations(endpoints))
 
 

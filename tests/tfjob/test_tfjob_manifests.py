@@ -24,14 +24,27 @@ from tfjob.request import Role, load_request
 # The newest Kubernetes minor kubernetes-validate ships schemas for (1.37 with 1.37.0).
 KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()
 
-GPU_REQUEST = load_request(distributed_request_data(
-    resources={"worker": {"cpu": "2", "memory": "4Gi", "gpu": 2, "cpu_limit": "3",
-                          "memory_limit": "6Gi"}},
-    gpu_type="NVIDIA-A100-SXM4-40GB",
-    node_selector={"pool": "train"},
-    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    env={"EPOCHS": "3"}, args=["--epochs", "3"], port=2345, active_deadline=1200,
-    startup_timeout=120))
+GPU_REQUEST = load_request(
+    distributed_request_data(
+        resources={
+            "worker": {
+                "cpu": "2",
+                "memory": "4Gi",
+                "gpu": 2,
+                "cpu_limit": "3",
+                "memory_limit": "6Gi",
+            }
+        },
+        gpu_type="NVIDIA-A100-SXM4-40GB",
+        node_selector={"pool": "train"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        env={"EPOCHS": "3"},
+        args=["--epochs", "3"],
+        port=2345,
+        active_deadline=1200,
+        startup_timeout=120,
+    )
+)
 
 
 def validate(manifest: dict) -> None:
@@ -48,8 +61,7 @@ def test_every_generated_object_validates_against_the_kubernetes_schema():
             validate(pod)
     validate(build_runtime_configmap(RUN, {"fetch.py": "print()", "bundle.py": ""}, "team-a"))
     validate(build_access_secret(RUN, "http://127.0.0.1:9000/b/k?sig=1", "team-a"))
-    validate(build_upload_secret(RUN, {"url": "http://127.0.0.1:9000/b", "grants": {}},
-                                 "team-a"))
+    validate(build_upload_secret(RUN, {"url": "http://127.0.0.1:9000/b", "grants": {}}, "team-a"))
 
 
 def test_schema_validation_catches_a_misspelt_field():
@@ -63,17 +75,26 @@ def test_one_pod_per_replica_in_role_order():
     pods = build_pod_manifests(GPU_REQUEST, RUN)
     key = RUN.run_key
     assert [pod["metadata"]["name"] for pod in pods] == [
-        f"{key}-chief-0", f"{key}-ps-0", f"{key}-ps-1", f"{key}-worker-0",
-        f"{key}-worker-1", f"{key}-worker-2", f"{key}-evaluator-0"]
+        f"{key}-chief-0",
+        f"{key}-ps-0",
+        f"{key}-ps-1",
+        f"{key}-worker-0",
+        f"{key}-worker-1",
+        f"{key}-worker-2",
+        f"{key}-evaluator-0",
+    ]
     assert all(pod["metadata"]["namespace"] == "tfjob-team-a" for pod in pods)
 
 
 def test_pod_carries_run_labels_and_annotations():
     pod = build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 1)
     assert pod["metadata"]["labels"] == naming.replica_labels(
-        "digits", RUN.run_key, "team-a", Role.PS, 1)
-    assert pod["metadata"]["annotations"] == {"tfjob.io/run-id": RUN.run_id,
-                                              "tfjob.io/dag-id": "tfjob__digits"}
+        "digits", RUN.run_key, "team-a", Role.PS, 1
+    )
+    assert pod["metadata"]["annotations"] == {
+        "tfjob.io/run-id": RUN.run_id,
+        "tfjob.io/dag-id": "tfjob__digits",
+    }
 
 
 def test_pod_follows_the_pod_protocol():
@@ -95,13 +116,23 @@ def test_pod_follows_the_pod_protocol():
     assert init["image"] == GPU_REQUEST.image
     (main,) = spec["containers"]
     assert main["name"] == "tensorflow"
-    assert main["command"] == ["python3", "/tfjob/runtime/bootstrap.py", "--", "python3",
-                               "train.py", "--epochs", "3"]
+    assert main["command"] == [
+        "python3",
+        "/tfjob/runtime/bootstrap.py",
+        "--",
+        "python3",
+        "train.py",
+        "--epochs",
+        "3",
+    ]
     assert main["ports"] == [{"name": "tfjob", "containerPort": 2345, "protocol": "TCP"}]
     mounts = {mount["name"]: mount["mountPath"] for mount in main["volumeMounts"]}
     # worker-1 does not own the model: its program gets no grant at all.
-    assert mounts == {"tfjob-runtime": "/tfjob/runtime",
-                      "tfjob-workspace": "/tfjob/workspace", "tfjob-config": "/tfjob/config"}
+    assert mounts == {
+        "tfjob-runtime": "/tfjob/runtime",
+        "tfjob-workspace": "/tfjob/workspace",
+        "tfjob-config": "/tfjob/config",
+    }
     assert "tfjob-upload" not in volumes
     init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
     assert init_mounts["tfjob-workspace"] == "/tfjob/workspace"
@@ -109,8 +140,9 @@ def test_pod_follows_the_pod_protocol():
 
 
 def test_only_the_model_owners_main_container_mounts_the_upload_grants():
-    for (role, index), pod in zip(GPU_REQUEST.replicas_in_order(),
-                                  build_pod_manifests(GPU_REQUEST, RUN), strict=True):
+    for (role, index), pod in zip(
+        GPU_REQUEST.replicas_in_order(), build_pod_manifests(GPU_REQUEST, RUN), strict=True
+    ):
         volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
         mounts = {m["name"]: m for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
         init_mounts = {m["name"] for m in pod["spec"]["initContainers"][0]["volumeMounts"]}
@@ -127,8 +159,11 @@ def test_only_the_model_owners_main_container_mounts_the_upload_grants():
 def test_main_container_environment_names_the_replica():
     env = env_of(build_pod_manifest(GPU_REQUEST, RUN, Role.WORKER, 1)["spec"]["containers"][0])
     assert env == {
-        "TFJOB_ROLE": "worker", "TFJOB_INDEX": "1", "TFJOB_WAIT_CLUSTERSPEC": "1",
-        "TFJOB_CLUSTERSPEC_TIMEOUT": "540", "TFJOB_UPLOAD_MODEL": "0",
+        "TFJOB_ROLE": "worker",
+        "TFJOB_INDEX": "1",
+        "TFJOB_WAIT_CLUSTERSPEC": "1",
+        "TFJOB_CLUSTERSPEC_TIMEOUT": "540",
+        "TFJOB_UPLOAD_MODEL": "0",
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
         "HOME": "/tmp",
@@ -153,8 +188,12 @@ def test_every_pod_runs_as_the_tenants_runner_without_a_token_as_a_fixed_non_roo
         assert spec["serviceAccountName"] == "tfjob-runner"
         assert spec["automountServiceAccountToken"] is False
         assert spec["securityContext"] == {
-            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
 
 
 def test_every_container_drops_all_capabilities_cannot_escalate_and_has_a_home():
@@ -164,8 +203,10 @@ def test_every_container_drops_all_capabilities_cannot_escalate_and_has_a_home()
         for container in all_containers(pod):
             names.add(container["name"])
             assert container["securityContext"] == {
-                "allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                "capabilities": {"drop": ["ALL"]}}
+                "allowPrivilegeEscalation": False,
+                "runAsNonRoot": True,
+                "capabilities": {"drop": ["ALL"]},
+            }
             assert env_of(container)["HOME"] == "/tmp"
     assert names == {"fetch-bundle", "tensorflow", "tfjob-keeper"}
 
@@ -173,8 +214,16 @@ def test_every_container_drops_all_capabilities_cannot_escalate_and_has_a_home()
 def test_pods_meet_the_restricted_pod_security_standard():
     # What the `restricted` profile checks (kubernetes.io/docs/concepts/security/
     # pod-security-standards): volume types, non-root, no escalation, capabilities, seccomp.
-    allowed_volumes = {"configMap", "secret", "emptyDir", "projected", "downwardAPI",
-                       "csi", "ephemeral", "persistentVolumeClaim"}
+    allowed_volumes = {
+        "configMap",
+        "secret",
+        "emptyDir",
+        "projected",
+        "downwardAPI",
+        "csi",
+        "ephemeral",
+        "persistentVolumeClaim",
+    }
     for pod in build_pod_manifests(GPU_REQUEST, RUN):
         spec = pod["spec"]
         for volume in spec["volumes"]:
@@ -200,19 +249,25 @@ def test_secret_volumes_are_readable_by_their_owner_only_and_config_by_all():
 
 
 def test_only_the_model_owner_uploads():
-    uploads = {(role, index): env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
-               for (role, index), pod in zip(GPU_REQUEST.replicas_in_order(),
-                                             build_pod_manifests(GPU_REQUEST, RUN), strict=True)}
+    uploads = {
+        (role, index): env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
+        for (role, index), pod in zip(
+            GPU_REQUEST.replicas_in_order(), build_pod_manifests(GPU_REQUEST, RUN), strict=True
+        )
+    }
     assert [replica for replica, flag in uploads.items() if flag == "1"] == [(Role.CHIEF, 0)]
     no_chief = load_request(distributed_request_data(replicas={"ps": 1, "worker": 2}))
-    flags = [env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
-             for pod in build_pod_manifests(no_chief, RUN)]
+    flags = [
+        env_of(pod["spec"]["containers"][0])["TFJOB_UPLOAD_MODEL"]
+        for pod in build_pod_manifests(no_chief, RUN)
+    ]
     assert flags == ["0", "1", "0"]  # ps-0, worker-0, worker-1
 
 
 def test_only_the_model_owner_syncs_checkpoints_every_checkpoint_interval():
-    request = load_request(distributed_request_data(replicas={"ps": 1, "worker": 2},
-                                                    checkpoint_interval=15))
+    request = load_request(
+        distributed_request_data(replicas={"ps": 1, "worker": 2}, checkpoint_interval=15)
+    )
     envs = [env_of(pod["spec"]["containers"][0]) for pod in build_pod_manifests(request, RUN)]
     assert [env.get("TFJOB_SYNC_CHECKPOINTS") for env in envs] == [None, "1", None]
     assert envs[1]["TFJOB_CHECKPOINT_INTERVAL"] == "15"
@@ -232,10 +287,13 @@ def test_gpu_replica_requests_and_limits_gpus_and_selects_the_gpu_type():
         "limits": {"cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "2"},
     }
     assert "nvidia.com/gpu" not in spec["initContainers"][0]["resources"]["requests"]
-    assert spec["nodeSelector"] == {"pool": "train",
-                                    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
-    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                    "effect": "NoSchedule"}]
+    assert spec["nodeSelector"] == {
+        "pool": "train",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    }
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
 
 
 def test_replica_without_resources_leaves_them_to_the_namespaces_limitrange():
@@ -247,15 +305,18 @@ def test_replica_without_resources_leaves_them_to_the_namespaces_limitrange():
 
 
 def test_a_limit_without_a_request_is_also_the_request():
-    request = load_request(distributed_request_data(
-        resources={"worker": {"cpu": "1", "memory_limit": "2Gi"}}))
+    request = load_request(
+        distributed_request_data(resources={"worker": {"cpu": "1", "memory_limit": "2Gi"}})
+    )
     resources = build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"][0][
-        "resources"]
+        "resources"
+    ]
     assert resources == {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
 
 
-@pytest.mark.parametrize(("placement", "kind"), [("spread", "podAntiAffinity"),
-                                                 ("pack", "podAffinity")])
+@pytest.mark.parametrize(
+    ("placement", "kind"), [("spread", "podAntiAffinity"), ("pack", "podAffinity")]
+)
 def test_placement_prefers_nodes_by_the_runs_pods(placement, kind):
     request = load_request(distributed_request_data(placement=placement))
     affinity = build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["affinity"]
@@ -263,7 +324,8 @@ def test_placement_prefers_nodes_by_the_runs_pods(placement, kind):
     (term,) = affinity[kind]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"] == {
         "labelSelector": {"matchLabels": {"tfjob.io/run": RUN.run_key}},
-        "topologyKey": "kubernetes.io/hostname"}
+        "topologyKey": "kubernetes.io/hostname",
+    }
 
 
 def test_pod_for_a_replica_the_request_lacks_is_refused():
@@ -288,11 +350,17 @@ def test_access_secret_holds_the_bundle_url_and_upload_secret_the_upload_grants(
     assert secret["metadata"]["name"] == f"{RUN.run_key}-access"
     assert secret["stringData"]["bundle_url"] == "http://s3/bundle?sig"
     assert json.loads(secret["stringData"]["restore.json"]) == {
-        "version": 1, "source": None, "step": None, "files": []}  # a first gang restores nothing
-    restoring = build_access_secret(RUN, "http://s3/bundle?sig", "team-a",
-                                    {"version": 1, "files": [{"path": "ckpt-1.index"}]})
+        "version": 1,
+        "source": None,
+        "step": None,
+        "files": [],
+    }  # a first gang restores nothing
+    restoring = build_access_secret(
+        RUN, "http://s3/bundle?sig", "team-a", {"version": 1, "files": [{"path": "ckpt-1.index"}]}
+    )
     assert json.loads(restoring["stringData"]["restore.json"])["files"] == [
-        {"path": "ckpt-1.index"}]
+        {"path": "ckpt-1.index"}
+    ]
     upload = build_upload_secret(RUN, {"prefix": "runs/1/"}, "team-a")
     assert upload["metadata"]["name"] == f"{RUN.run_key}-upload"
     assert json.loads(upload["stringData"]["upload.json"]) == {"prefix": "runs/1/"}
@@ -301,23 +369,32 @@ def test_access_secret_holds_the_bundle_url_and_upload_secret_the_upload_grants(
 @st.composite
 def distributed_requests(draw):
     strategy = draw(st.sampled_from(["parameter_server", "multi_worker_mirrored"]))
-    replicas = {"chief": draw(st.integers(0, 1)), "worker": draw(st.integers(1, 4)),
-                "evaluator": draw(st.integers(0, 1)),
-                "ps": draw(st.integers(1, 3)) if strategy == "parameter_server" else 0}
+    replicas = {
+        "chief": draw(st.integers(0, 1)),
+        "worker": draw(st.integers(1, 4)),
+        "evaluator": draw(st.integers(0, 1)),
+        "ps": draw(st.integers(1, 3)) if strategy == "parameter_server" else 0,
+    }
     gpu = draw(st.integers(0, 4))
-    return load_request(valid_request_data(
-        name=draw(st.from_regex(r"\A[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")),
-        mode="distributed", strategy=strategy, replicas=replicas,
-        placement=draw(st.sampled_from(["spread", "pack"])),
-        resources={"worker": {"gpu": gpu, "cpu": draw(st.sampled_from(["1", "250m", "1.5"]))}},
-        gpu_type=draw(st.sampled_from([None, "Tesla-T4"]))))
+    return load_request(
+        valid_request_data(
+            name=draw(st.from_regex(r"\A[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")),
+            mode="distributed",
+            strategy=strategy,
+            replicas=replicas,
+            placement=draw(st.sampled_from(["spread", "pack"])),
+            resources={"worker": {"gpu": gpu, "cpu": draw(st.sampled_from(["1", "250m", "1.5"]))}},
+            gpu_type=draw(st.sampled_from([None, "Tesla-T4"])),
+        )
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(distributed_requests(), st.text(min_size=1, max_size=60))
 def test_pods_of_any_valid_request_validate(request, run_id):
-    run = RUN.__class__(job=request.name, run_id=run_id, dag_id=f"tfjob_{request.name}",
-                        namespace="tfjob-team-a")
+    run = RUN.__class__(
+        job=request.name, run_id=run_id, dag_id=f"tfjob_{request.name}", namespace="tfjob-team-a"
+    )
     pods = build_pod_manifests(request, run)
     assert len({pod["metadata"]["name"] for pod in pods}) == len(pods)
     for pod in pods:
@@ -329,7 +406,10 @@ def test_argv_references_pass_kubernetes_expansion_unchanged_for_the_bootstrap()
 
     args = ["--job_name=$(JOB_NAME)", "--pod=$(POD_NAME)", "--literal=$$(JOB_NAME)", "cost$5"]
     request = load_request(distributed_request_data(args=args))
-    (main,) = [c for c in build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"]
-               if c["name"] == MAIN_CONTAINER]
+    (main,) = [
+        c
+        for c in build_pod_manifest(request, RUN, Role.WORKER, 0)["spec"]["containers"]
+        if c["name"] == MAIN_CONTAINER
+    ]
     kubernetes_env = {"POD_NAME": "p", "TFJOB_ROLE": "worker", "JOB_NAME": "set-too-early"}
     assert [expand(a, kubernetes_env) for a in main["command"][3:]] == [*request.entrypoint, *args]

@@ -38,8 +38,10 @@ def test_valid_short_label_is_left_unchanged(label):
     assert naming.sanitize_dns_label(label) == label
 
 
-@given(st.text(alphabet="abc", min_size=64, max_size=120),
-       st.text(alphabet="abc", min_size=64, max_size=120))
+@given(
+    st.text(alphabet="abc", min_size=64, max_size=120),
+    st.text(alphabet="abc", min_size=64, max_size=120),
+)
 def test_shortened_labels_of_different_texts_differ_by_hash(first, second):
     if first != second:
         assert naming.sanitize_dns_label(first) != naming.sanitize_dns_label(second)
@@ -59,8 +61,9 @@ def test_run_key_is_job_and_first_8_hex_of_sha256_of_dag_id_and_run_id():
     h8 = hashlib.sha256(f"{DAG_ID}\n{RUN_ID}".encode()).hexdigest()[:8]
     assert naming.run_key("digits", DAG_ID, RUN_ID) == f"digits-{h8}"
     assert naming.run_key("digits", DAG_ID, RUN_ID) == naming.run_key("digits", DAG_ID, RUN_ID)
-    assert naming.run_key("digits", DAG_ID, RUN_ID) != naming.run_key("digits", DAG_ID,
-                                                                      RUN_ID + "x")
+    assert naming.run_key("digits", DAG_ID, RUN_ID) != naming.run_key(
+        "digits", DAG_ID, RUN_ID + "x"
+    )
 
 
 def test_runs_of_two_dags_with_the_same_run_id_get_different_keys():
@@ -91,15 +94,21 @@ def test_object_names_follow_the_documented_shapes():
     assert naming.secret_name(key) == f"{key}-access"
 
 
-@given(job=st.text(min_size=1, max_size=200), dag_id=st.text(max_size=100),
-       run_id=st.text(max_size=100), role=st.sampled_from(Role),
-       index=st.integers(min_value=0, max_value=99999))
-def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, dag_id, run_id, role,
-                                                                   index):
+@given(
+    job=st.text(min_size=1, max_size=200),
+    dag_id=st.text(max_size=100),
+    run_id=st.text(max_size=100),
+    role=st.sampled_from(Role),
+    index=st.integers(min_value=0, max_value=99999),
+)
+def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, dag_id, run_id, role, index):
     key = naming.run_key(job, dag_id, run_id)
     h8 = naming.hash_text(f"{dag_id}\n{run_id}")
-    for name in (naming.pod_name(key, role, index), naming.configmap_name(key),
-                 naming.secret_name(key)):
+    for name in (
+        naming.pod_name(key, role, index),
+        naming.configmap_name(key),
+        naming.secret_name(key),
+    ):
         assert_dns_label(name)
         assert h8 in name
     assert naming.pod_name(key, role, index).endswith(f"-{role.value}-{index}")
@@ -138,8 +147,11 @@ def test_label_values_are_always_valid(job, tenant):
 def test_selectors_match_the_labels_they_select():
     key = naming.run_key("digits", DAG_ID, RUN_ID)
     labels = naming.replica_labels("digits", key, "team-a", Role.PS, 0)
-    for selector in (naming.run_selector(key), naming.job_selector("digits"),
-                     naming.replica_selector(key, Role.PS, 0)):
+    for selector in (
+        naming.run_selector(key),
+        naming.job_selector("digits"),
+        naming.replica_selector(key, Role.PS, 0),
+    ):
         for term in selector.split(","):
             name, value = term.split("=")
             assert labels[name] == value
@@ -163,15 +175,27 @@ def test_the_tenant_tag_is_read_back_and_several_tenants_name_none():
     assert pipeline_ids.tenant_of_tags(["tenant:a", "tenant:b"]) is None
 
 
-@given(job=st.text(min_size=1, max_size=200), run_id=st.text(max_size=100),
-       role=st.sampled_from(Role), index=st.integers(min_value=0, max_value=99999))
+@given(
+    job=st.text(min_size=1, max_size=200),
+    run_id=st.text(max_size=100),
+    role=st.sampled_from(Role),
+    index=st.integers(min_value=0, max_value=99999),
+)
 def test_a_pod_name_parses_back_to_its_role_and_index(job, run_id, role, index):
     key = naming.run_key(job, DAG_ID, run_id)
     assert naming.parse_pod_name(naming.pod_name(key, role, index)) == (role, index)
 
 
-@pytest.mark.parametrize("name", ["digits-12345678-runtime", "digits-12345678-access",
-                                  "worker-0", "digits-12345678-leader-0",
-                                  "digits-12345678-worker-x", "digits-12345678-worker-"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "digits-12345678-runtime",
+        "digits-12345678-access",
+        "worker-0",
+        "digits-12345678-leader-0",
+        "digits-12345678-worker-x",
+        "digits-12345678-worker-",
+    ],
+)
 def test_a_name_that_is_no_replica_pod_parses_to_none(name):
     assert naming.parse_pod_name(name) is None

@@ -24,209 +24,269 @@ DROP = object()  # marks a field removed from the valid request
 
 ERROR_CASES = [
     pytest.param(
-        {'mode': 'distributed', 'replicas': {'worker': 2}},
-        'request.replicas.ps: 0 given; distributed parameter-server jobs need at least 1',
-        id="ps_zero"),
+        {"mode": "distributed", "replicas": {"worker": 2}},
+        "request.replicas.ps: 0 given; distributed parameter-server jobs need at least 1",
+        id="ps_zero",
+    ),
     pytest.param(
-        {'mode': 'distributed', 'replicas': {'ps': 1, 'worker': 0}},
-        'request.replicas.worker: 0 given; distributed parameter-server jobs need at least 1',
-        id="ps_workers_zero"),
+        {"mode": "distributed", "replicas": {"ps": 1, "worker": 0}},
+        "request.replicas.worker: 0 given; distributed parameter-server jobs need at least 1",
+        id="ps_workers_zero",
+    ),
     pytest.param(
-        {'mode': 'distributed', 'strategy': 'multi_worker_mirrored', 'replicas': {'ps': 1, 'worker': 2}},
-        'request.replicas.ps: 1 given; multi_worker_mirrored jobs have no ps (0)',
-        id="mwms_ps"),
+        {
+            "mode": "distributed",
+            "strategy": "multi_worker_mirrored",
+            "replicas": {"ps": 1, "worker": 2},
+        },
+        "request.replicas.ps: 1 given; multi_worker_mirrored jobs have no ps (0)",
+        id="mwms_ps",
+    ),
     pytest.param(
-        {'mode': 'distributed', 'strategy': 'multi_worker_mirrored', 'replicas': {'worker': 0}},
-        'request.replicas.worker: 0 given; multi_worker_mirrored jobs need at least 1',
-        id="mwms_workers_zero"),
+        {"mode": "distributed", "strategy": "multi_worker_mirrored", "replicas": {"worker": 0}},
+        "request.replicas.worker: 0 given; multi_worker_mirrored jobs need at least 1",
+        id="mwms_workers_zero",
+    ),
     pytest.param(
-        {'replicas': {'worker': 2}},
-        'request.replicas.worker: 2 given; single mode runs exactly 1 worker',
-        id="single_two_workers"),
+        {"replicas": {"worker": 2}},
+        "request.replicas.worker: 2 given; single mode runs exactly 1 worker",
+        id="single_two_workers",
+    ),
     pytest.param(
-        {'replicas': {'chief': 1, 'worker': 1}},
-        'request.replicas.chief: 1 given; single mode runs exactly 1 worker and no chief',
-        id="single_chief"),
+        {"replicas": {"chief": 1, "worker": 1}},
+        "request.replicas.chief: 1 given; single mode runs exactly 1 worker and no chief",
+        id="single_chief",
+    ),
     pytest.param(
-        {'mode': 'distributed', 'replicas': {'chief': 2, 'ps': 1, 'worker': 1}},
-        'request.replicas.chief: 2 given; at most 1 is allowed',
-        id="two_chiefs"),
+        {"mode": "distributed", "replicas": {"chief": 2, "ps": 1, "worker": 1}},
+        "request.replicas.chief: 2 given; at most 1 is allowed",
+        id="two_chiefs",
+    ),
     pytest.param(
-        {'name': 'My_Job'},
-        'request.name: "My_Job" given; a DNS-1123 label is allowed: lowercase letters, digits and \'-\', starting and ending with a letter or digit, at most 40 characters',
-        id="name_invalid"),
+        {"name": "My_Job"},
+        "request.name: \"My_Job\" given; a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 40 characters",
+        id="name_invalid",
+    ),
     pytest.param(
-        {'name': 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'},
-        'request.name: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" given; a DNS-1123 label is allowed: lowercase letters, digits and \'-\', starting and ending with a letter or digit, at most 40 characters',
-        id="name_too_long"),
+        {"name": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+        "request.name: \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" given; a DNS-1123 label is allowed: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 40 characters",
+        id="name_too_long",
+    ),
     pytest.param(
         {"tenant": DROP},
-        'request.tenant: nothing given; the field is required (Tenant owning the job (DNS-1123 label); decides the namespace.)',
-        id="tenant_missing"),
+        "request.tenant: nothing given; the field is required (Tenant owning the job (DNS-1123 label); decides the namespace.)",
+        id="tenant_missing",
+    ),
     pytest.param(
-        {'mode': 'cluster'},
+        {"mode": "cluster"},
         'request.mode: "cluster" given; allowed: single or distributed',
-        id="mode_unknown"),
+        id="mode_unknown",
+    ),
     pytest.param(
-        {'strategy': 'mirrored'},
+        {"strategy": "mirrored"},
         'request.strategy: "mirrored" given; allowed: parameter_server or multi_worker_mirrored',
-        id="strategy_unknown"),
+        id="strategy_unknown",
+    ),
     pytest.param(
-        {'replica': {'worker': 1}},
+        {"replica": {"worker": 1}},
         'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, port',
-        id="unknown_field"),
+        id="unknown_field",
+    ),
     pytest.param(
-        {'entrypoint': 'python3 train.py'},
+        {"entrypoint": "python3 train.py"},
         'request.entrypoint: "python3 train.py" given; an argv list is allowed, e.g. ["python3", "train.py"]; shell strings are not run',
-        id="entrypoint_string"),
+        id="entrypoint_string",
+    ),
     pytest.param(
-        {'entrypoint': []},
+        {"entrypoint": []},
         'request.entrypoint: [] given; a non-empty argv list is required, e.g. ["python3", "train.py"]',
-        id="entrypoint_empty"),
+        id="entrypoint_empty",
+    ),
     pytest.param(
-        {'args': ['--epochs', 5]},
-        'request.args[1]: 5 given; every argument must be a string (quote numbers in YAML)',
-        id="args_number"),
+        {"args": ["--epochs", 5]},
+        "request.args[1]: 5 given; every argument must be a string (quote numbers in YAML)",
+        id="args_number",
+    ),
     pytest.param(
-        {'env': {'TFJOB_ROLE': 'chief'}},
+        {"env": {"TFJOB_ROLE": "chief"}},
         'request.env.TFJOB_ROLE: "TFJOB_ROLE" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and CHIEF_HOSTS, DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
-        id="env_reserved_prefix"),
+        id="env_reserved_prefix",
+    ),
     pytest.param(
-        {'env': {'TF_CONFIG': '{}'}},
+        {"env": {"TF_CONFIG": "{}"}},
         'request.env.TF_CONFIG: "TF_CONFIG" given; the name is reserved for TF-on-K8s (names starting with TFJOB_, and CHIEF_HOSTS, DATA_DIR, JOB_NAME, LOG_DIR, METRICS_FILE, MODEL_DIR, POD_IP, POD_NAME, PS_HOSTS, TASK_INDEX, TF_CONFIG, WORKER_HOSTS); choose another',
-        id="env_tf_config"),
+        id="env_tf_config",
+    ),
     pytest.param(
-        {'env': {'1BAD': 'x'}},
-        'request.env.1BAD: "1BAD" given; environment names are letters, digits and \'_\', not starting with a digit',
-        id="env_bad_name"),
+        {"env": {"1BAD": "x"}},
+        "request.env.1BAD: \"1BAD\" given; environment names are letters, digits and '_', not starting with a digit",
+        id="env_bad_name",
+    ),
     pytest.param(
-        {'env': {'EPOCHS': 5}},
-        'request.env.EPOCHS: 5 given; environment values must be strings (quote them in YAML)',
-        id="env_number"),
+        {"env": {"EPOCHS": 5}},
+        "request.env.EPOCHS: 5 given; environment values must be strings (quote them in YAML)",
+        id="env_number",
+    ),
     pytest.param(
-        {'resources': {'worker': {'cpu': 'two'}}},
+        {"resources": {"worker": {"cpu": "two"}}},
         'request.resources.worker.cpu: "two" given; a Kubernetes quantity such as 500m, 2, 1Gi is allowed',
-        id="cpu_bad"),
+        id="cpu_bad",
+    ),
     pytest.param(
-        {'resources': {'master': {'cpu': '1'}}},
+        {"resources": {"master": {"cpu": "1"}}},
         'request.resources.master: "master" given; allowed roles: chief, ps, worker, evaluator',
-        id="role_unknown"),
+        id="role_unknown",
+    ),
     pytest.param(
-        {'resources': {'worker': {'memory': '2Gi', 'memory_limit': '1Gi'}}},
+        {"resources": {"worker": {"memory": "2Gi", "memory_limit": "1Gi"}}},
         'request.resources.worker.memory_limit: "1Gi" given; the limit must be at least the memory request (2Gi)',
-        id="limit_below_request"),
+        id="limit_below_request",
+    ),
     pytest.param(
-        {'resources': {'worker': {'gpus': 1}}},
-        'request.resources.worker.gpus: 1 given; unknown field; allowed fields: cpu, memory, gpu, cpu_limit, memory_limit',
-        id="resources_unknown_key"),
+        {"resources": {"worker": {"gpus": 1}}},
+        "request.resources.worker.gpus: 1 given; unknown field; allowed fields: cpu, memory, gpu, cpu_limit, memory_limit",
+        id="resources_unknown_key",
+    ),
     pytest.param(
-        {'resources': {'worker': {'gpu': 17}}},
-        'request.resources.worker.gpu: 17 given; at most 16 is allowed',
-        id="gpu_too_many"),
+        {"resources": {"worker": {"gpu": 17}}},
+        "request.resources.worker.gpu: 17 given; at most 16 is allowed",
+        id="gpu_too_many",
+    ),
     pytest.param(
-        {'bundle': 's3://tfjob-bundles/digits.zip'},
+        {"bundle": "s3://tfjob-bundles/digits.zip"},
         'request.bundle: "s3://tfjob-bundles/digits.zip" given; an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)',
-        id="bundle_not_targz"),
+        id="bundle_not_targz",
+    ),
     pytest.param(
-        {'bundle': 'https://example.com/digits.tar.gz'},
+        {"bundle": "https://example.com/digits.tar.gz"},
         'request.bundle: "https://example.com/digits.tar.gz" given; an s3://bucket/key.tar.gz URL is allowed',
-        id="bundle_not_s3"),
+        id="bundle_not_s3",
+    ),
     pytest.param(
-        {'output': 's3://tfjob-output'},
+        {"output": "s3://tfjob-output"},
         'request.output: "s3://tfjob-output" given; an s3://bucket/prefix URL with a non-empty key is allowed',
-        id="output_no_prefix"),
+        id="output_no_prefix",
+    ),
     pytest.param(
-        {'schedule': '@sometimes'},
+        {"schedule": "@sometimes"},
         'request.schedule: "@sometimes" given; unknown preset; allowed: none, one of @once, @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, @annually or a 5-field cron like "0 3 * * *"',
-        id="schedule_preset"),
+        id="schedule_preset",
+    ),
     pytest.param(
-        {'schedule': '0 3 * *'},
+        {"schedule": "0 3 * *"},
         'request.schedule: "0 3 * *" given; a cron expression has 5 fields, this one has 4; allowed: none, one of @once, @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, @annually or a 5-field cron like "0 3 * * *"',
-        id="schedule_fields"),
+        id="schedule_fields",
+    ),
     pytest.param(
-        {'schedule': '0 25 * * *'},
+        {"schedule": "0 25 * * *"},
         'request.schedule: "0 25 * * *" given; the hour value \'25\' is outside 0-23; allowed: none, one of @once, @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, @annually or a 5-field cron like "0 3 * * *"',
-        id="schedule_range"),
+        id="schedule_range",
+    ),
     pytest.param(
-        {'startup_timeout': 600, 'active_deadline': 600},
-        'request.active_deadline: 600 given; must be more than startup_timeout (600)',
-        id="deadline_not_after_startup"),
+        {"startup_timeout": 600, "active_deadline": 600},
+        "request.active_deadline: 600 given; must be more than startup_timeout (600)",
+        id="deadline_not_after_startup",
+    ),
     pytest.param(
-        {'startup_timeout': 300, 'active_deadline': 604000},
-        'request.active_deadline: 604000 given; at most 603900 with startup_timeout 300: the pods\' S3 grants must cover startup_timeout + active_deadline + 600 s, and a presigned grant lasts at most 7 days',
-        id="deadline_longer_than_a_grant"),
+        {"startup_timeout": 300, "active_deadline": 604000},
+        "request.active_deadline: 604000 given; at most 603900 with startup_timeout 300: the pods' S3 grants must cover startup_timeout + active_deadline + 600 s, and a presigned grant lasts at most 7 days",
+        id="deadline_longer_than_a_grant",
+    ),
     pytest.param(
-        {'retries': 11},
-        'request.retries: 11 given; at most 10 is allowed',
-        id="retries_too_many"),
+        {"retries": 11}, "request.retries: 11 given; at most 10 is allowed", id="retries_too_many"
+    ),
     pytest.param(
-        {'max_restarts': 11},
-        'request.max_restarts: 11 given; at most 10 is allowed',
-        id="max_restarts_too_many"),
+        {"max_restarts": 11},
+        "request.max_restarts: 11 given; at most 10 is allowed",
+        id="max_restarts_too_many",
+    ),
     pytest.param(
-        {'restart_on': 'always'},
+        {"restart_on": "always"},
         'request.restart_on: "always" given; allowed: retryable, any_failure or a list of exit codes from 1 to 255, e.g. [137, 143]',
-        id="restart_on_unknown"),
+        id="restart_on_unknown",
+    ),
     pytest.param(
-        {'restart_on': []},
-        'request.restart_on: [] given; allowed: retryable, any_failure or a list of exit codes from 1 to 255, e.g. [137, 143]',
-        id="restart_on_empty"),
+        {"restart_on": []},
+        "request.restart_on: [] given; allowed: retryable, any_failure or a list of exit codes from 1 to 255, e.g. [137, 143]",
+        id="restart_on_empty",
+    ),
     pytest.param(
-        {'restart_on': [137, '143']},
+        {"restart_on": [137, "143"]},
         'request.restart_on[1]: "143" given; exit codes are whole numbers from 1 to 255 (unquoted in YAML)',
-        id="restart_on_quoted_code"),
+        id="restart_on_quoted_code",
+    ),
     pytest.param(
-        {'restart_on': [0]},
-        'request.restart_on[0]: 0 given; exit codes from 1 to 255 are allowed (0 is success)',
-        id="restart_on_zero"),
+        {"restart_on": [0]},
+        "request.restart_on[0]: 0 given; exit codes from 1 to 255 are allowed (0 is success)",
+        id="restart_on_zero",
+    ),
     pytest.param(
-        {'restart_on': [137, 143, 137]},
-        'request.restart_on[2]: 137 given; each exit code once; 137 is already at [0]',
-        id="restart_on_duplicate"),
+        {"restart_on": [137, 143, 137]},
+        "request.restart_on[2]: 137 given; each exit code once; 137 is already at [0]",
+        id="restart_on_duplicate",
+    ),
     pytest.param(
-        {'checkpoint_interval': 5},
-        'request.checkpoint_interval: 5 given; at least 10 is allowed',
-        id="checkpoint_interval_too_short"),
+        {"checkpoint_interval": 5},
+        "request.checkpoint_interval: 5 given; at least 10 is allowed",
+        id="checkpoint_interval_too_short",
+    ),
     pytest.param(
-        {'warm_start': 's3://tfjob-output/digits/latest'},
-        'request.warm_start: "s3://tfjob-output/digits/latest" given; allowed: none, latest or a run id of this DAG (Airflow\'s run id characters: letters, digits, \'_\', \'.\', \'~\', \':\', \'+\', \'-\'; at most 250), e.g. scheduled__2026-12-01T03:00:00+00:00',
-        id="warm_start_url"),
+        {"warm_start": "s3://tfjob-output/digits/latest"},
+        "request.warm_start: \"s3://tfjob-output/digits/latest\" given; allowed: none, latest or a run id of this DAG (Airflow's run id characters: letters, digits, '_', '.', '~', ':', '+', '-'; at most 250), e.g. scheduled__2026-12-01T03:00:00+00:00",
+        id="warm_start_url",
+    ),
     pytest.param(
-        {'success_policy': 'chief'},
+        {"success_policy": "chief"},
         'request.success_policy: "chief" given; policy chief needs replicas.chief = 1; use worker0 or all_workers',
-        id="success_chief_without_chief"),
+        id="success_chief_without_chief",
+    ),
     pytest.param(
-        {'port': 80},
-        'request.port: 80 given; at least 1024 is allowed',
-        id="port_privileged"),
+        {"port": 80}, "request.port: 80 given; at least 1024 is allowed", id="port_privileged"
+    ),
     pytest.param(
-        {'port': 'grpc'},
+        {"port": "grpc"},
         'request.port: "grpc" given; a whole number is allowed',
-        id="port_not_number"),
+        id="port_not_number",
+    ),
     pytest.param(
-        {'placement': 'scatter'},
+        {"placement": "scatter"},
         'request.placement: "scatter" given; allowed: spread or pack',
-        id="placement_unknown"),
+        id="placement_unknown",
+    ),
     pytest.param(
-        {'tolerations': [{'key': 'gpu', 'operator': 'Exists', 'value': 'yes'}]},
+        {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]},
         'request.tolerations[0].value: "yes" given; no value is allowed with operator Exists',
-        id="toleration_exists_value"),
+        id="toleration_exists_value",
+    ),
     pytest.param(
-        {'tolerations': [{'key': 'gpu', 'operator': 'Exists', 'effect': 'NoSchedule', 'tolerationSeconds': 30}]},
-        'request.tolerations[0].tolerationSeconds: 30 given; tolerationSeconds needs effect NoExecute',
-        id="toleration_seconds_effect"),
+        {
+            "tolerations": [
+                {
+                    "key": "gpu",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                    "tolerationSeconds": 30,
+                }
+            ]
+        },
+        "request.tolerations[0].tolerationSeconds: 30 given; tolerationSeconds needs effect NoExecute",
+        id="toleration_seconds_effect",
+    ),
     pytest.param(
-        {'tolerations': [{'key': 'gpu', 'operator': 'Exists', 'effects': 'NoSchedule'}]},
+        {"tolerations": [{"key": "gpu", "operator": "Exists", "effects": "NoSchedule"}]},
         'request.tolerations[0].effects: "NoSchedule" given; unknown field; allowed fields: key, operator, value, effect, tolerationSeconds',
-        id="toleration_unknown_key"),
+        id="toleration_unknown_key",
+    ),
     pytest.param(
-        {'node_selector': {'pool': 1}},
+        {"node_selector": {"pool": 1}},
         "request.node_selector.pool: 1 given; node_selector values must be Kubernetes label values (strings of at most 63 letters, digits, '-', '_', '.'; quote numbers in YAML)",
-        id="node_selector_number"),
+        id="node_selector_number",
+    ),
     pytest.param(
-        {'gpu_type': 'A100 80GB'},
+        {"gpu_type": "A100 80GB"},
         'request.gpu_type: "A100 80GB" given; a Kubernetes label value is allowed, e.g. NVIDIA-A100-SXM4-40GB',
-        id="gpu_type_invalid"),
+        id="gpu_type_invalid",
+    ),
 ]
 
 
@@ -266,11 +326,15 @@ PARSE_ERROR_MESSAGES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "fmt", "message"), [
-    ("- just\n- a list\n", "yaml", PARSE_ERROR_MESSAGES[0]),
-    ("name: [digits\n", "yaml", PARSE_ERROR_MESSAGES[1]),
-    ('{"name": ', "json", PARSE_ERROR_MESSAGES[2]),
-], ids=["not_a_mapping", "bad_yaml", "bad_json"])
+@pytest.mark.parametrize(
+    ("text", "fmt", "message"),
+    [
+        ("- just\n- a list\n", "yaml", PARSE_ERROR_MESSAGES[0]),
+        ("name: [digits\n", "yaml", PARSE_ERROR_MESSAGES[1]),
+        ('{"name": ', "json", PARSE_ERROR_MESSAGES[2]),
+    ],
+    ids=["not_a_mapping", "bad_yaml", "bad_json"],
+)
 def test_unparsable_text_fails_with_its_documented_message(text, fmt, message):
     with pytest.raises(RequestError) as caught:
         parse_request(text, fmt)
@@ -304,8 +368,10 @@ def test_partial_resources_leave_the_rest_to_the_tenant():
 
 def test_a_limit_alone_is_allowed_and_a_limit_below_its_request_is_not():
     request = load_request(valid_request_data(resources={"worker": {"memory_limit": "2Gi"}}))
-    assert (request.resources[Role.WORKER].memory, request.resources[Role.WORKER].memory_limit
-            ) == (None, "2Gi")
+    assert (request.resources[Role.WORKER].memory, request.resources[Role.WORKER].memory_limit) == (
+        None,
+        "2Gi",
+    )
     with pytest.raises(RequestError, match="at least the cpu request"):
         load_request(valid_request_data(resources={"worker": {"cpu": "2", "cpu_limit": "1"}}))
 
@@ -313,8 +379,13 @@ def test_a_limit_alone_is_allowed_and_a_limit_below_its_request_is_not():
 def test_distributed_request_orders_replicas_by_role_then_index():
     request = load_request(distributed_request_data())
     assert request.replicas_in_order() == [
-        (Role.CHIEF, 0), (Role.PS, 0), (Role.PS, 1),
-        (Role.WORKER, 0), (Role.WORKER, 1), (Role.WORKER, 2), (Role.EVALUATOR, 0),
+        (Role.CHIEF, 0),
+        (Role.PS, 0),
+        (Role.PS, 1),
+        (Role.WORKER, 0),
+        (Role.WORKER, 1),
+        (Role.WORKER, 2),
+        (Role.EVALUATOR, 0),
     ]
     assert request.replica_count(Role.PS) == 2
     assert request.model_owner() == (Role.CHIEF, 0)
@@ -328,8 +399,11 @@ def test_job_without_chief_has_worker0_as_model_owner_and_policy():
 
 
 def test_multi_worker_mirrored_job_needs_no_ps():
-    request = load_request(valid_request_data(
-        mode="distributed", strategy="multi_worker_mirrored", replicas={"worker": 3}))
+    request = load_request(
+        valid_request_data(
+            mode="distributed", strategy="multi_worker_mirrored", replicas={"worker": 3}
+        )
+    )
     assert request.replica_count(Role.PS) == 0
     assert request.replica_count(Role.WORKER) == 3
 
@@ -339,10 +413,20 @@ def test_explicit_success_policy_is_kept():
     assert request.success_policy is SuccessPolicy.ALL_WORKERS
 
 
-@pytest.mark.parametrize("schedule", [
-    None, "@daily", "@hourly", "@once", "0 3 * * *", "*/15 * * * 1-5", "0 0 1 jan,jul *",
-    "30 2 * * sun", "0 0-23/2 * * *",
-])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        None,
+        "@daily",
+        "@hourly",
+        "@once",
+        "0 3 * * *",
+        "*/15 * * * 1-5",
+        "0 0 1 jan,jul *",
+        "30 2 * * sun",
+        "0 0-23/2 * * *",
+    ],
+)
 def test_valid_schedules_load(schedule):
     assert load_request(valid_request_data(schedule=schedule)).schedule == schedule
 
@@ -353,8 +437,12 @@ def test_output_prefix_loses_its_trailing_slash():
 
 
 def test_tolerations_keep_kubernetes_keys():
-    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute",
-                  "tolerationSeconds": 60}
+    toleration = {
+        "key": "nvidia.com/gpu",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 60,
+    }
     request = load_request(valid_request_data(tolerations=[toleration]))
     assert request.tolerations[0].to_manifest() == toleration
 
@@ -363,7 +451,8 @@ def test_same_request_loads_from_yaml_json_file_and_dict(tmp_path):
     data = distributed_request_data(env={"EPOCHS": "3"}, args=["--epochs", "3"])
     yaml_path = tmp_path / "request.yaml"
     yaml_path.write_text(
-        "\n".join(f"{key}: {json.dumps(value)}" for key, value in data.items()) + "\n")
+        "\n".join(f"{key}: {json.dumps(value)}" for key, value in data.items()) + "\n"
+    )
     json_path = tmp_path / "request.json"
     json_path.write_text(json.dumps(data))
     from_dict = load_request(data)
@@ -380,27 +469,41 @@ def test_request_file_with_unknown_suffix_is_refused(tmp_path):
 
 
 def test_request_round_trips_through_its_json_dump():
-    request = load_request(distributed_request_data(
-        tolerations=[{"key": "gpu", "operator": "Exists"}], node_selector={"pool": "train"}))
+    request = load_request(
+        distributed_request_data(
+            tolerations=[{"key": "gpu", "operator": "Exists"}], node_selector={"pool": "train"}
+        )
+    )
     assert load_request(request.model_dump(mode="json", by_alias=True)) == request
 
 
-@pytest.mark.parametrize("path", sorted(REPO.glob("bundles/*/request*.yaml")),
-                         ids=lambda path: f"{path.parent.name}/{path.name}")
+@pytest.mark.parametrize(
+    "path",
+    sorted(REPO.glob("bundles/*/request*.yaml")),
+    ids=lambda path: f"{path.parent.name}/{path.name}",
+)
 def test_example_bundle_requests_load(path):
     request = load_request(path)
     assert request.name
 
 
-SEED_ERA_ARGS = ["--ps_hosts=$(PS_HOSTS)", "--worker_hosts=$(WORKER_HOSTS)",
-                 "--job_name=$(JOB_NAME)", "--task_index=$(TASK_INDEX)",
-                 "--chief_hosts=$(CHIEF_HOSTS)", "--literal=$$(JOB_NAME)", "--open=$(",
-                 "$(UNKNOWN)", "$()"]
+SEED_ERA_ARGS = [
+    "--ps_hosts=$(PS_HOSTS)",
+    "--worker_hosts=$(WORKER_HOSTS)",
+    "--job_name=$(JOB_NAME)",
+    "--task_index=$(TASK_INDEX)",
+    "--chief_hosts=$(CHIEF_HOSTS)",
+    "--literal=$$(JOB_NAME)",
+    "--open=$(",
+    "$(UNKNOWN)",
+    "$()",
+]
 
 
 def test_args_with_references_are_kept_as_written_for_the_pod_to_expand():
-    request = load_request(distributed_request_data(entrypoint=["python3", "$(SCRIPT)"],
-                                                    args=SEED_ERA_ARGS))
+    request = load_request(
+        distributed_request_data(entrypoint=["python3", "$(SCRIPT)"], args=SEED_ERA_ARGS)
+    )
     assert request.args == SEED_ERA_ARGS
     assert request.entrypoint == ["python3", "$(SCRIPT)"]
     assert load_request(request.model_dump(mode="json")).args == SEED_ERA_ARGS
@@ -423,29 +526,42 @@ def test_request_error_survives_pickling():
     import pickle
 
     error = pickle.loads(pickle.dumps(RequestError("replicas.ps", 0, "at least 1")))
-    assert (error.field, error.given, str(error)) == ("replicas.ps", 0,
-                                                      "request.replicas.ps: 0 given; at least 1")
+    assert (error.field, error.given, str(error)) == (
+        "replicas.ps",
+        0,
+        "request.replicas.ps: 0 given; at least 1",
+    )
     with pytest.raises(RequestError) as caught:
         load_request(valid_request_data(tenant=None))
     assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"max_restarts": 2}, {"max_restarts": 2, "restart_on": RestartOn.RETRYABLE}),
-    ({"max_restarts": 10, "restart_on": "any_failure"},
-     {"max_restarts": 10, "restart_on": RestartOn.ANY_FAILURE}),
-    ({"max_restarts": 1, "restart_on": [143, 1, 137]}, {"restart_on": [143, 1, 137]}),
-    ({"restart_on": [255]}, {"restart_on": [255]}),
-    ({"checkpoint_interval": 10}, {"checkpoint_interval": 10}),
-    ({"checkpoint_interval": 3600}, {"checkpoint_interval": 3600}),
-    ({"warm_start": "latest"}, {"warm_start": "latest"}),
-    ({"warm_start": "scheduled__2026-12-01T03:00:00+00:00"},
-     {"warm_start": "scheduled__2026-12-01T03:00:00+00:00"}),
-    ({"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"},
-     {"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"}),
-    ({"warm_start": "nightly-retrain_v2.1~a"}, {"warm_start": "nightly-retrain_v2.1~a"}),
-    ({"warm_start": None}, {"warm_start": None}),
-], ids=lambda value: "-".join(map(str, value.values())) if isinstance(value, dict) else "")
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"max_restarts": 2}, {"max_restarts": 2, "restart_on": RestartOn.RETRYABLE}),
+        (
+            {"max_restarts": 10, "restart_on": "any_failure"},
+            {"max_restarts": 10, "restart_on": RestartOn.ANY_FAILURE},
+        ),
+        ({"max_restarts": 1, "restart_on": [143, 1, 137]}, {"restart_on": [143, 1, 137]}),
+        ({"restart_on": [255]}, {"restart_on": [255]}),
+        ({"checkpoint_interval": 10}, {"checkpoint_interval": 10}),
+        ({"checkpoint_interval": 3600}, {"checkpoint_interval": 3600}),
+        ({"warm_start": "latest"}, {"warm_start": "latest"}),
+        (
+            {"warm_start": "scheduled__2026-12-01T03:00:00+00:00"},
+            {"warm_start": "scheduled__2026-12-01T03:00:00+00:00"},
+        ),
+        (
+            {"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"},
+            {"warm_start": "manual__2026-12-02T12:00:00.123456+00:00"},
+        ),
+        ({"warm_start": "nightly-retrain_v2.1~a"}, {"warm_start": "nightly-retrain_v2.1~a"}),
+        ({"warm_start": None}, {"warm_start": None}),
+    ],
+    ids=lambda value: "-".join(map(str, value.values())) if isinstance(value, dict) else "",
+)
 def test_restart_and_warm_start_fields_load(fields, expected):
     request = load_request(valid_request_data(**fields))
     for name, value in expected.items():
@@ -461,10 +577,17 @@ def test_warm_start_refuses_what_is_not_an_airflow_run_id(run_id):
     assert "a run id of this DAG" in caught.value.allowed
 
 
-@pytest.mark.parametrize(("restart_on", "field"), [
-    (137, "restart_on"), ({"codes": [137]}, "restart_on"), ([256], "restart_on[0]"),
-    ([True], "restart_on[0]"), ([1.5], "restart_on[0]"), (None, "restart_on"),
-])
+@pytest.mark.parametrize(
+    ("restart_on", "field"),
+    [
+        (137, "restart_on"),
+        ({"codes": [137]}, "restart_on"),
+        ([256], "restart_on[0]"),
+        ([True], "restart_on[0]"),
+        ([1.5], "restart_on[0]"),
+        (None, "restart_on"),
+    ],
+)
 def test_restart_on_names_the_bad_item(restart_on, field):
     with pytest.raises(RequestError) as caught:
         load_request(valid_request_data(restart_on=restart_on))

@@ -23,10 +23,12 @@ def pod(phase: str, main_exit: int | None) -> V1Pod:
     )
     keeper = V1ContainerState(running=V1ContainerStateRunning())
     statuses = [
-        V1ContainerStatus(name="tensorflow", state=main, image="i", image_id="", ready=False,
-                          restart_count=0),
-        V1ContainerStatus(name="tfjob-keeper", state=keeper, image="i", image_id="", ready=True,
-                          restart_count=0),
+        V1ContainerStatus(
+            name="tensorflow", state=main, image="i", image_id="", ready=False, restart_count=0
+        ),
+        V1ContainerStatus(
+            name="tfjob-keeper", state=keeper, image="i", image_id="", ready=True, restart_count=0
+        ),
     ]
     return V1Pod(status=V1PodStatus(phase=phase, container_statuses=statuses))
 

@@ -137,9 +137,7 @@ def test_submit_triggers_the_submit_dag_of_the_request_s_tenant(airflow, capsys,
     assert json.loads(out)["dag_id"] == "tfjob_submit__team-a"
 
 
-def test_submit_refused_by_airflow_names_the_user_the_tenant_and_the_dag(
-    airflow, capsys, tmp_path
-):
+def test_submit_refused_by_airflow_names_the_user_the_tenant_and_the_dag(airflow, capsys, tmp_path):
     airflow.answer("POST", "/api/v2/dags/tfjob_submit__team-b/dagRuns", 403, FORBIDDEN)
     code, out, err = tshell(capsys, "submit", request_file(tmp_path, "team-b"))
     assert code == 3
@@ -207,9 +205,7 @@ def test_cancel_refused_by_airflow_names_user_run_and_dag(airflow, capsys):
     )
 
 
-def test_download_of_a_run_the_user_may_not_read_names_user_run_and_dag(
-    airflow, capsys, tmp_path
-):
+def test_download_of_a_run_the_user_may_not_read_names_user_run_and_dag(airflow, capsys, tmp_path):
     airflow.answer("GET", run_path("tfjob_submit__team-b"), 403, FORBIDDEN)
     code, _, err = tshell(
         capsys, "download", RUN_ID, "model", str(tmp_path), "--dag", "tfjob_submit__team-b"
@@ -276,18 +272,21 @@ def test_list_reads_the_runs_of_every_tf_on_k8s_dag_the_user_may_read(airflow, c
 
 def test_list_names_the_request_and_tenant_of_runs_without_conf(airflow, capsys):
     # A scheduled run of a request file has no conf: the name is the DAG's, the tenant its tag.
-    dags = [{"dag_id": "tfjob__nightly", "tags": [{"name": "tfjob"}, {"name": "tenant:team-a"}]},
-            {"dag_id": "tfjob_submit__team-b", "tags": [{"name": "tfjob"}]}]
+    dags = [
+        {"dag_id": "tfjob__nightly", "tags": [{"name": "tfjob"}, {"name": "tenant:team-a"}]},
+        {"dag_id": "tfjob_submit__team-b", "tags": [{"name": "tfjob"}]},
+    ]
     airflow.answer("GET", "/api/v2/dags", 200, {"dags": dags, "total_entries": 2})
     submitted = a_run("tfjob_submit__team-b", "success", run_id="manual__2")
     submitted["conf"] = {"name": "digits", "tenant": "team-b"}
     scheduled = a_run("tfjob__nightly", "success", run_id="scheduled__1")
-    airflow.answer("POST", "/api/v2/dags/~/dagRuns/list", 200,
-                   {"dag_runs": [scheduled, submitted]})
+    airflow.answer("POST", "/api/v2/dags/~/dagRuns/list", 200, {"dag_runs": [scheduled, submitted]})
     code, out, err = tshell(capsys, "list", "--json")
     assert code == ExitCode.OK, err
     assert [(r["run_id"], r["name"], r["tenant"]) for r in json.loads(out)] == [
-        ("scheduled__1", "nightly", "team-a"), ("manual__2", "digits", "team-b")]
+        ("scheduled__1", "nightly", "team-a"),
+        ("manual__2", "digits", "team-b"),
+    ]
     code, out, err = tshell(capsys, "list")
     assert code == ExitCode.OK, err
     line = next(line for line in out.splitlines() if line.startswith("scheduled__1"))
@@ -295,10 +294,18 @@ def test_list_names_the_request_and_tenant_of_runs_without_conf(airflow, capsys)
 
 
 def test_list_of_one_request_dag_reads_its_tenant_from_the_dag(airflow, capsys):
-    airflow.answer("GET", "/api/v2/dags/tfjob__nightly/dagRuns", 200,
-                   {"dag_runs": [a_run("tfjob__nightly", "success", run_id="scheduled__1")]})
-    airflow.answer("GET", "/api/v2/dags/tfjob__nightly", 200,
-                   {"dag_id": "tfjob__nightly", "tags": [{"name": "tenant:team-a"}]})
+    airflow.answer(
+        "GET",
+        "/api/v2/dags/tfjob__nightly/dagRuns",
+        200,
+        {"dag_runs": [a_run("tfjob__nightly", "success", run_id="scheduled__1")]},
+    )
+    airflow.answer(
+        "GET",
+        "/api/v2/dags/tfjob__nightly",
+        200,
+        {"dag_id": "tfjob__nightly", "tags": [{"name": "tenant:team-a"}]},
+    )
     code, out, err = tshell(capsys, "list", "--dag", "tfjob__nightly", "--json")
     assert code == ExitCode.OK, err
     (run,) = json.loads(out)
@@ -306,8 +313,12 @@ def test_list_of_one_request_dag_reads_its_tenant_from_the_dag(airflow, capsys):
 
 
 def test_list_of_one_dag_whose_details_cannot_be_read_still_lists_its_runs(airflow, capsys):
-    airflow.answer("GET", "/api/v2/dags/tfjob__nightly/dagRuns", 200,
-                   {"dag_runs": [a_run("tfjob__nightly", "success", run_id="scheduled__1")]})
+    airflow.answer(
+        "GET",
+        "/api/v2/dags/tfjob__nightly/dagRuns",
+        200,
+        {"dag_runs": [a_run("tfjob__nightly", "success", run_id="scheduled__1")]},
+    )
     code, out, err = tshell(capsys, "list", "--dag", "tfjob__nightly", "--json")  # no DAG route
     assert code == ExitCode.OK, err
     (run,) = json.loads(out)

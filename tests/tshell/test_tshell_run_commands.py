@@ -53,9 +53,8 @@ TENANTS_YAML = "tenants:\n" + "".join(
     f"- {{name: {n}, quota: {{cpu: '4', memory: 8Gi, nvidia.com/gpu: '0', pods: '10'}}, "
     f"defaults: {{cpu: 100m, memory: 128Mi}}, bundle_prefixes: [s3://tfjob-test/{n}/bundles/], "
     f"output_prefixes: [s3://tfjob-test/{n}/outputs/], aws_conn_id: {n.replace('-', '_')}_s3}}\n"
-    for n in ("team-a", "team-b"))
-
-
+    for n in ("team-a", "team-b")
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +65,20 @@ def airflow(
     tenants_file = home / "tenants.yaml"
     tenants_file.write_text(TENANTS_YAML)
     extra = {"endpoint_url": s3_server.endpoint, "region_name": s3_server.region}
-    connection = json.dumps({"conn_type": "aws", "login": s3_server.access_key,
-                             "password": s3_server.secret_key, "extra": extra})
+    connection = json.dumps(
+        {
+            "conn_type": "aws",
+            "login": s3_server.access_key,
+            "password": s3_server.secret_key,
+            "extra": extra,
+        }
+    )
     # No AWS_* variables: every S3 call of the DAGs and of the files API uses a connection.
-    env = {"TFJOB_TENANTS_FILE": str(tenants_file),
-           "AIRFLOW_CONN_TEAM_A_S3": connection, "AIRFLOW_CONN_TEAM_B_S3": connection}
+    env = {
+        "TFJOB_TENANTS_FILE": str(tenants_file),
+        "AIRFLOW_CONN_TEAM_A_S3": connection,
+        "AIRFLOW_CONN_TEAM_B_S3": connection,
+    }
     handle = start_airflow(home, extra_env=env, dags_folder=TEST_DAGS)
     yield handle
     handle.stop()
@@ -192,8 +200,9 @@ def test_status_table_lists_every_task(tshell_env, capsys, finished_run):
 def test_status_of_a_failed_run_ends_with_the_error_of_its_failed_task(
     tshell_env, capsys, request_file
 ):
-    submitted = tshell(capsys, "submit", str(request_file), "--set",
-                       "env.TRAIN_FAIL=worker-1 exited 3", "--wait")
+    submitted = tshell(
+        capsys, "submit", str(request_file), "--set", "env.TRAIN_FAIL=worker-1 exited 3", "--wait"
+    )
     assert submitted.out.startswith("submitted run "), submitted.out + submitted.err
     run_id = submitted.out.splitlines()[0].removeprefix("submitted run ")
     result = tshell(capsys, "status", run_id)
@@ -226,8 +235,12 @@ def test_status_watch_draws_frames_while_the_run_trains_and_the_last_when_it_end
     assert header.split()[-2:] == ["STEP", "LOSS"], frames[-1]
     worker = next(line for line in frames[-1].splitlines() if line.startswith("worker-0"))
     assert int(worker.split()[-2]) >= 8, frames[-1]  # 6 s of a point every 0.5 s
-    steps = [int(line.split()[-2]) for frame in frames for line in frame.splitlines()
-             if line.startswith("worker-0")]
+    steps = [
+        int(line.split()[-2])
+        for frame in frames
+        for line in frame.splitlines()
+        if line.startswith("worker-0")
+    ]
     assert steps == sorted(steps) and len(set(steps)) >= 2, result.out  # live, and onward
 
 
@@ -278,8 +291,9 @@ def s3_paths(s3_server: S3Server, run: dict, under: str) -> list[str]:
 
 def fetch(handle: AirflowHandle, path: str) -> tuple[int, dict[str, str], bytes]:
     """One GET with the user's token: (status, headers by lowercase name, body), even a 4xx."""
-    request = urllib.request.Request(handle.url + path,
-                                     headers={"Authorization": f"Bearer {handle.token()}"})
+    request = urllib.request.Request(
+        handle.url + path, headers={"Authorization": f"Bearer {handle.token()}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=90) as response:
             headers = {k.lower(): v for k, v in response.headers.items()}
@@ -338,14 +352,17 @@ def test_the_files_api_lists_and_serves_a_run_with_the_tenant_s_connection(
         code, headers, body = fetch(airflow, files_path(finished_run, path))
         answers += [body.decode(), json.dumps(headers)]
         assert code in (400, 404), (path, code, body)
-    for mark in ("X-Amz-Signature", "x-amz-signature", "X-Amz-Credential",
-                 s3_server.access_key, s3_server.secret_key):
+    for mark in (
+        "X-Amz-Signature",
+        "x-amz-signature",
+        "X-Amz-Credential",
+        s3_server.access_key,
+        s3_server.secret_key,
+    ):
         assert not [a for a in answers if mark in a], mark
 
 
-def test_the_files_api_names_a_missing_file_and_a_path_that_leaves_the_run(
-    airflow, finished_run
-):
+def test_the_files_api_names_a_missing_file_and_a_path_that_leaves_the_run(airflow, finished_run):
     status, _, body = fetch(airflow, files_path(finished_run, "model/no-such-file"))
     assert status == 404 and "model/no-such-file: no such file" in json.loads(body)["detail"]
     status, _, body = fetch(airflow, files_path(finished_run, "model/../../other/run.json"))

@@ -280,7 +280,7 @@ def test_an_unavailable_airflow_past_the_patience_is_reported(flaky_airflow, mon
 def test_a_500_is_reported_at_once_with_the_servers_detail(flaky_airflow, monkeypatch, capsys):
     monkeypatch.setattr(run_commands, "POLL_INTERVAL_S", 0.01)
     monkeypatch.setattr(FlakyAirflow, "failure_code", 500)
-    monkeypatch.setattr(FlakyAirflow, "failure_detail", "relation \"dag_run\" does not exist")
+    monkeypatch.setattr(FlakyAirflow, "failure_detail", 'relation "dag_run" does not exist')
     session = AirflowSession(flaky_airflow)
     with pytest.raises(AirflowInternalError, match='HTTP 500: relation "dag_run" does not exist'):
         run_commands.call_patiently(lambda: session.get_json("/api/v2/dags/d/dagRuns/r"))
@@ -342,18 +342,37 @@ def test_status_lists_each_attempt_of_a_restarted_run():
     class FakeSession:
         def get_json(self, path, params=None):
             assert path.endswith("/taskInstances/train/xcomEntries/attempts")
-            return {"value": [
-                {"number": 1, "outcome": "restarted", "started": "2026-12-03T06:00:00+00:00",
-                 "ended": "2026-12-03T06:05:00+00:00", "failed_replica": "worker-1",
-                 "exit_code": 143, "reason": "worker-1 was deleted (exit code 143)"},
-                {"number": 2, "outcome": "running", "started": "2026-12-03T06:05:30+00:00",
-                 "restored_checkpoint_step": 1200}]}
+            return {
+                "value": [
+                    {
+                        "number": 1,
+                        "outcome": "restarted",
+                        "started": "2026-12-03T06:00:00+00:00",
+                        "ended": "2026-12-03T06:05:00+00:00",
+                        "failed_replica": "worker-1",
+                        "exit_code": 143,
+                        "reason": "worker-1 was deleted (exit code 143)",
+                    },
+                    {
+                        "number": 2,
+                        "outcome": "running",
+                        "started": "2026-12-03T06:05:30+00:00",
+                        "restored_checkpoint_step": 1200,
+                    },
+                ]
+            }
 
     ref = run_commands.RunRef("tfjob__digits-ps", "manual__1")
     attempts = run_commands.fetch_attempts(FakeSession(), ref)
     table = format_table(ATTEMPT_HEADERS, attempt_rows(attempts))
-    assert table.splitlines()[1].split()[:6] == ["1", "restarted", "2026-12-03", "06:00:00",
-                                                 "2026-12-03", "06:05:00"]
+    assert table.splitlines()[1].split()[:6] == [
+        "1",
+        "restarted",
+        "2026-12-03",
+        "06:00:00",
+        "2026-12-03",
+        "06:05:00",
+    ]
     assert "worker-1 was deleted (exit code 143)" in table
     assert table.splitlines()[0].split()[4:6] == ["FROM", "STEP"]
     assert table.splitlines()[2].split()[:2] == ["2", "running"]

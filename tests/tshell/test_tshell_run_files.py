@@ -52,14 +52,24 @@ class Routes:
 
     def file(self, path: str, data: bytes, length: int | None = None) -> None:
         self.answers[("GET", f"{FILES}/{path}")] = Answer(
-            200, data, "application/octet-stream", length)
+            200, data, "application/octet-stream", length
+        )
 
     def listing(self, paths: dict[str, bytes], under: str = "", truncated: bool = False) -> None:
-        files = [{"path": p, "size": len(b), "last_modified": "2026-12-03T10:00:00+00:00"}
-                 for p, b in paths.items()]
-        self.json(FILES + f"?under={under}" if under else FILES,
-                  {"run_prefix": RUN_PREFIX, "under": under, "files": files,
-                   "truncated": truncated, "limit": 10000})
+        files = [
+            {"path": p, "size": len(b), "last_modified": "2026-12-03T10:00:00+00:00"}
+            for p, b in paths.items()
+        ]
+        self.json(
+            FILES + f"?under={under}" if under else FILES,
+            {
+                "run_prefix": RUN_PREFIX,
+                "under": under,
+                "files": files,
+                "truncated": truncated,
+                "limit": 10000,
+            },
+        )
         for path, data in paths.items():
             self.file(path, data)
 
@@ -74,8 +84,7 @@ class FakeAirflow(http.server.BaseHTTPRequestHandler):
         self.routes.seen.append((path, query))
         if "under" in query:
             path += f"?under={query['under'][0]}"
-        answer = self.routes.answers.get(("GET", path),
-                                         Answer(404, b'{"detail": "no such route"}'))
+        answer = self.routes.answers.get(("GET", path), Answer(404, b'{"detail": "no such route"}'))
         self.send_response(answer.status)
         self.send_header("Content-Type", answer.content_type)
         length = len(answer.body) if answer.length is None else answer.length
@@ -103,8 +112,9 @@ def airflow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Routes]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     point_tshell_at(monkeypatch, tmp_path, FakeAirflow.routes.url, "alice", "pw")
     monkeypatch.setattr(run_files, "CHUNK_BYTES", 4)  # many chunks even for small files
-    FakeAirflow.routes.json(RUN_PATH, {"dag_id": DAG, "dag_run_id": RUN_ID, "state": "success",
-                                       "conf": {}})
+    FakeAirflow.routes.json(
+        RUN_PATH, {"dag_id": DAG, "dag_run_id": RUN_ID, "state": "success", "conf": {}}
+    )
     yield FakeAirflow.routes
     server.shutdown()
 
@@ -120,8 +130,11 @@ def download(capsys, target: Path, what: str = "model") -> tuple[int, str, str]:
     return tshell(capsys, "download", RUN_ID, what, str(target), "--dag", DAG)
 
 
-MODEL = {"model/saved_model.pb": b"model-bytes", "model/variables/variables.index": b"idx",
-         "model/assets/empty": b""}
+MODEL = {
+    "model/saved_model.pb": b"model-bytes",
+    "model/variables/variables.index": b"idx",
+    "model/assets/empty": b"",
+}
 
 
 # --- download -------------------------------------------------------------------------------
@@ -144,11 +157,13 @@ def test_download_writes_the_model_tree_from_airflow_and_leaves_no_partial_files
 
 def test_download_json_lists_the_files_written(airflow, capsys, tmp_path):
     airflow.listing(MODEL, under="model/")
-    code, out, _ = tshell(capsys, "download", RUN_ID, "model", str(tmp_path), "--dag", DAG,
-                          "--json")
+    code, out, _ = tshell(
+        capsys, "download", RUN_ID, "model", str(tmp_path), "--dag", DAG, "--json"
+    )
     assert code == 0
     assert sorted(json.loads(out)) == sorted(
-        str(tmp_path / p.removeprefix("model/")) for p in MODEL)
+        str(tmp_path / p.removeprefix("model/")) for p in MODEL
+    )
 
 
 def test_download_shows_progress_on_stderr_when_asked(airflow, capsys, tmp_path, monkeypatch):
@@ -162,8 +177,10 @@ def test_a_403_from_the_files_api_names_the_user_the_run_and_the_dag(airflow, ca
     airflow.json(FILES + "?under=model/", {"detail": "Forbidden"}, status=403)
     code, out, err = download(capsys, tmp_path)
     assert code == ExitCode.AIRFLOW_ERROR == 3
-    assert err == (f"error: user alice may not read run {RUN_ID} of DAG {DAG} "
-                   f"(Airflow answered 403 for DAG {DAG})\n")
+    assert err == (
+        f"error: user alice may not read run {RUN_ID} of DAG {DAG} "
+        f"(Airflow answered 403 for DAG {DAG})\n"
+    )
     assert out == "" and list(tmp_path.iterdir()) == []
 
 
@@ -230,8 +247,10 @@ def test_logs_of_every_replica_come_with_headers(airflow, capsys):
 def test_logs_without_an_archive_fall_back_to_the_task_log(airflow, capsys):
     task = {"task_id": "train", "state": "success", "try_number": 1}
     airflow.json(f"{RUN_PATH}/taskInstances", {"task_instances": [task]})
-    airflow.json(f"{RUN_PATH}/taskInstances/train/logs/1",
-                 {"content": [{"event": "[worker-0] step 0", "timestamp": "t0"}]})
+    airflow.json(
+        f"{RUN_PATH}/taskInstances/train/logs/1",
+        {"content": [{"event": "[worker-0] step 0", "timestamp": "t0"}]},
+    )
     code, out, err = tshell(capsys, "logs", RUN_ID, "--dag", DAG, "--role", "worker")
     assert code == 0, err
     assert out == "step 0\n"

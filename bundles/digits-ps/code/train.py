@@ -156,8 +156,11 @@ def run_chief(resolver):
         coordinator.join()
         done += chunk
         logits = model(x_test, training=False)
-        report_metric(done, float(last_loss.fetch()),
-                      float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test)))
+        report_metric(
+            done,
+            float(last_loss.fetch()),
+            float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test)),
+        )
         if manager:
             step.assign(done)
             # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.

@@ -73,8 +73,14 @@ def main():
     model = build_model()
     started = time.monotonic()
     steps_per_epoch = -(-len(x_train) // BATCH_SIZE)
-    model.fit(x_train, y_train, epochs=EPOCHS, batch_size=BATCH_SIZE, verbose=2,
-              callbacks=[ReportMetrics(steps_per_epoch)])
+    model.fit(
+        x_train,
+        y_train,
+        epochs=EPOCHS,
+        batch_size=BATCH_SIZE,
+        verbose=2,
+        callbacks=[ReportMetrics(steps_per_epoch)],
+    )
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     steps = EPOCHS * -(-len(x_train) // BATCH_SIZE)
 

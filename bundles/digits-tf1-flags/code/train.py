@@ -54,8 +54,9 @@ def host_list(text):
     """A comma-separated list of host:port, as TF1 programs took them."""
     hosts = [host for host in text.split(",") if host]
     if not hosts or any(":" not in host for host in hosts):
-        raise argparse.ArgumentTypeError(f"{text!r} given; a comma-separated host:port list "
-                                         "is required")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} given; a comma-separated host:port list is required"
+        )
     return hosts
 
 
@@ -77,8 +78,10 @@ def parse_flags():
         parser.error("--job_name chief needs --chief_hosts")
     tasks = {"chief": flags.chief_hosts, "ps": flags.ps_hosts, "worker": flags.worker_hosts}
     if not 0 <= flags.task_index < len(tasks[flags.job_name]):
-        parser.error(f"--task_index {flags.task_index} given; the {flags.job_name} job has "
-                     f"{len(tasks[flags.job_name])} task(s)")
+        parser.error(
+            f"--task_index {flags.task_index} given; the {flags.job_name} job has "
+            f"{len(tasks[flags.job_name])} task(s)"
+        )
     if not flags.metrics_file:
         flags.metrics_file = os.path.join(flags.model_dir, "..", "metrics.json")
     return flags
@@ -180,8 +183,10 @@ def main():
             if checkpoint_dir != flags.model_dir:
                 model_saver = tf1.train.Saver(max_to_keep=1, save_relative_paths=True)
         restored_step = read_checkpoint_step(checkpoint_dir)
-        print(f"resumed from step {restored_step}" if restored_step else "starting from step 0",
-              flush=True)
+        print(
+            f"resumed from step {restored_step}" if restored_step else "starting from step 0",
+            flush=True,
+        )
     seed_offset = 100 if flags.job_name == "chief" else flags.task_index
     rng = np.random.default_rng(SEED + seed_offset)
     hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
@@ -206,9 +211,13 @@ def main():
                 # docs/pod-protocol.md, "Metrics while training": this batch's loss and
                 # accuracy at the global step, from the chief.
                 _, batch_loss, batch_accuracy, at = session.run(
-                    [train_op, loss, accuracy, global_step], feed_dict=feed)
-                point = {"step": int(at), "loss": round(float(batch_loss), 5),
-                         "accuracy": round(float(batch_accuracy), 5)}
+                    [train_op, loss, accuracy, global_step], feed_dict=feed
+                )
+                point = {
+                    "step": int(at),
+                    "loss": round(float(batch_loss), 5),
+                    "accuracy": round(float(batch_accuracy), 5),
+                }
                 print("TFJOB_METRIC " + json.dumps(point), flush=True)
             else:
                 session.run(train_op, feed_dict=feed)

@@ -159,8 +159,10 @@ def main():
             if checkpoint_dir != flags.model_dir:
                 model_saver = tf1.train.Saver(max_to_keep=1, save_relative_paths=True)
         restored_step = read_checkpoint_step(checkpoint_dir)
-        print(f"resumed from step {restored_step}" if restored_step else "starting from step 0",
-              flush=True)
+        print(
+            f"resumed from step {restored_step}" if restored_step else "starting from step 0",
+            flush=True,
+        )
     rng = np.random.default_rng(SEED + flags.task_index)
     hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
     started = time.monotonic()
@@ -184,9 +186,13 @@ def main():
                 # docs/pod-protocol.md, "Metrics while training": this batch's loss and
                 # accuracy at the global step, from the chief.
                 _, batch_loss, batch_accuracy, at = session.run(
-                    [train_op, loss, accuracy, global_step], feed_dict=feed)
-                point = {"step": int(at), "loss": round(float(batch_loss), 5),
-                         "accuracy": round(float(batch_accuracy), 5)}
+                    [train_op, loss, accuracy, global_step], feed_dict=feed
+                )
+                point = {
+                    "step": int(at),
+                    "loss": round(float(batch_loss), 5),
+                    "accuracy": round(float(batch_accuracy), 5),
+                }
                 print("TFJOB_METRIC " + json.dumps(point), flush=True)
             else:
                 session.run(train_op, feed_dict=feed)

@@ -99,13 +99,16 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
             while time.monotonic() < deadline:
                 step += 1
                 print("[worker-0] still training", flush=True)
-                print(f'[worker-0] TFJOB_METRIC {{"step": {step}, "loss": {1 / step:.3f}}}',
-                      flush=True)
+                print(
+                    f'[worker-0] TFJOB_METRIC {{"step": {step}, "loss": {1 / step:.3f}}}',
+                    flush=True,
+                )
                 time.sleep(0.5)
             failing = context["dag_run"].conf.get("env", {}).get("TRAIN_FAIL")
             if failing:  # as the pipeline's train fails: one message naming the replica
-                raise RuntimeError(f"training failed: {failing}\nlast log lines:\n"
-                                   "  [worker-0] step 2")
+                raise RuntimeError(
+                    f"training failed: {failing}\nlast log lines:\n  [worker-0] step 2"
+                )
             print("[worker-0] training done", flush=True)
 
         @task(trigger_rule="all_done")
@@ -119,9 +122,7 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
                 )
             s3.put_object(Bucket=bucket, Key=f"{base}/run.json", Body=b'{"state": "archived"}')
             s3.put_object(Bucket=bucket, Key=f"{base}/model/saved_model.pb", Body=b"model-bytes")
-            s3.put_object(
-                Bucket=bucket, Key=f"{base}/model/variables/variables.index", Body=b"idx"
-            )
+            s3.put_object(Bucket=bucket, Key=f"{base}/model/variables/variables.index", Body=b"idx")
             # Bigger than one chunk of the files API (1 MiB), bytes that are not text.
             weights = bytes(range(256)) * (3 * 4096 + 7)
             s3.put_object(
@@ -149,7 +150,8 @@ def build_submit_dags() -> dict[str, DAG]:
         tenant = tenants.find(name)
         assert tenant is not None, f"tenant {name} is not in the tenants file"
         built[pipeline_ids.submit_dag_id(name)] = build_submit_dag(
-            name, tenant.s3_conn_id, tenant.roles)
+            name, tenant.s3_conn_id, tenant.roles
+        )
     return built
 
 

@@ -36,6 +36,7 @@ pytest_plugins = ["localkube_fixtures", "s3_fixtures", "airflow_fixtures", "pipe
 # would put a dozen TensorFlow processes on the two cores at once (CI: make test 27 min).
 LONG_FILES = (
     "test_pipeline_tensorflow.py",
+    "test_run_view_browser.py",
     "test_tenants_pipeline.py",
     "test_pipeline_e2e.py",
     "test_pipeline_restarts.py",
@@ -44,7 +45,7 @@ LONG_FILES = (
     "test_pipeline_s3_access.py",
     "test_tshell_run_commands.py",
     "test_airflow_config_services.py",
-    "test_run_view_browser.py",
+    "test_bench_concurrent_scale.py",
     "test_examples_resume.py",
     "test_janitor_dag.py",
     "test_localkube_e2e.py",

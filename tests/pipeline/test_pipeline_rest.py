@@ -125,18 +125,31 @@ def test_train_stopped_mid_run_leaves_no_object_behind(pipeline_world, airflow):
         interval=1.0,
     )
     assert len([o for o in world.run_objects("rest-kill") if o.startswith("Pod/")]) == 3
-    # Live logs: the replicas' lines reach the train task's log while it is still deferred.
+    # Live logs: the deciding replica's lines reach the train task's log while it is still
+    # deferred; the trigger follows no other replica's (operators/triggers.py, issue 18).
     live = wait_for(
         lambda: (
             "[chief-0] standin chief-0 TF_CONFIG="
             in (text := task_log(airflow, SUBMIT, run_id, "train"))
-            and "[worker-0] standin worker-0 legacy JOB_NAME=worker" in text
             and text
         ),
         60,
-        "replica lines in the live train log",
+        "the chief's lines in the live train log",
         interval=1.0,
     )
+    assert "[worker-0] " not in live, live[-3000:]
+    # Any other replica's log is read live, while someone needs it, through the TFJob tab.
+    worker = wait_for(
+        lambda: (
+            (answer := airflow.request("GET", f"/tfjob/runs/{SUBMIT}/{run_id}/logs/worker-0"))
+            and any("standin worker-0 legacy JOB_NAME=worker" in x for x in answer["lines"])
+            and answer
+        ),
+        60,
+        "worker-0's live lines through the TFJob tab",
+        interval=1.0,
+    )
+    assert worker["source"] == "live", worker
     assert task_states(airflow, SUBMIT, run_id)["train"] == "deferred", live[-3000:]
     airflow.request(
         "PATCH",

@@ -165,3 +165,53 @@ def test_no_import_circle_among_the_product_modules():
 )
 def test_the_circle_finder_finds_circles_and_only_circles(graph, expected):
     assert find_cycles(graph) == expected
+
+
+# Folders whose every module docs/architecture.md lists, each under its folder's own line
+# ("`tfjob/`" or "### ... (`localkube/kubelet/`)") in "## Modules of each package".
+LISTED_FOLDERS = (
+    "tfjob",
+    "runtime",
+    "operators",
+    "tshell",
+    "dags",
+    "plugins",
+    "localkube",
+    "localkube/apiserver",
+    "localkube/hollow",
+    "localkube/kubelet",
+)
+
+
+def read_module_lists(text: str) -> dict[str, set[str]]:
+    """{folder: the `*.py` names its block of the modules section mentions}."""
+    section = text.split("## Modules of each package", 1)[1].split("\n## ", 1)[0]
+    blocks: dict[str, set[str]] = {}
+    folder = None
+    for line in section.splitlines():
+        heading = line.startswith("`") or line.startswith("### ")
+        named = [part for part in line.split("`")[1::2] if part.endswith("/")]
+        if heading and named:
+            folder = named[0].rstrip("/")
+            blocks.setdefault(folder, set())
+        elif folder is not None:
+            blocks[folder].update(p for p in line.split("`")[1::2] if p.endswith(".py"))
+    return blocks
+
+
+def test_docs_architecture_lists_every_module_under_its_folder():
+    blocks = read_module_lists((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    missing = [
+        f"{folder}/{path.name}"
+        for folder in LISTED_FOLDERS
+        for path in sorted((REPO / folder).glob("*.py"))
+        if path.name != "__init__.py" and path.name not in blocks.get(folder, set())
+    ]
+    assert not missing, "docs/architecture.md names no line for: " + ", ".join(missing)
+
+
+def test_the_module_list_reader_keeps_each_folder_apart():
+    text = (
+        "## Modules of each package\n`a/`\n- `x.py`: x\n### b (`a/b/`)\n- `y.py`\n## Next\n`z.py`"
+    )
+    assert read_module_lists(text) == {"a": {"x.py"}, "a/b": {"y.py"}}

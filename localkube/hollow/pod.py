@@ -80,7 +80,7 @@ def cri_line(stream: str, text: str) -> str:
 
 class HollowPod:
     def __init__(self, node: HollowNode, pod: dict, origin: PodOrigin = PodOrigin.NEW) -> None:
-        self.k, self.pod, self.origin = node, pod, origin
+        self.node, self.pod, self.origin = node, pod, origin
         meta = pod["metadata"]
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         spec = pod.get("spec") or {}
@@ -133,15 +133,15 @@ class HollowPod:
                 await self.stop(read_grace_period(self.pod))
                 await self.reporter.flush()
             self.reporter.enabled = False
-            self.k.addresses.release(self.facts.pod_ip)
+            self.node.addresses.release(self.facts.pod_ip)
             await asyncio.to_thread(shutil.rmtree, self.dir, True)
             if not self.gone:
-                await self.k.api.delete_pod_now(self.namespace, self.name, self.uid)
+                await self.node.api.delete_pod_now(self.namespace, self.name, self.uid)
         except Exception:
             log.exception("hollow pod %s/%s: failed", self.namespace, self.name)
         finally:
             status_task.cancel()
-            self.k.forget(self.uid)
+            self.node.forget(self.uid)
 
     async def live(self) -> None:
         """Everything until the pod ends by itself (or forever); cancelled by a deletion."""
@@ -154,14 +154,14 @@ class HollowPod:
             for record in self.records.values():
                 record.waiting_reason = "CreateContainerConfigError"
                 record.waiting_message = str(error)
-            self.k.record_event(self.pod, "Warning", "Failed", f"Error: {error}")
+            self.node.record_event(self.pod, "Warning", "Failed", f"Error: {error}")
             self.mark_dirty()
             await asyncio.Event().wait()
         await asyncio.sleep(rule.start_seconds)
         try:
-            self.facts.pod_ip = self.k.addresses.allocate()
+            self.facts.pod_ip = self.node.addresses.allocate()
         except NetworkError as error:  # more pods than the node's /24 holds
-            self.k.record_event(self.pod, "Warning", "FailedCreatePodSandBox", str(error))
+            self.node.record_event(self.pod, "Warning", "FailedCreatePodSandBox", str(error))
             for record in self.records.values():
                 record.waiting_message = str(error)
             self.mark_dirty()
@@ -216,12 +216,12 @@ class HollowPod:
             record,
             [
                 f"simulated container {record.name} of pod {self.namespace}/{self.name} started on "
-                f"node {self.k.node} (image {record.image})",
+                f"node {self.node.node} (image {record.image})",
                 f"pod IP {self.facts.pod_ip}, restart {record.restart_count}",
             ],
         )
         if not record.is_init:
-            self.k.record_event(
+            self.node.record_event(
                 self.pod, "Normal", "Started", f"Started container {record.name}", record.name
             )
 
@@ -245,7 +245,7 @@ class HollowPod:
             rule = SimulationRule()
         seconds, code = stop_outcome(rule, grace)
         for record in running:
-            self.k.record_event(
+            self.node.record_event(
                 self.pod, "Normal", "Killing", f"Stopping container {record.name}", record.name
             )
             self.append_log(
@@ -269,7 +269,7 @@ class HollowPod:
             "namespace": self.namespace,
             "name": self.name,
             "uid": self.uid,
-            "node": self.k.node,
+            "node": self.node.node,
             "netns": None,
             "ip": self.facts.pod_ip,
             "simulated": True,

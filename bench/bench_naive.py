@@ -160,7 +160,10 @@ def run_naive(world: Any, counter: ApiCounter, count: int, attempt: int) -> dict
     # Release the stand-ins (the naive way would need its own ClusterSpec plumbing).
     for pod_name in expected:
         deliver_cluster_file(
-            api, info.namespace, pod_name, json.dumps({"tf_config": {}, "legacy": {}})
+            api,
+            info.namespace,
+            pod_name,
+            json.dumps({"tf_config": {"cluster": {}, "task": {"type": "worker", "index": 0}}}),
         )
     for thread in threads:
         thread.join(END_TIMEOUT_S)

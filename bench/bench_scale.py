@@ -116,6 +116,20 @@ def read_memory_kib(pid: int) -> dict[str, int]:
     return fields
 
 
+def read_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_cluster_file_bytes(run: Any, endpoints: dict[str, list[str]]) -> int:
+    """The largest cluster.json of the gang, as deliver_run_cluster_spec serialises it."""
+    from tfjob.clusterspec import build_cluster_files, endpoints_from_mapping
+
+    files = build_cluster_files(run.request, endpoints_from_mapping(endpoints))
+    return max(len(json.dumps(content, sort_keys=True)) for content in files.values())
+
+
 def count_client_calls(calls: list[ApiCall]) -> dict[str, int]:
     """The product's requests in the API server's words (`LIST pods`, `CONNECT pods/exec`)."""
     counts: dict[str, int] = {}
@@ -196,8 +210,10 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             }
             before = after
             memory["running"] = read_memory_kib(apiserver)
+            cpu_before = (time.process_time(), read_cpu_seconds(apiserver))
             deliver_run_cluster_spec(core, run, endpoints)
             delivered = time.perf_counter()
+            cpu_after = (time.process_time(), read_cpu_seconds(apiserver))
             after = server_counts()
             phases["clusterspec"] = {
                 "server": diff_counts(after, before),
@@ -235,6 +251,9 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
         "launch_to_running_s": running - started,
         "launch_create_pods_s": created - started,
         "running_to_delivered_s": delivered - running,
+        "cluster_file_bytes": measure_cluster_file_bytes(run, endpoints),
+        "delivery_product_cpu_ms_per_exec": (cpu_after[0] - cpu_before[0]) * 1000 / count,
+        "delivery_apiserver_cpu_ms_per_exec": (cpu_after[1] - cpu_before[1]) * 1000 / count,
         "decision_to_gone_s": gone - decided,
         "phases": phases,
         "server_requests": server_total,
@@ -296,6 +315,9 @@ SUMMARISED = (
     "launch_to_running_s",
     "launch_create_pods_s",
     "running_to_delivered_s",
+    "cluster_file_bytes",
+    "delivery_product_cpu_ms_per_exec",
+    "delivery_apiserver_cpu_ms_per_exec",
     "decision_to_gone_s",
     "server_requests_per_replica",
     "client_requests_per_replica",

@@ -172,7 +172,7 @@ def profile_exec(world: Any, run: Any, repeat: int = 10) -> dict[str, Any]:
             tty=False,
         )
 
-    content = json.dumps({"tf_config": {}, "legacy": {}})
+    content = json.dumps({"tf_config": {"cluster": {}, "task": {"type": "worker", "index": 0}}})
 
     def deliver_many(workers: int) -> None:
         # PARALLEL_PROFILE_EXECS delivery-shaped execs into the one running pod, `workers` at a

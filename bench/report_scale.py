@@ -89,6 +89,37 @@ def kinds_table(job: Mapping[str, Any]) -> str:
     )
 
 
+def delivery_cost_lines(summary: Mapping[str, Mapping[str, Any]], sizes: list[int]) -> list[str]:
+    """What one ClusterSpec exec costs by gang size: the file it carries and the CPU time of
+    the product's process and of the API server per exec (empty for results without them)."""
+    keys = (
+        "cluster_file_bytes",
+        "delivery_product_cpu_ms_per_exec",
+        "delivery_apiserver_cpu_ms_per_exec",
+    )
+    if not all(key in summary[str(n)] for n in sizes for key in keys):
+        return []
+    rows = [
+        [
+            n,
+            f"{summary[str(n)]['cluster_file_bytes']['median'] / 1024:.1f} KiB",
+            format_summary(summary[str(n)]["delivery_product_cpu_ms_per_exec"], "ms", 2),
+            format_summary(summary[str(n)]["delivery_apiserver_cpu_ms_per_exec"], "ms", 2),
+        ]
+        for n in sizes
+    ]
+    return [
+        "What one ClusterSpec exec costs (CPU time during the delivery phase divided by the "
+        "replicas: the product's whole process, and the API server, which also runs the "
+        "simulated pods' shell):",
+        "",
+        markdown_table(
+            ["replicas", "largest cluster.json", "product CPU / exec", "API server CPU / exec"],
+            rows,
+        ),
+    ]
+
+
 def section_scale(data: Mapping[str, Any]) -> list[str]:
     summary = data["summary"]
     sizes = sorted(int(n) for n in summary)
@@ -151,6 +182,7 @@ def section_scale(data: Mapping[str, Any]) -> list[str]:
     for key, (limit, words) in TARGETS.items():
         value = summary[str(largest)][key]["median"]
         out.append(f"- {words}: {value:.2f} — {verdict(value <= limit)}")
+    out += ["", *delivery_cost_lines(summary, sizes)]
     out += [
         "",
         "Growth between the smallest and the largest gang:",

@@ -9,7 +9,8 @@ to start, plus the time clusterspec may take to be scheduled and to deliver
 with retries, at most the pod's active deadline; tfjob/timeline.py). Airflow
 may write the same file more than once (a retried delivery): the first one
 read is used. It then exports TF_CONFIG and the
-legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables, sets
+legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables derived
+from it (`clusterenv.py`), sets
 DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE and CHECKPOINT_DIR, expands
 `$(NAME)` in the entrypoint and args against that environment (Kubernetes'
 rules, `expansion.py`: Kubernetes itself cannot, the cluster variables come
@@ -51,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_sync  # noqa: E402
 import checkpoints  # noqa: E402
 import transfer  # noqa: E402
+from clusterenv import LEGACY_VARIABLES, cluster_environment  # noqa: E402
 from expansion import expand_argv, expand_with  # noqa: E402
 from protocol import (  # noqa: E402
     ACCESS_DIR,
@@ -80,8 +82,6 @@ POLL_INTERVAL_S = 0.2
 DEFAULT_CLUSTERSPEC_TIMEOUT_S = 600.0
 DEFAULT_UPLOAD_PATIENCE_S = 600.0
 DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
-# What tfjob.clusterspec.build_legacy_env may write into cluster.json's "legacy".
-LEGACY_VARIABLES = ("PS_HOSTS", "WORKER_HOSTS", "CHIEF_HOSTS", "JOB_NAME", "TASK_INDEX")
 # Set by TF-on-K8s and never secret: shown expanded in the printed command.
 PRINTABLE_VARIABLES = frozenset(
     {
@@ -125,25 +125,6 @@ def wait_for_cluster_spec(path: str, timeout_s: float) -> dict[str, object] | No
         if time.monotonic() >= deadline:
             return None
         time.sleep(POLL_INTERVAL_S)
-
-
-def cluster_environment(spec: dict[str, object]) -> dict[str, str]:
-    """TF_CONFIG and the legacy variables from cluster.json; raises ValueError naming the field."""
-    tf_config = spec.get("tf_config")
-    if not isinstance(tf_config, dict):
-        raise ValueError(
-            f"cluster.json: tf_config: {type(tf_config).__name__} given; an object is required"
-        )
-    env = {"TF_CONFIG": json.dumps(tf_config, separators=(",", ":"))}
-    legacy = spec.get("legacy", {})
-    if not isinstance(legacy, dict):
-        raise ValueError(
-            f"cluster.json: legacy: {type(legacy).__name__} given; an object is required"
-        )
-    for name in LEGACY_VARIABLES:
-        if name in legacy:
-            env[name] = str(legacy[name])
-    return env
 
 
 def workspace_environment(workspace: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.clusterenv import derive_legacy_env
 from tfjob.errors import TfjobError
 from tfjob.request import Role, TrainingRequest
 
@@ -155,27 +156,22 @@ def build_legacy_env(cluster: Mapping[str, list[str]], role: Role, index: int) -
     "ps": PS_HOSTS, "worker": WORKER_HOSTS})`, which names its own task. The
     evaluator gets the same host lists (it reaches the training cluster as a
     client) and JOB_NAME=evaluator, a job none of them names, as in TF_CONFIG.
+    The pod derives them from its TF_CONFIG the same way (runtime/clusterenv.py).
     """
-    role = _check_task(cluster, role, index)
-    env = {
-        "PS_HOSTS": ",".join(cluster.get(Role.PS.value, [])),
-        "WORKER_HOSTS": ",".join(cluster.get(Role.WORKER.value, [])),
-    }
-    if cluster.get(Role.CHIEF.value):
-        env["CHIEF_HOSTS"] = ",".join(cluster[Role.CHIEF.value])
-    return env | {"JOB_NAME": role.value, "TASK_INDEX": str(index)}
+    return derive_legacy_env(build_tf_config(cluster, role, index))
 
 
 def build_cluster_files(
     request: TrainingRequest, endpoints: Iterable[Endpoint]
 ) -> dict[tuple[Role, int], dict[str, Any]]:
-    """Per replica, the content of its cluster.json: {"tf_config": ..., "legacy": ...}."""
+    """Per replica, the content of its cluster.json: {"tf_config": ...}.
+
+    The TF1-style variables are not sent: the pod derives them from TF_CONFIG
+    (runtime/clusterenv.py), so each file carries the cluster once.
+    """
     cluster = build_cluster_spec(request, endpoints)
     return {
-        (role, index): {
-            "tf_config": build_tf_config(cluster, role, index),
-            "legacy": build_legacy_env(cluster, role, index),
-        }
+        (role, index): {"tf_config": build_tf_config(cluster, role, index)}
         for role, index in request.replicas_in_order()
     }
 

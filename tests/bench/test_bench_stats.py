@@ -410,3 +410,31 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
         report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary, "jobs": jobs})
     )
     assert "| 100 MiB | 3.2 (n=1) |" in text
+    assert "What one ClusterSpec exec costs" not in text  # not measured by these jobs
+
+
+def test_scale_section_shows_what_one_delivery_exec_costs_when_measured():
+    import report_scale
+
+    jobs = [scale_job(128, 2.0, 1.0), scale_job(1024, 20.0, 8.0)]
+    figures = {128: (4.6 * 1024, 1.9, 1.4), 1024: (18.0 * 1024, 2.6, 1.7)}
+    summary = {}
+    for job in jobs:
+        size, product, server = figures[job["replicas"]]
+        job |= {
+            "cluster_file_bytes": size,
+            "delivery_product_cpu_ms_per_exec": product,
+            "delivery_apiserver_cpu_ms_per_exec": server,
+        }
+        summary[str(job["replicas"])] = {
+            k: stats.summarise([v]).as_dict()
+            for k, v in job.items()
+            if isinstance(v, int | float) and k != "replicas"
+        }
+    text = "\n".join(
+        report_scale.section_scale({"nodes": 16, "repeat": 1, "summary": summary, "jobs": jobs})
+    )
+    assert (
+        "| replicas | largest cluster.json | product CPU / exec | API server CPU / exec |" in text
+    )
+    assert "| 1024 | 18.0 KiB | 2.60 ms (n=1) | 1.70 ms (n=1) |" in text

@@ -31,12 +31,12 @@ CLUSTER = {
         "cluster": {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]},
         "task": {"type": "worker", "index": 1},
     },
-    "legacy": {
-        "PS_HOSTS": "10.0.0.1:2222",
-        "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
-        "JOB_NAME": "worker",
-        "TASK_INDEX": "1",
-    },
+}
+LEGACY = {
+    "PS_HOSTS": "10.0.0.1:2222",
+    "WORKER_HOSTS": "10.0.0.2:2222,10.0.0.3:2222",
+    "JOB_NAME": "worker",
+    "TASK_INDEX": "1",
 }
 
 DUMP_ENV = """
@@ -123,7 +123,8 @@ def test_distributed_mode_waits_for_cluster_json_then_exports_tf_config_and_lega
     assert proc.returncode == 0
     seen = json.loads((dirs["workspace"] / "seen.json").read_text())
     assert json.loads(seen["TF_CONFIG"]) == CLUSTER["tf_config"]
-    assert {k: seen[k] for k in CLUSTER["legacy"]} == CLUSTER["legacy"]
+    # the TF1-style variables, derived from TF_CONFIG in the pod
+    assert {k: seen[k] for k in LEGACY} == LEGACY
 
 
 def write_cluster_json(dirs: dict[str, Path], content: dict) -> None:

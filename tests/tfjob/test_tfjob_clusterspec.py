@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tfjob_fixtures import distributed_request_data, valid_request_data
 
+from runtime.clusterenv import cluster_environment
 from tfjob.clusterspec import (
     ClusterSpecError,
     Endpoint,
@@ -118,14 +119,21 @@ def test_legacy_env_of_a_mirrored_job_has_empty_ps_hosts():
     }
 
 
-def test_cluster_files_hold_tf_config_and_legacy_per_replica_as_json():
+def test_cluster_files_hold_only_tf_config_per_replica_as_json():
     files = build_cluster_files(FULL, endpoints_for(FULL))
     assert list(files) == FULL.replicas_in_order()
     content = files[(Role.PS, 1)]
-    assert set(content) == {"tf_config", "legacy"}
+    assert set(content) == {"tf_config"}  # the pod derives the legacy variables from it
     assert content["tf_config"]["task"] == {"type": "ps", "index": 1}
-    assert content["legacy"]["JOB_NAME"] == "ps"
     assert json.loads(json.dumps(content)) == content
+
+
+def test_the_pod_derives_from_each_file_the_legacy_variables_the_platform_builds():
+    cluster = build_cluster_spec(FULL, endpoints_for(FULL))
+    for (role, index), content in build_cluster_files(FULL, endpoints_for(FULL)).items():
+        env = cluster_environment(content)
+        assert json.loads(env.pop("TF_CONFIG")) == content["tf_config"]
+        assert env == build_legacy_env(cluster, role, index)
 
 
 def test_ipv6_addresses_are_bracketed_and_parse_back():

@@ -152,7 +152,10 @@ class RestPoolClient:
         self._request(
             "PATCH",
             f"{POOLS_PATH}/{urllib.parse.quote(spec.name)}?{mask}",
+            # Airflow 3.3 validates a patched pool's body as a whole pool: without its
+            # name it answers 422 ("pool": field required) whatever the update_mask says.
             {
+                "pool": spec.name,
                 "slots": spec.slots,
                 "description": spec.description,
                 "include_deferred": POOL_INCLUDE_DEFERRED,

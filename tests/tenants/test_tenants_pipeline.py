@@ -24,10 +24,11 @@ import yaml
 from pipeline_fixtures import NAMESPACE, TENANT, trigger, wait_for
 
 from operators.cluster_policy import JOB_STEPS
-from operators.pool_clients import RestPoolClient
+from operators.pool_clients import PoolSpec, RestPoolClient
 from operators.tenancy import (
     Clients,
     Outcome,
+    apply_pool,
     apply_pools,
     apply_tenants,
 )
@@ -290,6 +291,15 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
         # Applying again changes nothing.
         again = apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
         assert {r.outcome for r in again} == {Outcome.UNCHANGED}
+        # A changed max_concurrent_jobs changes the live pool, and changing it back restores it.
+        wider = apply_pool(pools, PoolSpec(pool_name(OTHER), 3, "wider for a moment"))
+        assert wider.outcome is Outcome.CHANGED, wider
+        assert airflow.request("GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 3
+        back = {
+            r.name: r.outcome for r in apply_pools(pools, load_tenants(world.env[TENANTS_FILE_ENV]))
+        }
+        assert back[pool_name(OTHER)] is Outcome.CHANGED
+        assert airflow.request("GET", f"/api/v2/pools/{pool_name(OTHER)}")["slots"] == 1
 
         triggers = {"tfjob__pool-a": {}, SUBMIT_DAG: submitted}
         for dag_id in triggers:

@@ -22,6 +22,7 @@ from tfjob.pipeline_ids import submit_dag_id
 
 SUBMIT_DAG_ID = submit_dag_id(TENANT)
 FINISHED = ("success", "failed")
+PAGE_LIMIT = 100  # Airflow's default [api] maximum_page_limit
 
 
 # What a real network needs: a connection refused or reset (the API server restarting a
@@ -151,13 +152,32 @@ def await_run(
         time.sleep(0.5)
 
 
+def read_pages(airflow: Any, path: str, key: str) -> list[dict[str, Any]]:
+    """Every item of a paged REST listing (`key` in each answer), page after page.
+
+    Airflow cuts any `limit` above its `[api] maximum_page_limit` (100) without saying so:
+    one request with limit=1000 read only the first 100 task instances of a 100-job batch.
+    """
+    items: list[dict[str, Any]] = []
+    while True:
+        sep = "&" if "?" in path else "?"
+        answer = airflow.request("GET", f"{path}{sep}limit={PAGE_LIMIT}&offset={len(items)}")
+        page = answer[key]
+        items += page
+        if not page or len(items) >= answer["total_entries"]:
+            return items
+
+
 def read_task_instances(
     airflow: Any, run_id: str = "~", dag_id: str = SUBMIT_DAG_ID
 ) -> list[dict[str, Any]]:
-    answer = airflow.request(
-        "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000"
+    return read_pages(
+        airflow, f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", "task_instances"
     )
-    return answer["task_instances"]
+
+
+def read_dag_runs(airflow: Any, dag_id: str = SUBMIT_DAG_ID) -> list[dict[str, Any]]:
+    return read_pages(airflow, f"/api/v2/dags/{dag_id}/dagRuns", "dag_runs")
 
 
 def task_spans(instances: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:

@@ -41,6 +41,7 @@ from airflow_runs import (  # noqa: E402
     FINISHED,
     SUBMIT_DAG_ID,
     parse_time,
+    read_dag_runs,
     read_task_instances,
     trigger_run,
 )
@@ -228,8 +229,7 @@ def main() -> int:
                 ),
             }
         )
-        listing = airflow.request("GET", f"/api/v2/dags/{SUBMIT_DAG_ID}/dagRuns?limit=1000")
-        for run in listing["dag_runs"]:
+        for run in read_dag_runs(airflow, SUBMIT_DAG_ID):
             if run["dag_run_id"] in runs and run["state"] in FINISHED:
                 states[run["dag_run_id"]] = run
         if len(states) == len(runs):

@@ -12,8 +12,9 @@ and `..._RUN_AFTER_FILE` (localkube/README.md), so every replica "runs" that lon
 cluster.json is delivered and exits 0, and nothing else of the product knows. The batches run
 one after another in the same world; counters are differences.
 
-A job counts as succeeded when every task but `publish` succeeded: hollow pods upload no
-model, so `publish` fails with "no model" (the run's state is then `failed`).
+A job counts as succeeded when its task instances were read and every task but `publish`
+succeeded: hollow pods upload no model, so `publish` fails with "no model" (the run's state
+is then `failed`).
 
 Per run: trigger → all 8 pods Running (the bench's own pod watch), → ClusterSpec delivered
 (end of the `clusterspec` task), chief exit (watch) → every object gone (its last pod DELETED
@@ -44,7 +45,13 @@ sys.path.insert(0, str(BENCH))
 
 import procprobe  # noqa: E402
 import scale_world  # noqa: E402
-from airflow_runs import FINISHED, parse_time, read_task_instances, trigger_run  # noqa: E402
+from airflow_runs import (  # noqa: E402
+    FINISHED,
+    parse_time,
+    read_dag_runs,
+    read_task_instances,
+    trigger_run,
+)
 from stats import summarise  # noqa: E402
 from world import find_leftovers, load_airflow, load_world, stop_world  # noqa: E402
 
@@ -179,8 +186,7 @@ def await_runs(airflow: Any, runs: dict[str, dict[str, Any]], timeout: float) ->
     dags = sorted({run["dag_id"] for run in runs.values()})
     while True:
         for dag_id in dags:
-            listing = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1000")
-            for run in listing["dag_runs"]:
+            for run in read_dag_runs(airflow, dag_id):
                 mine = runs.get(run["dag_run_id"])
                 if mine is not None and run["state"] in FINISHED:
                     mine["state"], mine["end"] = run["state"], parse_time(run["end_date"])
@@ -215,6 +221,7 @@ def measure_run(
         "to_clusterspec_s": clusterspec - sent if clusterspec else None,
         "chief_exit_to_gone_s": all_gone - min(chief) if chief and all_gone else None,
         "to_end_s": run["end"] - sent if run.get("end") else None,
+        "tasks_read": len(spans),
         "tasks_not_succeeded": {
             t: s["state"] for t, s in spans.items() if s.get("state") != "success"
         },
@@ -305,7 +312,9 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
         "succeeded": sum(
             1
             for r in per_run
-            if set(r["tasks_not_succeeded"]) <= {PUBLISH_TASK} and r["state"] in FINISHED
+            if r["tasks_read"]
+            and set(r["tasks_not_succeeded"]) <= {PUBLISH_TASK}
+            and r["state"] in FINISHED
         ),
         "states": {
             s: sum(1 for r in per_run if r["state"] == s)

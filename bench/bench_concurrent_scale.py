@@ -82,6 +82,9 @@ class PodWatch(threading.Thread):
     def run(self) -> None:
         from kubernetes import watch
 
+        # Each watch goes on from the last event seen: a new watch from nothing would list the
+        # pods that exist and never tell of those deleted in between (their DELETED is lost).
+        resume: str | None = None
         while not self.stopping:
             stream = watch.Watch()
             try:
@@ -89,11 +92,15 @@ class PodWatch(threading.Thread):
                     self.core.list_pod_for_all_namespaces,
                     label_selector=naming.LABEL_RUN,
                     timeout_seconds=30,
+                    **({"resource_version": resume} if resume else {}),
                 ):
                     self.record(event["type"], event["object"], time.time())
+                    resume = event["object"].metadata.resource_version
                     if self.stopping:
                         break
             except Exception as error:  # a dropped watch: watch again (logged, not hidden)
+                if getattr(error, "status", None) == 410:
+                    resume = None  # too old: list again (deletions in the gap are not seen)
                 print(f"pod watch: {error!r}; watching again", flush=True)
                 time.sleep(0.5)
 

@@ -217,7 +217,21 @@ def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
         assert result["ok"] == ["success", {"answer": 42}], describe_failure(output)
         assert result["bad"][0] == "failed"
         assert "hello from pod" in output and "failing now" in output
-        assert handle.core_v1().list_namespaced_pod("default").items == []
+        # The operator deletes each pod and returns; the kubelet ends a pod gracefully and
+        # then removes it, as a real one does, so a pod may still be terminating here.
+        core = handle.core_v1()
+
+        def left() -> list[str]:
+            return [
+                f"{p.metadata.name} (phase {p.status.phase}, deletion requested "
+                f"{p.metadata.deletion_timestamp})"
+                for p in core.list_namespaced_pod("default").items
+            ]
+
+        try:
+            wait_for(lambda: not left(), 60, "both KPO pods to be removed")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: left {left()}") from None
     finally:
         stop_localkube(handle)
 

@@ -122,14 +122,6 @@ def read_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_cluster_file_bytes(run: Any, endpoints: dict[str, list[str]]) -> int:
-    """The largest cluster.json of the gang, as deliver_run_cluster_spec serialises it."""
-    from tfjob.clusterspec import build_cluster_files, endpoints_from_mapping
-
-    files = build_cluster_files(run.request, endpoints_from_mapping(endpoints))
-    return max(len(json.dumps(content, sort_keys=True)) for content in files.values())
-
-
 def count_client_calls(calls: list[ApiCall]) -> dict[str, int]:
     """The product's requests in the API server's words (`LIST pods`, `CONNECT pods/exec`)."""
     counts: dict[str, int] = {}
@@ -145,10 +137,11 @@ def diff_counts(after: dict[str, int], before: dict[str, int]) -> dict[str, int]
     return {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] - before.get(k, 0)}
 
 
-def check_delivered(state_dir: str, core: Any, run: Any) -> int:
-    """How many pods hold a cluster.json naming their own task (read from their files)."""
+def check_delivered(state_dir: str, core: Any, run: Any) -> tuple[int, int]:
+    """How many pods hold a cluster.json naming their own task (read from their files), and
+    the size in bytes of the largest of those files."""
     pods = core.list_namespaced_pod(run.namespace, label_selector=run.selector).items
-    good = 0
+    good = largest = 0
     for pod in pods:
         path = (
             Path(state_dir)
@@ -161,11 +154,13 @@ def check_delivered(state_dir: str, core: Any, run: Any) -> int:
             / "cluster.json"
         )
         try:
-            task = json.loads(path.read_text())["tf_config"]["task"]
+            text = path.read_text()
+            task = json.loads(text)["tf_config"]["task"]
         except (OSError, ValueError, KeyError):
             continue
         good += pod.metadata.name.endswith(f"-{task['type']}-{task['index']}")
-    return good
+        largest = max(largest, len(text.encode()))
+    return good, largest
 
 
 def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> dict[str, Any]:
@@ -221,7 +216,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
             }
             before = after
             memory["delivered"] = read_memory_kib(apiserver)
-            holding = check_delivered(handle.state_dir, core, run)
+            holding, cluster_file_bytes = check_delivered(handle.state_dir, core, run)
             if holding != count:
                 raise RuntimeError(f"cluster.json found in {holding} of {count} pods")
             counter.take()
@@ -251,7 +246,7 @@ def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> di
         "launch_to_running_s": running - started,
         "launch_create_pods_s": created - started,
         "running_to_delivered_s": delivered - running,
-        "cluster_file_bytes": measure_cluster_file_bytes(run, endpoints),
+        "cluster_file_bytes": cluster_file_bytes,
         "delivery_product_cpu_ms_per_exec": (cpu_after[0] - cpu_before[0]) * 1000 / count,
         "delivery_apiserver_cpu_ms_per_exec": (cpu_after[1] - cpu_before[1]) * 1000 / count,
         "decision_to_gone_s": gone - decided,

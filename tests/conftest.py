@@ -43,6 +43,7 @@ LONG_FILES = (
     "test_pipeline_tensorflow_restart.py",
     "test_pipeline_rest.py",
     "test_pipeline_s3_access.py",
+    "test_hostile_pods.py",
     "test_tshell_run_commands.py",
     "test_airflow_config_services.py",
     "test_bench_concurrent_scale.py",

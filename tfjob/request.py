@@ -29,7 +29,10 @@ from tfjob.request_checks import (
     check_dns_label,
     check_env,
     check_label_map,
+    check_request_size,
     check_s3_url,
+    check_text_size,
+    encoded_size,
 )
 from tfjob.request_errors import (
     RequestError,
@@ -348,6 +351,7 @@ def validate_request(data: Any) -> TrainingRequest:
             data if not isinstance(data, str) else data[:40],
             "a mapping of request fields is required",
         )
+    check_request_size(data)
     try:
         return TrainingRequest.model_validate(dict(data))
     except ValidationError as exc:
@@ -358,6 +362,7 @@ def parse_request(text: str, fmt: str) -> TrainingRequest:
     """A TrainingRequest from YAML or JSON text; RequestError when invalid."""
     if fmt not in REQUEST_FORMATS:
         raise ValueError(f"request format {fmt!r} given; allowed: {', '.join(REQUEST_FORMATS)}")
+    check_text_size(encoded_size(text))
     try:
         data = _load_yaml(text) if fmt == "yaml" else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
@@ -398,6 +403,7 @@ def load_request(source: "str | os.PathLike[str] | Mapping[str, Any]") -> Traini
         raise ValueError(
             f"request file {str(path)!r} given; allowed suffixes: {', '.join(_SUFFIX_FORMATS)}"
         )
+    check_text_size(path.stat().st_size)  # before reading it
     return parse_request(path.read_text(encoding="utf-8"), fmt)
 
 

@@ -1,16 +1,21 @@
 """Checks of single request fields: names, quantities, label maps, argv
-lists and environment variables.
+lists and environment variables, and the request's size caps.
 
 Pure functions that `tfjob/request.py`'s validators call; each raises the
-request's `RequestError` (through `invalid`) naming what is allowed.
+request's `RequestError` (through `invalid`) naming what is allowed. The size
+caps bound what one request can make every pod spec, watcher and XCom carry
+(docs/request.md, "Size limits"); `check_request_size` runs before the model
+reads anything else, and stops counting as soon as a cap is passed.
 """
 
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic_core import PydanticCustomError
+
 from tfjob.quantity import is_quantity
-from tfjob.request_errors import invalid
+from tfjob.request_errors import RequestError, Unquoted, invalid
 from tfjob.s3url import is_valid_bucket_name, split_s3_url
 
 DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -18,6 +23,11 @@ ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_VALUE_PATTERN = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 LABEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 RESERVED_ENV_PREFIX = "TFJOB_"
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_ENV_ENTRIES = 256
+MAX_ARG_BYTES = 32 * 1024
+MAX_ARGS = 1024
+MAX_REQUEST_BYTES = 256 * 1024  # the request as JSON, or its file's text
 # Set by the manifest or the bootstrap; a request value would be overwritten.
 RESERVED_ENV_NAMES = frozenset(
     {
@@ -100,6 +110,7 @@ def check_argv(value: Any, field_name: str) -> list[str]:
         )
     if not isinstance(value, list | tuple):
         raise invalid("a list of strings is allowed", value)
+    check_argv_size(value, field_name)
     if field_name == "entrypoint" and not value:
         raise invalid('a non-empty argv list is required, e.g. ["python3", "train.py"]', value)
     for index, item in enumerate(value):
@@ -118,6 +129,7 @@ def check_env(value: Any) -> Any:
     """Extra environment variables: valid names, none reserved, string values."""
     if not isinstance(value, Mapping):
         raise invalid("a mapping of variable names to strings is allowed", value)
+    check_env_size(value)
     for key, item in value.items():
         if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
             raise invalid(
@@ -136,3 +148,102 @@ def check_env(value: Any) -> Any:
         if not isinstance(item, str):
             raise invalid("environment values must be strings (quote them in YAML)", item, key)
     return value
+
+
+def encoded_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (lone surrogates count as the 3 bytes they would take)."""
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def check_argv_size(value: Any, field_name: str) -> None:
+    """At most MAX_ARGS items of at most MAX_ARG_BYTES each (non-strings are left to check_argv)."""
+    if not isinstance(value, list | tuple):
+        return
+    if len(value) > MAX_ARGS:
+        raise invalid(f"at most {MAX_ARGS} items are allowed", Unquoted(f"{len(value)} items"))
+    for index, item in enumerate(value):
+        if isinstance(item, str) and len(item) > MAX_ARG_BYTES // 4:
+            size = encoded_size(item)
+            if size > MAX_ARG_BYTES:
+                raise invalid(
+                    f"at most {MAX_ARG_BYTES} bytes are allowed in one "
+                    + ("argument" if field_name == "args" else "argv item"),
+                    Unquoted(f"{size} bytes"),
+                    f"[{index}]",
+                )
+
+
+def check_env_size(value: Any) -> None:
+    """At most MAX_ENV_ENTRIES variables whose values hold at most MAX_ENV_VALUE_BYTES each."""
+    if not isinstance(value, Mapping):
+        return
+    if len(value) > MAX_ENV_ENTRIES:
+        raise invalid(
+            f"at most {MAX_ENV_ENTRIES} variables are allowed", Unquoted(f"{len(value)} variables")
+        )
+    for key, item in value.items():
+        if isinstance(item, str) and len(item) > MAX_ENV_VALUE_BYTES // 4:
+            size = encoded_size(item)
+            if size > MAX_ENV_VALUE_BYTES:
+                raise invalid(
+                    f"at most {MAX_ENV_VALUE_BYTES} bytes are allowed in one environment value",
+                    Unquoted(f"{size} bytes"),
+                    str(key),
+                )
+
+
+def _raise_request_too_large(size: int, what: str) -> None:
+    raise RequestError(
+        "",
+        Unquoted(f"{size} bytes{what}"),
+        f"at most {MAX_REQUEST_BYTES} bytes are allowed for a whole request",
+    )
+
+
+def check_text_size(size: int) -> None:
+    """A request file's (or text's) size, known before it is read."""
+    if size > MAX_REQUEST_BYTES:
+        _raise_request_too_large(size, " of text")
+
+
+def measure_json_size(data: Any, limit: int) -> int:
+    """The size of `data` as compact JSON, counted only up to just past `limit`: a value
+    built with repeated references (a YAML alias bomb) costs no more than `limit` to reject."""
+    total, stack = 0, [data]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += 2 + (len(item) if len(item) > limit else encoded_size(item))
+        elif isinstance(item, Mapping):
+            total += 2 + 2 * len(item)
+            for key, value in item.items():
+                stack.append(str(key))
+                stack.append(value)
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += len(str(item))
+    return total
+
+
+def check_request_size(data: Mapping[str, Any]) -> None:
+    """The caps on env, entrypoint and args (naming the field), then the whole request's size.
+
+    Raises RequestError; run on the raw mapping before the model reads any value."""
+    checks = (
+        ("env", check_env_size),
+        ("entrypoint", lambda v: check_argv_size(v, "entrypoint")),
+        ("args", lambda v: check_argv_size(v, "args")),
+    )
+    for name, check in checks:
+        try:
+            check(data.get(name))
+        except PydanticCustomError as error:
+            context = error.context or {}
+            where = context.get("field", "")
+            field = f"{name}.{where}" if where and not where.startswith("[") else name + where
+            raise RequestError(field, context.get("given"), context.get("allowed", "")) from None
+    size = measure_json_size(data, MAX_REQUEST_BYTES)
+    if size > MAX_REQUEST_BYTES:
+        _raise_request_too_large(size, " or more as JSON")

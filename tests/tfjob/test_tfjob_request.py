@@ -287,6 +287,31 @@ ERROR_CASES = [
         'request.gpu_type: "A100 80GB" given; a Kubernetes label value is allowed, e.g. NVIDIA-A100-SXM4-40GB',
         id="gpu_type_invalid",
     ),
+    pytest.param(
+        {"env": {"BIG": "x" * 32769}},
+        "request.env.BIG: 32769 bytes given; at most 32768 bytes are allowed in one environment value",
+        id="env_value_too_large",
+    ),
+    pytest.param(
+        {"env": {f"V{i}": "1" for i in range(257)}},
+        "request.env: 257 variables given; at most 256 variables are allowed",
+        id="env_too_many",
+    ),
+    pytest.param(
+        {"args": ["--note", "é" * 20000]},
+        "request.args[1]: 40000 bytes given; at most 32768 bytes are allowed in one argument",
+        id="arg_too_large",
+    ),
+    pytest.param(
+        {"args": ["-v"] * 1025},
+        "request.args: 1025 items given; at most 1024 items are allowed",
+        id="args_too_many",
+    ),
+    pytest.param(
+        {"env": {f"V{i}": "x" * 30000 for i in range(9)}},
+        "request: 270084 bytes or more as JSON given; at most 262144 bytes are allowed for a whole request",
+        id="request_too_large",
+    ),
 ]
 
 

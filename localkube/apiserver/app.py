@@ -41,7 +41,7 @@ from localkube.apiserver.requestcount import (
     request_count_routes,
 )
 from localkube.apiserver.resources import GROUP_RESOURCES
-from localkube.apiserver.routes import CoreHandlers, error_response
+from localkube.apiserver.routes import MAX_BODY_BYTES, CoreHandlers, error_response
 from localkube.apiserver.store import Store
 from localkube.certificates import build_server_ssl_context, ensure_serving_files
 from localkube.credentials import ensure_token
@@ -207,7 +207,7 @@ def build_app(
             build_outage_middleware(outage),
             status_errors,
         ],
-        client_max_size=64 * 1024 * 1024,
+        client_max_size=MAX_BODY_BYTES,  # routes.read_body answers 413 as kube-apiserver does
         handler_args={
             "max_line_size": MAX_REQUEST_LINE_BYTES,
             "max_field_size": MAX_REQUEST_LINE_BYTES,

@@ -31,6 +31,9 @@ DEFAULT_WATCH_TIMEOUT_S = 1800
 BOOKMARK_INTERVAL_S = 5.0
 DISCONNECT_CHECK_S = 1.0
 TRUE_VALUES = ("true", "True", "1")
+# kube-apiserver's limit on a write's body (twice etcd's 1.5 MiB request limit, since JSON
+# shrinks to protobuf there): larger bodies are refused before they are read whole.
+MAX_BODY_BYTES = 3 * 1024 * 1024
 
 
 @dataclass
@@ -80,8 +83,28 @@ def parse_target(parts: list[str], group_version: str = CORE_GROUP_VERSION) -> T
     return target
 
 
+def request_entity_too_large() -> ApiError:
+    return ApiError(
+        413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}"
+    )
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The body, refused (413) from its Content-Length before reading, or once a chunked
+    body passes the limit while it is read: never more than the limit is held."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise request_entity_too_large()
+    chunks, size = [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise request_entity_too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def read_json(request: web.Request):
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw:
         return None
     try:

@@ -1,4 +1,14 @@
-"""Reading replica logs: the `[role-index]` prefix, the last lines, the metrics line.
+"""Reading replica logs: lines of bounded length, the `[role-index]` prefix, the last
+lines, the metrics line.
+
+A replica's log is untrusted: one line may be gigabytes long. `LineSplitter`
+turns a stream of byte chunks into lines of at most `LOG_LINE_MAX_BYTES`
+(a longer line is cut there and ends with `… [line cut at N bytes]`; the
+rest of it is dropped up to the next newline). It keeps the pending part of
+a line as a list of chunks, so the work per chunk is proportional to the
+chunk, never to what came before, and it never holds more than one line's
+bound plus one chunk. The trigger's live follower and train's copy of the
+logs both count lines through it, so they agree on what a line is.
 
 The bootstrap prints one line `TFJOB_METRICS <json>` when the program wrote
 metrics (docs/architecture.md); this module finds it. Pure text in, text out.
@@ -10,9 +20,75 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from operators.settings import LOG_LINE_MAX_BYTES
 from runtime.protocol import METRICS_MARKER
 
 TAIL_LINES = 20
+
+
+def describe_cut_line(max_bytes: int) -> bytes:
+    """What ends a line cut at `max_bytes`."""
+    return f"\u2026 [line cut at {max_bytes} bytes]".encode()
+
+
+class LineSplitter:
+    """Lines (bytes, without the newline) out of a byte stream fed chunk by chunk.
+
+    A line longer than `max_bytes` is given as its first `max_bytes` bytes plus
+    the cut marker as soon as it passes the bound; the rest of it, up to the
+    next newline, is dropped. `finish()` gives the last line when the stream
+    did not end with a newline.
+    """
+
+    def __init__(self, max_bytes: int = LOG_LINE_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._pending: list[bytes] = []  # the current line's parts, at most max_bytes in all
+        self._pending_size = 0
+        self._dropping = False  # the current line was cut: skip to the next newline
+        self.cut_lines = 0  # lines cut so far
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines this chunk completes (or cuts)."""
+        parts = chunk.split(b"\n")
+        lines: list[bytes] = []
+        for number, part in enumerate(parts):
+            if number:  # a newline ends the line before this part
+                if self._dropping:
+                    self._dropping = False
+                else:
+                    lines.append(self._take())
+            if part and not self._dropping:
+                self._add(part, lines)
+        return lines
+
+    def finish(self) -> list[bytes]:
+        """The last line, when the stream ended without a newline after it."""
+        if self._pending_size and not self._dropping:
+            return [self._take()]
+        return []
+
+    def _add(self, part: bytes, lines: list[bytes]) -> None:
+        room = self.max_bytes - self._pending_size
+        if len(part) <= room:
+            self._pending.append(part)
+            self._pending_size += len(part)
+            return
+        self._pending.append(part[:room])
+        lines.append(self._take() + describe_cut_line(self.max_bytes))
+        self._dropping = True
+        self.cut_lines += 1
+
+    def _take(self) -> bytes:
+        line = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_size = 0
+        return line
+
+
+def split_bounded_lines(data: bytes, max_bytes: int = LOG_LINE_MAX_BYTES) -> list[bytes]:
+    """The lines of a whole log, each cut at `max_bytes` as the live follower cuts them."""
+    splitter = LineSplitter(max_bytes)
+    return splitter.feed(data) + splitter.finish()
 
 
 def split_log_lines(text: str) -> list[str]:

@@ -59,6 +59,23 @@ DEFER_SETTLE_SECONDS = 5.0
 # Lines of a failed replica's log quoted in the task's error.
 FAILURE_LOG_LINES = 20
 
+# Replica logs are untrusted and may be huge (docs/pipeline.md, "Bounded log reads").
+# A log line longer than this is cut (operators/podlogs.py): the trigger's live
+# log, train's copy of the logs and the tab's log pane show its first bytes.
+LOG_LINE_MAX_BYTES = 64 * 1024
+# The trigger stops following a replica's log after this many bytes (train and
+# the archive have the rest): the triggerer's work and disk per replica is bounded.
+LIVE_LOG_MAX_BYTES = 16 * 1024**2
+# train copies at most this much of each replica's log into its task log.
+TRAIN_LOG_MAX_BYTES = 8 * 1024**2
+# archive keeps at most this much of each replica's main container log (and
+# ARCHIVE_INIT_LOG_MAX_BYTES of its init container's), then a line saying so.
+ARCHIVE_LOG_MAX_BYTES = 64 * 1024**2
+ARCHIVE_INIT_LOG_MAX_BYTES = 1024**2
+# A read of a log's last lines (the failure's quote, the metrics line, the tab's
+# live tail) asks for at most this many bytes of them.
+LOG_TAIL_MAX_BYTES = 1024**2
+
 # archive (and publish) retry S3 with exponential back-off, from the first delay
 # doubling up to the largest, for at most S3_RETRY_BUDGET_SECONDS in all: a short
 # S3 outage must not lose a run's logs or model before teardown deletes its pods.

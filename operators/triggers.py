@@ -21,6 +21,12 @@ endpoint show while the task is deferred. The event carries how many lines of
 each replica were logged (`streamed`), so `train`, when it resumes, writes
 only the rest: no line twice. The event carries no log text.
 
+A replica's log is untrusted and shares the triggerer's event loop with every
+other run's trigger: a line is cut at LOG_LINE_MAX_BYTES (operators/podlogs.py
+`LineSplitter`, work per chunk proportional to the chunk), the follower
+yields to the loop after every chunk, and it asks for at most
+LIVE_LOG_MAX_BYTES of a replica's log (`limitBytes`).
+
 A blinking control plane: a 5xx or 429 answer, a dropped connection or a
 timeout while listing or watching is transient (operators/transient.py): the
 trigger backs off (0.5 s doubling to 10 s, with jitter) and relists, until
@@ -44,8 +50,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from operators.podlogs import decode_log_line
+from operators.podlogs import LineSplitter, decode_log_line
 from operators.replicas import TrainingState, judge_training, read_replica_status
+from operators.settings import LIVE_LOG_MAX_BYTES
 from runtime.protocol import MAIN_CONTAINER
 
 WATCH_CHUNK_SECONDS = 60
@@ -256,23 +263,49 @@ class TrainingTrigger(BaseTrigger):
         streamed.setdefault(replica_id, 0)
         try:
             response = await core.read_namespaced_pod_log(
-                pod, self.namespace, container=MAIN_CONTAINER, follow=True, _preload_content=False
+                pod,
+                self.namespace,
+                container=MAIN_CONTAINER,
+                follow=True,
+                limit_bytes=LIVE_LOG_MAX_BYTES,
+                _preload_content=False,
             )
             async with response:
-                pending = b""
-                async for chunk in response.content.iter_any():
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        self.log.info("[%s] %s", replica_id, decode_log_line(line))
-                        streamed[replica_id] += 1
-                if pending:
-                    self.log.info("[%s] %s", replica_id, decode_log_line(pending))
-                    streamed[replica_id] += 1
+                received = await self._log_stream_lines(
+                    response.content.iter_any(), replica_id, streamed
+                )
+            if received >= LIVE_LOG_MAX_BYTES:
+                self.log.info(
+                    "[%s] live log stopped after %d bytes; train and the archive have the rest",
+                    replica_id,
+                    received,
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # live logs are a convenience: train prints the rest at the end
             self.log.warning("[%s] live log stream ended: %s", replica_id, exc)
+
+    async def _log_stream_lines(
+        self, chunks: AsyncIterator[bytes], replica_id: str, streamed: dict[str, int]
+    ) -> int:
+        """Log the stream's lines (each cut at LOG_LINE_MAX_BYTES); return the bytes received."""
+        splitter = LineSplitter()
+        received = 0
+        async for chunk in chunks:
+            chunk = chunk[: LIVE_LOG_MAX_BYTES - received]  # a server may ignore limitBytes
+            received += len(chunk)
+            for line in splitter.feed(chunk):
+                self.log.info("[%s] %s", replica_id, decode_log_line(line))
+                streamed[replica_id] += 1
+            # A stream whose bytes are already buffered never suspends: let the
+            # loop's other coroutines (other runs' triggers) run between chunks.
+            await asyncio.sleep(0)
+            if received >= LIVE_LOG_MAX_BYTES:
+                break
+        for line in splitter.finish():
+            self.log.info("[%s] %s", replica_id, decode_log_line(line))
+            streamed[replica_id] += 1
+        return received
 
     async def _drain_followers(
         self, pods: dict[str, dict[str, Any]], followers: dict[str, asyncio.Task]

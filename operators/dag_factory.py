@@ -31,8 +31,9 @@ tenant, or the submit DAG's), never by what a run's conf says:
   weight_rule "upstream" so a freed slot goes to the furthest-along run, not
   to a new launch (docs/tenants.md); `max_active_runs` is the tenant's
   `active_runs_limit`, so waiting runs of one tenant stay bounded.
-A request file that cannot be built (invalid, or its tenant unknown) gets an
-INVALID DAG: no tenant, no roles, and a validate task that fails saying why.
+A request file that cannot be built (invalid, its tenant unknown, a `name`
+other than its file's stem, or a name two files share: operators/request_files.py)
+gets an INVALID DAG: no tenant, no roles, and a validate task that fails saying why.
 
 Building a DAG does no network, Kubernetes or S3 work; reading the request
 file and the tenants file (local YAML) is the only I/O.
@@ -49,6 +50,7 @@ from airflow.sdk import DAG, AssetAlias, Param, task
 
 from operators import steps
 from operators.launch import TrainingLaunchOperator
+from operators.request_files import RequestSource, check_request_name
 from operators.train import TrainingWaitOperator
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
@@ -173,7 +175,8 @@ def build_training_dag(
 def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
     """The DAG of one request file: `tfjob__<name>` of the file's tenant, scheduled by the request.
 
-    A file that does not validate, or names a tenant `config` does not know,
+    A file that does not validate, declares a name other than its stem
+    (operators/request_files.py), or names a tenant `config` does not know,
     still gets a DAG (see `build_invalid_request_dag`).
     """
     from tfjob.request import RequestError, load_request
@@ -181,6 +184,7 @@ def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
 
     try:
         request = load_request(path)
+        check_request_name(path, request.name)
         tenant = resolve_tenant(config, request.tenant)
     except (RequestError, ValueError, OSError) as exc:  # UnknownTenantError is a ValueError
         return build_invalid_request_dag(path, str(exc))
@@ -195,6 +199,16 @@ def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
             f"(tenant {request.tenant}) from {path.name}"
         ),
     )
+
+
+def build_source_dag(source: RequestSource, config: TenantsConfig | None, problem: str) -> DAG:
+    """The DAG of a request source: INVALID when several files share its name, or when
+    `config` is None (the tenants file could not be read: `problem` says why)."""
+    if source.conflict:
+        return build_invalid_request_dag(source.path, source.conflict)
+    if config is None:
+        return build_invalid_request_dag(source.path, problem)
+    return build_request_dag(source.path, config)
 
 
 def build_invalid_request_dag(path: Path, problem: str) -> DAG:
@@ -233,18 +247,12 @@ def build_submit_dag(tenant: Tenant) -> DAG:
     )
 
 
-def list_request_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file()
-    )
-
-
 __all__ = [
     "build_access_control",
     "build_invalid_request_dag",
     "build_request_dag",
     "build_request_params",
+    "build_source_dag",
     "build_submit_dag",
     "build_training_dag",
-    "list_request_files",
 ]

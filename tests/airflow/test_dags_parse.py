@@ -103,7 +103,7 @@ def test_an_invalid_request_file_gets_a_visible_dag_that_fails_validate(tmp_path
     request = yaml.safe_load((DAGS / "requests" / "digits-ps.yaml").read_text())
     request["replicas"]["ps"] = 0
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(request))
-    shutil.copy(DAGS / "requests" / "digits-single.yaml", tmp_path / "good.yaml")
+    shutil.copy(DAGS / "requests" / "digits-single.yaml", tmp_path / "digits-single.yaml")
     dags = load_dag_module("tfjob_requests").build_all(tmp_path)
     assert set(dags) == {"tfjob__broken", "tfjob__digits-single"}
     broken = dags["tfjob__broken"]

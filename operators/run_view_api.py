@@ -14,7 +14,9 @@ Routes under `/runs/{dag_id}/{run_id}`:
 `/tenants` and `/tenants/view` are the tenants page (operators/tenant_view_api.py).
 Every route asks Airflow's auth manager whether the caller may read the DAG's
 XComs (a bearer token, or the UI's `_token` cookie), as the REST API's own
-XCom routes do; cancel asks for the run's edit permission. A refused page
+XCom routes do; cancel asks for the run's edit permission. Each also holds
+the run to its DAG's tenant (operators/run_view_db.py `find_tenant_run`): a
+run recorded for another tenant than the DAG's now is answered 403. A refused page
 (`/view`) is answered as an HTML 403 page, the rest as JSON. Imported only by
 the API server (plugins/tfjob_plugin.py builds the app on demand).
 """
@@ -243,7 +245,7 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
         "/runs/{dag_id}/{run_id}/view", dependencies=CAN_READ_XCOM, response_class=HTMLResponse
     )
     def view_run(dag_id: str, run_id: str, session: SessionDep) -> FileResponse:
-        run_view_db.find_dag_run(session, dag_id, run_id)
+        run_view_db.find_tenant_run(session, dag_id, run_id)
         return FileResponse(
             PAGE_DIR / "run.html", media_type="text/html", headers={"Cache-Control": "no-store"}
         )

@@ -8,7 +8,8 @@ a task failed through the DAG's own `set_task_instance_state` (as Airflow's
 REST route for a task instance's state does), a run failed through
 `set_dag_run_state_to_failed` (as the REST route for a run's state does). The
 caller's right (the run's edit permission) is checked by the route
-(operators/run_view_api.py).
+(operators/run_view_api.py); a run recorded for another tenant than its DAG's
+is refused (operators/run_view_db.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from operators.run_view_db import find_dag_run
+from operators.run_view_db import find_tenant_run
 from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
 
 ACTIVE_RUN_STATES = {"queued", "running"}
@@ -30,7 +31,7 @@ def cancel_run(session: Any, dag_bag: Any, dag_id: str, run_id: str) -> dict[str
     from airflow.utils.state import TaskInstanceState
     from sqlalchemy import select
 
-    dag_run = find_dag_run(session, dag_id, run_id)
+    dag_run, _described = find_tenant_run(session, dag_id, run_id)
     if str(dag_run.state) not in ACTIVE_RUN_STATES:
         raise HTTPException(
             409,

@@ -28,6 +28,7 @@ from localkube.kubelet.apiclient import ApiClient, ApiRequestError
 from localkube.kubelet.images import load_image_rules
 from localkube.kubelet.podwatch import follow_node_pods
 from localkube.kubelet.podworker import PodWorker
+from localkube.kubelet.policyenforcer import PolicyEnforcer
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import make_kubelet_dirs, pod_dir
 from localkube.kubelet.status import PodPhase, now_rfc3339
@@ -85,6 +86,8 @@ class Kubelet:
         self.forward_ports = forwards_of_cluster(cluster, self.api_port)
         self.image_rules = load_image_rules()
         self.api = ApiClient(api_url, credentials)
+        simulated = set(cluster.get("simulated_nodes") or [])
+        self.policies = PolicyEnforcer(self.api, self.forward_ports, simulated.__contains__)
         self.workers: dict[str, PodWorker] = {}
         self.start_slots = asyncio.Semaphore(PARALLEL_POD_STARTS)
         self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)
@@ -310,6 +313,7 @@ class Kubelet:
                 asyncio.create_task(self.watch_pods()),
                 asyncio.create_task(self.heartbeat()),
                 asyncio.create_task(self.sync_object_volumes()),
+                asyncio.create_task(self.policies.run()),
             ]
             await stop.wait()
             for task in tasks:

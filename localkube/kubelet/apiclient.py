@@ -1,7 +1,8 @@
 """The kubelet's only door to the cluster: the Kubernetes HTTP API.
 
 A thin aiohttp client with exactly the calls a kubelet makes: list+watch its
-pods, GET configmaps/secrets, PATCH pod and node status (merge patch), POST
+pods (and, for NetworkPolicies, every pod, namespace and policy), GET
+configmaps/secrets, PATCH pod and node status (merge patch), POST
 events, DELETE pods. Transient connection errors are retried; 404 on GET and
 DELETE is an answer, not an error. It speaks HTTPS, trusting only the cluster
 CA, and every request carries the cluster's bearer token (both read from the
@@ -111,21 +112,32 @@ class ApiClient:
         )
 
     async def watch_node_pods(self, node: str, resource_version: str) -> AsyncIterator[dict]:
+        params = {"fieldSelector": f"spec.nodeName={node}"}
+        async for event in self.watch_collection("/api/v1/pods", resource_version, params):
+            yield event
+
+    async def list_collection(self, path: str) -> dict:
+        """One list of a collection (e.g. `/api/v1/namespaces`), every item in one page."""
+        return await self.request("GET", path)
+
+    async def watch_collection(
+        self, path: str, resource_version: str, params: dict | None = None
+    ) -> AsyncIterator[dict]:
+        """The watch events of a collection from `resource_version` (bookmarks included);
+        RelistRequired on 410 Gone."""
         params = {
-            "fieldSelector": f"spec.nodeName={node}",
+            **(params or {}),
             "watch": "true",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=WATCH_TIMEOUT_S + 30)
-        async with self.session.get(
-            self.base_url + "/api/v1/pods", params=params, timeout=timeout
-        ) as resp:
+        async with self.session.get(self.base_url + path, params=params, timeout=timeout) as resp:
             if resp.status == 410:
                 raise RelistRequired()
             if resp.status >= 400:
-                raise ApiRequestError(resp.status, await resp.text(), "watch pods")
+                raise ApiRequestError(resp.status, await resp.text(), f"watch {path}")
             buffer = b""
             async for chunk in resp.content.iter_any():
                 buffer += chunk
@@ -140,7 +152,7 @@ class ApiClient:
                         raise ApiRequestError(
                             (event.get("object") or {}).get("code", 500),
                             line.decode(),
-                            "watch pods",
+                            f"watch {path}",
                         )
                     yield event
 

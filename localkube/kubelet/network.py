@@ -3,13 +3,14 @@
 Layout (contract §6 of localkube/README.md): one "cluster" namespace
 `lk-<h8>` (h8 = 8 hex of sha256 of the absolute state dir) holds the bridge
 `lkbr0`; every pod gets `lk-<h8>-<uid8>` with `eth0` (a veth whose peer
-`lkv<uid8>` sits on the bridge). Node i hands out 10.77.i.2-254 with a /16
-netmask, so pods of every node are on-link with each other. Each pod's
-127.0.0.1:PORT for every forwarded port is a listening socket created inside
-the pod namespace by a thread that setns()'s there and back; connections are
-relayed from the kubelet's (host) namespace to the forward's target, the host's
-127.0.0.1:PORT unless `--forward PORT=ADDRESS:PORT` named another
-(localkube/forwarding.py).
+`lkv<uid8>` sits on the bridge; eth0's MAC comes from the pod's uid,
+policymodel.pod_mac_address, which NetworkPolicy rules check with the IP).
+Node i hands out 10.77.i.2-254 with a /16 netmask, so pods of every node are
+on-link with each other. Each pod's 127.0.0.1:PORT for every forwarded port
+is a listening socket created inside the pod namespace by a thread that
+setns()'s there and back; connections are relayed from the kubelet's (host)
+namespace to the forward's target, the host's 127.0.0.1:PORT unless
+`--forward PORT=ADDRESS:PORT` named another (localkube/forwarding.py).
 
 Setting up a pod costs three `ip` processes (netns add, one batch inside the
 pod namespace, one batch inside the cluster namespace).
@@ -31,6 +32,7 @@ import threading
 
 from localkube.forwarding import Forward
 from localkube.kubelet.errors import KubeletError
+from localkube.kubelet.policymodel import pod_mac_address
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +121,8 @@ def setup_pod_network(state_dir: str, pod_uid: str, ip: str) -> str:
         ["-n", name],
         batch=[
             "link set lo up",
-            f"link add eth0 type veth peer name {veth} netns {cluster}",
+            f"link add eth0 address {pod_mac_address(pod_uid)} type veth peer name {veth} "
+            f"netns {cluster}",
             f"addr add {ip}/{CLUSTER_PREFIXLEN} dev eth0",
             "link set eth0 up",
         ],
@@ -136,22 +139,31 @@ def teardown_pod_network(state_dir: str, pod_uid: str) -> None:
 
 
 class AddressPool:
-    """Pod IPs of one node: 10.77.<node>.2 .. .254, in use until released."""
+    """Pod IPs of one node: 10.77.<node>.2 .. .254, in use until released.
+
+    Handed out in rotation (the next free one after the last given), so a released IP
+    comes back only after the others: other nodes' kubelets have long seen its old pod
+    go before a new pod answers at it (the NetworkPolicy rules name peers by IP).
+    """
 
     def __init__(self, node_index: int) -> None:
         if not 1 <= node_index <= 254:
             raise ValueError(f"node index: {node_index} given; allowed 1..254")
         self.network = ipaddress.ip_network(f"{CLUSTER_CIDR_PREFIX}.{node_index}.0/24")
+        self.hosts = [str(h) for h in list(self.network.hosts())[1:]]
         self.in_use: set[str] = set()
+        self.next_index = 0
 
     def reserve(self, ip: str) -> None:
         self.in_use.add(ip)
 
     def allocate(self) -> str:
-        for host in list(self.network.hosts())[1:]:
-            ip = str(host)
+        for step in range(len(self.hosts)):
+            index = (self.next_index + step) % len(self.hosts)
+            ip = self.hosts[index]
             if ip not in self.in_use:
                 self.in_use.add(ip)
+                self.next_index = index + 1
                 return ip
         raise NetworkError(f"no free pod IP left in {self.network}")
 

@@ -14,6 +14,7 @@ from localkube.forwarding import Forward
 from localkube.kubelet.apiclient import ApiClient
 from localkube.kubelet.images import ImageRule
 from localkube.kubelet.network import AddressPool
+from localkube.kubelet.policyenforcer import PolicyEnforcer
 
 
 class PodHost(Protocol):
@@ -28,6 +29,7 @@ class PodHost(Protocol):
     image_rules: list[ImageRule]
     api: ApiClient
     addresses: AddressPool
+    policies: PolicyEnforcer
     start_slots: asyncio.Semaphore
 
     async def get_object(self, kind: str, namespace: str, name: str) -> dict | None: ...

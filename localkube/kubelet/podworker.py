@@ -40,6 +40,7 @@ from localkube.kubelet.launch import (
     resolve_container_config,
 )
 from localkube.kubelet.lifecycle import RunResult, StopReason, WorkerLife, WorkerPhase
+from localkube.kubelet.network import NetworkError
 from localkube.kubelet.podstate import build_pod_state, write_pod_state
 from localkube.kubelet.runrecords import (
     record_create_error,
@@ -232,6 +233,8 @@ class PodWorker:
         make_pod_dirs(self.dir)
         await self.sandbox.open(bool((self.pod.get("spec") or {}).get("hostNetwork")))
         self.write_state()
+        if not await self.secure_network():
+            return False
         await self.sandbox.forward_ports()
         self.mark_dirty()
         while True:
@@ -242,6 +245,20 @@ class PodWorker:
                 self.record_event("Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
                 if await self.life.wait_stopping(VOLUME_RETRY_S):
                     return False
+
+    async def secure_network(self) -> bool:
+        """The pod's NetworkPolicy rules in place before anything of it runs (tried again
+        while `nft` fails; False when the pod is stopped meanwhile)."""
+        while self.sandbox.netns:
+            try:
+                await self.kubelet.policies.secure(self.pod, self.sandbox.netns)
+                return True
+            except NetworkError as exc:
+                message = f"NetworkPolicy rules could not be set up: {exc}"
+                self.record_event("Warning", "FailedCreatePodSandBox", message)
+                if await self.life.wait_stopping(VOLUME_RETRY_S):
+                    return False
+        return True
 
     async def check_images(self) -> dict[str, ResolvedImage] | None:
         containers = self.init_specs + self.main_specs
@@ -275,6 +292,12 @@ class PodWorker:
         self.images, self.runs, self.adopted = images, runs, True
         self.container_env.update(container_env)
         await self.sandbox.adopt(self.pod, netns, pod_ip)
+        try:
+            await self.kubelet.policies.secure(self.pod, netns, adopted=True)
+        except NetworkError as exc:
+            log.warning(
+                "pod %s/%s: NetworkPolicy rules not rewritten: %s", self.namespace, self.name, exc
+            )
         self.write_state()
         self.mark_dirty()
 
@@ -394,6 +417,7 @@ class PodWorker:
         if self.life.phase >= WorkerPhase.RELEASED:
             return
         self.life.advance(WorkerPhase.RELEASED, StopReason.COMPLETED)
+        self.kubelet.policies.forget(self.uid)
         await self.kill_everything()
         await self.sandbox.release()
         self.write_state()

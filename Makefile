@@ -15,7 +15,10 @@ export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
 .PHONY: setup test test-fast lint demo up down bench bench-quick s3-up s3-down
 
+# nftables: localkube's kubelets enforce NetworkPolicies with `nft` (localkube/README.md,
+# "Pod network"); checked at every setup, so a venv built before it came still gets it.
 setup: $(STAMP) $(NODE_STAMP)
+	@command -v nft >/dev/null 2>&1 || (apt-get install -y -qq nftables >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq nftables) >/dev/null 2>&1) || echo "note: nftables not installed; localkube cannot enforce NetworkPolicies and pods of a namespace with one do not start"
 
 # The TFJob tab's browser library (Chart.js), pinned in package-lock.json; the plugin
 # serves it from node_modules/ (plugins/tfjob_view/, operators/run_view_api.py). Rebuilt

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +139,20 @@ def check_postgres_installed() -> list[str]:
     return []
 
 
+def check_nft_installed() -> list[str]:
+    """nftables, with which localkube's kubelets enforce NetworkPolicies (every tenant has one)."""
+    if shutil.which("nft"):
+        return []
+    return [
+        "nft (nftables) not found: localkube enforces NetworkPolicies with it, and pods of a "
+        "namespace with a policy (every tenant's) do not start without it. Install it: "
+        "apt-get install nftables (make setup does)."
+    ]
+
+
 def find_problems(state_dir: Path, ports: list[ServicePort], uid: int) -> list[str]:
     """Every reason the services cannot start here; empty when they can."""
-    problems = check_root(uid) + check_postgres_installed()
+    problems = check_root(uid) + check_postgres_installed() + check_nft_installed()
     running = find_running_services(state_dir)
     for wanted in ports:
         if wanted.service not in running and wanted.port != 0:

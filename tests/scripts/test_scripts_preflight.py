@@ -20,6 +20,7 @@ from repo_root import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 import demo  # noqa: E402
+import preflight  # noqa: E402
 import services  # noqa: E402
 
 
@@ -50,6 +51,16 @@ def test_not_root_is_refused_with_how_to_run_it(tmp_path: Path) -> None:
         services.check_preflight(services.StatePaths(tmp_path), 0, 0, 0, uid=1000)
     assert "uid 1000, not root" in str(caught.value)
     assert "sudo make demo" in str(caught.value)
+
+
+def test_a_machine_without_nft_is_told_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
+    with pytest.raises(services.PreflightError) as caught:
+        services.check_preflight(services.StatePaths(tmp_path), 0, 0, 0, uid=0)
+    assert "nft (nftables) not found" in str(caught.value)
+    assert "apt-get install nftables" in str(caught.value)
 
 
 def test_every_problem_is_named_at_once(tmp_path: Path, held_port: int) -> None:

@@ -6,7 +6,7 @@ its arithmetic and verdicts are tested without running anything
 line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),
-report_restart.py (6), report_scale.py (7),
+report_restart.py (6), report_scale.py (7), report_log_follow.py (8),
 report_pack_upload.py; this one puts them in order.
 
 `merge_report` serves `run_all.py --only NAME`: the sections measured again
@@ -22,6 +22,7 @@ from typing import Any
 
 from report_concurrency import section_concurrency
 from report_concurrent_scale import section_concurrent_scale
+from report_log_follow import section_log_follow
 from report_naive import section_naive
 from report_pack_upload import section_pack
 from report_parse import section_parse
@@ -40,6 +41,7 @@ SECTION_HEADINGS = {
     "concurrency": "## 5.",
     "restart": "## 6.",
     "scale": "## 7.",
+    "log_follow": "## 8.",
     "pack_upload": "## Bundle pack + upload",
 }
 REMEASURED = "- re-measured"
@@ -133,6 +135,11 @@ def build_report(
     )
     if "concurrent_scale" in results:  # 7b sits inside section 7: `--only scale` redoes both
         out += section_concurrent_scale(results.get("concurrent_scale") or {"error": "not run"})
+    out += (
+        section_log_follow(results["log_follow"])
+        if has("log_follow")
+        else missing("8. Following a replica's log in the triggerer (issue 27)", "log_follow")
+    )
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))
     return "\n".join(out).rstrip() + "\n"

@@ -4,7 +4,9 @@
     .venv/bin/python bench/run_all.py [--quick] [--only NAME ...] [--keep-world]
 
 Order (each measurement is its own process, see bench/world.py for why):
-pack+upload, DAG parse and the scale step (7: gangs of 128-1,024 replicas on
+pack+upload, DAG parse, the trigger's log following (8: one 4/8/16/32 MiB
+line and 32 MiB of ordinary lines, old follower from git against today's;
+1 MiB in --quick) and the scale step (7: gangs of 128-1,024 replicas on
 simulated nodes, its own localkube per job; 32 replicas in --quick; then 7b:
 10, 50 and 100 concurrent 8-replica jobs through an Airflow of its own on
 simulated nodes, not in --quick) first (no shared services), then the shared world (S3,
@@ -97,6 +99,7 @@ MEASUREMENTS = (
     "restart",
     "wholerun",
     "concurrency",
+    "log_follow",
 )
 
 
@@ -120,6 +123,10 @@ class Sizes:
     # bench_concurrent_scale.py (7b): batches of concurrent 8-replica jobs through Airflow
     scale_jobs: tuple[int, ...] = (10, 50, 100)
     scale_run_seconds: int = 150  # how long each hollow replica "trains" (see the bench)
+    # bench_log_follow.py (8): one line of each size, then MiB of ordinary lines
+    log_follow_line_mib: tuple[int, ...] = (4, 8, 16, 32)
+    log_follow_lines_mib: int = 32
+    log_follow_repeat: int = 3
 
 
 FULL = Sizes(
@@ -140,7 +147,24 @@ FULL = Sizes(
 # No 7b in --quick: its own Airflow takes ~3 min to start, and make test runs its smallest
 # batch end to end (tests/bench/test_bench_concurrent_scale.py).
 QUICK = Sizes(
-    1, 8, 100, (2, 8), (8,), 1, False, 2, 5, ("drain:4:10", "kill:4:10"), 1, (32,), 1, (), 30
+    1,
+    8,
+    100,
+    (2, 8),
+    (8,),
+    1,
+    False,
+    2,
+    5,
+    ("drain:4:10", "kill:4:10"),
+    1,
+    (32,),
+    1,
+    (),
+    30,
+    log_follow_line_mib=(1,),
+    log_follow_lines_mib=1,
+    log_follow_repeat=1,
 )
 
 
@@ -350,6 +374,25 @@ def main() -> int:
                 "--profile",
                 "--out",
                 str(out / "parse.json"),
+            ],
+            None,
+            out,
+        )
+    if "log_follow" in wanted:
+        # In-process, no services: the trigger's log follower, before (from git) and after.
+        steps["log_follow"] = run_measurement(
+            "log_follow",
+            [
+                PY,
+                str(BENCH / "bench_log_follow.py"),
+                "--line-mib",
+                *map(str, sizes.log_follow_line_mib),
+                "--lines-mib",
+                str(sizes.log_follow_lines_mib),
+                "--repeat",
+                str(sizes.log_follow_repeat),
+                "--out",
+                str(out / "log_follow.json"),
             ],
             None,
             out,

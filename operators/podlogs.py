@@ -50,15 +50,21 @@ class LineSplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines this chunk completes (or cuts)."""
         parts = chunk.split(b"\n")
+        rest = parts.pop()  # after the chunk's last newline: the start of the next line
         lines: list[bytes] = []
-        for number, part in enumerate(parts):
-            if number:  # a newline ends the line before this part
+        if parts:
+            if self._dropping:  # the first newline ends the line that was cut
+                self._dropping = False
+            else:
+                self._add(parts[0], lines)
                 if self._dropping:
                     self._dropping = False
                 else:
                     lines.append(self._take())
-            if part and not self._dropping:
-                self._add(part, lines)
+            for line in parts[1:]:  # whole lines within the chunk
+                lines.append(line if len(line) <= self.max_bytes else self._cut(line))
+        if rest and not self._dropping:
+            self._add(rest, lines)
         return lines
 
     def finish(self) -> list[bytes]:
@@ -70,13 +76,17 @@ class LineSplitter:
     def _add(self, part: bytes, lines: list[bytes]) -> None:
         room = self.max_bytes - self._pending_size
         if len(part) <= room:
-            self._pending.append(part)
-            self._pending_size += len(part)
+            if part:
+                self._pending.append(part)
+                self._pending_size += len(part)
             return
-        self._pending.append(part[:room])
-        lines.append(self._take() + describe_cut_line(self.max_bytes))
+        self._pending.append(part)
+        lines.append(self._cut(self._take()))
         self._dropping = True
+
+    def _cut(self, line: bytes) -> bytes:
         self.cut_lines += 1
+        return line[: self.max_bytes] + describe_cut_line(self.max_bytes)
 
     def _take(self) -> bytes:
         line = b"".join(self._pending)

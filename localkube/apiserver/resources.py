@@ -1,5 +1,5 @@
-"""The kinds localkube serves (core/v1, and NetworkPolicy of networking.k8s.io/v1, stored only),
-with what discovery and the handlers need to know."""
+"""The kinds localkube serves (core/v1, and NetworkPolicy of networking.k8s.io/v1, which the
+kubelets enforce), with what discovery and the handlers need to know."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ RESOURCES: dict[str, Resource] = {
         Resource("resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),
         Resource("limitranges", "LimitRange", True, ("limits",)),
         Resource("serviceaccounts", "ServiceAccount", True, ("sa",)),
-        # Stored and served, not enforced: pods reach each other whatever the policies say.
+        # Stored and served; the kubelets enforce them (kubelet/policyenforcer.py).
         Resource(
             "networkpolicies",
             "NetworkPolicy",

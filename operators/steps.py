@@ -14,6 +14,7 @@ and every S3 call of the run then uses that tenant's AWS connection.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
@@ -32,6 +33,8 @@ from tfjob.pipeline_ids import (
     LAUNCH_TASK,
     TRAIN_TASK,
     VALIDATE_TASK,
+    request_dag_id,
+    tenant_of_tags,
 )
 
 if TYPE_CHECKING:
@@ -84,7 +87,9 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     except (RequestError, ValueError, OSError) as exc:
         where = f"request file {request_file}" if request_file else "trigger conf"
         raise AirflowFailException(f"{where}: {exc}") from None
+    check_request_source(request, request_file, dag_id)
     owner, config = hold_to_dag_tenant(request, tenant, dag_id)
+    check_dag_tags(context["dag"], owner.name)
     admit_tenant(request, config)
     described = describe_run(request, context["run_id"], dag_id, owner.s3_conn_id)
     _log().info(
@@ -97,6 +102,42 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
         described["aws_conn_id"],
     )
     return described
+
+
+def check_request_source(request: TrainingRequest, request_file: str | None, dag_id: str) -> None:
+    """A request file's request is named after its file, and its DAG after it.
+
+    The DAG processor and the task runner pick a DAG's file by that rule
+    (operators/request_files.py); this holds a run to it too, so a run never
+    records a request that is not its DAG's.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.request_files import RequestNameError, check_request_name
+
+    if not request_file:
+        return
+    try:
+        check_request_name(Path(request_file), request.name)
+    except RequestNameError as exc:
+        raise AirflowFailException(str(exc)) from None
+    if dag_id != request_dag_id(request.name):
+        raise AirflowFailException(
+            f"request file {Path(request_file).name}: it makes DAG "
+            f"{request_dag_id(request.name)!r}; this run's DAG is {dag_id!r}"
+        )
+
+
+def check_dag_tags(dag: Any, tenant: str) -> None:
+    """The DAG's `tenant:` tag (what the UI and the TFJob tab hold runs to) names `tenant`."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    tagged = tenant_of_tags(dag.tags or ())
+    if tagged != tenant:
+        raise AirflowFailException(
+            f"DAG {dag.dag_id}: its tags name tenant {tagged!r}, its validate tenant {tenant!r}; "
+            "a run is recorded only for the tenant its DAG belongs to"
+        )
 
 
 def hold_to_dag_tenant(

@@ -95,8 +95,11 @@ def run_validate(
     conf: dict | None = None,
     request_file: str | None = None,
     tenant: str | None,
+    dag_tags: list[str] | None = None,
 ) -> dict[str, Any]:
-    context = {"dag": SimpleNamespace(dag_id=dag_id), "run_id": "manual__1", "params": conf or {}}
+    tags = ["tfjob", f"tenant:{tenant}"] if tenant else ["tfjob", "invalid"]
+    dag = SimpleNamespace(dag_id=dag_id, tags=dag_tags if dag_tags is not None else tags)
+    context = {"dag": dag, "run_id": "manual__1", "params": conf or {}}
     monkeypatch.setattr(steps, "get_current_context", lambda: context)
     return steps.validate(request_file, tenant)
 
@@ -147,6 +150,35 @@ def test_a_request_file_changed_to_another_tenant_is_refused_by_its_dag(
         r"\(tfjob__job\) runs only tenant team-a",
     ):
         run_validate(monkeypatch, "tfjob__job", request_file=str(path), tenant="team-a")
+    assert clients.calls == []
+
+
+def test_a_request_file_naming_another_request_is_refused_naming_the_file_and_the_name(
+    monkeypatch, clients, tmp_path
+):
+    path = tmp_path / "aaa.yaml"
+    path.write_text(yaml.safe_dump(request_data(name="digits-single")))
+    with pytest.raises(
+        AirflowFailException,
+        match=r"request file aaa.yaml: request.name 'digits-single' given; allowed: 'aaa'",
+    ):
+        run_validate(monkeypatch, "tfjob__digits-single", request_file=str(path), tenant="team-a")
+    assert clients.calls == []
+
+
+def test_a_run_of_a_dag_tagged_for_another_tenant_is_refused_before_anything_is_recorded(
+    monkeypatch, clients, tmp_path
+):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(request_data()))
+    with pytest.raises(AirflowFailException, match="its tags name tenant 'team-b'"):
+        run_validate(
+            monkeypatch,
+            "tfjob__job",
+            request_file=str(path),
+            tenant="team-a",
+            dag_tags=["tfjob", "tenant:team-b"],
+        )
     assert clients.calls == []
 
 

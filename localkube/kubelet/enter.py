@@ -22,6 +22,7 @@ import _signal as signal  # the C module: `signal` would import enum
 import json
 import os
 import sys
+import warnings  # noqa: F401 - os.execvpe imports it, once the host's stdlib may be out of sight
 
 if __name__ == "__main__" and not __package__:  # run as a script with -I -S
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from localkube.kubelet import cgroups
 from localkube.kubelet.environment import NoCommandError, build_argv, build_environment
 from localkube.kubelet.images import ResolvedImage
+from localkube.kubelet.podroot import DEFAULT_SCRATCH_BYTES
 from localkube.kubelet.runtime import build_shim_spec
 from localkube.kubelet.sandbox import PodSandbox
 from localkube.kubelet.securitycontext import ContainerConfigError, build_security_profile
@@ -48,6 +49,17 @@ async def resolve_container_config(
     return ContainerConfig(security, env, argv, mounts, groups)
 
 
+def measure_scratch_bytes(spec: dict) -> int:
+    """The size of each of the container's memory-backed directories (/tmp, /var/tmp,
+    /dev/shm, /run): its memory limit, which their pages are charged against anyway, as
+    Kubernetes sizes an emptyDir of medium Memory; without a limit, DEFAULT_SCRATCH_BYTES."""
+    limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+    if limit is None:
+        return DEFAULT_SCRATCH_BYTES
+    field = f"containers[{spec['name']}].resources.limits.memory"
+    return max(1, int(cgroups.parse_quantity(limit, field)))
+
+
 def build_run_spec(
     pod: dict,
     spec: dict,
@@ -66,6 +78,7 @@ def build_run_spec(
         security=config.security,
         mounts=config.mounts,
         host_dirs=image.host_dirs,
+        scratch_bytes=measure_scratch_bytes(spec),
         cgroups=config.cgroups,
         argv=config.argv,
         env=config.env,

@@ -8,11 +8,12 @@ no site, few imports: ~15 ms CPU; the spec and exit record are marshal files). T
 
 1. enters the pod's network namespace and unshares mount, uts, ipc and pid
    namespaces, then forks: the child is pid 1 of the container;
-2. the child joins the container's cgroups, builds a private root (a tmpfs
-   holding recursive binds of the host's top-level directories, a fresh /proc,
-   a per-pod /tmp, the pod's volumes at their mountPaths, /etc/hosts), chroots,
-   sets the hostname, drops to the container's user, groups, capabilities,
-   no_new_privs and seccomp filter (privileges.py) and execs the command;
+2. the child joins the container's cgroups, builds its root as an image would
+   hold it (podroot.py: the system's and the Python installation's directories
+   read-only, its own /tmp, /var/tmp, /dev/shm and /dev, the pod's volumes at
+   their mountPaths, /etc/hosts), chroots, sets the hostname, drops to the
+   container's user, groups, capabilities, no_new_privs and seccomp filter
+   (privileges.py) and execs the command;
 3. the shim prints `STARTED <host pid> <startedAt>` or `FAILED <message>` on
    stdout, relays the child's stdout/stderr into the CRI-format log file, waits
    for the child and writes the exit record (exit code, signal, OOM) atomically.
@@ -28,10 +29,12 @@ import os
 import select
 import sys
 import time
+import warnings  # noqa: F401 - os.execvpe imports it, once the host's stdlib may be out of sight
 
 if __name__ == "__main__" and not __package__:  # run as a script with -I -S
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from localkube.kubelet.podroot import build_root  # noqa: E402
 from localkube.kubelet.privileges import apply_privileges  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
@@ -39,18 +42,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
 PARTIAL_LINE_LIMIT = 16384
-SKIPPED_TOP_LEVEL = {"proc", "tmp", "lost+found"}
-CAP_DAC_OVERRIDE = 1
-CAP_DAC_READ_SEARCH = 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -61,173 +53,9 @@ def check_call(rc: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def mount(
-    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
-    rc = libc.mount(
-        source.encode() if source else None,
-        target.encode(),
-        fstype.encode() if fstype else None,
-        ctypes.c_ulong(flags),
-        data.encode() if data else None,
-    )
-    check_call(rc, f"mount {source} on {target}")
-
-
 def format_timestamp(ns: int) -> str:
     secs, frac = divmod(ns, 1_000_000_000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
-
-
-class RootBuilder:
-    """Builds a container root without ever creating anything on the host's root.
-
-    Directories are created freely on the root tmpfs, in the pod's /tmp and in
-    the pod's volumes; a host directory that needs a new entry is first covered
-    by an overlay whose upper layer lives in the pod's scratch area.
-    """
-
-    def __init__(self, newroot: str, scratch: str) -> None:
-        self.newroot = newroot
-        self.scratch = scratch
-        self.private_mounts = {newroot}
-        self.host_mounts: set[str] = set()
-
-    def is_private(self, path: str) -> bool:
-        while True:
-            if path in self.private_mounts:
-                return True
-            if path in self.host_mounts or path == "/":
-                return False
-            path = os.path.dirname(path)
-
-    def make_entry(self, parent: str, name: str, is_dir: bool) -> str:
-        target = os.path.join(parent, name)
-        if os.path.lexists(target):
-            return target
-        if not self.is_private(parent):
-            self.cover_with_overlay(parent)
-            if os.path.lexists(target):
-                return target
-        if is_dir:
-            os.mkdir(target)
-        else:
-            open(target, "w").close()
-        return target
-
-    def ensure_dir(self, path: str) -> str:
-        current = self.newroot
-        for part in [p for p in path.split("/") if p]:
-            current = self.make_entry(current, part, True)
-        return current
-
-    def cover_with_overlay(self, directory: str) -> None:
-        key = os.path.relpath(directory, self.newroot).replace("/", "_")
-        upper = os.path.join(self.scratch, "upper", key)
-        work = os.path.join(self.scratch, "work", key)
-        os.makedirs(upper, exist_ok=True)
-        os.makedirs(work, exist_ok=True)
-        opts = f"lowerdir={directory},upperdir={upper},workdir={work}"
-        mount("overlay", directory, "overlay", 0, opts)
-        self.private_mounts.add(directory)
-
-    def cover_with_tmpfs(self, directory: str) -> None:
-        """Hide a host directory the container's user cannot search behind an empty tmpfs."""
-        mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
-        self.private_mounts.add(directory)
-
-    def find_unsearchable_ancestor(self, host_dir: str, profile: dict | None) -> str | None:
-        """The first directory above `host_dir`, as seen in the container, that the
-        container's user cannot search (e.g. /root, 0700, above a pyenv interpreter)."""
-        if not profile:
-            return None
-        current = self.newroot
-        for part in [p for p in host_dir.split("/") if p][:-1]:
-            current = os.path.join(current, part)
-            try:
-                st = os.stat(current)
-            except OSError:
-                return None  # created later on a private tree, searchable
-            if not is_searchable(st, profile):
-                return current
-        return None
-
-    def bind_host_top_level(self, tmp_dir: str) -> None:
-        for entry in sorted(os.listdir("/")):
-            if entry in SKIPPED_TOP_LEVEL:
-                continue
-            src = "/" + entry
-            dst = os.path.join(self.newroot, entry)
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-                continue
-            if os.path.isdir(src):
-                os.mkdir(dst)
-                mount(src, dst, None, MS_BIND | MS_REC)
-            elif os.path.isfile(src):
-                open(dst, "w").close()
-                mount(src, dst, None, MS_BIND)
-            else:
-                continue
-            self.host_mounts.add(dst)
-        os.mkdir(os.path.join(self.newroot, "proc"))
-        tmp = os.path.join(self.newroot, "tmp")
-        os.mkdir(tmp)
-        mount(tmp_dir, tmp, None, MS_BIND)
-        self.private_mounts.add(tmp)
-
-    def bind_volume(self, source: str, target_path: str, read_only: bool) -> None:
-        if os.path.isdir(source):
-            target = self.ensure_dir(target_path)
-        else:
-            parent = self.ensure_dir(os.path.dirname(target_path))
-            target = self.make_entry(parent, os.path.basename(target_path), False)
-        bind_file_or_dir(source, target, read_only)
-        self.private_mounts.add(target)
-
-
-def is_searchable(st: os.stat_result, profile: dict) -> bool:
-    """Whether the profile's user may traverse a directory with this stat (no ACLs)."""
-    uid, groups = int(profile.get("uid") or 0), set(profile.get("groups") or ())
-    caps = set(profile.get("capabilities") or ())
-    if uid == 0 and caps & {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH}:
-        return True
-    if st.st_uid == uid:
-        return bool(st.st_mode & 0o100)
-    if st.st_gid in groups or st.st_gid == int(profile.get("gid") or 0):
-        return bool(st.st_mode & 0o010)
-    return bool(st.st_mode & 0o001)
-
-
-def bind_file_or_dir(source: str, target: str, read_only: bool) -> None:
-    mount(source, target, None, MS_BIND | MS_REC)
-    if read_only:
-        mount(source, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
-
-
-def build_root(spec: dict) -> None:
-    newroot = spec["root"]
-    os.umask(0o022)  # what the skeleton directories on the root tmpfs get: 0755
-    mount("none", "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", newroot, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
-    builder = RootBuilder(newroot, spec["scratch_dir"])
-    builder.bind_host_top_level(spec["tmp_dir"])
-    for host_dir in spec.get("host_dirs") or ():
-        seen = os.path.join(newroot, host_dir.lstrip("/"))
-        # A non-root user must reach the image's directories (the venv, its interpreter)
-        # even below a directory it may not search: that one is replaced by a tmpfs
-        # holding only the path to them.
-        blocked = builder.find_unsearchable_ancestor(host_dir, spec.get("security"))
-        if blocked:
-            builder.cover_with_tmpfs(blocked)
-        # Under a private tree (the pod's /tmp) the path is missing, or is an empty
-        # mount point left there by an earlier container of the same pod.
-        if blocked or not (os.path.isdir(seen) and os.path.samefile(seen, host_dir)):
-            builder.bind_volume(host_dir, host_dir, read_only=True)
-    for m in spec["mounts"]:
-        builder.bind_volume(m["source"], m["target"], bool(m.get("readOnly")))
-    mount("proc", os.path.join(newroot, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    builder.ensure_dir(spec.get("workingDir") or "/")
 
 
 def join_cgroups(paths: list[str]) -> None:

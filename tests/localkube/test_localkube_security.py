@@ -130,8 +130,8 @@ def describe_owner(path: Path) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Under /var/tmp, which pods see (every pod has a /tmp of its own), in a directory any user
-    # may search: only localkube's own directory modes keep one pod out of another's volumes.
+    # Under /var/tmp, in a directory any user may search: were the state dir in a pod's root,
+    # only localkube's own directory modes would keep one pod out of another's volumes.
     base = tempfile.mkdtemp(prefix="lk-security-", dir="/var/tmp")
     os.chmod(base, 0o755)
     handle = start_localkube(Path(base))
@@ -256,14 +256,16 @@ def test_a_pod_cannot_read_another_pods_secret_through_the_host(v1, cluster):
     for directory in (pods_dir.parent, pods_dir, pods_dir / owner_uid):
         assert describe_owner(directory) == (0o700, 0, 0), directory
 
-    # Same uid and fsGroup as the owner: only the kubelet's directory modes stand in the way.
+    # Same uid and fsGroup as the owner: the state dir is not in a pod's root at all
+    # (podroot.py), and behind that the kubelet's directory modes (above) stand in the way.
     script = f"cat {secret_file}; echo rc=$?; ls {pods_dir}; echo rc=$?"
     v1.create_namespaced_pod("default", restricted_pod(intruder, script))
     done = wait_phase(v1, intruder, ("Succeeded", "Failed"))
     log = read_log(v1, intruder)
     assert done.status.phase == "Succeeded", log
     assert "not-yours" not in log
-    assert log.count("Permission denied") == 2 and log.count("rc=1") + log.count("rc=2") == 2
+    assert log.count("No such file or directory") == 2, log
+    assert log.count("rc=1") + log.count("rc=2") == 2, log
     for name in (owner, intruder):
         v1.delete_namespaced_pod(name, "default", grace_period_seconds=0)
 

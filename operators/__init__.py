@@ -19,6 +19,8 @@ are what existing `except` clauses catch.
     │                                            deleted (runoutputs.py)
     ├── LatestRaceLost (RuntimeError)           other publishes kept writing `latest` (latest.py)
     ├── BundleMissing (FileNotFoundError)       no bundle at the request's URL (bundlecheck.py)
+    ├── PresignConnectionMissing                the tenant's pods-only presigning connection
+    │   (AirflowFailException)                   is not defined; no retry (grants.py)
     ├── WarmStartError (ValueError)             the warm start cannot be had; nothing starts
     │                                            (restore.py)
     ├── TenancyRefusal (ValueError)             the request may not run now: unknown tenant,

@@ -17,7 +17,12 @@ running pods. The bootstrap reads `upload.json` when it uploads, so a model
 written days after launch goes up with a fresh grant.
 
 Presigning is local computation (no request to S3), so a refresh costs one
-Secret write per Secret.
+Secret write per Secret. Grants are signed with the tenant's pods-only
+identity (`presign_conn_id`, default `tfjob_pods_<tenant>`), never with
+`aws_conn_id`: a URL is only as narrow as its signer's own reach, so the
+signer is an identity that can reach the run layout's pod objects and
+nothing else (docs/bundles.md "Local S3", docs/real-cluster.md). A missing
+connection fails `validate` and `launch`; there is no fallback.
 """
 
 from __future__ import annotations
@@ -27,11 +32,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
+from operators.errors import PipelineError
 from operators.s3access import presign_bundle_url, presign_upload
 from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
 from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
+from tfjob.tenant_model import default_presign_conn_id
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class GrantPlan:
     """What to sign for a run, and how often: XCom- and trigger-serialisable."""
 
     aws_conn_id: str  # the run's tenant's connection (operators.runinfo.RunInfo.aws_conn_id)
+    presign_conn_id: str  # its tenant's pods-only presigning identity (Tenant.pods_conn_id)
     namespace: str
     run_key: str
     dag_id: str
@@ -57,6 +67,7 @@ class GrantPlan:
         )
         return cls(
             aws_conn_id=run.aws_conn_id,
+            presign_conn_id=find_presign_conn_id(run),
             namespace=run.namespace,
             run_key=run.run_key,
             dag_id=run.dag_id,
@@ -72,6 +83,9 @@ class GrantPlan:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> GrantPlan:
+        if "presign_conn_id" not in payload:  # a plan serialised before pods identities
+            tenant = str(payload["namespace"]).removeprefix("tfjob-")
+            payload = {**payload, "presign_conn_id": default_presign_conn_id(tenant)}
         return cls(**payload)
 
 
@@ -90,18 +104,50 @@ class Grants:
         }
 
 
-def make_presigning_client(aws_conn_id: str) -> Any:
-    """Airflow's S3 client for `aws_conn_id`, set to sign with SigV4 whatever the region."""
+def find_presign_conn_id(run: Any) -> str:
+    """The pods-only presigning connection of the run's tenant (its `pods_conn_id`)."""
+    known = getattr(run, "pods_conn_id", None)  # a run that carries it (tests' stand-ins)
+    if isinstance(known, str):
+        return known
+    from tfjob.tenants import load_tenants, resolve_tenant
+
+    return str(resolve_tenant(load_tenants(), run.request.tenant).pods_conn_id)
+
+
+class PresignConnectionMissing(PipelineError, AirflowFailException):
+    """The tenant's pods-only presigning connection is not defined in Airflow (no retry)."""
+
+
+def require_presign_connection(conn_id: str, whose: str) -> None:
+    """PresignConnectionMissing, saying what to do, unless Airflow knows `conn_id`."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise PresignConnectionMissing(
+            f"{whose}: the Airflow connection {conn_id!r} that signs its pods' S3 "
+            "grants is not defined; pods' grants are never signed with aws_conn_id. Define it "
+            f"(AIRFLOW_CONN_{conn_id.upper()}: scripts/services.py does for the embedded "
+            "default; on a real cluster a role limited as docs/real-cluster.md shows), or name "
+            "another with the tenant's presign_conn_id in the tenants file"
+        ) from None
+
+
+def make_presigning_client(presign_conn_id: str) -> Any:
+    """Airflow's S3 client for `presign_conn_id`, set to sign with SigV4 whatever the region."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
     from botocore.config import Config
 
-    hook = S3Hook(aws_conn_id=aws_conn_id)
+    require_presign_connection(presign_conn_id, "the run's tenant")
+    hook = S3Hook(aws_conn_id=presign_conn_id)
     return hook.get_client_type(config=hook.config.merge(Config(signature_version="s3v4")))
 
 
 def sign_grants(plan: GrantPlan, client: Any | None = None) -> Grants:
     """Sign the run's bundle URL and upload policies, valid for `plan.lifetime` seconds."""
-    s3 = client if client is not None else make_presigning_client(plan.aws_conn_id)
+    s3 = client if client is not None else make_presigning_client(plan.presign_conn_id)
     return Grants(
         bundle_url=presign_bundle_url(s3, plan.snapshot_uri, plan.lifetime),
         upload=presign_upload(s3, plan.output_uri, plan.dag_id, plan.run_id, plan.lifetime),

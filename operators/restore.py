@@ -4,7 +4,8 @@ Why this exists: before a gang's programs start, each replica's init
 container fills `CHECKPOINT_DIR` from `restore.json` in the run's access
 Secret (docs/architecture.md, "The pod protocol"). Airflow writes that file,
 because pods hold no credentials of their own: it lists the checkpoints with
-the run's tenant's S3 connection and signs one GET per object, nothing wider.
+the run's tenant's S3 connection and signs one GET per object, nothing wider,
+with the tenant's pods-only identity (`presign_conn_id`, operators/grants.py).
 
 Two callers: a gang restart restores the run's own `checkpoints/`
 (operators/restart.py), after the failed gang is gone (its owner's last sync
@@ -121,11 +122,11 @@ def stage_run_checkpoints(run: Any, source_prefix_uri: str, expires: int) -> Sta
     """`stage_checkpoints` with the run's tenant's S3 connection (listing and signing)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from operators.grants import make_presigning_client
+    from operators.grants import find_presign_conn_id, make_presigning_client
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
     return stage_checkpoints(
-        s3, make_presigning_client(run.aws_conn_id), source_prefix_uri, expires
+        s3, make_presigning_client(find_presign_conn_id(run)), source_prefix_uri, expires
     )
 
 
@@ -169,14 +170,15 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
     by id has no checkpoints, RestoreTooLarge when they are over the limits."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from operators.grants import make_presigning_client
+    from operators.grants import find_presign_conn_id, make_presigning_client
     from tfjob.request_recovery import WARM_START_LATEST
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
     source = find_warm_start_source(s3, run)
     if source is None:
         return None
-    staged = stage_checkpoints(s3, make_presigning_client(run.aws_conn_id), source, expires)
+    signer = make_presigning_client(find_presign_conn_id(run))
+    staged = stage_checkpoints(s3, signer, source, expires)
     if not staged.files and run.request.warm_start != WARM_START_LATEST:
         raise WarmStartError(
             f"warm_start: run {run.request.warm_start!r} given, but {source} holds no "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
 
+from operators.grants import require_presign_connection
 from operators.runinfo import RunInfo, describe_run, pull_run
 from operators.settings import (
     KUBERNETES_CONN_ID,
@@ -91,6 +92,7 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     owner, config = hold_to_dag_tenant(request, tenant, dag_id)
     check_dag_tags(context["dag"], owner.name)
     admit_tenant(request, config)
+    require_presign_connection(owner.pods_conn_id, f"tenant {owner.name!r}")
     described = describe_run(request, context["run_id"], dag_id, owner.s3_conn_id)
     _log().info(
         "request %s of tenant %s: %s, namespace %s, run key %s, S3 as connection %s",

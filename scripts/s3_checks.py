@@ -153,7 +153,9 @@ class PresignChecker:
         self.region = region
         self.now = now or (lambda: dt.datetime.now(dt.UTC))
 
-    def _secret(self, credential: str, amz_date: str, code: str, status: int) -> tuple[str, str]:
+    def find_secret(
+        self, credential: str, amz_date: str, code: str, status: int
+    ) -> tuple[str, str]:
         """(secret, scope) of a credential `key/yyyyMMdd/region/s3/aws4_request`."""
         parts = credential.split("/")
         if len(parts) != 5 or parts[4] != "aws4_request":
@@ -190,13 +192,15 @@ class PresignChecker:
             )
         return secret, "/".join(parts[1:])
 
-    def _sign(self, secret: str, scope: str, text: str) -> str:
+    def sign(self, secret: str, scope: str, text: str) -> str:
         date, region, service, _ = scope.split("/")
         key = signing_key(secret, date, region, service)
         return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
-    def check_query_signature(self, environ: dict[str, Any]) -> None:
-        """A presigned SigV4 request: parameters, scope, expiry, headers and signature."""
+    def check_query_signature(self, environ: dict[str, Any]) -> str:
+        """A presigned SigV4 request: parameters, scope, expiry, headers and signature.
+
+        Returns the access key that signed it."""
         code = "AuthorizationQueryParametersError"
         pairs = parse_query(environ.get("QUERY_STRING", ""))
         params = dict(pairs)
@@ -216,7 +220,7 @@ class PresignChecker:
             )
         amz_date = params["X-Amz-Date"]
         signed_at = parse_amz_date(amz_date, code, 400)
-        secret, scope = self._secret(params["X-Amz-Credential"], amz_date, code, 400)
+        secret, scope = self.find_secret(params["X-Amz-Credential"], amz_date, code, 400)
         try:
             expires = int(params["X-Amz-Expires"])
         except ValueError:
@@ -269,13 +273,14 @@ class PresignChecker:
         to_sign = "\n".join(
             [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
         )
-        if not hmac.compare_digest(self._sign(secret, scope, to_sign), params["X-Amz-Signature"]):
+        if not hmac.compare_digest(self.sign(secret, scope, to_sign), params["X-Amz-Signature"]):
             raise refuse_signature()
+        return params["X-Amz-Credential"].split("/", 1)[0]
 
     def check_post_policy(
         self, bucket: str, form: dict[str, str], file_name: str, file_size: int
-    ) -> None:
-        """A browser-style POST upload with a SigV4 policy."""
+    ) -> str:
+        """A browser-style POST upload with a SigV4 policy; the access key that signed it."""
         fields = {k.lower(): v for k, v in form.items()}
         if any(name in fields for name in POST_V2_FIELDS):
             raise Refused("AccessDenied", SIGV2_REFUSED)
@@ -288,11 +293,11 @@ class PresignChecker:
             raise Refused("InvalidArgument", f'x-amz-algorithm only supports "{ALGORITHM}"', 400)
         amz_date = fields["x-amz-date"]
         parse_amz_date(amz_date, "InvalidArgument", 400)
-        secret, scope = self._secret(fields["x-amz-credential"], amz_date, "InvalidArgument", 400)
+        secret, scope = self.find_secret(
+            fields["x-amz-credential"], amz_date, "InvalidArgument", 400
+        )
         policy_b64 = fields["policy"]
-        if not hmac.compare_digest(
-            self._sign(secret, scope, policy_b64), fields["x-amz-signature"]
-        ):
+        if not hmac.compare_digest(self.sign(secret, scope, policy_b64), fields["x-amz-signature"]):
             raise refuse_signature()
         try:
             policy = json.loads(base64.b64decode(policy_b64, validate=True))
@@ -318,6 +323,7 @@ class PresignChecker:
             raise Refused(
                 "AccessDenied", f"Invalid according to Policy: Extra input fields: {name}"
             )
+        return fields["x-amz-credential"].split("/", 1)[0]
 
     @staticmethod
     def _check_condition(condition: Any, values: dict[str, str], file_size: int) -> str:

@@ -1,11 +1,16 @@
 """The WSGI gate in front of moto: what each listener of the local S3 lets through.
 
 `CheckingMiddleware` sends each request to the checks of scripts/s3_checks.py
-(presigned SigV4 queries, POST policies), refuses SigV2 and anonymous
-requests, and on the pods' listener also `/moto-api/` and every request with
-an Authorization header. `PodOutage` is a test switch of the host's listener:
-`POST /moto-api/tfjob/pod-outage?seconds=N` makes the pods' listener answer
-503 for N seconds, as an S3 that is down for the pods only.
+(presigned SigV4 queries, POST policies) and scripts/s3_header_auth.py
+(header SigV4), reads POST forms once (scripts/s3_forms.py), and refuses SigV2
+and anonymous requests. A request signed by a pods identity
+(scripts/s3_identities.py) passes only inside that identity's reach
+(scripts/s3_reach.py), on either listener. The pods' listener also refuses
+`/moto-api/`, every request with an Authorization header, and every request
+not signed by a pods identity (the admin key's grants included). `PodOutage`
+is a test switch of the host's listener: `POST /moto-api/tfjob/pod-outage?seconds=N`
+makes the pods' listener answer 503 for N seconds, as an S3 that is down for
+the pods only.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from s3_checks import (
     WsgiApp,
     parse_query,
 )
+from s3_forms import read_upload_form
+from s3_header_auth import check_header_signature
+from s3_identities import Keyring
+from s3_reach import judge_pod_request
 
 # The host's switch for tests: `POST /moto-api/tfjob/pod-outage?seconds=N` makes the
 # pod-facing listener answer 503 for N seconds, as an S3 that is down for the pods.
@@ -59,9 +68,11 @@ class CheckingMiddleware:
         allow_anonymous: bool = False,
         pod_facing: bool = False,
         outage: PodOutage | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.app = app
         self.checker = checker
+        self.keyring = keyring if keyring is not None else Keyring({}, None)
         self.allow_anonymous = allow_anonymous and not pod_facing
         self.pod_facing = pod_facing
         self.outage = outage or PodOutage()
@@ -97,10 +108,11 @@ class CheckingMiddleware:
             if self.pod_facing:
                 raise Refused("AccessDenied", "/moto-api/ is not served to pods")
             return
-        names = {name for name, _ in parse_query(environ.get("QUERY_STRING", ""))}
-        if names.intersection(QUERY_V2_PARAMS):
+        names = [name for name, _ in parse_query(environ.get("QUERY_STRING", ""))]
+        if set(names).intersection(QUERY_V2_PARAMS):
             raise Refused("AccessDenied", SIGV2_REFUSED)
-        query_auth = bool(names.intersection(QUERY_V4_PARAMS))
+        query_auth = bool(set(names).intersection(QUERY_V4_PARAMS))
+        bucket, _, key = path.lstrip("/").partition("/")
         if environ.get("HTTP_AUTHORIZATION"):
             if self.pod_facing:
                 raise Refused(
@@ -116,13 +128,16 @@ class CheckingMiddleware:
                     "specified",
                     400,
                 )
-            return  # the host's own clients (boto3 with the key): moto, as moto itself does
+            signer = check_header_signature(self.checker, environ)
+            self.check_reach(environ, signer, bucket, key, names)
+            return
         if query_auth:
-            self.checker.check_query_signature(environ)
+            signer = self.checker.check_query_signature(environ)
+            self.check_reach(environ, signer, bucket, key, names)
             return
         content_type = environ.get("CONTENT_TYPE", "")
         if environ["REQUEST_METHOD"] == "POST" and content_type.startswith("multipart/form-data"):
-            self._check_form_post(environ, path)
+            self._check_form_post(environ, bucket, key, names)
             return
         if not self.allow_anonymous:
             raise Refused(
@@ -131,9 +146,32 @@ class CheckingMiddleware:
                 "use credentials or a presigned request",
             )
 
-    def _check_form_post(self, environ: dict[str, Any], path: str) -> None:
-        from werkzeug.formparser import parse_form_data
+    def check_reach(
+        self, environ: dict[str, Any], signer: str, bucket: str, key: str, names: list[str]
+    ) -> None:
+        """A pods identity's request only within its reach; other keys not at all on the pods'
+        listener."""
+        identity = self.keyring.pod_identity(signer)
+        if identity is None:
+            if self.pod_facing:
+                raise Refused(
+                    "AccessDenied",
+                    "the pod-facing address serves only grants signed by a pods identity",
+                )
+            return
+        host = environ.get("HTTP_HOST", "").rsplit(":", 1)[0]
+        if not host.replace(".", "").isdigit() and host != "localhost":
+            # moto reads a bucket from a host name (virtual-hosted style): not for pods
+            raise Refused("AccessDenied", "pods address the server by IP address only")
+        verdict = judge_pod_request(
+            environ["REQUEST_METHOD"], bucket, key, names, identity.output_prefixes
+        )
+        if not verdict.allowed:
+            raise Refused("AccessDenied", verdict.reason)
 
+    def _check_form_post(
+        self, environ: dict[str, Any], bucket: str, path_key: str, names: list[str]
+    ) -> None:
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -146,25 +184,20 @@ class CheckingMiddleware:
                 400,
             )
         body = environ["wsgi.input"].read(length)
-        environ["wsgi.input"] = io.BytesIO(body)
-        copy = dict(environ)
-        copy["wsgi.input"] = io.BytesIO(body)
-        _, form, files = parse_form_data(copy)
-        upload = files.get("file")
-        if upload is None:
-            raise Refused(
-                "InvalidArgument", "POST requires exactly one file upload per request.", 400
-            )
-        size = len(upload.read())
-        fields = {k: form[k] for k in form}
-        if "policy" not in {k.lower() for k in fields}:
+        environ["wsgi.input"] = io.BytesIO(body)  # moto reads exactly what was checked
+        form = read_upload_form(environ, body)
+        if "policy" not in form.fields:
             if self.allow_anonymous:
                 return
             raise Refused(
                 "AccessDenied", "Anonymous POST without a policy is refused by this S3 server"
             )
-        bucket = path.strip("/").split("/", 1)[0]
-        self.checker.check_post_policy(bucket, fields, upload.filename or "", size)
+        signer = self.checker.check_post_policy(bucket, form.fields, form.file_name, form.file_size)
+        if path_key and self.keyring.pod_identity(signer) is not None:
+            raise Refused("AccessDenied", "pods POST their forms to the bucket, not to a key")
+        # the key moto stores under: the form's `key`, ${filename} replaced as moto does
+        key = form.fields.get("key", "").replace("${filename}", form.file_name.rsplit("/", 1)[-1])
+        self.check_reach(environ, signer, bucket, key, names)
 
 
 def answer_error(

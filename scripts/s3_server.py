@@ -11,23 +11,28 @@ One moto backend, two listeners:
   tshell, tests) and moto's `/moto-api/`;
 - the pods', `http://127.0.0.2:PORT` by default (`--pod-host`, `--pod-port`):
   what localkube relays each pod's 127.0.0.1:PORT to
-  (`--forward PORT=127.0.0.2:PORT`). It serves presigned requests only and
+  (`--forward PORT=127.0.0.2:PORT`). It serves only requests presigned by a
+  pods identity, within that identity's reach (scripts/s3_reach.py), and
   refuses `/moto-api/` and every request with an Authorization header, so a pod
-  cannot use the server's key, reset the store or dump it. A pod still sends
+  cannot use any other grant, reset the store or dump it. A pod still sends
   `Host: 127.0.0.1:PORT`, the host the URL was presigned for, so signatures match.
   A test can make it answer 503 for a while (`POST /moto-api/tfjob/pod-outage?seconds=N`
   on the host's listener): S3 down for the pods only.
 
-What is checked (SigV4 only; SigV2 is refused) is in scripts/s3_checks.py.
+Keys (scripts/s3_identities.py): the admin key is generated at the first start
+of a state dir and kept in `<state-dir>/credentials.json` (0600); the pods
+identities are read from `<state-dir>/pod_identities.json` (0600, written by
+whoever starts the services, re-read when it changes). No key is a constant.
+What is checked (SigV4 only; SigV2 is refused) is in scripts/s3_checks.py and
+scripts/s3_header_auth.py (the host listener verifies header signatures too).
 What the server acknowledged survives `down`, a crash and `kill -9`: each
 change is saved under `<state-dir>/data/` before the answer leaves
 (scripts/s3_persist.py, s3_sync.py, s3_store.py) and loaded back into moto
 before the server reports ready; `scripts/clean_state.py` (`make clean-state`)
 removes it. The state dir is 0700 and the files in it
-0600 (ready.json names the key; the log shows presigned queries). The secret
-reaches `serve` in its environment (TFJOB_S3_SECRET_KEY), not on its command
-line, which every user can read. Production uses a real S3 endpoint, which
-enforces all of this itself.
+0600 (ready.json names the key; the log shows presigned queries). No secret
+is ever on a command line, which every user can read. Production uses a real
+S3 endpoint, which enforces all of this itself (docs/real-cluster.md).
 """
 
 from __future__ import annotations
@@ -53,15 +58,18 @@ from background_server import (  # noqa: E402
 )
 from s3_checks import PresignChecker  # noqa: E402
 from s3_gate import CheckingMiddleware, PodOutage  # noqa: E402
+from s3_identities import (  # noqa: E402
+    POD_IDENTITIES_FILE,
+    IdentitiesError,
+    Keyring,
+    ensure_admin_credentials,
+)
 from s3_persist import PersistingMiddleware  # noqa: E402
 from s3_store import StoreError, locate_data_dir, open_store  # noqa: E402
 from s3_sync import BackendMirror, install_change_tracking  # noqa: E402
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_POD_HOST = "127.0.0.2"  # any loopback address but the host's; see the docstring
-SECRET_ENV = "TFJOB_S3_SECRET_KEY"
-DEFAULT_ACCESS_KEY = "tfjob-local"
-DEFAULT_SECRET_KEY = "tfjob-local-secret"
 DEFAULT_REGION = "us-east-1"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -89,8 +97,15 @@ def open_listeners(args: argparse.Namespace, app: Any, pod_app: Any) -> tuple[An
 
 
 def serve(args: argparse.Namespace) -> int:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", args.access_key)
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", args.secret_key)
+    state = Path(args.state_dir)
+    try:
+        admin = ensure_admin_credentials(state)
+    except (OSError, IdentitiesError) as error:
+        print(f"s3 server: cannot read its credentials: {error}", file=sys.stderr, flush=True)
+        return 1
+    # moto's own backends read these; they are never moto's check (the gate is)
+    os.environ["AWS_ACCESS_KEY_ID"] = admin.access_key
+    os.environ["AWS_SECRET_ACCESS_KEY"] = admin.secret_key
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     data_dir = locate_data_dir(Path(args.state_dir))
@@ -108,12 +123,15 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     moto = PersistingMiddleware(DomainDispatcherApplication(create_backend_app), mirror)
-    checker = PresignChecker({args.access_key: args.secret_key}, args.region)
+    keyring = Keyring({admin.access_key: admin.secret_key}, state / POD_IDENTITIES_FILE)
+    checker = PresignChecker(keyring, args.region)
     outage = PodOutage()
     server, pod_server = open_listeners(
         args,
-        CheckingMiddleware(moto, checker, allow_anonymous=args.allow_anonymous, outage=outage),
-        CheckingMiddleware(moto, checker, pod_facing=True, outage=outage),
+        CheckingMiddleware(
+            moto, checker, allow_anonymous=args.allow_anonymous, outage=outage, keyring=keyring
+        ),
+        CheckingMiddleware(moto, checker, pod_facing=True, outage=outage, keyring=keyring),
     )
     endpoint = f"http://{args.host}:{server.server_port}"
     pod_endpoint = f"http://{args.pod_host}:{pod_server.server_port}"
@@ -130,7 +148,7 @@ def serve(args: argparse.Namespace) -> int:
     ]
     for thread in threads:
         thread.start()
-    create_buckets(endpoint, args.bucket, args.access_key, args.secret_key, args.region)
+    create_buckets(endpoint, args.bucket, admin.access_key, admin.secret_key, args.region)
     ready = {
         "endpoint": endpoint,
         "port": server.server_port,
@@ -138,7 +156,7 @@ def serve(args: argparse.Namespace) -> int:
         "pod_port": pod_server.server_port,
         "pid": os.getpid(),
         "buckets": args.bucket,
-        "access_key": args.access_key,
+        "access_key": admin.access_key,
         "region": args.region,
     }
     if args.ready_file:
@@ -200,8 +218,6 @@ def up(args: argparse.Namespace) -> int:
         str(state.resolve()),
         "--ready-file",
         str(ready_file),
-        "--access-key",
-        args.access_key,
         "--region",
         args.region,
     ]
@@ -212,8 +228,7 @@ def up(args: argparse.Namespace) -> int:
     if args.allow_anonymous:
         command.append("--allow-anonymous")
     log_path = state / "server.log"
-    env = {**os.environ, SECRET_ENV: args.secret_key}
-    child = spawn_detached(command, log_path, env=env)
+    child = spawn_detached(command, log_path)
     outcome = await_ready(ready_file.exists, child.pid, START_TIMEOUT_S, POLL_S)
     if outcome is StartOutcome.EXITED:
         print(
@@ -230,7 +245,7 @@ def up(args: argparse.Namespace) -> int:
     print(
         f"s3 server: serving {info['endpoint']}, pods at {info['pod_endpoint']} "
         f"(pid {info['pid']}, buckets: {', '.join(args.bucket) or 'none'}); "
-        f"access key {args.access_key}"
+        f"access key {info['access_key']} (its secret: {state / 'credentials.json'})"
     )
     return 0
 
@@ -282,14 +297,6 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--bucket", action="append", default=[], help="bucket to create (repeatable)"
-        )
-        sub.add_argument(
-            "--access-key", default=os.environ.get("TFJOB_S3_ACCESS_KEY", DEFAULT_ACCESS_KEY)
-        )
-        sub.add_argument(
-            "--secret-key",
-            default=os.environ.get(SECRET_ENV, DEFAULT_SECRET_KEY),
-            help=f"prefer the {SECRET_ENV} variable: a command line is readable by every user",
         )
         sub.add_argument("--region", default=DEFAULT_REGION)
         sub.add_argument(

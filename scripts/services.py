@@ -21,11 +21,19 @@ Pods reach S3 at their own 127.0.0.1:<s3 port>, which localkube relays to the
 S3 server's pod-facing listener (`--forward PORT=127.0.0.2:PORT`): presigned
 requests only, no Authorization header, no /moto-api/ (scripts/s3_server.py).
 
+S3 keys (scripts/s3_identities.py): the server generates its admin key at
+the first start of <state>/s3 (credentials.json, 0600); services reads it
+from there for Airflow's aws_default and for tshell. Before S3 starts,
+services writes <state>/s3/pod_identities.json: a pods-only identity per
+tenant of deploy/tenants.yaml (secrets generated once and kept), which
+Airflow gets as AIRFLOW_CONN_TFJOB_PODS_<TENANT> and uses only to presign
+that tenant's pods' grants.
+
 After `up`, <state>/services.json records the endpoints and <state>/services.env
 holds `export` lines (AWS_ENDPOINT_URL, credentials, TSHELL_AIRFLOW_URL) for a
 shell: `source .state/services.env`. tshell reads services.json by itself. Both
-hold the S3 secret, so they are 0600 from their creation; the S3 secret reaches
-the S3 server in its environment, never on a command line.
+hold the admin secret, so they are 0600 from their creation; no secret is ever
+on a command line.
 """
 
 from __future__ import annotations
@@ -44,15 +52,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
 import postgres_server  # noqa: E402
 import preflight  # noqa: E402
-from background_server import write_private  # noqa: E402
+from background_server import make_private_dir, write_private  # noqa: E402
+from s3_identities import (  # noqa: E402
+    AdminCredentials,
+    PodIdentity,
+    ensure_admin_credentials,
+    write_pod_identities,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state"
 DEFAULT_BUCKET = "tfjob-demo"
 DEFAULT_S3_PORT = 9000
 DEFAULT_KUBE_PORT = 6443
-S3_ACCESS_KEY = os.environ.get("TFJOB_S3_ACCESS_KEY", "tfjob-local")
-S3_SECRET_KEY = os.environ.get("TFJOB_S3_SECRET_KEY", "tfjob-local-secret")
 S3_REGION = "us-east-1"
 SERVICES_FILE = "services.json"
 ENV_FILE = "services.env"
@@ -114,32 +126,60 @@ def run_step(name: str, argv: list[str], env: dict[str, str] | None = None) -> s
     return output
 
 
-def build_connections(kubeconfig: Path, s3_endpoint: str) -> dict[str, str]:
-    """Airflow's connections to localkube and the S3 server, as AIRFLOW_CONN_* variables."""
+def build_connections(
+    kubeconfig: Path,
+    s3_endpoint: str,
+    admin: AdminCredentials,
+    pods: dict[str, PodIdentity] | None = None,
+) -> dict[str, str]:
+    """Airflow's connections to localkube and the S3 server, as AIRFLOW_CONN_* variables:
+    aws_default with the admin key, and each tenant's pods-only presigning identity."""
+    from tfjob.tenants import load_tenants
+
     kubernetes = {
         "conn_type": "kubernetes",
         "extra": {"kube_config_path": str(kubeconfig), "in_cluster": False},
     }
-    aws = {
-        "conn_type": "aws",
-        "login": S3_ACCESS_KEY,
-        "password": S3_SECRET_KEY,
-        "extra": {"endpoint_url": s3_endpoint, "region_name": S3_REGION},
-    }
-    return {
+
+    def aws(access_key: str, secret_key: str) -> str:
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": access_key,
+                "password": secret_key,
+                "extra": {"endpoint_url": s3_endpoint, "region_name": S3_REGION},
+            }
+        )
+
+    found = {
         "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(kubernetes),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
+        "AIRFLOW_CONN_AWS_DEFAULT": aws(admin.access_key, admin.secret_key),
     }
+    conn_ids = {tenant.name: tenant.pods_conn_id for tenant in load_tenants().tenants}
+    for tenant, identity in (pods or {}).items():
+        conn_id = conn_ids.get(tenant)
+        if conn_id:
+            found["AIRFLOW_CONN_" + conn_id.upper()] = aws(identity.access_key, identity.secret_key)
+    return found
+
+
+def write_s3_pod_identities(paths: StatePaths) -> dict[str, PodIdentity]:
+    """pod_identities.json for every tenant of the tenants file (the server re-reads it)."""
+    from tfjob.tenants import load_tenants
+
+    make_private_dir(paths.s3)
+    return write_pod_identities(
+        paths.s3, [(tenant.name, tenant.output_prefixes) for tenant in load_tenants().tenants]
+    )
 
 
 def start_s3(paths: StatePaths, port: int, buckets: list[str]) -> dict[str, Any]:
     """Start (or find running) the S3 server; its ready.json (endpoint, pod_endpoint, …)."""
     argv = [sys.executable, str(REPO_ROOT / "scripts" / "s3_server.py"), "up"]
     argv += ["--port", str(port), "--state-dir", str(paths.s3)]
-    argv += ["--access-key", S3_ACCESS_KEY]
     for bucket in buckets:
         argv += ["--bucket", bucket]
-    print(run_step("S3 server", argv, env={**os.environ, "TFJOB_S3_SECRET_KEY": S3_SECRET_KEY}))
+    print(run_step("S3 server", argv))
     return json.loads((paths.s3 / "ready.json").read_text())
 
 
@@ -203,7 +243,9 @@ def bring_up(
     paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, buckets: list[str]
 ) -> dict[str, Any]:
     """Start (or find running) S3, localkube and Airflow, in that order."""
+    pods = write_s3_pod_identities(paths)
     s3_ready = start_s3(paths, s3_port, buckets)
+    admin = ensure_admin_credentials(paths.s3)  # the server generated it at its first start
     s3_endpoint = s3_ready["endpoint"]
     cluster = start_localkube(paths, kube_port, pod_forward_spec(s3_ready))
     kubeconfig = Path(cluster["kubeconfig"])
@@ -212,7 +254,7 @@ def bring_up(
     settings = airflow_server.AirflowSettings(
         home=paths.airflow,
         port=airflow_port,
-        extra_env=build_connections(kubeconfig, s3_endpoint),
+        extra_env=build_connections(kubeconfig, s3_endpoint, admin, pods),
         database_url=postgres_server.ensure_database(database, airflow_server.DATABASE_NAME),
     )
     instance = airflow_server.start_airflow(settings)
@@ -220,8 +262,8 @@ def bring_up(
     record = {
         "s3": {
             "endpoint_url": s3_endpoint,
-            "access_key": S3_ACCESS_KEY,
-            "secret_key": S3_SECRET_KEY,
+            "access_key": admin.access_key,
+            "secret_key": admin.secret_key,
             "region": S3_REGION,
             "buckets": buckets,
         },

@@ -304,16 +304,10 @@ def airflow_env(
                 },
             }
         ),
-        AIRFLOW_CONN_AWS_DEFAULT=json.dumps(
-            {
-                "conn_type": "aws",
-                "login": s3.access_key,
-                "password": s3.secret_key,
-                "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
-            }
-        ),
         PYTHONPATH=str(REPO),
     )
+    # aws_default (the admin key) and each tenant's pods-only tfjob_pods_<tenant>
+    env.update(s3.airflow_connections())
     return env
 
 

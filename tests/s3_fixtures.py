@@ -7,10 +7,14 @@ A pytest plugin (tests/conftest.py registers it): any test takes the fixtures by
 
 `s3_server` is module-scoped (one process per test module, ~2 s to start);
 it yields an `S3Server` with endpoint, credentials, bucket names and `env()`
-(the AWS_* variables that make boto3 and tshell talk to it). Buckets:
+(the AWS_* variables that make boto3 and tshell talk to it). Its admin key is
+the one the server generated in its state dir (credentials.json); each tenant
+of deploy/tenants.yaml has a pods identity (pod_identities.json, secrets
+generated per server), which `pods_presigner(tenant)` signs with, as Airflow's
+`tfjob_pods_<tenant>` connection does (`airflow_connections()`). Buckets:
 `tfjob-test` (default) and `tfjob-other`. Pods reach it through localkube
 started with `forward_ports=(server.pod_forward(),)`: the pod-facing listener,
-presigned requests only.
+only requests presigned by a pods identity, within its reach.
 
 The server keeps what it acknowledged under its state dir (`start_s3_server`'s
 `state_dir`, by default `<workdir>/s3-state`): a server started again on the
@@ -25,16 +29,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from repo_root import REPO_ROOT
 
+from tfjob.tenant_model import default_presign_conn_id
+from tfjob.tenants import load_tenants
+
 REPO = REPO_ROOT
 SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"
-ACCESS_KEY = "tfjob-test-key"
-SECRET_KEY = "tfjob-test-secret"
+sys.path.insert(0, str(REPO / "scripts"))  # scripts/ is not a package
+from s3_identities import ensure_admin_credentials, write_pod_identities  # noqa: E402
+
 REGION = "us-east-1"
 BUCKETS = ("tfjob-test", "tfjob-other")
 START_TIMEOUT_S = 60.0
@@ -48,7 +56,9 @@ class S3Server:
     region: str
     buckets: tuple[str, ...]
     pid: int
-    pod_endpoint: str = ""  # the pod-facing listener: presigned requests only
+    pod_endpoint: str = ""  # the pod-facing listener: pods identities' grants only
+    # tenant -> (access key, secret) of its pods-only presigning identity
+    pod_identities: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def bucket(self) -> str:
@@ -84,10 +94,45 @@ class S3Server:
         )
 
     def presigner(self):  # type: ignore[no-untyped-def]
-        """A client that presigns as the product does: SigV4 (operators/grants.py)."""
+        """A SigV4 presigning client with the admin key: its grants work on the host's
+        listener only (the pods' listener refuses them)."""
         from botocore.config import Config
 
         return self.client(Config(signature_version="s3v4"))
+
+    def pods_presigner(self, tenant: str = "test"):  # type: ignore[no-untyped-def]
+        """A client that presigns as the product does for pods: SigV4 with the tenant's
+        pods identity (operators/grants.py with `tfjob_pods_<tenant>`)."""
+        import boto3
+        from botocore.config import Config
+
+        access_key, secret_key = self.pod_identities[tenant]
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            region_name=self.region,
+            config=Config(signature_version="s3v4"),
+        )
+
+    def airflow_connections(self) -> dict[str, str]:
+        """AIRFLOW_CONN_* for this server: aws_default (admin) and tfjob_pods_<tenant> each."""
+        found = {"AIRFLOW_CONN_AWS_DEFAULT": self._connection(self.access_key, self.secret_key)}
+        for tenant, (access_key, secret_key) in self.pod_identities.items():
+            name = "AIRFLOW_CONN_" + default_presign_conn_id(tenant).upper()
+            found[name] = self._connection(access_key, secret_key)
+        return found
+
+    def _connection(self, access_key: str, secret_key: str) -> str:
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": access_key,
+                "password": secret_key,
+                "extra": {"endpoint_url": self.endpoint, "region_name": self.region},
+            }
+        )
 
 
 def start_s3_server(
@@ -96,7 +141,13 @@ def start_s3_server(
     """Start the server process on a free loopback port and wait until it serves.
 
     It keeps its data in state_dir (default: <workdir>/s3-state); start it again on the
-    same state_dir to find it there."""
+    same state_dir to find it there. Each tenant of deploy/tenants.yaml gets a pods
+    identity (kept, like the admin key, when the state dir is used again)."""
+    state = state_dir or workdir / "s3-state"
+    identities = write_pod_identities(
+        state, [(t.name, t.output_prefixes) for t in load_tenants().tenants]
+    )
+    admin = ensure_admin_credentials(state)
     ready = workdir / "s3-ready.json"
     ready.unlink(missing_ok=True)  # a server started before in this workdir wrote one
     command = [
@@ -106,19 +157,16 @@ def start_s3_server(
         "--port",
         "0",
         "--state-dir",
-        str(state_dir or workdir / "s3-state"),
+        str(state),
         "--ready-file",
         str(ready),
-        "--access-key",
-        ACCESS_KEY,
         "--region",
         REGION,
     ]
     for bucket in buckets:
         command += ["--bucket", bucket]
     log = open(workdir / "s3-server.log", "wb")  # noqa: SIM115 - closed with the process
-    env = {**os.environ, "TFJOB_S3_SECRET_KEY": SECRET_KEY}  # not on the command line
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready.exists():
@@ -131,12 +179,13 @@ def start_s3_server(
     info = json.loads(ready.read_text())
     server = S3Server(
         info["endpoint"],
-        ACCESS_KEY,
-        SECRET_KEY,
+        admin.access_key,
+        admin.secret_key,
         REGION,
         tuple(buckets),
         process.pid,
         info["pod_endpoint"],
+        {tenant: (each.access_key, each.secret_key) for tenant, each in identities.items()},
     )
     return server, process
 

@@ -26,6 +26,8 @@ DEFAULT_DNS_PORT = 53
 DEFAULT_S3_PORT = 9000
 # Used for a tenant's S3 calls when its entry names no aws_conn_id.
 DEFAULT_AWS_CONN_ID = "aws_default"
+# The pods-only presigning identity's connection when the entry names no presign_conn_id.
+PRESIGN_CONN_ID_PREFIX = "tfjob_pods_"
 DEFAULT_IMAGES = ("tensorflow/tensorflow:*",)
 # A tenant's DAGs allow this many active runs per pool slot unless max_active_runs says.
 ACTIVE_RUNS_PER_JOB = 2
@@ -95,6 +97,7 @@ class Tenant:
     bundle_prefixes: tuple[str, ...] = ()  # s3://bucket/prefix/ a request's bundle is under
     output_prefixes: tuple[str, ...] = ()  # s3://bucket/prefix/ a request's output is under
     aws_conn_id: str | None = None  # Airflow connection of every S3 call; None: aws_default
+    presign_conn_id: str | None = None  # signs the pods' grants; None: tfjob_pods_<name>
     images: tuple[str, ...] = DEFAULT_IMAGES  # fnmatch patterns
     node_selectors: dict[str, tuple[str, ...]] = field(default_factory=dict)  # key -> patterns
     tolerations: tuple[dict[str, str], ...] = ()  # key and any of operator, value, effect
@@ -124,6 +127,11 @@ class Tenant:
     def s3_conn_id(self) -> str:
         """The Airflow connection every S3 call of the tenant's runs uses."""
         return self.aws_conn_id or DEFAULT_AWS_CONN_ID
+
+    @property
+    def pods_conn_id(self) -> str:
+        """The Airflow connection that presigns the pods' grants, and nothing else."""
+        return self.presign_conn_id or default_presign_conn_id(self.name)
 
     def hard_quota(self) -> dict[str, str]:
         """The ResourceQuota `spec.hard` of the tenant."""
@@ -166,3 +174,8 @@ def resolve_tenant(config: TenantsConfig, name: str) -> Tenant:
 def resolve_namespace(config: TenantsConfig, name: str) -> str:
     """The namespace a request of tenant `name` runs in (never chosen by the request)."""
     return resolve_tenant(config, name).namespace
+
+
+def default_presign_conn_id(tenant: str) -> str:
+    """`tfjob_pods_<tenant name with '-' as '_'>` (an AIRFLOW_CONN_ variable can name it)."""
+    return PRESIGN_CONN_ID_PREFIX + tenant.replace("-", "_")

@@ -139,7 +139,7 @@ def read_conn_id(fail: Fail, where: str, value: Any) -> str | None:
             where,
             value,
             "an Airflow connection id (1-200 letters, digits, '_', '.', "
-            "'-') is allowed; leave it out for aws_default",
+            "'-') is allowed; leave it out for the default connection",
         )
     return value
 

@@ -86,6 +86,7 @@ TENANT_FIELDS = (
     "bundle_prefixes",
     "output_prefixes",
     "aws_conn_id",
+    "presign_conn_id",
     "images",
     "node_selectors",
     "tolerations",
@@ -257,6 +258,9 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
             "s3://tfjob-demo/outputs/",
         ),
         aws_conn_id=read_conn_id(fail, f"{where}.aws_conn_id", data.get("aws_conn_id")),
+        presign_conn_id=read_conn_id(
+            fail, f"{where}.presign_conn_id", data.get("presign_conn_id")
+        ),
         images=read_patterns(
             fail,
             f"{where}.images",

@@ -98,6 +98,7 @@ class FakeRun:
     dag_id = "tfjob__job"
     run_id = "manual__1"
     aws_conn_id = "aws_default"
+    pods_conn_id = "tfjob_pods_test"
 
     class request:  # noqa: N801 - a stand-in for TrainingRequest's fields used here
         startup_timeout = 120
@@ -110,6 +111,7 @@ def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> 
         FakeRun, "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz"
     )
     assert plan.lifetime == 120 + 1200 + 600
+    assert (plan.aws_conn_id, plan.presign_conn_id) == ("aws_default", "tfjob_pods_test")
     assert GrantPlan.from_payload(plan.to_payload()) == plan
     first = sign_grants(plan, s3_server.presigner())
     patches = dict(grant_patches(plan, first))

@@ -71,7 +71,9 @@ def write_everything(server: S3Server, tmp_path: Path) -> dict[str, str]:
     kept[BUNDLE_KEY] = sha(bundle.read_bytes())
 
     # The model, as a pod posts it: presigned POST policies, through the pods' listener.
-    raw = presign_upload(server.presigner(), f"s3://{server.bucket}/out/j", DAG, "run-1", 300)
+    raw = presign_upload(
+        server.pods_presigner("test"), f"s3://{server.bucket}/outputs/j", DAG, "run-1", 300
+    )
     policy = transfer.UploadPolicy.from_json(raw)
     policy = dataclasses.replace(
         policy, url=policy.url.replace(server.endpoint, server.pod_endpoint)
@@ -208,7 +210,6 @@ def run_script(script: Path, *args: str, stdin: str = "") -> subprocess.Complete
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "TFJOB_S3_SECRET_KEY": "tfjob-local-secret"},
     )
 
 
@@ -221,7 +222,7 @@ def test_down_says_where_the_data_is_and_clean_state_removes_only_it(tmp_path: P
     assert run_script(SERVER, *up).returncode == 0
     info = json.loads((s3_dir / "ready.json").read_text())
     try:
-        make_client(info).put_object(Bucket="tfjob-demo", Key="model.bin", Body=b"weights")
+        make_client(info, s3_dir).put_object(Bucket="tfjob-demo", Key="model.bin", Body=b"weights")
         refused = run_script(CLEAN, "--state-dir", str(root), "--yes")
         assert refused.returncode == 1
         assert f"an S3 server (pid {info['pid']}) is using {data}" in refused.stderr
@@ -234,7 +235,7 @@ def test_down_says_where_the_data_is_and_clean_state_removes_only_it(tmp_path: P
     assert run_script(SERVER, *up).returncode == 0  # `up` again: the object is there
     info = json.loads((s3_dir / "ready.json").read_text())
     try:
-        got = make_client(info).get_object(Bucket="tfjob-demo", Key="model.bin")
+        got = make_client(info, s3_dir).get_object(Bucket="tfjob-demo", Key="model.bin")
         assert got["Body"].read() == b"weights"
     finally:
         assert run_script(SERVER, "down", "--state-dir", str(s3_dir)).returncode == 0
@@ -253,14 +254,16 @@ def test_down_says_where_the_data_is_and_clean_state_removes_only_it(tmp_path: P
     assert "nothing to remove" in run_script(CLEAN, "--state-dir", str(root), "--yes").stdout
 
 
-def make_client(info: dict[str, Any]) -> Any:
+def make_client(info: dict[str, Any], state_dir: Path) -> Any:
     import boto3
 
     return boto3.client(
         "s3",
         endpoint_url=info["endpoint"],
         aws_access_key_id=info["access_key"],
-        aws_secret_access_key="tfjob-local-secret",
+        aws_secret_access_key=json.loads((state_dir / "credentials.json").read_text())[
+            "secret_key"
+        ],
         region_name=info["region"],
     )
 

@@ -2,9 +2,10 @@
 
 A real S3 server process and a real localkube whose pods get the S3 port relayed to
 the pod-facing listener (`--forward PORT=127.0.0.2:PORT`, as scripts/services.py
-wires it). From inside a pod a presigned GET works (its URL names 127.0.0.1:PORT, as
-Airflow presigns it), while the server's key (an Authorization header) and moto's
-/moto-api/ are refused. Needs root.
+wires it). From inside a pod a GET presigned by the tenant's pods identity works (its
+URL names 127.0.0.1:PORT, as Airflow presigns it), while a URL presigned with the admin
+key, the admin key itself (an Authorization header) and moto's /moto-api/ are refused.
+Needs root.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import json
 import os
 import time
 
-import boto3
 import pytest
-from botocore.config import Config
 from localkube_fixtures import start_localkube, stop_localkube
 from s3_fixtures import S3Server
 
@@ -27,10 +26,10 @@ pytestmark = [
 
 POD_TIMEOUT_S = 60.0
 
-# Runs in the pod: three requests to the pod's own 127.0.0.1:<port>, their statuses as JSON.
+# Runs in the pod: four requests to the pod's own 127.0.0.1:<port>, their statuses as JSON.
 POD_PROGRAM = """
 import json, sys, urllib.error, urllib.request
-url, base = sys.argv[1], sys.argv[2]
+url, admin_url, base = sys.argv[1], sys.argv[2], sys.argv[3]
 def status(request):
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
@@ -39,8 +38,9 @@ def status(request):
         return error.code, error.read().decode()
 print(json.dumps({
     "presigned": status(url),
+    "admin_presigned": status(admin_url),
     "authorization": status(urllib.request.Request(
-        base + "/tfjob-test/pod/b.tar.gz",
+        base + "/tfjob-test/outputs/job/runs/dag/run-1/bundle.tar.gz",
         headers={"Authorization": "AWS4-HMAC-SHA256 Credential=tfjob-test-key/x"})),
     "moto_api": status(base + "/moto-api/data.json"),
 }))
@@ -59,17 +59,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server):
 def test_a_pod_gets_presigned_objects_but_not_the_key_or_the_moto_api(
     cluster, s3_server: S3Server
 ) -> None:
-    s3_server.client().put_object(Bucket=s3_server.bucket, Key="pod/b.tar.gz", Body=b"bundle")
-    signer = boto3.client(
-        "s3",
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=s3_server.access_key,
-        aws_secret_access_key=s3_server.secret_key,
-        region_name=s3_server.region,
-        config=Config(signature_version="s3v4"),
+    key = "outputs/job/runs/dag/run-1/bundle.tar.gz"  # a run's snapshot: pods may read it
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=b"bundle")
+    params = {"Bucket": s3_server.bucket, "Key": key}
+    url = s3_server.pods_presigner("test").generate_presigned_url(
+        "get_object", Params=params, ExpiresIn=120
     )
-    url = signer.generate_presigned_url(
-        "get_object", Params={"Bucket": s3_server.bucket, "Key": "pod/b.tar.gz"}, ExpiresIn=120
+    admin_url = s3_server.presigner().generate_presigned_url(
+        "get_object", Params=params, ExpiresIn=120
     )
     assert url.startswith(s3_server.endpoint)  # 127.0.0.1:PORT, the pod's own loopback
     v1 = cluster.core_v1()
@@ -77,7 +74,7 @@ def test_a_pod_gets_presigned_objects_but_not_the_key_or_the_moto_api(
     container = {
         "name": "main",
         "image": "python:3.11",
-        "command": ["python3", "-c", POD_PROGRAM, url, s3_server.endpoint],
+        "command": ["python3", "-c", POD_PROGRAM, url, admin_url, s3_server.endpoint],
     }
     v1.create_namespaced_pod(
         "default",
@@ -95,7 +92,9 @@ def test_a_pod_gets_presigned_objects_but_not_the_key_or_the_moto_api(
     assert phase == "Succeeded", log
     seen = json.loads(log.strip().splitlines()[-1])
     assert seen["presigned"] == [200, "bundle"]
+    assert seen["admin_presigned"][0] == 403
+    assert "only grants signed by a pods identity" in seen["admin_presigned"][1]
     assert seen["authorization"][0] == 403 and "Authorization header" in seen["authorization"][1]
     assert seen["moto_api"][0] == 403
     # The host's own listener still serves the key and /moto-api/.
-    assert s3_server.client().get_object(Bucket=s3_server.bucket, Key="pod/b.tar.gz")
+    assert s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)

@@ -60,25 +60,29 @@ def test_up_daemonises_with_buckets_and_down_stops_it(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=90,
-        env={**os.environ, "TFJOB_S3_SECRET_KEY": "tfjob-local-secret"},
     )
     assert started.returncode == 0, started.stderr
     info = json.loads((state / "ready.json").read_text())
+    credentials = json.loads((state / "credentials.json").read_text())
     try:
         assert f"serving {info['endpoint']}, pods at {info['pod_endpoint']}" in started.stdout
         assert info["pod_endpoint"].startswith("http://127.0.0.2:")
-        # The state dir, ready.json (the key) and the log (presigned queries) are private,
-        # and the secret is not on the server's command line, which every user can read.
+        # The state dir, ready.json (the key), credentials.json (the generated secret) and
+        # the log (presigned queries) are private, and the secret is not on the server's
+        # command line, which every user can read.
         assert file_mode(state) == 0o700
         assert file_mode(state / "ready.json") == 0o600
+        assert file_mode(state / "credentials.json") == 0o600
         assert file_mode(state / "server.log") == 0o600
+        assert info["access_key"] == credentials["access_key"]
+        assert len(credentials["secret_key"]) >= 40
         cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes()
-        assert b"tfjob-local-secret" not in cmdline
+        assert credentials["secret_key"].encode() not in cmdline
         client = boto3.client(
             "s3",
             endpoint_url=info["endpoint"],
-            aws_access_key_id="tfjob-local",
-            aws_secret_access_key="tfjob-local-secret",
+            aws_access_key_id=credentials["access_key"],
+            aws_secret_access_key=credentials["secret_key"],
             region_name="us-east-1",
         )
         assert [b["Name"] for b in client.list_buckets()["Buckets"]] == ["tfjob-demo"]
@@ -224,34 +228,36 @@ def post_form(
 
 def test_the_pod_facing_listener_serves_presigned_requests_only(s3_server: S3Server) -> None:
     host_client = s3_server.client()
-    host_client.put_object(Bucket=s3_server.bucket, Key="pods/b.tar.gz", Body=b"bundle")
-    signer = sigv4(s3_server)
+    run = "outputs/j/runs/dag/run-1/"  # a run's prefix under tenant test's outputs/
+    host_client.put_object(Bucket=s3_server.bucket, Key=run + "bundle.tar.gz", Body=b"bundle")
+    signer = s3_server.pods_presigner("test")  # as Airflow signs the pods' grants
     url = signer.generate_presigned_url(
-        "get_object", Params={"Bucket": s3_server.bucket, "Key": "pods/b.tar.gz"}, ExpiresIn=60
+        "get_object",
+        Params={"Bucket": s3_server.bucket, "Key": run + "bundle.tar.gz"},
+        ExpiresIn=60,
     )
     pod_url, pod_headers = as_pod_sends_it(s3_server, url)
     assert fetch(pod_url, headers=pod_headers) == (200, "bundle")
-    post = signer.generate_presigned_post(s3_server.bucket, "pods/up/${filename}", ExpiresIn=60)
+    post = signer.generate_presigned_post(s3_server.bucket, run + "model/${filename}", ExpiresIn=60)
     post_url, post_headers = as_pod_sends_it(s3_server, post["url"])
     assert post_form(post_url, post["fields"], b"model", post_headers)[0] == 204
 
     # The server's key does not work there: every Authorization header is refused...
     pod_client = make_client(s3_server, endpoint=s3_server.pod_endpoint)
     with pytest.raises(ClientError) as refused:
-        pod_client.get_object(Bucket=s3_server.bucket, Key="pods/b.tar.gz")
+        pod_client.get_object(Bucket=s3_server.bucket, Key=run + "bundle.tar.gz")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     # ...and so is moto's own API (data dump, reset).
     pod_api = s3_server.pod_endpoint + "/moto-api"
     assert fetch(pod_api + "/data.json", headers=pod_headers)[0] == 403
     assert fetch(pod_api + "/reset", "POST", pod_headers, b"")[0] == 403
-    status, body = fetch(s3_server.pod_endpoint + f"/{s3_server.bucket}/pods/b.tar.gz")
+    status, body = fetch(s3_server.pod_endpoint + f"/{s3_server.bucket}/{run}bundle.tar.gz")
     assert status == 403 and "Anonymous access is refused" in body
 
     # The host's listener stays as it was: the key and /moto-api/ work there.
-    assert host_client.get_object(Bucket=s3_server.bucket, Key="pods/up/f.bin")["Body"].read() == (
-        b"model"
-    )
+    got = host_client.get_object(Bucket=s3_server.bucket, Key=run + "model/f.bin")
+    assert got["Body"].read() == b"model"
     assert fetch(s3_server.endpoint + "/moto-api/data.json")[0] == 200
     assert fetch(url) == (200, "bundle")
 

@@ -34,7 +34,14 @@ from localkube.forwarding import Forward
 from localkube.kubelet.apiclient import ApiClient, ApiRequestError, RelistRequired
 from localkube.kubelet.network import NetworkError
 from localkube.kubelet.nftables import OPEN_SCRIPT, apply_pod_table, render_pod_table
-from localkube.kubelet.policymodel import ClusterView, compute_pod_rules, is_peer_pod
+from localkube.kubelet.policymodel import (
+    ClusterView,
+    DirectionRules,
+    ForwardVerdict,
+    PodRules,
+    compute_pod_rules,
+    is_peer_pod,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,14 @@ class PolicyEnforcer:
         self.targets: dict[str, EnforcedPod] = {}
         self.dirty = asyncio.Event()
         self.apply_slots = asyncio.Semaphore(PARALLEL_APPLIES)
+        # a pod whose rules cannot be computed: loopback and replies only, every forward shut
+        self.closed_script = render_pod_table(
+            PodRules(
+                ingress=DirectionRules(isolated=True),
+                egress=DirectionRules(isolated=True),
+                forwards=tuple(ForwardVerdict(f.pod_port, False) for f in self.forwards),
+            )
+        )
 
     # ---- the pod worker's side ----------------------------------------------------
     async def secure(self, pod: dict, netns: str, adopted: bool = False) -> None:
@@ -132,7 +147,11 @@ class PolicyEnforcer:
 
     async def enforce(self, target: EnforcedPod, view: ClusterView, raise_errors=False) -> None:
         async with target.lock:
-            script = render_pod_table(compute_pod_rules(target.pod, view, self.forwards))
+            try:
+                script = render_pod_table(compute_pod_rules(target.pod, view, self.forwards))
+            except Exception:  # noqa: BLE001 - a bug here must not end enforcement for all pods
+                log.exception("NetworkPolicy rules of pod %s not computed", target.netns)
+                script = self.closed_script
             if script == target.applied:
                 return
             try:
@@ -188,18 +207,19 @@ class PolicyEnforcer:
         return changed or before != self.pods.get(uid)
 
     def replace_all(self, kind: str, items: list[dict]) -> bool:
-        """A fresh listing: objects not in it are gone."""
+        """A fresh listing: objects not in it are gone; True when what the rules read changed."""
         held: dict[Any, Any] = {
             "pods": self.pods,
             "namespaces": self.namespaces,
             "policies": self.policies,
         }[kind]
         before = dict(held)
+        local_before = {uid: t.pod for uid, t in self.targets.items()}
         held.clear()
-        changed = False
         for item in items:
-            changed |= self.remember(kind, item, True)
-        return changed or before != held
+            self.remember(kind, item, True)
+        local_after = {uid: t.pod for uid, t in self.targets.items()}
+        return before != held or local_before != local_after
 
     async def follow(self, kind: str) -> None:
         """List, then watch one collection for ever (relist after 410 or a lost connection)."""

@@ -18,7 +18,8 @@ into the pod's rules. The rules of Kubernetes kept here:
   ingress, on each destination pod for egress) or none (every port);
 - an empty selector matches everything; a selector this module cannot read
   matches nothing as a peer, and selects every pod of its namespace as a
-  policy's `podSelector` (closed, not open).
+  policy's `podSelector`; a policy of any other unreadable shape isolates every
+  pod of its namespace and allows nothing (closed, not open).
 
 Peers are pods with an IP that are not finished, not on the host's network, and
 run on a node with real networking (simulated nodes' pods have no network). A
@@ -201,6 +202,8 @@ def is_peer_pod(pod: Mapping[str, Any]) -> bool:
 def policy_types(policy: Mapping[str, Any]) -> set[Direction]:
     spec = policy.get("spec") or {}
     given = spec.get("policyTypes")
+    if given is not None and not isinstance(given, list):
+        raise ValueError(f"policyTypes: {given!r} given; a list of Ingress, Egress is required")
     if given:
         return {Direction(t) for t in given if t in Direction.__members__.values()}
     types = {Direction.INGRESS}
@@ -347,17 +350,26 @@ def build_allowances(
 def compute_direction(
     pod: Mapping[str, Any], view: ClusterView, direction: Direction
 ) -> DirectionRules:
-    selecting = [
-        p for p in view.policies if direction in policy_types(p) and policy_selects(p, pod)
-    ]
-    if not selecting:
-        return DirectionRules()
     key = "ingress" if direction is Direction.INGRESS else "egress"
+    isolated = False
     allowances: list[Allowance] = []
-    for policy in selecting:
-        for rule in (policy.get("spec") or {}).get(key) or []:
-            allowances.extend(build_allowances(rule, direction, namespace_of(policy), pod, view))
-    return DirectionRules(isolated=True, allowances=tuple(allowances))
+    for policy in view.policies:
+        try:
+            if direction not in policy_types(policy) or not policy_selects(policy, pod):
+                continue
+            found = [
+                allowance
+                for rule in (policy.get("spec") or {}).get(key) or []
+                for allowance in build_allowances(rule, direction, namespace_of(policy), pod, view)
+            ]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            # a policy of a shape this module cannot read isolates its namespace, allowing nothing
+            if namespace_of(policy) != namespace_of(pod):
+                continue
+            found = []
+        isolated = True
+        allowances.extend(found)
+    return DirectionRules(isolated=isolated, allowances=tuple(allowances))
 
 
 def port_in(ranges: tuple[PortRange, ...] | None, protocol: Protocol, port: int) -> bool:

@@ -449,3 +449,17 @@ def test_every_kind_of_rule_loads_into_a_pod_namespace(scratch_netns):
         text=True,
     )
     assert "localkube" not in gone.stdout
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"podSelector": {}, "ingress": "everyone"},
+        {"podSelector": {}, "ingress": [{"from": [{"podSelector": "app=x"}]}]},
+        {"podSelector": {}, "policyTypes": "Ingress"},
+    ],
+)
+def test_a_policy_of_an_unreadable_shape_closes_its_namespace_only(spec):
+    rules = rules_of(DB, policy("odd", spec))
+    assert rules.ingress.isolated and not any(admits(rules.ingress, p, 1) for p in EVERYONE)
+    assert not rules_of(MYPROJECT_POD, policy("odd", spec)).ingress.isolated

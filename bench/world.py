@@ -126,7 +126,7 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
     env = {
         k: v
         for k, v in record["env"].items()
-        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
     }
     handle = start_airflow(Path(folder) / "airflow-standalone", extra_env=env)
     airflow = {

@@ -45,7 +45,7 @@ from s3_fixtures import S3Server, start_s3_server, stop_s3_server
 from standin import write_standin_bundle
 
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, submit_dag_id
-from tfjob.tenants import build_namespace, load_tenants
+from tfjob.tenants import TENANTS_FILE_ENV, build_namespace, load_tenants
 
 REPO = REPO_ROOT
 TENANT = "test"
@@ -281,6 +281,17 @@ def migrate_airflow_db(env: dict[str, str]) -> None:
         )
 
 
+def write_tenants_file(folder: Path, s3: S3Server) -> Path:
+    """deploy/tenants.yaml with `network.s3_port` at this S3 server's port: the runs'
+    NetworkPolicies allow egress to the S3 port, and localkube enforces them, so pods
+    reach the pod-facing S3 forward only when the policy names its port."""
+    tenants = yaml.safe_load((REPO / "deploy" / "tenants.yaml").read_text())
+    tenants.setdefault("network", {})["s3_port"] = int(s3.pod_forward().rsplit(":", 1)[1])
+    path = folder / "tenants.yaml"
+    path.write_text(yaml.safe_dump(tenants, sort_keys=False))
+    return path
+
+
 def airflow_env(
     home: Path, s3: S3Server, kube: LocalkubeHandle, requests_dir: Path
 ) -> dict[str, str]:
@@ -306,6 +317,7 @@ def airflow_env(
         ),
         PYTHONPATH=str(REPO),
     )
+    env[TENANTS_FILE_ENV] = str(write_tenants_file(home, s3))
     # aws_default (the admin key) and each tenant's pods-only tfjob_pods_<tenant>
     env.update(s3.airflow_connections())
     return env

@@ -65,7 +65,7 @@ def airflow(pipeline_world, tmp_path_factory):
     env = {
         k: v
         for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
     }
     env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
     handle = start_airflow(tmp_path_factory.mktemp("airflow-view"), extra_env=env)

@@ -44,7 +44,7 @@ def airflow(pipeline_world, tmp_path_factory):
     env = {
         k: v
         for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
     }
     # Each task process parses its DAG file, importing the provider's KubernetesPodOperator
     # (kubernetes + kubernetes_asyncio: ~2 s idle, over 10 s on 2 cores under load): give it

@@ -96,7 +96,7 @@ def examples(pipeline_world, tmp_path_factory):
     env = {
         k: v
         for k, v in world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k == "TFJOB_REQUESTS_DIR"
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
     }
     env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"
     handle = start_airflow(tmp_path_factory.mktemp("airflow-tf"), extra_env=env)

@@ -49,10 +49,12 @@ OTHER_DEFAULTS = {"cpu": "150m", "memory": "96Mi"}
 @pytest.fixture(scope="module")
 def world(pipeline_world, tmp_path_factory):
     path = tmp_path_factory.mktemp("tenants") / "tenants.yaml"
+    # the world's S3 port: localkube enforces the NetworkPolicies' egress to it
+    s3_port = load_tenants(pipeline_world.env[TENANTS_FILE_ENV]).network.s3_port
     path.write_text(
         yaml.safe_dump(
             {
-                "network": {"s3_port": 9000},
+                "network": {"s3_port": s3_port},
                 "tenants": [
                     {
                         "name": TENANT,

@@ -293,7 +293,8 @@ class PodWorker:
         self.container_env.update(container_env)
         await self.sandbox.adopt(self.pod, netns, pod_ip)
         try:
-            await self.kubelet.policies.secure(self.pod, netns, adopted=True)
+            if netns:  # None: the host's network
+                await self.kubelet.policies.secure(self.pod, netns, adopted=True)
         except NetworkError as exc:
             log.warning(
                 "pod %s/%s: NetworkPolicy rules not rewritten: %s", self.namespace, self.name, exc

@@ -2,9 +2,11 @@
 
 There is no container engine: an image is "pulled" when a pattern of
 localkube/images.yaml (or the file named by LOCALKUBE_IMAGES) matches it. The
-only kind today is `host`: the host's filesystem with the project's venv first
-on PATH, so `python3` in a pod is the venv's python. An unmatched image fails
-like an unpullable one (ErrImagePull, then ImagePullBackOff).
+only kind today is `host`: the host's system directories and the project's venv
+(with the interpreter it comes from), read-only, the venv first on PATH, so
+`python3` in a pod is the venv's python; `host_dirs` names the venv and the
+interpreter for the shim, which builds the rest of the root (podroot.py). An
+unmatched image fails like an unpullable one (ErrImagePull, then ImagePullBackOff).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ class ResolvedImage:
     kind: ImageKind
     cmd: list[str]
     path: str
-    # Host directories the image needs at the same path in the container (the venv),
-    # even when they live where the container has a private tree of its own (/tmp).
+    # Host directories the image needs at the same path in the container (the venv and its
+    # interpreter); nothing above them is visible, and they may live under /tmp.
     host_dirs: tuple[str, ...] = ()
 
 

@@ -22,7 +22,6 @@ SHIM_START_TIMEOUT_S = 30
 
 
 PRIVATE_DIR_MODE = 0o700  # the kubelet's state: no pod process may look into another pod's
-POD_TMP_MODE = 0o1777
 
 
 def pod_dir(state_dir: str, pod_uid: str) -> str:
@@ -45,11 +44,8 @@ def make_kubelet_dirs(state_dir: str) -> None:
 
 
 def make_pod_dirs(directory: str) -> None:
-    """The pod's directory (0700) and its private /tmp (1777, as on a real node)."""
+    """The pod's directory (0700); each container's /tmp is a tmpfs of its own (podroot.py)."""
     make_private_dir(directory)
-    tmp = os.path.join(directory, "tmp")
-    os.makedirs(tmp, exist_ok=True)
-    os.chmod(tmp, POD_TMP_MODE)
 
 
 def build_shim_spec(
@@ -70,7 +66,6 @@ def build_shim_spec(
         "host_dirs": list(run.get("host_dirs") or ()),
         "root": os.path.join(base, "root"),
         "scratch_dir": os.path.join(base, "scratch"),
-        "tmp_dir": os.path.join(directory, "tmp"),
         "hostname": (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"],
         "workingDir": container.get("workingDir") or "/",
         "log_path": os.path.join(log_dir, f"{restart_count}.log"),

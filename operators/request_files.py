@@ -107,7 +107,7 @@ def check_request_name(path: Path, name: str) -> None:
     """RequestNameError unless the request in `path` is named after its file's stem."""
     if name != path.stem:
         raise RequestNameError(
-            f"request file {path.name}: request.name {name!r} given; allowed: {path.stem!r}, "
+            f"request.name {name!r} given; allowed: {path.stem!r}, "
             f"the file's stem (a request's name is its file's name: rename the file to "
             f"{name}{path.suffix} or set name: {path.stem})"
         )

@@ -122,7 +122,7 @@ def check_request_source(request: TrainingRequest, request_file: str | None, dag
     try:
         check_request_name(Path(request_file), request.name)
     except RequestNameError as exc:
-        raise AirflowFailException(str(exc)) from None
+        raise AirflowFailException(f"request file {Path(request_file).name}: {exc}") from None
     if dag_id != request_dag_id(request.name):
         raise AirflowFailException(
             f"request file {Path(request_file).name}: it makes DAG "

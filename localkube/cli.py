@@ -36,6 +36,13 @@ from localkube.certificates import CertificateError
 from localkube.cluster import DEFAULT_PORT, DEFAULT_STATE_DIR, UpError, blink, down, status, up
 from localkube.credentials import TokenError
 from localkube.forwarding import Forward, parse_forward_spec
+from localkube.logrotation import (
+    DEFAULT_MAX_FILES,
+    DEFAULT_MAX_SIZE,
+    MIN_MAX_FILES,
+    build_log_rotation,
+    parse_log_size,
+)
 from localkube.nodepower import node_start, node_stop
 
 
@@ -49,6 +56,22 @@ def seconds_argument(text: str) -> float:
             f"{text!r} given; a number of seconds from 0 to {MAX_OUTAGE_SECONDS:g} is required"
         )
     return seconds
+
+
+def log_size_argument(text: str) -> str:
+    try:
+        parse_log_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def log_files_argument(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_MAX_FILES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} given; a whole number of at least {MIN_MAX_FILES} is required"
+        )
+    return int(text)
 
 
 def grace_period_argument(text: str) -> float:
@@ -115,6 +138,22 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_GRACE_PERIOD_S:g}; 0: never, the default with "
         "--no-kubelets)",
     )
+    up_cmd.add_argument(
+        "--container-log-max-size",
+        type=log_size_argument,
+        default=DEFAULT_MAX_SIZE,
+        metavar="SIZE",
+        help="a container's log file is rotated before it passes this size "
+        f"(a kubelet's containerLogMaxSize; default {DEFAULT_MAX_SIZE})",
+    )
+    up_cmd.add_argument(
+        "--container-log-max-files",
+        type=log_files_argument,
+        default=DEFAULT_MAX_FILES,
+        metavar="N",
+        help="log files kept per container run, the current one included "
+        f"(a kubelet's containerLogMaxFiles; default {DEFAULT_MAX_FILES})",
+    )
     for name, text in (
         ("down", "stop localkube and everything it started"),
         ("status", "say whether localkube runs"),
@@ -153,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.forward,
                 not args.no_kubelets,
                 args.node_monitor_grace_period,
+                build_log_rotation(args.container_log_max_size, args.container_log_max_files),
             )
         except (UpError, TokenError, CertificateError, ValueError, OSError) as error:
             print(f"localkube up failed: {error}", file=sys.stderr)

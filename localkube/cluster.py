@@ -30,6 +30,7 @@ from localkube.credentials import (
 )
 from localkube.errors import LocalkubeError
 from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards
+from localkube.logrotation import DEFAULT_LOG_ROTATION, LogRotation
 
 DEFAULT_PORT = 6443
 DEFAULT_STATE_DIR = ".state/localkube"
@@ -220,12 +221,14 @@ def up(
     forward: list[Forward | int],
     start_kubelets: bool = True,
     node_monitor_grace_period_s: float | None = None,
+    log_rotation: LogRotation = DEFAULT_LOG_ROTATION,
 ) -> dict:
     """Start localkube in the background; returns the contents of DIR/localkube.json.
 
     `node_monitor_grace_period_s`: how long a node may go without a kubelet heartbeat before it
     and its pods are lost; None: 40 s, or never (0) without kubelets, where tests set the
-    nodes' Ready condition by hand."""
+    nodes' Ready condition by hand. `log_rotation`: how the kubelets rotate container logs
+    (recorded there for them)."""
     if node_monitor_grace_period_s is None:
         node_monitor_grace_period_s = DEFAULT_GRACE_PERIOD_S if start_kubelets else 0.0
     forwards = merge_forwards([f if isinstance(f, Forward) else Forward(f) for f in forward])
@@ -275,6 +278,7 @@ def up(
         "kubeconfig": str(state_dir / "kubeconfig"),
         "node_monitor_grace_period": node_monitor_grace_period_s,
         "simulated_nodes": simulated,
+        "container_logs": log_rotation.to_json(),
     }
     write_atomically(state_dir / "kubeconfig", kubeconfig_text(api_url, credentials))
     write_atomically(state_dir / "localkube.json", json.dumps(info, indent=2))

@@ -1,22 +1,19 @@
-"""`pods/log`: serves container logs from the CRI-format files the kubelet writes.
+"""`pods/log`: which container log file a request means, and its query options.
 
 Files: DIR/kubelet/pods/<uid>/logs/<container>/<restartCount>.log, one line per output line:
 `<RFC3339Nano> <stdout|stderr> <F|P> <text>`. P marks a partial line joined to the next one.
+The kubelet rotates each file by size (`<restartCount>.log.<time>`, kubelet/logwriter.py);
+logreader.py reads the current one in bounded memory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
-import os
-from collections import deque
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from localkube.apiserver import errors
-
-FOLLOW_POLL_S = 0.05
+from localkube.apiserver.logreader import ReadWindow, parse_timestamp
 
 
 def pod_dir(state_dir: str, uid: str) -> Path:
@@ -106,15 +103,6 @@ def log_file(state_dir: str, pod: dict, container: str, previous: bool) -> Path 
     return directory / f"{restart}.log"
 
 
-def parse_timestamp(text: str) -> datetime.datetime:
-    text = text.rstrip("Z")
-    if "." in text:
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]}"
-    moment = datetime.datetime.fromisoformat(text)
-    return moment.replace(tzinfo=datetime.UTC)
-
-
 class LogOptions:
     def __init__(self, query) -> None:
         def integer(key: str) -> int | None:
@@ -145,79 +133,5 @@ class LogOptions:
                     f"sinceTime={query['sinceTime']!r} is not RFC 3339"
                 ) from None
 
-
-class _Renderer:
-    """Turns CRI lines into the text the API returns, honouring timestamps and since."""
-
-    def __init__(self, options: LogOptions) -> None:
-        self.options = options
-        self.in_partial = False
-
-    def render(self, raw: str) -> str | None:
-        parts = raw.rstrip("\n").split(" ", 3)
-        if len(parts) < 3:
-            return None
-        stamp, tag = parts[0], parts[2]
-        text = parts[3] if len(parts) > 3 else ""
-        if self.options.since is not None and not self.in_partial:
-            try:
-                if parse_timestamp(stamp) < self.options.since:
-                    self.in_partial = tag == "P"
-                    return None
-            except ValueError:
-                pass
-        prefix = f"{stamp} " if self.options.timestamps and not self.in_partial else ""
-        self.in_partial = tag == "P"
-        return prefix + text + ("" if tag == "P" else "\n")
-
-
-def read_logs(path: Path, options: LogOptions) -> tuple[bytes, int]:
-    """The log text so far, and the file offset it stopped at (for following)."""
-    renderer = _Renderer(options)
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
-        data = handle.read()
-    offset = len(data.encode("utf-8", errors="replace"))
-    complete = data if data.endswith("\n") or not data else data[: data.rfind("\n") + 1]
-    offset = len(complete.encode("utf-8", errors="replace"))
-    chunks = [renderer.render(line) for line in complete.splitlines()]
-    text = [c for c in chunks if c is not None]
-    if options.tail_lines is not None:
-        lines, current = deque(maxlen=max(options.tail_lines, 0)), []
-        for chunk in text:
-            current.append(chunk)
-            if chunk.endswith("\n"):
-                lines.append("".join(current))
-                current = []
-        if current and options.tail_lines > 0:
-            lines.append("".join(current))
-        text = list(lines)
-    return "".join(text).encode(), offset
-
-
-async def follow_logs(
-    path: Path, offset: int, options: LogOptions, done: Callable[[], bool]
-) -> AsyncIterator[bytes]:
-    """New rendered bytes appended after `offset`, until `done()` and the file is drained."""
-    renderer = _Renderer(options)
-    options.since = None
-    buffer = b""
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        while True:
-            finished = done()
-            chunk = handle.read()
-            if chunk:
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                out = [renderer.render(line.decode("utf-8", errors="replace")) for line in lines]
-                text = "".join(o for o in out if o is not None)
-                if text:
-                    yield text.encode()
-                continue
-            if finished:
-                return
-            await asyncio.sleep(FOLLOW_POLL_S)
-
-
-def file_size(path: Path) -> int:
-    return os.stat(path).st_size
+    def window(self) -> ReadWindow:
+        return ReadWindow(self.tail_lines, self.since, self.timestamps)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from localkube.apiserver import errors, podexec, podlogs, tables
+from localkube.apiserver import errors, logreader, podexec, podlogs, tables
 from localkube.apiserver.errors import ApiError
 from localkube.apiserver.operations import ObjectApi, parse_propagation
 from localkube.apiserver.outage import Outage
@@ -292,25 +292,14 @@ class CoreHandlers:
         )
 
     async def _serve_log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """The log, streamed a block at a time (logreader.py): a bounded request reads little
+        more than it returns, and a long one is never held whole in memory."""
         pod = self.api.get("pods", target.namespace, target.name)
         options = podlogs.LogOptions(request.rel_url.query)
         container = podlogs.pick_container(pod, request.rel_url.query.get("container"))
         path = podlogs.log_file(self.state_dir, pod, container, options.previous)
-        if path is None:
+        if path is None or (options.limit_bytes is not None and options.limit_bytes <= 0):
             return web.Response(body=b"", content_type="text/plain")
-        text, offset = podlogs.read_logs(path, options)
-        if options.limit_bytes is not None:
-            text = text[: options.limit_bytes]
-        if not options.follow or (
-            options.limit_bytes is not None and len(text) >= options.limit_bytes
-        ):
-            return web.Response(body=text, content_type="text/plain")
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        sent = len(text)
-        if text:
-            await response.write(text)
         namespace, name, uid = target.namespace, target.name, pod["metadata"]["uid"]
         restart = int(path.stem)
 
@@ -325,16 +314,28 @@ class CoreHandlers:
                 self.state_dir, uid, container
             ) not in (None, restart)
 
+        try:  # the kubelet swaps a rotated file out by rename: the path always names one
+            handle = path.open("rb")
+        except FileNotFoundError:  # the pod's files were removed since
+            return web.Response(body=b"", content_type="text/plain")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        left = options.limit_bytes
+        stream = logreader.stream_log(path, handle, options.window(), options.follow, finished)
         try:
-            async for chunk in podlogs.follow_logs(path, offset, options, finished):
-                if options.limit_bytes is not None:
-                    chunk = chunk[: max(options.limit_bytes - sent, 0)]
-                sent += len(chunk)
+            await response.prepare(request)
+            async for chunk in stream:
+                if left is not None:
+                    chunk = chunk[:left]
+                    left -= len(chunk)
                 await response.write(chunk)
-                if options.limit_bytes is not None and sent >= options.limit_bytes:
+                if left == 0:
                     break
         except (ConnectionResetError, asyncio.CancelledError):
             return response
+        finally:
+            await stream.aclose()
+            handle.close()
         await response.write_eof()
         return response
 

@@ -33,6 +33,7 @@ from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import make_kubelet_dirs, pod_dir
 from localkube.kubelet.status import PodPhase, now_rfc3339
 from localkube.kubelet.volumes import VolumeError, refresh_object_volumes
+from localkube.logrotation import log_rotation_of_cluster
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Kubelet:
         # another host address and port.
         self.forward_ports = forwards_of_cluster(cluster, self.api_port)
         self.image_rules = load_image_rules()
+        self.log_rotation = log_rotation_of_cluster(cluster)
         self.api = ApiClient(api_url, credentials)
         simulated = set(cluster.get("simulated_nodes") or [])
         self.policies = PolicyEnforcer(self.api, self.forward_ports, simulated.__contains__)

@@ -15,6 +15,7 @@ from localkube.kubelet.apiclient import ApiClient
 from localkube.kubelet.images import ImageRule
 from localkube.kubelet.network import AddressPool
 from localkube.kubelet.policyenforcer import PolicyEnforcer
+from localkube.logrotation import LogRotation
 
 
 class PodHost(Protocol):
@@ -27,6 +28,7 @@ class PodHost(Protocol):
     api_port: int | None
     forward_ports: list[Forward]
     image_rules: list[ImageRule]
+    log_rotation: LogRotation
     api: ApiClient
     addresses: AddressPool
     policies: PolicyEnforcer

@@ -40,6 +40,7 @@ from localkube.kubelet.launch import (
     resolve_container_config,
 )
 from localkube.kubelet.lifecycle import RunResult, StopReason, WorkerLife, WorkerPhase
+from localkube.kubelet.logwriter import remove_log_files
 from localkube.kubelet.network import NetworkError
 from localkube.kubelet.podstate import build_pod_state, write_pod_state
 from localkube.kubelet.runrecords import (
@@ -326,10 +327,10 @@ class PodWorker:
         shim_spec = build_run_spec(
             self.pod, spec, record.restart_count, image, self.sandbox, config
         )
+        shim_spec.update(self.kubelet.log_rotation.shim_fields())
         base = os.path.dirname(shim_spec["exit_path"])
         self.container_env[name] = describe_exec_context(config, shim_spec)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(shim_spec["log_path"])
+        remove_log_files(shim_spec["log_path"])
         if record.restart_count == 0:
             pulled = f'Container image "{spec.get("image")}" already present on machine'
             self.record_event("Normal", "Pulled", pulled, name)

@@ -15,7 +15,8 @@ no site, few imports: ~15 ms CPU; the spec and exit record are marshal files). T
    container's user, groups, capabilities, no_new_privs and seccomp filter
    (privileges.py) and execs the command;
 3. the shim prints `STARTED <host pid> <startedAt>` or `FAILED <message>` on
-   stdout, relays the child's stdout/stderr into the CRI-format log file, waits
+   stdout, relays the child's stdout/stderr into the CRI-format log file
+   (logwriter.py, which rotates it by size), waits
    for the child and writes the exit record (exit code, signal, OOM) atomically.
 
 When pid 1 of the container exits the kernel kills every other process of its
@@ -34,6 +35,7 @@ import warnings  # noqa: F401 - os.execvpe imports it, once the host's stdlib ma
 if __name__ == "__main__" and not __package__:  # run as a script with -I -S
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from localkube.kubelet.logwriter import LogWriter, format_timestamp  # noqa: E402
 from localkube.kubelet.podroot import build_root  # noqa: E402
 from localkube.kubelet.privileges import apply_privileges  # noqa: E402
 
@@ -42,7 +44,6 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
-PARTIAL_LINE_LIMIT = 16384
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -51,11 +52,6 @@ def check_call(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def format_timestamp(ns: int) -> str:
-    secs, frac = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
 
 
 def join_cgroups(paths: list[str]) -> None:
@@ -100,38 +96,6 @@ def enter_namespaces(spec: dict) -> None:
         check_call(libc.setns(fd, CLONE_NEWNET), "setns net")
         os.close(fd)
     check_call(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
-
-
-class LogWriter:
-    """Writes CRI log lines: `<RFC3339Nano> <stream> <F|P> <text>`."""
-
-    def __init__(self, path: str) -> None:
-        self.file = open(path, "ab", buffering=0)
-        self.pending: dict[str, bytes] = {"stdout": b"", "stderr": b""}
-
-    def feed(self, stream: str, data: bytes) -> None:
-        buf = self.pending[stream] + data
-        out = []
-        stamp = format_timestamp(time.time_ns()).encode()
-        while True:
-            idx = buf.find(b"\n")
-            if idx < 0:
-                break
-            out.append(b"%s %s F %s\n" % (stamp, stream.encode(), buf[:idx]))
-            buf = buf[idx + 1 :]
-        while len(buf) >= PARTIAL_LINE_LIMIT:
-            out.append(b"%s %s P %s\n" % (stamp, stream.encode(), buf[:PARTIAL_LINE_LIMIT]))
-            buf = buf[PARTIAL_LINE_LIMIT:]
-        self.pending[stream] = buf
-        if out:
-            self.file.write(b"".join(out))
-
-    def flush_stream(self, stream: str) -> None:
-        buf = self.pending[stream]
-        if buf:
-            stamp = format_timestamp(time.time_ns()).encode()
-            self.file.write(b"%s %s F %s\n" % (stamp, stream.encode(), buf))
-            self.pending[stream] = b""
 
 
 def relay_output(log: LogWriter, out_r: int, err_r: int) -> None:
@@ -184,7 +148,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    log = LogWriter(spec["log_path"])
+    log = LogWriter(spec["log_path"], spec.get("log_max_bytes", 0), spec.get("log_max_files", 2))
     oom_before = read_oom_kills(spec["cgroups"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()

@@ -240,7 +240,7 @@ def test_bad_quantity_names_the_field():
 def test_log_lines_are_written_in_cri_format(tmp_path):
     import re
 
-    from localkube.kubelet.shim import PARTIAL_LINE_LIMIT, LogWriter
+    from localkube.kubelet.logwriter import PARTIAL_LINE_LIMIT, LogWriter
 
     path = tmp_path / "0.log"
     writer = LogWriter(str(path))

@@ -12,6 +12,9 @@ labels and the `tfjob.io/dag-id` / `tfjob.io/run-id` annotations
 - DagRun no longer exists: delete;
 - annotations missing: keep, and say so (we cannot tell whose it is).
 
+Objects are grouped by their run key *and* the run their own annotations name:
+of two runs whose keys collide, each is judged by its own DagRun.
+
 Only objects labelled `app.kubernetes.io/managed-by=tfjob` *and* carrying a
 `tfjob.io/run` label are considered: tenant objects (namespace, quota, ...)
 have no run label and are never touched. In Airflow it looks in the namespaces
@@ -170,25 +173,19 @@ def collect_run_groups(clients: Clients, namespaces: Iterable[str] | None = None
     `namespaces`: where to look (the tenants' namespaces, which per-namespace RBAC
     allows); None: every namespace (needs cluster-wide list rights).
     """
-    groups: dict[tuple[str, str], RunGroup] = {}
+    groups: dict[tuple[str, str, str, str], RunGroup] = {}
     places: list[str | None] = list(namespaces) if namespaces is not None else [None]
     for kind in RUN_OBJECT_KINDS:
         for item in (found for place in places for found in _list_kind(clients, kind, place)):
             meta = item.metadata
             labels = meta.labels or {}
             annotations = meta.annotations or {}
-            key = (meta.namespace, labels.get(naming.LABEL_RUN, ""))
-            group = groups.setdefault(
-                key,
-                RunGroup(
-                    meta.namespace,
-                    key[1],
-                    annotations.get(naming.ANNOTATION_DAG_ID),
-                    annotations.get(naming.ANNOTATION_RUN_ID),
-                ),
-            )
-            group.dag_id = group.dag_id or annotations.get(naming.ANNOTATION_DAG_ID)
-            group.run_id = group.run_id or annotations.get(naming.ANNOTATION_RUN_ID)
+            dag_id = annotations.get(naming.ANNOTATION_DAG_ID)
+            run_id = annotations.get(naming.ANNOTATION_RUN_ID)
+            # Each object goes by its own annotations: two runs whose keys collide are two
+            # groups, and the end of one never deletes the other's objects.
+            key = (meta.namespace, labels.get(naming.LABEL_RUN, ""), dag_id or "", run_id or "")
+            group = groups.setdefault(key, RunGroup(meta.namespace, key[1], dag_id, run_id))
             group.objects.append(RunObject(kind, meta.namespace, meta.name, meta.uid))
     return [groups[key] for key in sorted(groups)]
 

@@ -3,8 +3,12 @@
 Every object of a run carries the run's labels (docs/architecture.md), so a
 label selector finds all of them: this is how a retried or cleared run removes
 an earlier try's leftovers, how teardown and `on_kill` delete a run, and how
-the launch task watches its gang. Deletes accept 404 (someone else was
-faster); waits use a Kubernetes watch with a deadline, never a fixed sleep.
+the launch task watches its gang. The selector names the run's `tfjob.io/run-hash`
+(192 bits of its DAG and run id), not only its run key: another run whose key is
+the same (a run id chosen to collide) never matches, and `find_foreign_objects`
+lets launch refuse such a key instead of sharing names with the other run.
+Deletes accept 404 (someone else was faster); waits use a Kubernetes watch
+with a deadline, never a fixed sleep.
 The waits ride out a blinking control plane (operators/transient.py): a 5xx,
 429 or dropped connection while listing or watching is followed by a back-off
 and a relist, until the wait's own deadline.
@@ -277,23 +281,90 @@ def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[s
     return [to_plain(api, e) for e in events]
 
 
+class ForeignObjectError(RuntimeError):
+    """Objects named or labelled like this run's belong to another run: left alone."""
+
+    def __init__(self, run_key: str, foreign: list[str]) -> None:
+        self.run_key = run_key
+        self.foreign = foreign
+        super().__init__(
+            f"run key {run_key}: {', '.join(foreign)} carry this key but belong to another "
+            f"run; they are left alone and this run cannot use the key: trigger it again "
+            f"with another run id"
+        )
+
+
+def names_run(meta: Any, dag_id: str, run_id: str) -> bool:
+    """Do an object's labels and annotations (a client model's metadata, or a dict) name
+    this run: its `tfjob.io/run-hash` label and its dag-id and run-id annotations?"""
+    from tfjob import naming
+
+    read = meta.get if isinstance(meta, dict) else lambda key: getattr(meta, key, None)
+    labels = read("labels") or {}
+    annotations = read("annotations") or {}
+    return (
+        labels.get(naming.LABEL_RUN_HASH) == naming.run_hash(dag_id, run_id)
+        and annotations.get(naming.ANNOTATION_DAG_ID) == dag_id
+        and annotations.get(naming.ANNOTATION_RUN_ID) == run_id
+    )
+
+
+def find_foreign_objects(
+    api: k8s.CoreV1Api, namespace: str, run_key: str, dag_id: str, run_id: str
+) -> list[str]:
+    """`Kind/name (dag …, run …)` of each object labelled with `run_key` that is not the
+    run's own (`names_run`): one list per kind."""
+    from tfjob import naming
+
+    foreign = []
+    for kind, list_name, _ in RUN_OBJECT_KINDS:
+        listing = getattr(api, list_name)(namespace, label_selector=naming.run_selector(run_key))
+        for item in listing.items:
+            if not names_run(item.metadata, dag_id, run_id):
+                notes = item.metadata.annotations or {}
+                foreign.append(
+                    f"{kind}/{item.metadata.name} (dag {notes.get(naming.ANNOTATION_DAG_ID)}, "
+                    f"run {notes.get(naming.ANNOTATION_RUN_ID)})"
+                )
+    return sorted(foreign)
+
+
 def create_objects(
     api: k8s.CoreV1Api, namespace: str, bodies: Iterable[dict[str, Any]]
 ) -> list[str]:
-    """Create ConfigMaps and Secrets given as dicts; an existing one is replaced."""
+    """Create ConfigMaps and Secrets given as dicts; an existing one of the same run is
+    replaced, one of another run (same name: a run key collision) refused with
+    ForeignObjectError."""
+    from tfjob import naming
+
     made = []
     for body in bodies:
         kind = body["kind"]
         name = body["metadata"]["name"]
-        create, replace = {
-            "ConfigMap": (api.create_namespaced_config_map, api.replace_namespaced_config_map),
-            "Secret": (api.create_namespaced_secret, api.replace_namespaced_secret),
+        create, read, replace = {
+            "ConfigMap": (
+                api.create_namespaced_config_map,
+                api.read_namespaced_config_map,
+                api.replace_namespaced_config_map,
+            ),
+            "Secret": (
+                api.create_namespaced_secret,
+                api.read_namespaced_secret,
+                api.replace_namespaced_secret,
+            ),
         }[kind]
         try:
             create(namespace, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            notes = body["metadata"].get("annotations") or {}
+            dag_id = notes.get(naming.ANNOTATION_DAG_ID, "")
+            run_id = notes.get(naming.ANNOTATION_RUN_ID, "")
+            if not names_run(read(name, namespace).metadata, dag_id, run_id):
+                raise ForeignObjectError(
+                    body["metadata"]["labels"][naming.LABEL_RUN], [f"{kind}/{name}"]
+                ) from None
             replace(name, namespace, body)
         made.append(f"{kind}/{name}")
     return made

@@ -6,7 +6,9 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
 `PodManager.create_pod` with its API retries, `read_pod_events`,
 `read_pod_logs`) and replaces only `execute`:
 
-1. delete whatever an earlier try of the same run left (by label), pods with
+1. refuse a run key that another run's objects carry (a run id chosen so that
+   its key collides: nothing of the other run is touched), then
+   delete whatever an earlier try of the same run left (by label), pods with
    their own grace period, and wait until the pods are really gone: with a
    grace period the API keeps a pod (deletionTimestamp set) until its kubelet
    confirmed the containers ended, whereas `gracePeriodSeconds=0` removes the
@@ -276,10 +278,25 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
     def remove_leftovers(self, run: RunInfo) -> None:
         """Delete objects of an earlier try of this run (pods with their grace period) and
-        wait until they are gone: the old containers have ended, not just the objects."""
+        wait until they are gone: the old containers have ended, not just the objects.
+
+        Objects of another run that carry this run's key (a run id chosen to collide)
+        are never deleted: the run fails, naming them (`kubeobjects.find_foreign_objects`)."""
         from operators.transient import call_with_retries
 
         api = self.client
+        foreign = call_with_retries(
+            lambda: kubeobjects.find_foreign_objects(
+                api, run.namespace, run.run_key, run.dag_id, run.run_id
+            ),
+            deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
+            what=f"looking for other runs' objects with key {run.run_key}",
+            log=self.log,
+        )
+        if foreign:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(str(kubeobjects.ForeignObjectError(run.run_key, foreign)))
         pods = call_with_retries(
             lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
             deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,

@@ -4,8 +4,8 @@
 the request alone) and pushes `describe_run(...)`; every later task calls
 `pull_run(context)` and gets the same request object and the same run
 identity (namespace, run key, label selector, pod names, S3 prefix, the
-tenant's AWS connection), so no task derives names on its own and a retried
-task finds exactly its run's objects.
+tenant's AWS connection, the tenant's pod uid/gid), so no task derives names
+on its own and a retried task finds exactly its run's objects.
 
 A run is identified by its DAG and its run_id together: two DAGs may have
 runs with equal run_ids (and jobs with equal names), so the run key and the
@@ -21,6 +21,7 @@ from operators.s3access import run_output_prefix
 from tfjob import naming
 from tfjob.pipeline_ids import VALIDATE_TASK
 from tfjob.request import TrainingRequest, load_request
+from tfjob.tenant_model import PodUser
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,20 @@ class RunInfo:
     namespace: str
     run_key: str
     aws_conn_id: str  # every S3 call of the run uses it: its tenant's `s3_conn_id`
+    run_as: PodUser | None = None  # its tenant's `pod_user`; None: read from the tenants file
+
+    @property
+    def run_hash(self) -> str:
+        return naming.run_hash(self.dag_id, self.run_id)
 
     @property
     def selector(self) -> str:
+        """This run's objects and no other run's, even one whose run key is the same."""
+        return naming.run_selector(self.run_key, self.run_hash)
+
+    @property
+    def key_selector(self) -> str:
+        """Every object labelled with this run's key: this run's, and any run's colliding."""
         return naming.run_selector(self.run_key)
 
     @property
@@ -51,8 +63,22 @@ class RunInfo:
         from tfjob.manifests import RunIdentity
 
         return RunIdentity(
-            job=self.request.name, run_id=self.run_id, dag_id=self.dag_id, namespace=self.namespace
+            job=self.request.name,
+            run_id=self.run_id,
+            dag_id=self.dag_id,
+            namespace=self.namespace,
+            run_as=self.run_as or read_tenant_pod_user(self.request.tenant),
         )
+
+
+def read_tenant_pod_user(tenant: str) -> PodUser:
+    """The uid/gid of `tenant`'s pods, from the tenants file; for a tenant the file no
+    longer declares (validate refuses those: only a run described before its tenant was
+    removed, or a test), the one the file would give an entry without `uid`."""
+    from tfjob.tenants import derive_pod_user, load_tenants
+
+    found = load_tenants().find(tenant)
+    return found.pod_user if found else derive_pod_user(tenant)
 
 
 def build_run_prefix(output: str, dag_id: str, run_id: str) -> str:
@@ -67,10 +93,17 @@ def request_as_dict(request: TrainingRequest) -> dict[str, Any]:
 
 
 def describe_run(
-    request: TrainingRequest, run_id: str, dag_id: str, aws_conn_id: str
+    request: TrainingRequest,
+    run_id: str,
+    dag_id: str,
+    aws_conn_id: str,
+    run_as: PodUser | None = None,
 ) -> dict[str, Any]:
     """The XCom `validate` pushes. `run_prefix` is there for readers outside the pipeline
-    (tshell, the run view); the tasks derive it from the same fields with `build_run_prefix`."""
+    (tshell, the run view); the tasks derive it from the same fields with `build_run_prefix`.
+    `run_as` (None: read from the tenants file) is fixed here for the whole run: every gang
+    of the run, restarts included, runs as the uid/gid its tenant had at `validate`."""
+    user = run_as or read_tenant_pod_user(request.tenant)
     return {
         "request": request_as_dict(request),
         "run_id": run_id,
@@ -79,6 +112,7 @@ def describe_run(
         "run_key": naming.run_key(request.name, dag_id, run_id),
         "run_prefix": build_run_prefix(request.output, dag_id, run_id),
         "aws_conn_id": aws_conn_id,
+        "run_as": {"uid": user.uid, "gid": user.gid},
     }
 
 
@@ -90,6 +124,8 @@ def read_run(described: dict[str, Any]) -> RunInfo:
         namespace=described["namespace"],
         run_key=described["run_key"],
         aws_conn_id=described["aws_conn_id"],
+        # a run described before pods had their tenant's uid: None, read when needed
+        run_as=PodUser(**described["run_as"]) if described.get("run_as") else None,
     )
 
 

@@ -286,7 +286,7 @@ def create_run_network_policy(
     policy = build_run_network_policy(
         run.namespace,
         run_key,
-        naming.run_labels(run.job, run_key, tenant),
+        run.labels(tenant),
         {naming.ANNOTATION_RUN_ID: run.run_id, naming.ANNOTATION_DAG_ID: run.dag_id},
         config.network,
         owner={

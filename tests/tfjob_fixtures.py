@@ -3,6 +3,10 @@
 from typing import Any
 
 from tfjob.manifests import RunIdentity
+from tfjob.tenant_model import PodUser
+
+# Who team-a's pods are in these tests (the tenants file gives each tenant its own).
+TEAM_A_USER = PodUser(uid=12345, gid=12346)
 
 
 def valid_request_data(**overrides: Any) -> dict[str, Any]:
@@ -33,6 +37,7 @@ RUN = RunIdentity(
     run_id="manual__2026-12-02T12:00:00+00:00",
     dag_id="tfjob__digits",
     namespace="tfjob-team-a",
+    run_as=TEAM_A_USER,
 )
 
 BUNDLE_BUCKET = "tfjob-bundles"

@@ -5,7 +5,7 @@ init container that fetches the bundle, a `tensorflow` container that runs
 the bootstrap, TFJOB_* environment and a named port. Every pod meets the
 `restricted` Pod Security Standard its tenant's namespace enforces
 (docs/tenants.md, "What a tenant's pods may do"): the tenant's API-less
-service account, no token, a fixed non-root uid, no privilege escalation, no
+service account, no token, its tenant's own non-root uid/gid, no privilege escalation, no
 capabilities, the runtime's default seccomp profile. Keeping the shape here,
 in pure functions, lets tests validate every manifest against the Kubernetes
 OpenAPI schema without a server, and keeps operators free of dict plumbing.
@@ -36,7 +36,7 @@ from runtime.protocol import (
 from tfjob import naming
 from tfjob.checkpoints import build_empty_restore
 from tfjob.request import Mode, Placement, Role, TrainingRequest
-from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
+from tfjob.tenant_model import SERVICE_ACCOUNT_NAME, PodUser, derive_pod_user
 from tfjob.timeline import clusterspec_wait_seconds
 
 TERMINATION_GRACE_SECONDS = 10
@@ -59,23 +59,22 @@ UPLOAD_PATIENCE_SECONDS = 600
 MAX_OBJECT_DATA_BYTES = 1024 * 1024
 CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
-# Who a replica's processes are: not root, and not a uid of the image (which has no
-# user for it), so HOME points at a directory every uid may write.
-RUN_AS_USER = 10001
-RUN_AS_GROUP = 10001
-FS_GROUP = 10001  # volumes (secrets, emptyDirs) are group-owned by it, hence readable
+# Who a replica's processes are: their tenant's uid/gid (`Tenant.pod_user`, never
+# another tenant's), not root, and not a uid of the image (which has no user for it),
+# so HOME points at a directory every uid may write. The gid is also the fsGroup:
+# volumes (secrets, emptyDirs) are group-owned by it, hence readable.
 HOME_DIR = "/tmp"
 SECRET_FILE_MODE = 0o400
 CONFIG_FILE_MODE = 0o444
 
 
-def build_pod_security_context() -> dict[str, Any]:
-    """The pod's securityContext: non-root uid/gid, fsGroup, RuntimeDefault seccomp."""
+def build_pod_security_context(user: PodUser) -> dict[str, Any]:
+    """The pod's securityContext: the tenant's uid/gid (also fsGroup), RuntimeDefault seccomp."""
     return {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_GROUP,
-        "fsGroup": FS_GROUP,
+        "runAsUser": user.uid,
+        "runAsGroup": user.gid,
+        "fsGroup": user.gid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
@@ -96,16 +95,31 @@ def build_home_env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunIdentity:
-    """Which run the objects belong to, and where they live."""
+    """Which run the objects belong to, where they live, and who its pods are."""
 
     job: str
     run_id: str
     dag_id: str
     namespace: str
+    # The run's tenant's `pod_user` (operators/runinfo.py fills it from the tenants file).
+    # None only where who the pods are does not matter (the quota preflight, tests): the
+    # uid/gid the tenants file gives a tenant whose entry names none.
+    run_as: PodUser | None = None
+
+    def pod_user(self, tenant: str) -> PodUser:
+        return self.run_as or derive_pod_user(tenant)
 
     @property
     def run_key(self) -> str:
         return naming.run_key(self.job, self.dag_id, self.run_id)
+
+    @property
+    def run_hash(self) -> str:
+        return naming.run_hash(self.dag_id, self.run_id)
+
+    def labels(self, tenant: str) -> dict[str, str]:
+        """The labels every object of the run carries."""
+        return naming.run_labels(self.job, self.run_key, tenant, self.run_hash)
 
 
 def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -275,7 +289,7 @@ def build_pod_manifest(
     node_selector = dict(request.node_selector)
     if request.gpu_type and resources.gpu > 0:
         node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
-    labels = naming.replica_labels(run.job, run_key, request.tenant, role, index)
+    labels = naming.replica_labels(run.job, run_key, request.tenant, run.run_hash, role, index)
     owner = request.model_owner() == (role, index)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -284,7 +298,7 @@ def build_pod_manifest(
         "enableServiceLinks": False,
         "serviceAccountName": SERVICE_ACCOUNT_NAME,
         "automountServiceAccountToken": False,
-        "securityContext": build_pod_security_context(),
+        "securityContext": build_pod_security_context(run.pod_user(request.tenant)),
         "affinity": build_affinity(request, run_key),
         "volumes": build_volumes(run_key, owner=owner),
         "initContainers": [
@@ -373,9 +387,7 @@ def build_runtime_configmap(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(
-            run, naming.configmap_name(run_key), naming.run_labels(run.job, run_key, tenant)
-        ),
+        "metadata": _metadata(run, naming.configmap_name(run_key), run.labels(tenant)),
         "data": dict(files),
     }
 
@@ -410,6 +422,6 @@ def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _metadata(run, name, naming.run_labels(run.job, run.run_key, tenant)),
+        "metadata": _metadata(run, name, run.labels(tenant)),
         "stringData": data,
     }

@@ -14,9 +14,18 @@ import re
 from tfjob.request import Role
 
 MAX_DNS_LABEL = 63
-# Enough for "-<h8>" so that "<runkey>-evaluator-<index>" fits in 63 characters.
-MAX_JOB_PART = 40
+# Enough for "-<h16>" so that "<runkey>-evaluator-<index>" fits in 63 characters
+# (32 + 1 + 16 + 12 = 61 with a one-digit index; longer indices cut the job part).
+MAX_JOB_PART = 32
+# Hex digits of the hash a shortened name keeps of what was cut.
 RUN_HASH_LENGTH = 8
+# Hex digits of sha256(dag_id\nrun_id) in the run key: 64 bits. Users choose run ids
+# through the REST API, so the key must not be found by brute force (2^32 hashes are
+# an afternoon's work; 2^64 are not).
+RUN_KEY_HASH_LENGTH = 16
+# Hex digits of the same hash in the `tfjob.io/run-hash` label: 192 bits, which is
+# what makes a run's label selector name this run and no other.
+RUN_LABEL_HASH_LENGTH = 48
 # A shortened name keeps a hash of what was cut; below this there is no room for it.
 _MIN_LEN_FOR_HASH = RUN_HASH_LENGTH + 2
 
@@ -24,6 +33,7 @@ MANAGED_BY = "tfjob"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB = "tfjob.io/job"
 LABEL_RUN = "tfjob.io/run"
+LABEL_RUN_HASH = "tfjob.io/run-hash"
 LABEL_TENANT = "tfjob.io/tenant"
 LABEL_ROLE = "tfjob.io/role"
 LABEL_INDEX = "tfjob.io/index"
@@ -71,16 +81,28 @@ def sanitize_dns_label(text: str, max_len: int = MAX_DNS_LABEL) -> str:
     return f"{head}-{hash_text(text)}" if head else hash_text(text)
 
 
+def _run_identity(dag_id: str, run_id: str) -> str:
+    # Airflow ids never contain a newline, so the hashed text is unambiguous.
+    return f"{dag_id}\n{run_id}"
+
+
 def run_key(job: str, dag_id: str, run_id: str) -> str:
-    """`<job>-<first 8 hex of sha256(dag_id + "\\n" + run_id)>`: the name stem of a run's objects.
+    """`<job>-<first 16 hex of sha256(dag_id + "\\n" + run_id)>`: the name stem of a run's objects.
 
     A run is identified by its DAG and its run id together: Airflow makes run ids
     unique per DAG only, and one tenant's namespace holds runs of several DAGs
     (its request DAGs and its submit DAG), where `manual__<time>` may repeat.
-    Airflow ids never contain a newline, so the hashed text is unambiguous.
+    64 bits: a run id chosen to give a colleague's key costs ~2^64 hashes. Even
+    then the key is only a name: what selects a run's objects for deletion is
+    `run_hash` (`run_selector`).
     """
-    identity = f"{dag_id}\n{run_id}"
-    return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(identity)}"
+    identity = _run_identity(dag_id, run_id)
+    return f"{sanitize_dns_label(job, MAX_JOB_PART)}-{hash_text(identity, RUN_KEY_HASH_LENGTH)}"
+
+
+def run_hash(dag_id: str, run_id: str) -> str:
+    """The `tfjob.io/run-hash` label of a run's objects: 48 hex digits of the run's sha256."""
+    return hash_text(_run_identity(dag_id, run_id), RUN_LABEL_HASH_LENGTH)
 
 
 def _fit_name(run_key: str, suffix: str) -> str:
@@ -88,13 +110,13 @@ def _fit_name(run_key: str, suffix: str) -> str:
     name = f"{run_key}-{suffix}"
     if len(name) <= MAX_DNS_LABEL:
         return name
-    job_part, _, run_hash = run_key.rpartition("-")
-    room = MAX_DNS_LABEL - len(suffix) - len(run_hash) - 2
+    job_part, _, key_hash = run_key.rpartition("-")
+    room = MAX_DNS_LABEL - len(suffix) - len(key_hash) - 2
     if room < 1 or not job_part:
         raise ValueError(
             f"run key {run_key!r} with suffix {suffix!r} cannot fit in {MAX_DNS_LABEL} characters"
         )
-    return f"{job_part[:room].rstrip('-') or 'x'}-{run_hash}-{suffix}"
+    return f"{job_part[:room].rstrip('-') or 'x'}-{key_hash}-{suffix}"
 
 
 def pod_name(run_key: str, role: Role, index: int) -> str:
@@ -139,28 +161,37 @@ def label_value(text: str) -> str:
     return sanitize_dns_label(text)
 
 
-def run_labels(job: str, run_key: str, tenant: str) -> dict[str, str]:
-    """The labels every object of a run carries."""
+def run_labels(job: str, run_key: str, tenant: str, run_hash: str) -> dict[str, str]:
+    """The labels every object of a run carries (`run_hash`: `run_hash(dag_id, run_id)`)."""
     return {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_JOB: label_value(job),
         LABEL_RUN: run_key,
+        LABEL_RUN_HASH: run_hash,
         LABEL_TENANT: label_value(tenant),
     }
 
 
-def replica_labels(job: str, run_key: str, tenant: str, role: Role, index: int) -> dict[str, str]:
+def replica_labels(
+    job: str, run_key: str, tenant: str, run_hash: str, role: Role, index: int
+) -> dict[str, str]:
     """The labels of one replica pod: the run's labels plus role and index."""
     return {
-        **run_labels(job, run_key, tenant),
+        **run_labels(job, run_key, tenant, run_hash),
         LABEL_ROLE: Role(role).value,
         LABEL_INDEX: str(index),
     }
 
 
-def run_selector(run_key: str) -> str:
-    """Label selector matching every object of one run."""
-    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run_key}"
+def run_selector(run_key: str, run_hash: str | None = None) -> str:
+    """Label selector matching every object of one run.
+
+    With `run_hash` (what every delete and wait of a run uses) it matches this run's
+    objects only, even those of another run whose key is the same; without it, every
+    object labelled with the key (reads, and the search for such a collision).
+    """
+    selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}={run_key}"
+    return f"{selector},{LABEL_RUN_HASH}={run_hash}" if run_hash else selector
 
 
 def job_selector(job: str) -> str:
@@ -168,9 +199,10 @@ def job_selector(job: str) -> str:
     return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}={label_value(job)}"
 
 
-def replica_selector(run_key: str, role: Role, index: int) -> str:
+def replica_selector(run_key: str, role: Role, index: int, run_hash: str | None = None) -> str:
     """Label selector matching the one pod of a replica."""
-    return f"{run_selector(run_key)},{LABEL_ROLE}={Role(role).value},{LABEL_INDEX}={index}"
+    base = run_selector(run_key, run_hash)
+    return f"{base},{LABEL_ROLE}={Role(role).value},{LABEL_INDEX}={index}"
 
 
 def tenant_namespace(tenant: str) -> str:

@@ -6,13 +6,15 @@ model without importing each other. Import these names from `tfjob.tenants`.
 
 A tenant says who acts for it (Airflow roles), where its data lives (S3
 prefixes it may read bundles from and write outputs to), with which Airflow
-connection its S3 calls are made, and what its pods may ask for (images, node
-selectors, tolerations). A request names its tenant; whether the request may
-run is `tfjob.tenant_policy.check_request_policy`'s verdict.
+connection its S3 calls are made, who its pods are (a uid/gid no other tenant
+has) and what its pods may ask for (images, node selectors, tolerations).
+A request names its tenant; whether the request may run is
+`tfjob.tenant_policy.check_request_policy`'s verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,11 @@ DEFAULT_IMAGES = ("tensorflow/tensorflow:*",)
 # A tenant's DAGs allow this many active runs per pool slot unless max_active_runs says.
 ACTIVE_RUNS_PER_JOB = 2
 DEMO_USER_SUFFIX = "-user"
+# A tenant without `uid` in the file gets one derived from its name in
+# [DEFAULT_UID_BASE, DEFAULT_UID_BASE + DEFAULT_UID_SPAN): stable across edits of the
+# file and below 65534, so it also fits clusters that map pod users into 16 bits.
+DEFAULT_UID_BASE = 20000
+DEFAULT_UID_SPAN = 40000
 
 # The quota keys of the file and the ResourceQuota keys they become. Extended
 # resources (GPUs) may only be quota'd on requests in Kubernetes.
@@ -79,6 +86,25 @@ class NetworkSettings:
 
 
 @dataclass(frozen=True)
+class PodUser:
+    """Who a tenant's pods are: runAsUser `uid`, runAsGroup and fsGroup `gid`.
+
+    No two tenants share either (the tenants file's reader checks), so a file one
+    tenant's pod leaves anywhere is not another tenant's by its mode.
+    """
+
+    uid: int
+    gid: int
+
+
+def derive_pod_user(tenant: str) -> PodUser:
+    """The uid/gid of a tenant whose entry names none: from sha256 of its name."""
+    digest = int(hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:8], 16)
+    uid = DEFAULT_UID_BASE + digest % DEFAULT_UID_SPAN
+    return PodUser(uid, uid)
+
+
+@dataclass(frozen=True)
 class Tenant:
     """One tenant: namespace, quota, concurrency, who acts for it and what its runs may do.
 
@@ -102,11 +128,19 @@ class Tenant:
     node_selectors: dict[str, tuple[str, ...]] = field(default_factory=dict)  # key -> patterns
     tolerations: tuple[dict[str, str], ...] = ()  # key and any of operator, value, effect
     max_active_runs: int | None = None  # of each of the tenant's DAGs; None: 2 x jobs
+    run_as: PodUser | None = None  # None: derive_pod_user(name); never None once built
 
     def __post_init__(self) -> None:
         if not self.roles:
             # frozen: fill the documented default once, at construction
             object.__setattr__(self, "roles", (self.name,))
+        if self.run_as is None:
+            object.__setattr__(self, "run_as", derive_pod_user(self.name))
+
+    @property
+    def pod_user(self) -> PodUser:
+        """The uid/gid the tenant's pods run as."""
+        return self.run_as or derive_pod_user(self.name)
 
     @property
     def namespace(self) -> str:

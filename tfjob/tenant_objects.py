@@ -28,6 +28,10 @@ POD_SECURITY_LABELS = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
+# On the namespace: the uid and gid the tenant's pods run as (docs/tenants.md). Informative:
+# what holds a pod to them is that only the product creates pods (deploy/rbac).
+ANNOTATION_UID = "tfjob.io/uid"
+ANNOTATION_GID = "tfjob.io/gid"
 
 
 def tenant_labels(tenant: Tenant) -> dict[str, str]:
@@ -44,13 +48,17 @@ def _metadata(tenant: Tenant, name: str) -> dict[str, Any]:
 
 
 def build_namespace(tenant: Tenant) -> dict[str, Any]:
-    """The tenant's namespace, enforcing the `restricted` Pod Security Standard."""
+    """The tenant's namespace, enforcing the `restricted` Pod Security Standard and
+    annotated with the uid/gid of the tenant's pods."""
     metadata: dict[str, Any] = {
         "name": tenant.namespace,
         "labels": {**tenant_labels(tenant), **POD_SECURITY_LABELS},
     }
+    user = tenant.pod_user
+    annotations = {ANNOTATION_UID: str(user.uid), ANNOTATION_GID: str(user.gid)}
     if tenant.description:
-        metadata["annotations"] = {"tfjob.io/description": tenant.description}
+        annotations["tfjob.io/description"] = tenant.description
+    metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
@@ -139,7 +147,11 @@ def build_run_network_policy(
     run, e.g. its ConfigMap: apiVersion, kind, name, uid) makes Kubernetes' garbage
     collector delete the policy when teardown deletes that object.
     """
-    same_run = {"podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}}}
+    # The run's key and its run-hash label: not the pods of another run whose key is the same.
+    run_pods = {naming.LABEL_RUN: run_key}
+    if naming.LABEL_RUN_HASH in labels:
+        run_pods[naming.LABEL_RUN_HASH] = labels[naming.LABEL_RUN_HASH]
+    same_run = {"podSelector": {"matchLabels": run_pods}}
     metadata: dict[str, Any] = {
         "name": run_network_policy_name(run_key),
         "namespace": namespace,
@@ -161,7 +173,7 @@ def build_run_network_policy(
         "kind": "NetworkPolicy",
         "metadata": metadata,
         "spec": {
-            "podSelector": {"matchLabels": {naming.LABEL_RUN: run_key}},
+            "podSelector": {"matchLabels": dict(run_pods)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [same_run]}],
             "egress": [{"to": [same_run]}, *build_egress_rules(network)],

@@ -15,7 +15,7 @@ from typing import Any
 
 from tfjob.quantity import is_quantity, parse_quantity
 from tfjob.request_checks import LABEL_NAME_PATTERN
-from tfjob.tenant_model import GPU_RESOURCE, TenantsFileError
+from tfjob.tenant_model import GPU_RESOURCE, PodUser, TenantsFileError, derive_pod_user
 from tfjob.tenant_policy import describe_prefix_problem
 
 MAX_LABEL_NAME = 63
@@ -28,6 +28,11 @@ _ROLE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Airflow's own rule for connection ids (airflow.utils.helpers.validate_key).
 _CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _TOLERATION_FIELDS = ("key", "operator", "value", "effect")
+# A tenant's pods' uid and gid: not a system id (below 10000), not nobody/nogroup (65534)
+# nor 65535 ((uint16)-1), within a signed 32-bit id.
+MIN_POD_ID = 10000
+MAX_POD_ID = 2**31 - 1
+RESERVED_POD_IDS = (65534, 65535)
 
 Fail = Callable[[str, Any, str], TenantsFileError]
 
@@ -219,3 +224,32 @@ def read_tolerations(fail: Fail, where: str, value: Any) -> tuple[dict[str, str]
     return tuple(
         read_toleration(fail, f"{where}[{index}]", item) for index, item in enumerate(value)
     )
+
+
+def read_pod_id(fail: Fail, where: str, value: Any) -> int:
+    """A uid or gid a tenant's pods may run as."""
+    allowed = (
+        f"a whole number from {MIN_POD_ID} to {MAX_POD_ID}, not "
+        + " or ".join(str(reserved) for reserved in RESERVED_POD_IDS)
+        + " (nobody, (uint16)-1)"
+    )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_POD_ID <= value <= MAX_POD_ID
+        or value in RESERVED_POD_IDS
+    ):
+        raise fail(where, value, allowed)
+    return value
+
+
+def read_pod_user(fail: Fail, where: str, data: Mapping, name: str) -> PodUser:
+    """`uid` and `gid` of a tenant entry at `where`; gid defaults to uid, uid to one
+    derived from the tenant's name (`tenant_model.derive_pod_user`)."""
+    if "uid" not in data:
+        if "gid" in data:
+            raise fail(f"{where}.uid", None, "the field is required when gid is given")
+        return derive_pod_user(name)
+    uid = read_pod_id(fail, f"{where}.uid", data["uid"])
+    gid = read_pod_id(fail, f"{where}.gid", data["gid"]) if "gid" in data else uid
+    return PodUser(uid, gid)

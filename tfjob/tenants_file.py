@@ -13,6 +13,9 @@ Guarantees:
   tenant overlaps an output prefix of another, so no tenant can read or
   overwrite another's outputs or plant code in its bundles (tenants may share
   bundle prefixes: both only read there);
+- every tenant's pods run as a uid and a gid no other tenant has (`uid`,
+  `gid`; derived from the name when left out), so nothing one tenant's pod
+  leaves behind is another's by its file mode;
 - every error names the file, the field, the value given and what is allowed
   (`TenantsFileError`), for the first problem found.
 
@@ -50,6 +53,7 @@ from tfjob.tenants_fields import (
     read_conn_id,
     read_node_selectors,
     read_patterns,
+    read_pod_user,
     read_port,
     read_prefixes,
     read_resources,
@@ -90,6 +94,8 @@ TENANT_FIELDS = (
     "images",
     "node_selectors",
     "tolerations",
+    "uid",
+    "gid",
 )
 _PREFIX_FIELDS = ("bundle_prefixes", "output_prefixes")
 
@@ -162,6 +168,7 @@ def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
                 "tenant names must be unique; this one is declared twice",
             )
         _check_prefix_overlaps(fail, index, tenant, tenants)
+        _check_pod_user_overlaps(fail, index, tenant, tenants, explicit="uid" in item)
         tenants.append(tenant)
     return TenantsConfig(tuple(tenants), network, source)
 
@@ -258,9 +265,7 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
             "s3://tfjob-demo/outputs/",
         ),
         aws_conn_id=read_conn_id(fail, f"{where}.aws_conn_id", data.get("aws_conn_id")),
-        presign_conn_id=read_conn_id(
-            fail, f"{where}.presign_conn_id", data.get("presign_conn_id")
-        ),
+        presign_conn_id=read_conn_id(fail, f"{where}.presign_conn_id", data.get("presign_conn_id")),
         images=read_patterns(
             fail,
             f"{where}.images",
@@ -272,6 +277,7 @@ def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
         ),
         tolerations=read_tolerations(fail, f"{where}.tolerations", data.get("tolerations")),
         max_active_runs=runs,
+        run_as=read_pod_user(fail, where, data, name),
     )
 
 
@@ -302,3 +308,22 @@ def _check_prefix_overlaps(fail: Fail, index: int, tenant: Tenant, earlier: list
                                 f"may not overlap another tenant's output prefixes, or one "
                                 f"could read, overwrite or plant code in the other's data",
                             )
+
+
+def _check_pod_user_overlaps(
+    fail: Fail, index: int, tenant: Tenant, earlier: list[Tenant], *, explicit: bool
+) -> None:
+    """No two tenants' pods share a uid, nor a gid (the volumes' fsGroup)."""
+    mine = tenant.pod_user
+    how = "" if explicit else " (derived from the name: set uid and gid explicitly)"
+    for other_index, other in enumerate(earlier):
+        theirs = other.pod_user
+        for field, value, taken in (("uid", mine.uid, theirs.uid), ("gid", mine.gid, theirs.gid)):
+            if value == taken:
+                raise fail(
+                    f"tenants[{index}].{field}",
+                    value,
+                    f"already tenant {other.name}'s {field} (tenants[{other_index}]){how}: "
+                    f"each tenant's pods need a {field} of their own, or files one "
+                    f"tenant's pods leave would be the other's by their mode",
+                )

@@ -38,7 +38,9 @@ def create_run(clients: Clients, job: str, run_id: str | None, dag_id: str | Non
         annotations[naming.ANNOTATION_RUN_ID] = run_id
     if dag_id:
         annotations[naming.ANNOTATION_DAG_ID] = dag_id
-    metadata = {"labels": naming.run_labels(job, key, "janitor"), "annotations": annotations}
+    run_hash = naming.run_hash(dag_id or "no-annotations", run_id or "no-annotations")
+    labels = naming.run_labels(job, key, "janitor", run_hash)
+    metadata = {"labels": labels, "annotations": annotations}
     clients.core.create_namespaced_pod(
         NAMESPACE,
         {
@@ -136,7 +138,9 @@ def test_the_sweep_looks_only_in_the_namespaces_it_is_given(clients):
         {
             "metadata": {
                 "name": f"{key}-runtime",
-                "labels": naming.run_labels("far", key, "elsewhere"),
+                "labels": naming.run_labels(
+                    "far", key, "elsewhere", naming.run_hash("tfjob__far", "run-far")
+                ),
                 "annotations": {
                     naming.ANNOTATION_DAG_ID: "tfjob__far",
                     naming.ANNOTATION_RUN_ID: "run-far",

@@ -152,12 +152,19 @@ def test_an_earlier_try_is_deleted_with_its_grace_period_and_awaited(monkeypatch
         calls["timeout"] = timeout
         return []
 
+    monkeypatch.setattr(kubeobjects, "find_foreign_objects", lambda *args: [])
     monkeypatch.setattr(kubeobjects, "list_run_pods", list_run_pods)
     monkeypatch.setattr(kubeobjects, "delete_run_objects", delete_run_objects)
     monkeypatch.setattr(kubeobjects, "await_run_objects_gone", await_gone)
     operator = TrainingLaunchOperator(task_id="launch")
     operator.__dict__["client"] = object()  # the provider's cached client: never called here
-    run = SimpleNamespace(namespace="ns", selector="tfjob.io/run=job-1", run_key="job-1")
+    run = SimpleNamespace(
+        namespace="ns",
+        selector="tfjob.io/run=job-1",
+        run_key="job-1",
+        dag_id="tfjob__job",
+        run_id="r1",
+    )
     operator.remove_leftovers(run)
     # no grace_period_seconds=0: each pod's own grace, so "gone" means its containers ended
     assert calls["delete"] == {}

@@ -299,24 +299,37 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
 ):
     from tfjob import naming
     from tfjob.manifests import build_container_security_context, build_pod_security_context
+    from tfjob.tenants import load_tenants, resolve_tenant
 
     world = pipeline_world
     body = world.request("e2e-rerun")
     logical_date = "2026-01-02T03:04:05+00:00"
     run_id = f"manual__{logical_date}"
     key = naming.run_key("e2e-rerun", "tfjob__e2e-rerun", run_id)
-    labels = naming.replica_labels("e2e-rerun", key, "test", "worker", 0)
+    run_hash = naming.run_hash("tfjob__e2e-rerun", run_id)
+    labels = naming.replica_labels("e2e-rerun", key, "test", run_hash, "worker", 0)
+    # an earlier try's objects name their run, as every object launch creates does
+    annotations = {
+        naming.ANNOTATION_DAG_ID: "tfjob__e2e-rerun",
+        naming.ANNOTATION_RUN_ID: run_id,
+    }
     api = world.kube.core_v1()
     # What a killed earlier try left: its pod (still running) and its ConfigMap.
     api.create_namespaced_pod(
         NAMESPACE,
         {
-            "metadata": {"name": naming.pod_name(key, "worker", 0), "labels": labels},
+            "metadata": {
+                "name": naming.pod_name(key, "worker", 0),
+                "labels": labels,
+                "annotations": annotations,
+            },
             "spec": {
                 "restartPolicy": "Never",
                 "terminationGracePeriodSeconds": 1,
                 # The namespace enforces Pod Security "restricted", as a tenant's does.
-                "securityContext": build_pod_security_context(),
+                "securityContext": build_pod_security_context(
+                    resolve_tenant(load_tenants(), "test").pod_user
+                ),
                 "containers": [
                     {
                         "name": "tensorflow",
@@ -333,7 +346,8 @@ def test_a_rerun_of_the_same_run_removes_an_earlier_tries_leftovers_and_starts_c
         {
             "metadata": {
                 "name": naming.configmap_name(key),
-                "labels": naming.run_labels("e2e-rerun", key, "test"),
+                "labels": naming.run_labels("e2e-rerun", key, "test", run_hash),
+                "annotations": annotations,
             },
             "data": {"stale": "yes"},
         },

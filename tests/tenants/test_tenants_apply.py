@@ -133,7 +133,7 @@ def test_the_preflight_counts_live_pods_and_refuses_a_gang_that_no_longer_fits(c
         {
             "metadata": {"name": "other-job"},
             "spec": {
-                "securityContext": build_pod_security_context(),
+                "securityContext": build_pod_security_context(tenant.pod_user),
                 "containers": [
                     {
                         "name": "c",
@@ -267,7 +267,11 @@ def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
     config = tenants_config()
     apply_tenants(clients, config)
     run = RunIdentity(
-        job="netpol", run_id="manual__netpol", dag_id="tfjob__netpol", namespace="tfjob-apply-a"
+        job="netpol",
+        run_id="manual__netpol",
+        dag_id="tfjob__netpol",
+        namespace="tfjob-apply-a",
+        run_as=config.find("apply-a").pod_user,
     )
     clients.core.create_namespaced_config_map(
         run.namespace, build_runtime_configmap(run, {"a.py": ""}, "apply-a")
@@ -277,7 +281,10 @@ def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
     name = f"{run.run_key}-network"
     assert made == f"NetworkPolicy/{name}"
     policy = clients.networking.read_namespaced_network_policy(name, run.namespace)
-    assert policy.spec.pod_selector.match_labels == {naming.LABEL_RUN: run.run_key}
+    assert policy.spec.pod_selector.match_labels == {
+        naming.LABEL_RUN: run.run_key,
+        naming.LABEL_RUN_HASH: run.run_hash,
+    }
     assert policy.metadata.owner_references[0].kind == "ConfigMap"
     # A second try of the same run replaces it rather than failing.
     assert create_run_network_policy(api_client, run, "apply-a", config) == made

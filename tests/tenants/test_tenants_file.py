@@ -241,7 +241,12 @@ def test_the_tenants_namespace_enforces_the_restricted_pod_security_standard():
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest",
     }
-    assert namespace["metadata"]["annotations"] == {"tfjob.io/description": "Team A."}
+    user = config.tenants[0].pod_user
+    assert namespace["metadata"]["annotations"] == {
+        "tfjob.io/description": "Team A.",
+        "tfjob.io/uid": str(user.uid),
+        "tfjob.io/gid": str(user.gid),
+    }
     validate_manifest(namespace)
 
 
@@ -264,7 +269,8 @@ def test_the_tenant_network_policy_denies_ingress_and_allows_only_dns_and_s3_egr
 
 def test_a_run_network_policy_lets_only_the_runs_pods_talk_to_each_other():
     config = validate_tenants(config_data())
-    labels = naming.run_labels("digits", "digits-1234abcd", "team-a")
+    run_hash = naming.run_hash("d1", "r1")
+    labels = naming.run_labels("digits", "digits-1234abcd", "team-a", run_hash)
     policy = build_run_network_policy(
         "tfjob-team-a",
         "digits-1234abcd",
@@ -273,7 +279,12 @@ def test_a_run_network_policy_lets_only_the_runs_pods_talk_to_each_other():
         config.network,
     )
     validate_manifest(policy)
-    same_run = {"podSelector": {"matchLabels": {"tfjob.io/run": "digits-1234abcd"}}}
+    # the run hash too: not the pods of another run whose key is the same
+    same_run = {
+        "podSelector": {
+            "matchLabels": {"tfjob.io/run": "digits-1234abcd", "tfjob.io/run-hash": run_hash}
+        }
+    }
     assert policy["metadata"]["name"] == "digits-1234abcd-network"
     assert policy["metadata"]["labels"] == labels
     assert policy["spec"]["podSelector"] == same_run["podSelector"]

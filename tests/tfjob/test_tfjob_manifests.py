@@ -7,7 +7,7 @@ import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tfjob_fixtures import RUN, distributed_request_data, valid_request_data
+from tfjob_fixtures import RUN, TEAM_A_USER, distributed_request_data, valid_request_data
 
 from runtime.protocol import MAIN_CONTAINER
 from tfjob import naming
@@ -89,7 +89,7 @@ def test_one_pod_per_replica_in_role_order():
 def test_pod_carries_run_labels_and_annotations():
     pod = build_pod_manifest(GPU_REQUEST, RUN, Role.PS, 1)
     assert pod["metadata"]["labels"] == naming.replica_labels(
-        "digits", RUN.run_key, "team-a", Role.PS, 1
+        "digits", RUN.run_key, "team-a", naming.run_hash(RUN.dag_id, RUN.run_id), Role.PS, 1
     )
     assert pod["metadata"]["annotations"] == {
         "tfjob.io/run-id": RUN.run_id,
@@ -182,18 +182,47 @@ def all_containers(pod: dict) -> list[dict]:
     return [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
 
 
-def test_every_pod_runs_as_the_tenants_runner_without_a_token_as_a_fixed_non_root_uid():
+def test_every_pod_runs_as_the_tenants_runner_without_a_token_as_its_tenants_uid_and_gid():
+    assert TEAM_A_USER.uid != TEAM_A_USER.gid  # so that a mix-up shows
     for pod in build_pod_manifests(GPU_REQUEST, RUN):
         spec = pod["spec"]
         assert spec["serviceAccountName"] == "tfjob-runner"
         assert spec["automountServiceAccountToken"] is False
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "runAsGroup": 10001,
-            "fsGroup": 10001,
+            "runAsUser": TEAM_A_USER.uid,
+            "runAsGroup": TEAM_A_USER.gid,
+            "fsGroup": TEAM_A_USER.gid,
             "seccompProfile": {"type": "RuntimeDefault"},
         }
+        # no container (the keeper included) runs as anyone else
+        for container in all_containers(pod):
+            context = container["securityContext"]
+            assert "runAsUser" not in context and "runAsGroup" not in context
+
+
+def test_pods_of_the_shipped_tenants_run_as_their_own_tenants_uid_and_gid():
+    import dataclasses
+
+    from tfjob.tenants import load_tenants
+
+    seen = {}
+    for tenant in load_tenants().tenants:
+        run = dataclasses.replace(RUN, namespace=tenant.namespace, run_as=tenant.pod_user)
+        request = load_request(distributed_request_data(tenant=tenant.name))
+        contexts = {
+            json.dumps(pod["spec"]["securityContext"], sort_keys=True)
+            for pod in build_pod_manifests(request, run)
+        }
+        assert len(contexts) == 1
+        context = json.loads(contexts.pop())
+        assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (
+            tenant.pod_user.uid,
+            tenant.pod_user.gid,
+            tenant.pod_user.gid,
+        )
+        seen[tenant.name] = context["runAsUser"]
+    assert seen == {"demo": 11001, "test": 11002, "research": 11003}
 
 
 def test_every_container_drops_all_capabilities_cannot_escalate_and_has_a_home():
@@ -336,7 +365,9 @@ def test_pod_for_a_replica_the_request_lacks_is_refused():
 def test_runtime_configmap_holds_the_files_under_run_labels():
     configmap = build_runtime_configmap(RUN, {"fetch.py": "x = 1\n"}, "team-a")
     assert configmap["metadata"]["name"] == f"{RUN.run_key}-runtime"
-    assert configmap["metadata"]["labels"] == naming.run_labels("digits", RUN.run_key, "team-a")
+    assert configmap["metadata"]["labels"] == naming.run_labels(
+        "digits", RUN.run_key, "team-a", naming.run_hash(RUN.dag_id, RUN.run_id)
+    )
     assert configmap["data"] == {"fetch.py": "x = 1\n"}
 
 
@@ -393,7 +424,11 @@ def distributed_requests(draw):
 @given(distributed_requests(), st.text(min_size=1, max_size=60))
 def test_pods_of_any_valid_request_validate(request, run_id):
     run = RUN.__class__(
-        job=request.name, run_id=run_id, dag_id=f"tfjob_{request.name}", namespace="tfjob-team-a"
+        job=request.name,
+        run_id=run_id,
+        dag_id=f"tfjob_{request.name}",
+        namespace="tfjob-team-a",
+        run_as=TEAM_A_USER,
     )
     pods = build_pod_manifests(request, run)
     assert len({pod["metadata"]["name"] for pod in pods}) == len(pods)

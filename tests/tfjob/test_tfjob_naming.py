@@ -57,9 +57,10 @@ def test_sanitizing_refuses_a_maximum_beyond_63():
         naming.sanitize_dns_label("x", 64)
 
 
-def test_run_key_is_job_and_first_8_hex_of_sha256_of_dag_id_and_run_id():
-    h8 = hashlib.sha256(f"{DAG_ID}\n{RUN_ID}".encode()).hexdigest()[:8]
-    assert naming.run_key("digits", DAG_ID, RUN_ID) == f"digits-{h8}"
+def test_run_key_is_job_and_first_16_hex_of_sha256_of_dag_id_and_run_id():
+    # 64 bits: a run id chosen to give a colleague's key would cost ~2^64 hashes
+    h16 = hashlib.sha256(f"{DAG_ID}\n{RUN_ID}".encode()).hexdigest()[:16]
+    assert naming.run_key("digits", DAG_ID, RUN_ID) == f"digits-{h16}"
     assert naming.run_key("digits", DAG_ID, RUN_ID) == naming.run_key("digits", DAG_ID, RUN_ID)
     assert naming.run_key("digits", DAG_ID, RUN_ID) != naming.run_key(
         "digits", DAG_ID, RUN_ID + "x"
@@ -103,20 +104,24 @@ def test_object_names_follow_the_documented_shapes():
 )
 def test_names_of_any_job_fit_63_characters_and_keep_the_run_hash(job, dag_id, run_id, role, index):
     key = naming.run_key(job, dag_id, run_id)
-    h8 = naming.hash_text(f"{dag_id}\n{run_id}")
+    h16 = naming.hash_text(f"{dag_id}\n{run_id}", 16)
+    assert key.endswith(f"-{h16}")
     for name in (
         naming.pod_name(key, role, index),
         naming.configmap_name(key),
         naming.secret_name(key),
+        naming.upload_secret_name(key),
     ):
         assert_dns_label(name)
-        assert h8 in name
+        assert h16 in name
     assert naming.pod_name(key, role, index).endswith(f"-{role.value}-{index}")
 
 
-def test_longest_request_name_needs_no_shortening_for_evaluator_pods():
+def test_the_longest_request_names_evaluator_pods_are_the_run_key_and_their_role():
     key = naming.run_key("a" * 40, DAG_ID, RUN_ID)
+    assert len(key) <= naming.MAX_JOB_PART + 1 + naming.RUN_KEY_HASH_LENGTH
     assert naming.pod_name(key, Role.EVALUATOR, 0) == f"{key}-evaluator-0"
+    assert naming.pod_name(key, Role.EVALUATOR, 12) == f"{key}-evaluator-12"
 
 
 def test_pod_name_refuses_negative_index():
@@ -126,11 +131,13 @@ def test_pod_name_refuses_negative_index():
 
 def test_replica_labels_carry_run_labels_role_and_index():
     key = naming.run_key("digits", DAG_ID, RUN_ID)
-    labels = naming.replica_labels("digits", key, "team-a", Role.WORKER, 2)
+    run_hash = naming.run_hash(DAG_ID, RUN_ID)
+    labels = naming.replica_labels("digits", key, "team-a", run_hash, Role.WORKER, 2)
     assert labels == {
         "app.kubernetes.io/managed-by": "tfjob",
         "tfjob.io/job": "digits",
         "tfjob.io/run": key,
+        "tfjob.io/run-hash": hashlib.sha256(f"{DAG_ID}\n{RUN_ID}".encode()).hexdigest()[:48],
         "tfjob.io/tenant": "team-a",
         "tfjob.io/role": "worker",
         "tfjob.io/index": "2",
@@ -140,22 +147,45 @@ def test_replica_labels_carry_run_labels_role_and_index():
 @given(job=st.text(min_size=1, max_size=120), tenant=st.text(min_size=1, max_size=80))
 def test_label_values_are_always_valid(job, tenant):
     key = naming.run_key(job, DAG_ID, RUN_ID)
-    for value in naming.replica_labels(job, key, tenant, Role.CHIEF, 0).values():
+    run_hash = naming.run_hash(DAG_ID, RUN_ID)
+    for value in naming.replica_labels(job, key, tenant, run_hash, Role.CHIEF, 0).values():
         assert len(value) <= 63 and LABEL_VALUE.match(value), value
 
 
 def test_selectors_match_the_labels_they_select():
     key = naming.run_key("digits", DAG_ID, RUN_ID)
-    labels = naming.replica_labels("digits", key, "team-a", Role.PS, 0)
+    run_hash = naming.run_hash(DAG_ID, RUN_ID)
+    labels = naming.replica_labels("digits", key, "team-a", run_hash, Role.PS, 0)
     for selector in (
         naming.run_selector(key),
+        naming.run_selector(key, run_hash),
         naming.job_selector("digits"),
         naming.replica_selector(key, Role.PS, 0),
+        naming.replica_selector(key, Role.PS, 0, run_hash),
     ):
         for term in selector.split(","):
             name, value = term.split("=")
             assert labels[name] == value
     assert naming.run_selector(key) == f"app.kubernetes.io/managed-by=tfjob,tfjob.io/run={key}"
+    assert naming.run_selector(key, run_hash) == (
+        f"app.kubernetes.io/managed-by=tfjob,tfjob.io/run={key},tfjob.io/run-hash={run_hash}"
+    )
+
+
+def test_two_runs_whose_keys_collide_are_told_apart_by_their_run_hash_label():
+    # A key of 64 bits can still be hit by a chosen run id with enough work (or a
+    # short job part): the label a run's deletes select on is 192 bits of the run.
+    mine = naming.run_labels("digits", "digits-0123456789abcdef", "demo", naming.run_hash("d", "a"))
+    theirs = naming.run_labels(
+        "digits", "digits-0123456789abcdef", "demo", naming.run_hash("d", "b")
+    )
+    selector = naming.run_selector("digits-0123456789abcdef", naming.run_hash("d", "a"))
+
+    def matches(labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in (t.split("=") for t in selector.split(",")))
+
+    assert matches(mine) and not matches(theirs)
+    assert len(naming.run_hash("d", "a")) == 48
 
 
 def test_tenant_namespace_is_prefixed():

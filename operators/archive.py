@@ -6,7 +6,10 @@ run, even a gang that never started, is archived too:
 
 - `<run prefix>/logs/<role>-<index>.log`: the replica's init container log and
   main container log, each under a header line (a pod still Pending with no
-  log at all gets none);
+  log at all gets none). A replica's log is untrusted and may be huge: at most
+  ARCHIVE_LOG_MAX_BYTES of the main container's log (ARCHIVE_INIT_LOG_MAX_BYTES
+  of the init container's) is kept, then a line saying it was cut and the
+  log's last lines; it goes to S3 through a temporary file, never whole in memory;
 - `<run prefix>/model/`: uploaded by the bootstrap; checked here (object
   count and bytes go into the manifest). When the owner's upload failed (its
   `tensorflow` container exited 74), or it exited 0 and S3 holds no model,
@@ -24,28 +27,86 @@ pods, and the model in the owner's emptyDir, are gone once teardown ran.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import logging
-from typing import Any
+import tempfile
+from typing import IO, Any
 
 from operators import kubeobjects
+from operators.logreads import copy_log, read_newest_lines
 from operators.replicas import read_replica_status
 from operators.runinfo import RunInfo, request_as_dict
 from operators.s3retry import call_with_s3_retries
+from operators.settings import (
+    ARCHIVE_INIT_LOG_MAX_BYTES,
+    ARCHIVE_LOG_MAX_BYTES,
+    LOG_END_LINES,
+    LOG_TAIL_MAX_BYTES,
+)
 from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
 from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
 RUN_MANIFEST_VERSION = 1
+# A replica's log is copied to S3 through a temporary file held in memory up to this size.
+SPOOL_IN_MEMORY_BYTES = 1024**2
 
 
-def format_replica_log(init_log: str, main_log: str) -> str:
+def describe_cut_log(kept_bytes: int) -> bytes:
+    """The line archive writes where it cut a replica's log."""
     return (
-        f"===== {INIT_CONTAINER} =====\n{init_log}"
-        + ("" if init_log.endswith("\n") or not init_log else "\n")
-        + f"===== {MAIN_CONTAINER} =====\n{main_log}"
-    )
+        f"\u2026 [log cut after {kept_bytes} bytes: archive keeps at most that much of a "
+        f"container's log; the log's last lines (at most {LOG_END_LINES}, "
+        f"{LOG_TAIL_MAX_BYTES} bytes) follow]\n"
+    ).encode()
+
+
+def spool_container_log(
+    api: Any, namespace: str, pod: str, container: str, out: IO[bytes], max_bytes: int
+) -> int:
+    """Append the container's log, under a header line, to `out`: at most `max_bytes` of it,
+    then (when it goes on) the cut line and its last lines. Returns the log bytes written."""
+    out.write(f"===== {container} =====\n".encode())
+    written, truncated = copy_log(api, namespace, pod, container, out, max_bytes)
+    if truncated:
+        out.write(b"\n" + describe_cut_log(written))
+        tail = read_newest_lines(
+            api, namespace, pod, container, LOG_END_LINES, LOG_TAIL_MAX_BYTES
+        ).encode()
+        out.write(tail)
+        written += len(tail)
+        log.warning("log of %s/%s cut after %d bytes in the archive", pod, container, max_bytes)
+    out.seek(-1, io.SEEK_END)  # the header at least was written
+    ends_line = out.read(1) == b"\n"
+    out.seek(0, io.SEEK_END)
+    if not ends_line:
+        out.write(b"\n")
+    return written
+
+
+def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, uri: str) -> bool:
+    """Copy the pod's init and main container logs into the S3 object `uri`, through a
+    temporary file (memory stays bounded whatever the log's size); False when both are empty
+    (nothing is written then)."""
+    bucket, key = parse_s3_url(uri)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES) as spool:
+        written = spool_container_log(
+            api, namespace, pod, INIT_CONTAINER, spool, ARCHIVE_INIT_LOG_MAX_BYTES
+        )
+        written += spool_container_log(
+            api, namespace, pod, MAIN_CONTAINER, spool, ARCHIVE_LOG_MAX_BYTES
+        )
+        if not written:
+            return False
+
+        def put() -> None:
+            spool.seek(0)
+            s3.put_object(Bucket=bucket, Key=key, Body=spool, ContentType="text/plain")
+
+        call_with_s3_retries(put, f"put {uri}")
+    return True
 
 
 def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
@@ -181,16 +242,12 @@ def archive_run(
         if status is None and train_replicas:
             status = next((r for r in train_replicas if r.get("pod") == name), None)
         if pod is not None:
-            init_log = kubeobjects.read_container_log(api, run.namespace, name, INIT_CONTAINER)
-            main_log = kubeobjects.read_container_log(api, run.namespace, name, MAIN_CONTAINER)
-            if not (init_log or main_log) and status.get("phase") == "Pending":
+            uri = f"{run.run_prefix}/logs/{status['role']}-{status['index']}.log"
+            if archive_replica_log(api, s3, run.namespace, name, uri):
+                logs_written.append(uri)
+            elif status.get("phase") == "Pending":
                 replicas.append(status)  # never started (e.g. not scheduled): no log to keep
                 continue
-            role = status["role"]
-            index = status["index"]
-            uri = f"{run.run_prefix}/logs/{role}-{index}.log"
-            put_text(s3, uri, format_replica_log(init_log, main_log))
-            logs_written.append(uri)
         replicas.append(status or {"pod": name, "phase": "Gone"})
 
     model = summarise_prefix(s3, f"{run.run_prefix}/model")

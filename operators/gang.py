@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from operators import kubeobjects
 from operators.errors import PipelineError
+from operators.logreads import read_newest_lines
 from operators.replicas import (
     GangState,
     describe_startup_failure,
@@ -38,7 +39,7 @@ from operators.replicas import (
     judge_replica_start,
     read_replica_status,
 )
-from operators.settings import LEFTOVER_TIMEOUT_SECONDS
+from operators.settings import LEFTOVER_TIMEOUT_SECONDS, LOG_TAIL_MAX_BYTES
 from runtime.protocol import INIT_CONTAINER
 
 T = TypeVar("T")
@@ -251,8 +252,8 @@ def explain_pod(api: Any, run: Any, replica: Any, log: Any) -> str:
     try:
         events = kubeobjects.list_pod_events(api, run.namespace, replica.pod)
         if replica.init_exit_code not in (None, 0):
-            init_log = kubeobjects.read_container_log(
-                api, run.namespace, replica.pod, INIT_CONTAINER, tail_lines=INIT_LOG_LINES
+            init_log = read_newest_lines(
+                api, run.namespace, replica.pod, INIT_CONTAINER, INIT_LOG_LINES, LOG_TAIL_MAX_BYTES
             )
     except Exception as exc:  # the explanation must not hide the failure itself
         log.warning("could not read events or logs of pod %s: %s", replica.pod, exc)

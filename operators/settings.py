@@ -73,8 +73,10 @@ TRAIN_LOG_MAX_BYTES = 8 * 1024**2
 ARCHIVE_LOG_MAX_BYTES = 64 * 1024**2
 ARCHIVE_INIT_LOG_MAX_BYTES = 1024**2
 # A read of a log's last lines (the failure's quote, the metrics line, the tab's
-# live tail) asks for at most this many bytes of them.
+# live tail) asks for at most this many bytes of them; of a log longer than train
+# or archive keep, its last LOG_END_LINES lines are read apart.
 LOG_TAIL_MAX_BYTES = 1024**2
+LOG_END_LINES = 200
 
 # archive (and publish) retry S3 with exponential back-off, from the first delay
 # doubling up to the largest, for at most S3_RETRY_BUDGET_SECONDS in all: a short

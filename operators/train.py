@@ -17,7 +17,9 @@ When the trigger fires, `finish` resumes in a worker and, whatever the outcome:
 
 - writes into this task's log the lines of every replica's log that the
   trigger did not stream live (each prefixed `[role-index]`; the trigger
-  says how many it logged per replica), so every line appears once;
+  says how many it logged per replica), so every line appears once; of
+  each log at most TRAIN_LOG_MAX_BYTES, its lines cut as the trigger cuts
+  them (a replica's log is untrusted: operators/logreads.py);
 - pushes the replica states (`replicas`) and the metrics from the
   `TFJOB_METRICS` line (`metrics`, also the return value) to XCom;
 - on failure raises with the failed replica, its exit code and last log lines.
@@ -44,6 +46,7 @@ them: the training is over, and a new try or teardown needs the pods' logs.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +55,20 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from operators import kubeobjects, restart
 from operators.errors import PipelineError
-from operators.podlogs import extract_metrics, prefix_lines, tail_lines
+from operators.logreads import read_log_head, read_newest_lines
+from operators.podlogs import decode_log_line, extract_metrics, split_bounded_lines, tail_lines
 from operators.replicas import TrainingState, deciding_replicas
 from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
+    ARCHIVE_LOG_MAX_BYTES,
     DEFER_SETTLE_SECONDS,
     FAILURE_LOG_LINES,
     KUBERNETES_CONN_ID,
+    LOG_END_LINES,
+    LOG_TAIL_MAX_BYTES,
     TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
+    TRAIN_LOG_MAX_BYTES,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
@@ -79,6 +87,14 @@ if TYPE_CHECKING:
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
 LOG_READ_PATIENCE_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class LogEnd:
+    """What `finish` keeps of a replica's log: its last lines and its metrics line."""
+
+    tail: str
+    metrics: dict[str, Any] | None
 
 
 class TrainingFailed(PipelineError, AirflowFailException):
@@ -177,25 +193,50 @@ class TrainingWaitOperator(BaseOperator):
             )
         return restart.attempts_to_payload(found)
 
-    def _read_logs(self, run: RunInfo, api: Any, event: TrainingEvent) -> dict[str, str]:
-        """Every replica's log; the lines the trigger did not stream go into this task's log."""
-        logs: dict[str, str] = {}
+    def _read_logs(self, run: RunInfo, api: Any, event: TrainingEvent) -> dict[str, LogEnd]:
+        """Each replica's log end; the lines the trigger did not stream go into this task's log.
+
+        At most TRAIN_LOG_MAX_BYTES of each log is read and copied (lines cut at
+        LOG_LINE_MAX_BYTES, as the trigger cut them); of a longer log, the last
+        lines are read apart (LOG_TAIL_MAX_BYTES) for the metrics and the failure.
+        Only that end of each log is kept while the others are read.
+        """
+        ends: dict[str, LogEnd] = {}
         streamed = event.streamed
         for replica in event.replicas:
             replica_id = f"{replica['role']}-{replica['index']}"
-            text = call_with_retries(
-                lambda pod=replica["pod"]: kubeobjects.read_container_log(
-                    api, run.namespace, pod, MAIN_CONTAINER
+            pod = replica["pod"]
+            head = call_with_retries(
+                lambda pod=pod: read_log_head(
+                    api, run.namespace, pod, MAIN_CONTAINER, TRAIN_LOG_MAX_BYTES
                 ),
                 deadline=time.monotonic() + LOG_READ_PATIENCE_SECONDS,
                 what=f"reading the log of {replica_id}",
                 log=self.log,
             )
-            logs[replica_id] = text
             # The trigger logged the first `streamed` lines live: only the rest here.
-            for line in prefix_lines(replica_id, text, skip=streamed.get(replica_id, 0)):
-                self.log.info("%s", line)
-        return logs
+            for line in split_bounded_lines(head.data)[streamed.get(replica_id, 0) :]:
+                self.log.info("[%s] %s", replica_id, decode_log_line(line))
+            end = head.data.decode("utf-8", errors="replace")
+            if head.truncated:
+                self.log.info(
+                    "[%s] \u2026 [log cut here after %d bytes: the archive keeps up to %d "
+                    "(logs/%s.log)]",
+                    replica_id,
+                    TRAIN_LOG_MAX_BYTES,
+                    ARCHIVE_LOG_MAX_BYTES,
+                    replica_id,
+                )
+                end = call_with_retries(
+                    lambda pod=pod: read_newest_lines(
+                        api, run.namespace, pod, MAIN_CONTAINER, LOG_END_LINES, LOG_TAIL_MAX_BYTES
+                    ),
+                    deadline=time.monotonic() + LOG_READ_PATIENCE_SECONDS,
+                    what=f"reading the last lines of {replica_id}",
+                    log=self.log,
+                )
+            ends[replica_id] = LogEnd(tail_lines(end, FAILURE_LOG_LINES), extract_metrics(end))
+        return ends
 
     def finish(
         self,
@@ -220,7 +261,7 @@ class TrainingWaitOperator(BaseOperator):
             )
             attempts = self._recall_attempts(context, listed)
         history = restart.attempts_from_payload(attempts)
-        logs = self._read_logs(run, api, result)
+        ends = self._read_logs(run, api, result)
         failed = result.failed
         verdict = None
         if result.state is TrainingState.FAILED and failed:
@@ -237,7 +278,7 @@ class TrainingWaitOperator(BaseOperator):
                 AttemptOutcome.FAILED,
                 reason=f"did not finish within active_deadline={run.request.active_deadline}s",
             )
-        metrics = next((m for m in map(extract_metrics, logs.values()) if m is not None), None)
+        metrics = next((end.metrics for end in ends.values() if end.metrics is not None), None)
         ti.xcom_push(key="replicas", value=list(result.replicas))
         ti.xcom_push(key="finished_at", value=time.time())
         ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
@@ -273,7 +314,7 @@ class TrainingWaitOperator(BaseOperator):
                     )
                 )
             )
-            tail = tail_lines(logs.get(replica_id, ""), FAILURE_LOG_LINES)
+            tail = ends[replica_id].tail if replica_id in ends else ""
             quoted = "\n".join(f"  [{replica_id}] {line}" for line in tail.splitlines())
             raise TrainingFailed(
                 f"{describe_run_failure(history, verdict)}\n"

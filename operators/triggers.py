@@ -60,6 +60,9 @@ WATCH_CHUNK_SECONDS = 60
 LIVE_LOG_REPLICAS = 2
 # After a failed refresh of the grants: try again this soon (or at the next refresh).
 GRANT_RETRY_SECONDS = 15.0
+# The live follower lets the loop's other coroutines run after every chunk of a log
+# stream and after this many lines logged (logging a line is the costly part).
+LIVE_LOG_LINES_PER_TURN = 128
 # Once the run is decided: how long a replica whose container ended may take to
 # deliver the rest of its log stream before the trigger fires anyway.
 LOG_DRAIN_SECONDS = 5.0
@@ -294,9 +297,11 @@ class TrainingTrigger(BaseTrigger):
         async for chunk in chunks:
             chunk = chunk[: LIVE_LOG_MAX_BYTES - received]  # a server may ignore limitBytes
             received += len(chunk)
-            for line in splitter.feed(chunk):
+            for number, line in enumerate(splitter.feed(chunk), 1):
                 self.log.info("[%s] %s", replica_id, decode_log_line(line))
                 streamed[replica_id] += 1
+                if number % LIVE_LOG_LINES_PER_TURN == 0:
+                    await asyncio.sleep(0)
             # A stream whose bytes are already buffered never suspends: let the
             # loop's other coroutines (other runs' triggers) run between chunks.
             await asyncio.sleep(0)

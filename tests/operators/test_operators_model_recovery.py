@@ -5,6 +5,7 @@ running runtime/keeper.py on a local workspace)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from repo_root import REPO_ROOT
 from tfjob_fixtures import RUN, distributed_request_data, valid_request_data
+from urllib3.response import HTTPResponse
 
 from operators import modelrecovery
 from operators.archive import archive_run
@@ -261,7 +263,8 @@ class FakeKube:
         return SimpleNamespace(items=self.pods)
 
     def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Any:
-        return SimpleNamespace(data=f"{kwargs['container']} of {pod}\n".encode())
+        body = io.BytesIO(f"{kwargs['container']} of {pod}\n".encode())
+        return HTTPResponse(body=body, preload_content=False)
 
 
 def make_run(bucket: str, job: str) -> Any:

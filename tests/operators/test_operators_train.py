@@ -8,15 +8,18 @@ leave the pods of a decided training to the next try or to teardown.
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from repo_root import REPO_ROOT
+from urllib3.response import HTTPResponse
 
 from operators import kubeobjects
 from operators import train as train_module
+from operators.logreads import LogRead
 from operators.runinfo import describe_run
 from operators.train import TrainingFailed, TrainingWaitOperator
 from tfjob.request import load_request
@@ -47,7 +50,7 @@ class FakeCoreV1:
         return SimpleNamespace(items=[])
 
     def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Any:
-        return SimpleNamespace(data=self.logs.get(pod, "").encode())
+        return HTTPResponse(body=io.BytesIO(self.logs.get(pod, "").encode()), preload_content=False)
 
 
 @pytest.fixture
@@ -140,11 +143,11 @@ def test_killed_after_training_is_decided_train_leaves_the_pods(run, monkeypatch
     )
     operator = make_operator(monkeypatch, {})
 
-    def killed_while_reading_logs(*args: Any) -> str:
+    def killed_while_reading_logs(*args: Any) -> LogRead:
         operator.on_kill()  # what Airflow does when it fails the task under us
-        return ""
+        return LogRead(b"", truncated=False)
 
-    monkeypatch.setattr(train_module.kubeobjects, "read_container_log", killed_while_reading_logs)
+    monkeypatch.setattr(train_module, "read_log_head", killed_while_reading_logs)
     event = {
         "state": "succeeded",
         "deciding": ["chief-0"],
@@ -187,7 +190,7 @@ def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
     answers = [
         ApiException(status=503, reason="Service Unavailable"),
         ConnectionResetError(),
-        'TFJOB_METRICS {"accuracy": 0.9}\n',
+        LogRead(b'TFJOB_METRICS {"accuracy": 0.9}\n', truncated=False),
     ]
 
     def read_log(*args, **kwargs):
@@ -196,7 +199,7 @@ def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
             raise answer
         return answer
 
-    monkeypatch.setattr(train_module.kubeobjects, "read_container_log", read_log)
+    monkeypatch.setattr(train_module, "read_log_head", read_log)
     event = {
         "state": "succeeded",
         "deciding": ["chief-0"],
@@ -207,7 +210,7 @@ def test_reading_the_logs_after_training_rides_out_a_blink(run, monkeypatch):
 
 
 def test_a_deadline_reached_while_the_api_failed_says_so(run, monkeypatch):
-    monkeypatch.setattr(train_module.kubeobjects, "read_container_log", lambda *a, **k: "")
+    monkeypatch.setattr(train_module, "read_log_head", lambda *a, **k: LogRead(b"", False))
     event = {
         "state": "deadline",
         "deciding": ["chief-0"],

@@ -9,6 +9,7 @@ attempts, the manifests, the order of stop and start) is the real code.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from dataclasses import replace
@@ -19,6 +20,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes.client.exceptions import ApiException
 from repo_root import REPO_ROOT
+from urllib3.response import HTTPResponse
 
 from operators import delivery, gang, kubeobjects, restart
 from operators.runinfo import describe_run
@@ -103,7 +105,7 @@ class FakeCluster:
             self.journal.append(("create", name))
 
     def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Any:
-        return SimpleNamespace(data=self.logs.get(pod, "").encode())
+        return HTTPResponse(body=io.BytesIO(self.logs.get(pod, "").encode()), preload_content=False)
 
 
 @pytest.fixture

@@ -28,7 +28,12 @@ from repo_root import REPO_ROOT
 
 from tfjob import naming
 from tfjob.manifests import build_container_security_context, build_pod_security_context
-from tfjob.tenants import build_run_network_policy, build_tenant_manifests, load_tenants
+from tfjob.tenants import (
+    TENANTS_FILE_ENV,
+    build_run_network_policy,
+    build_tenant_manifests,
+    load_tenants,
+)
 
 VICTIM = "research"
 VICTIM_NAMESPACE = f"tfjob-{VICTIM}"
@@ -55,10 +60,16 @@ while True:
 """
 
 
-def apply_tenant_objects(api_client, tenant_name: str) -> None:
+def world_tenants(world):  # type: ignore[no-untyped-def]
+    """The tenants file the world's Airflow reads (its network names the test S3's port)."""
+    return load_tenants(world.env[TENANTS_FILE_ENV])
+
+
+def apply_tenant_objects(world, tenant_name: str) -> None:  # type: ignore[no-untyped-def]
     """The tenant's Namespace, quota, ServiceAccount and default-deny NetworkPolicy, as
     `tshell tenants apply` creates them (a Namespace already there is kept)."""
-    config = load_tenants()
+    api_client = world.kube.core_v1().api_client
+    config = world_tenants(world)
     tenant = config.find(tenant_name)
     assert tenant is not None
     for manifest in build_tenant_manifests(tenant, config.network):
@@ -75,7 +86,7 @@ def start_victim_pod(world) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """A running pod of a research run (labels and run NetworkPolicy as launch makes them);
     returns (pod name, IP)."""
     api = world.kube.core_v1()
-    config = load_tenants()
+    config = world_tenants(world)
     labels = {**naming.run_labels("victim", VICTIM_RUN, VICTIM), naming.LABEL_ROLE: "worker"}
     annotations = {
         naming.ANNOTATION_DAG_ID: "tfjob_submit__research",
@@ -86,7 +97,7 @@ def start_victim_pod(world) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     )
     kube_utils.create_from_dict(api.api_client, policy)
     name = f"{VICTIM_RUN}-worker-0"
-    security = build_pod_security_context(config.find(VICTIM))
+    security = build_pod_security_context(config.find(VICTIM).pod_user)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -176,8 +187,8 @@ def parse_lines(log: str, kind: str) -> list[dict]:
 def hostile_run(pipeline_world, tmp_path_factory):  # type: ignore[no-untyped-def]
     world = pipeline_world
     api = world.kube.core_v1()
-    apply_tenant_objects(api.api_client, ATTACKER)
-    apply_tenant_objects(api.api_client, VICTIM)
+    apply_tenant_objects(world, ATTACKER)
+    apply_tenant_objects(world, VICTIM)
     keys = put_victim_objects(world)
     victim_pod, victim_ip = start_victim_pod(world)
     before = victim_objects(world)

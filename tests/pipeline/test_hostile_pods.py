@@ -87,11 +87,12 @@ def start_victim_pod(world) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     returns (pod name, IP)."""
     api = world.kube.core_v1()
     config = world_tenants(world)
-    labels = {**naming.run_labels("victim", VICTIM_RUN, VICTIM), naming.LABEL_ROLE: "worker"}
-    annotations = {
-        naming.ANNOTATION_DAG_ID: "tfjob_submit__research",
-        naming.ANNOTATION_RUN_ID: "v",
+    dag_id, run_id = "tfjob_submit__research", "manual__v"
+    labels = {
+        **naming.run_labels("victim", VICTIM_RUN, VICTIM, naming.run_hash(dag_id, run_id)),
+        naming.LABEL_ROLE: "worker",
     }
+    annotations = {naming.ANNOTATION_DAG_ID: dag_id, naming.ANNOTATION_RUN_ID: run_id}
     policy = build_run_network_policy(
         VICTIM_NAMESPACE, VICTIM_RUN, labels, annotations, config.network
     )

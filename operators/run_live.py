@@ -3,10 +3,13 @@
 Why this exists: every open tab polls the view's JSON, and a run's tab may be
 open in many browsers; Kubernetes must not pay for each of them. Reads go
 through one `LiveReads` per API server: a pod listing per run and a log tail
-per pod are each kept for `ttl_s` (2 s) and shared by every request in that
-time; a request arriving while the same read is in flight waits for it
-instead of starting another. Entries of runs nobody asks about any more are
-dropped once the table holds MAX_ENTRIES.
+per pod (its last LOG_TAIL_LINES lines within LOG_TAIL_MAX_BYTES) are each
+kept for `ttl_s` (2 s) and shared by every request in that time; a request
+arriving while the same read is in flight waits for it instead of starting
+another. The tab's curves go through the same table (per run: 2 s while it is
+live, longer once archived, keyed by the archive they were read from).
+Entries of runs nobody asks about any more are dropped once the table holds
+MAX_ENTRIES.
 
 The readers (`read_pods`, `read_log`) are passed in, so this is tested with
 fakes and a fake clock; run_view_api.py gives it the Kubernetes connection's.
@@ -67,13 +70,15 @@ class LiveReads:
                 entry = self._entries[key] = _Entry()
             return entry
 
-    def share_read(self, key: Hashable, read: Callable[[], Any]) -> Any:
-        """`read()`'s answer for `key`, read at most once per `ttl_s` (the tenants page's
-        cluster-wide listings go through here too)."""
+    def share_read(self, key: Hashable, read: Callable[[], Any], ttl_s: float | None = None) -> Any:
+        """`read()`'s answer for `key`, read at most once per `ttl_s` (this table's unless
+        given: the tab's archived curves are kept longer, their key names the archive they
+        were read from); the tenants page's cluster-wide listings go through here too."""
+        ttl_s = self.ttl_s if ttl_s is None else ttl_s
         entry = self._entry(key)
         with entry.lock:  # a second caller waits for the read in flight and shares it
             now = self._clock()
-            if entry.read_at is None or now - entry.read_at >= self.ttl_s:
+            if entry.read_at is None or now - entry.read_at >= ttl_s:
                 self.reads += 1
                 entry.value = read()
                 entry.read_at = self._clock()

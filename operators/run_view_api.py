@@ -6,8 +6,10 @@ Routes under `/runs/{dag_id}/{run_id}`:
   read per run per 2 s, whatever the number of open tabs), from train's XCom after;
 - `/view`        the page (static files in plugins/tfjob_view/) that polls it;
 - `/curves`      the `TFJOB_METRIC` points of each replica, from the live pods'
-  logs while active, from the archived logs after;
+  logs while active, from the archived logs' ends after; computed once per run
+  and shared by every request (2 s while live, per archive after);
 - `/logs/{replica}` a replica's last lines (live, else archived), with a filter;
+  every read bounded in bytes (a log is untrusted and may be huge);
 - `/cancel`      (POST) tshell cancel's semantics (operators/run_view_cancel.py);
 - `/files`, `/files/{path}` the run's archived files (operators/run_files.py: read
   with the run's own S3 connection, never a presigned URL).
@@ -53,16 +55,19 @@ from operators.run_live import LiveReads, describe_live_replicas
 from operators.run_view import order_replicas
 from operators.run_view_cancel import cancel_run
 from operators.run_view_logs import (
+    ARCHIVED_CURVES_TTL_S,
     DEFAULT_TAIL_LINES,
     MAX_LOG_BYTES,
+    MAX_PANE_LOG_BYTES,
     LogRequestError,
     check_log_query,
     check_replica_id,
     collect_curves,
+    describe_archive_version,
     replica_of_log_name,
     select_log_lines,
 )
-from operators.settings import KUBERNETES_CONN_ID
+from operators.settings import KUBERNETES_CONN_ID, LOG_TAIL_MAX_BYTES
 from operators.tenant_view_api import add_tenant_routes
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
@@ -99,10 +104,13 @@ def read_kubernetes_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
 
 
 def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
-    from operators.kubeobjects import read_container_log
+    """The pod's last `tail_lines` lines, within LOG_TAIL_MAX_BYTES (operators/logreads.py)."""
+    from operators.logreads import read_newest_lines
     from runtime.protocol import MAIN_CONTAINER
 
-    return read_container_log(connect_kubernetes(), namespace, pod, MAIN_CONTAINER, tail_lines)
+    return read_newest_lines(
+        connect_kubernetes(), namespace, pod, MAIN_CONTAINER, tail_lines, LOG_TAIL_MAX_BYTES
+    )
 
 
 def is_allowed(user: Any, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
@@ -146,36 +154,46 @@ class RunView:
         storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
         try:
             text = read_run_file_tail(
-                connect_run_storage(storage), storage, f"logs/{replica}.log", MAX_LOG_BYTES
+                connect_run_storage(storage), storage, f"logs/{replica}.log", MAX_PANE_LOG_BYTES
             )
         except RunFileNotFoundError:
             return "none", ""
         return "archive", text
 
     def answer_curves(self, session: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        """The run's curves, computed once per run for every tab (operators/run_live.py)."""
         pods = self.live_pods(summary)
         if pods:
             namespace = summary["job"]["namespace"]
-            logs = {
-                f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
-                for r in describe_live_replicas(pods)
-                if r["role"] != "ps"
-            }
-            return {"source": "live", "curves": collect_curves(logs)}
+
+            def read_live() -> dict[str, Any]:
+                logs = {
+                    f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
+                    for r in describe_live_replicas(pods)
+                    if r["role"] != "ps"
+                }
+                return {"source": "live", "curves": collect_curves(logs)}
+
+            return self.live.share_read(("curves", namespace, summary["job"]["run_key"]), read_live)
         replicas = [r for r in (replica_of_log_name(uri) for uri in summary["logs"]) if r]
         if not replicas:
             return {"source": "none", "curves": {}}
-        storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
-        s3 = connect_run_storage(storage)
-        logs = {}
-        for replica in replicas:
-            try:
-                logs[replica] = read_run_file_tail(
-                    s3, storage, f"logs/{replica}.log", MAX_LOG_BYTES
-                )
-            except RunFileNotFoundError:
-                continue
-        return {"source": "archive", "curves": collect_curves(logs)}
+
+        def read_archived() -> dict[str, Any]:
+            storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
+            s3 = connect_run_storage(storage)
+            logs = {}
+            for replica in replicas:
+                try:
+                    logs[replica] = read_run_file_tail(
+                        s3, storage, f"logs/{replica}.log", MAX_LOG_BYTES
+                    )
+                except RunFileNotFoundError:
+                    continue
+            return {"source": "archive", "curves": collect_curves(logs)}
+
+        key = ("curves", summary["dag_id"], summary["run_id"], describe_archive_version(summary))
+        return self.live.share_read(key, read_archived, ttl_s=ARCHIVED_CURVES_TTL_S)
 
 
 @functools.cache

@@ -259,23 +259,6 @@ def watch_run_pods(
                 return list(pods.values())
 
 
-def read_container_log(
-    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, tail_lines: int | None = None
-) -> str:
-    """The container's log, or "" when the pod or container has none (yet)."""
-    kwargs = {"container": container}
-    if tail_lines is not None:
-        kwargs["tail_lines"] = tail_lines
-    try:
-        return api.read_namespaced_pod_log(
-            pod, namespace, _preload_content=False, **kwargs
-        ).data.decode("utf-8", errors="replace")
-    except ApiException as exc:
-        if exc.status in (400, 404):
-            return ""
-        raise
-
-
 def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[str, Any]]:
     events = api.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
     return [to_plain(api, e) for e in events]

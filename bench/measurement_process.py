@@ -35,6 +35,7 @@ STEP_TIMEOUT_S = {
     # bench_concurrent_scale.py: its own world (~2 min) and batches of 10, 50 and 100 jobs
     "concurrent_scale": 2400,
     "log_follow": 900,  # the old follower is quadratic: ~30 s per 32 MiB line
+    "s3_gate": 300,  # 240 requests of 1 MiB: ~1 min on a loaded machine
 }
 STOP_GRACE_S = 20  # a measurement told to stop (timeout, Ctrl-C) before it is killed
 # The lines of a measurement's log that the run's own output repeats.

@@ -7,7 +7,7 @@ line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),
 report_restart.py (6), report_scale.py (7), report_log_follow.py (8),
-report_pack_upload.py; this one puts them in order.
+report_s3_gate.py (9), report_pack_upload.py; this one puts them in order.
 
 `merge_report` serves `run_all.py --only NAME`: the sections measured again
 replace theirs in the existing RESULTS.md (and their rows of its step table),
@@ -27,6 +27,7 @@ from report_naive import section_naive
 from report_pack_upload import section_pack
 from report_parse import section_parse
 from report_restart import section_restart
+from report_s3_gate import section_s3_gate
 from report_scale import section_scale
 from report_startup import section_startup
 from report_wholerun import section_wholerun
@@ -42,6 +43,7 @@ SECTION_HEADINGS = {
     "restart": "## 6.",
     "scale": "## 7.",
     "log_follow": "## 8.",
+    "s3_gate": "## 9.",
     "pack_upload": "## Bundle pack + upload",
 }
 REMEASURED = "- re-measured"
@@ -139,6 +141,11 @@ def build_report(
         section_log_follow(results["log_follow"])
         if has("log_follow")
         else missing("8. Following a replica's log in the triggerer (issue 27)", "log_follow")
+    )
+    out += (
+        section_s3_gate(results["s3_gate"])
+        if has("s3_gate")
+        else missing("9. The local S3 gate's cost per request (issue 26)", "s3_gate")
     )
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))

@@ -6,7 +6,8 @@
 Order (each measurement is its own process, see bench/world.py for why):
 pack+upload, DAG parse, the trigger's log following (8: one 4/8/16/32 MiB
 line and 32 MiB of ordinary lines, old follower from git against today's;
-1 MiB in --quick) and the scale step (7: gangs of 128-1,024 replicas on
+1 MiB in --quick), the local S3 gate's cost per request (9: 60 GETs and 60
+POSTs of 1 MiB each side; 5 in --quick) and the scale step (7: gangs of 128-1,024 replicas on
 simulated nodes, its own localkube per job; 32 replicas in --quick; then 7b:
 10, 50 and 100 concurrent 8-replica jobs through an Airflow of its own on
 simulated nodes, not in --quick) first (no shared services), then the shared world (S3,
@@ -100,6 +101,7 @@ MEASUREMENTS = (
     "wholerun",
     "concurrency",
     "log_follow",
+    "s3_gate",
 )
 
 
@@ -127,6 +129,8 @@ class Sizes:
     log_follow_line_mib: tuple[int, ...] = (4, 8, 16, 32)
     log_follow_lines_mib: int = 32
     log_follow_repeat: int = 3
+    # bench_s3_gate.py (9): a pod's GET and POST of 1 MiB, gate against no gate, per side
+    s3_gate_requests: int = 60
 
 
 FULL = Sizes(
@@ -165,6 +169,7 @@ QUICK = Sizes(
     log_follow_line_mib=(1,),
     log_follow_lines_mib=1,
     log_follow_repeat=1,
+    s3_gate_requests=5,
 )
 
 
@@ -393,6 +398,21 @@ def main() -> int:
                 str(sizes.log_follow_repeat),
                 "--out",
                 str(out / "log_follow.json"),
+            ],
+            None,
+            out,
+        )
+    if "s3_gate" in wanted:
+        # In-process, no services: one moto store behind the gate and without it.
+        steps["s3_gate"] = run_measurement(
+            "s3_gate",
+            [
+                PY,
+                str(BENCH / "bench_s3_gate.py"),
+                "--requests",
+                str(sizes.s3_gate_requests),
+                "--out",
+                str(out / "s3_gate.json"),
             ],
             None,
             out,

@@ -5,7 +5,7 @@ Why this exists: moto 5.2.5 checks neither presigned URLs nor POST policies
 signature or evaluates a policy's conditions) and accepts anonymous writes.
 Pods get only presigned access, so a local S3 that accepted everything would
 hide every mistake in that access. `CheckingMiddleware` is a WSGI layer that
-does what S3 does for those requests, with the server's own key and secret:
+does what S3 does for those requests, with the server's keys:
 
 - query-string SigV4 (`X-Amz-Algorithm/Credential/Date/Expires/SignedHeaders/
   Signature`): every parameter present, the credential scope (known key, the
@@ -22,11 +22,12 @@ does what S3 does for those requests, with the server's own key and secret:
   buckets made since 2020: presign with botocore `Config(signature_version="s3v4")`;
 - anonymous requests are refused.
 
-Two listeners share one moto backend. The host's (`pod_facing=False`) passes
-requests with an Authorization header (boto3 in Airflow, tshell, tests) to
-moto unchecked, as moto itself does, and serves moto's `/moto-api/`. The
-pod-facing one (`pod_facing=True`, what localkube forwards pods to) refuses
-both: pods hold no credentials, only presigned requests.
+Two listeners share one moto backend (scripts/s3_gate.py). The host's
+verifies requests with an Authorization header (scripts/s3_header_auth.py)
+and serves moto's `/moto-api/` to the admin key only. The pod-facing one
+(what localkube forwards pods to) refuses both: pods hold no credentials,
+only grants presigned by their tenant's pods identity, within its reach
+(scripts/s3_reach.py). The keys are scripts/s3_identities.py's.
 """
 
 from __future__ import annotations
@@ -128,8 +129,18 @@ def header_value(environ: dict[str, Any], name: str) -> str | None:
 
 
 def parse_amz_date(text: str, code: str, status: int) -> dt.datetime:
+    # by hand: strptime costs about as much as the rest of a presigned GET's check
+    digits = text[:8] + text[9:15]
     try:
-        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+        if (
+            len(text) != 16
+            or text[8] != "T"
+            or text[15] != "Z"
+            or not (digits.isascii() and digits.isdigit())
+        ):
+            raise ValueError(text)
+        numbers = (digits[:4], digits[4:6], digits[6:8], digits[8:10], digits[10:12], digits[12:])
+        return dt.datetime(*map(int, numbers), tzinfo=dt.UTC)
     except ValueError:
         raise Refused(
             code, "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"", status

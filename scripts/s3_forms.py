@@ -19,6 +19,9 @@ from typing import Any
 
 from s3_checks import POST_V2_FIELDS, SIGV2_REFUSED, Refused
 
+# How much of the body the decoder takes at a time: fewer, larger steps cost less.
+PARSE_BUFFER_BYTES = 1024 * 1024
+
 
 @dataclass(frozen=True)
 class UploadForm:
@@ -27,16 +30,49 @@ class UploadForm:
     file_size: int
 
 
+class _CountingSink(io.RawIOBase):
+    """Where the file part's bytes go while the form is read: counted, not kept (moto reads
+    the body itself). Cheaper than werkzeug's default, a temporary file past 500 KB."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.size += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.size if whence == io.SEEK_END else 0
+
+
+def _parse(environ: dict[str, Any], body: bytes) -> tuple[Any, Any]:
+    """(form, files) as werkzeug reads them; its multipart decoder, in 1 MiB reads."""
+    from werkzeug.formparser import MultiPartParser
+    from werkzeug.http import parse_options_header
+
+    mimetype, options = parse_options_header(environ.get("CONTENT_TYPE", ""))
+    boundary = options.get("boundary", "").encode("ascii", "replace")
+    if mimetype != "multipart/form-data" or not boundary:
+        raise Refused("InvalidArgument", "a POST upload must be multipart/form-data", 400)
+    parser = MultiPartParser(
+        stream_factory=lambda **_: _CountingSink(), buffer_size=PARSE_BUFFER_BYTES
+    )
+    try:
+        return parser.parse(io.BytesIO(body), boundary, len(body))
+    except ValueError as error:  # werkzeug's word for a malformed form
+        raise Refused(
+            "MalformedPOSTRequest", f"the POST form cannot be read: {error}", 400
+        ) from None
+
+
 def read_upload_form(environ: dict[str, Any], body: bytes) -> UploadForm:
     """Parse `body` (the whole request body) as werkzeug will for moto; Refused if ambiguous."""
-    from werkzeug.formparser import parse_form_data
-
     if environ.get("HTTP_CONTENT_ENCODING"):
         raise Refused("InvalidArgument", "a POST upload may not carry Content-Encoding", 400)
-    copy = dict(environ)
-    copy["wsgi.input"] = io.BytesIO(body)
-    copy["CONTENT_LENGTH"] = str(len(body))
-    _, form, files = parse_form_data(copy)
+    form, files = _parse(environ, body)
     names = [name for name, _ in form.items(multi=True)]
     names += [name for name, _ in files.items(multi=True)]
     if any(name.lower() in POST_V2_FIELDS for name in names):
@@ -61,7 +97,6 @@ def read_upload_form(environ: dict[str, Any], body: bytes) -> UploadForm:
             400,
         )
     upload = files["file"]
-    stream = upload.stream
-    stream.seek(0, io.SEEK_END)
-    size = stream.tell()
-    return UploadForm({name: form[name] for name in form}, upload.filename or "", size)
+    return UploadForm(
+        {name: form[name] for name in form}, upload.filename or "", upload.stream.size
+    )

@@ -3,7 +3,8 @@
 `CheckingMiddleware` sends each request to the checks of scripts/s3_checks.py
 (presigned SigV4 queries, POST policies) and scripts/s3_header_auth.py
 (header SigV4), reads POST forms once (scripts/s3_forms.py), and refuses SigV2
-and anonymous requests. A request signed by a pods identity
+and anonymous requests; `/moto-api/` (moto's dump and reset) only to requests signed with
+the admin key. A request signed by a pods identity
 (scripts/s3_identities.py) passes only inside that identity's reach
 (scripts/s3_reach.py), on either listener. The pods' listener also refuses
 `/moto-api/`, every request with an Authorization header, and every request
@@ -81,11 +82,11 @@ class CheckingMiddleware:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         try:
-            if environ.get("PATH_INFO") == POD_OUTAGE_PATH and not self.pod_facing:
-                return self._start_outage(environ, start_response)
             if self.pod_facing and self.outage.active:
                 raise Refused("SlowDown", "S3 is down for pods (a test outage)", 503)
             self.check(environ)
+            if environ.get("PATH_INFO") == POD_OUTAGE_PATH and not self.pod_facing:
+                return self._start_outage(environ, start_response)
         except Refused as refusal:
             return answer_error(environ, start_response, refusal)
         return self.app(environ, start_response)
@@ -107,6 +108,13 @@ class CheckingMiddleware:
         if path.startswith("/moto-api"):
             if self.pod_facing:
                 raise Refused("AccessDenied", "/moto-api/ is not served to pods")
+            # moto's own API dumps and resets the whole store: the admin key only
+            if not environ.get("HTTP_AUTHORIZATION"):
+                raise Refused(
+                    "AccessDenied", "/moto-api/ needs a request signed with the admin key"
+                )
+            if check_header_signature(self.checker, environ) not in self.keyring.admin:
+                raise Refused("AccessDenied", "/moto-api/ is served to the admin key only")
             return
         names = [name for name, _ in parse_query(environ.get("QUERY_STRING", ""))]
         if set(names).intersection(QUERY_V2_PARAMS):

@@ -7,8 +7,9 @@
 
 One moto backend, two listeners:
 
-- the host's, `http://127.0.0.1:PORT`: boto3 clients holding the key (Airflow,
-  tshell, tests) and moto's `/moto-api/`;
+- the host's, `http://127.0.0.1:PORT`: boto3 clients holding a key, their
+  header signatures verified (Airflow, tshell, tests), and moto's `/moto-api/`
+  to the admin key only;
 - the pods', `http://127.0.0.2:PORT` by default (`--pod-host`, `--pod-port`):
   what localkube relays each pod's 127.0.0.1:PORT to
   (`--forward PORT=127.0.0.2:PORT`). It serves only requests presigned by a
@@ -17,7 +18,7 @@ One moto backend, two listeners:
   cannot use any other grant, reset the store or dump it. A pod still sends
   `Host: 127.0.0.1:PORT`, the host the URL was presigned for, so signatures match.
   A test can make it answer 503 for a while (`POST /moto-api/tfjob/pod-outage?seconds=N`
-  on the host's listener): S3 down for the pods only.
+  on the host's listener, admin key): S3 down for the pods only.
 
 Keys (scripts/s3_identities.py): the admin key is generated at the first start
 of a state dir and kept in `<state-dir>/credentials.json` (0600); the pods

@@ -18,8 +18,9 @@ PostgreSQL installed; each port free or held by this state dir's own service)
 and names every problem with what to do.
 
 Pods reach S3 at their own 127.0.0.1:<s3 port>, which localkube relays to the
-S3 server's pod-facing listener (`--forward PORT=127.0.0.2:PORT`): presigned
-requests only, no Authorization header, no /moto-api/ (scripts/s3_server.py).
+S3 server's pod-facing listener (`--forward PORT=127.0.0.2:PORT`): requests
+presigned by a pods identity within its reach only, no Authorization header,
+no /moto-api/ (scripts/s3_server.py).
 
 S3 keys (scripts/s3_identities.py): the server generates its admin key at
 the first start of <state>/s3 (credentials.json, 0600); services reads it

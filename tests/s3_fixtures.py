@@ -116,6 +116,28 @@ class S3Server:
             config=Config(signature_version="s3v4"),
         )
 
+    def moto_api(self, path: str, method: str = "GET") -> tuple[int, bytes]:
+        """(status, body) of moto's own API on the host's listener (`/moto-api/<path>`),
+        signed with the admin key as the server requires."""
+        import urllib.error
+        import urllib.request
+
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        url = f"{self.endpoint}/moto-api/{path.lstrip('/')}"
+        signed = AWSRequest(method=method, url=url, data=b"")
+        S3SigV4Auth(Credentials(self.access_key, self.secret_key), "s3", self.region).add_auth(
+            signed
+        )
+        request = urllib.request.Request(url, method=method, headers=dict(signed.headers))
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
     def airflow_connections(self) -> dict[str, str]:
         """AIRFLOW_CONN_* for this server: aws_default (admin) and tfjob_pods_<tenant> each."""
         found = {"AIRFLOW_CONN_AWS_DEFAULT": self._connection(self.access_key, self.secret_key)}

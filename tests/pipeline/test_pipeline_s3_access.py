@@ -16,7 +16,6 @@ import base64
 import json
 import threading
 import time
-import urllib.request
 
 from pipeline_fixtures import NAMESPACE, run_keys
 
@@ -147,11 +146,9 @@ def wait_for_running_pod(world, job: str, timeout: float = 180.0) -> None:  # ty
 
 
 def set_pod_outage(world, seconds: float) -> None:  # type: ignore[no-untyped-def]
-    """S3 answers the pods 503 for `seconds` (scripts/s3_gate.py's test switch)."""
-    request = urllib.request.Request(
-        f"{world.s3.endpoint}/moto-api/tfjob/pod-outage?seconds={seconds}", method="POST"
-    )
-    urllib.request.urlopen(request, timeout=10).close()
+    """S3 answers the pods 503 for `seconds` (scripts/s3_gate.py's test switch; admin key)."""
+    status, body = world.s3.moto_api(f"tfjob/pod-outage?seconds={seconds}", "POST")
+    assert status == 200, body
 
 
 def test_a_model_whose_upload_fails_with_s3_down_is_copied_out_of_the_pod_and_published(

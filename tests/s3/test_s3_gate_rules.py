@@ -27,7 +27,7 @@ from repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
 import s3_identities  # noqa: E402
-from s3_checks import PresignChecker, Refused  # noqa: E402
+from s3_checks import PresignChecker, Refused, parse_amz_date  # noqa: E402
 from s3_forms import read_upload_form  # noqa: E402
 from s3_header_auth import check_header_signature  # noqa: E402
 from s3_reach import judge_pod_request  # noqa: E402
@@ -285,3 +285,14 @@ def test_pod_identities_are_kept_per_tenant_and_reloaded_when_the_file_changes(
     assert mode(tmp_path / s3_identities.POD_IDENTITIES_FILE) == 0o600
     stored = json.loads((tmp_path / s3_identities.POD_IDENTITIES_FILE).read_text())
     assert set(stored["identities"]) == {test.access_key, again["research"].access_key}
+
+
+@pytest.mark.parametrize(
+    "text", ["20261207T0612Z", "20261307T061200Z", "20261207T061200", "２0261207T061200Z", ""]
+)
+def test_an_amz_date_not_in_the_long_format_is_refused(text: str) -> None:
+    with pytest.raises(Refused, match="ISO8601 Long Format"):
+        parse_amz_date(text, "AccessDenied", 403)
+    assert parse_amz_date("20261207T061200Z", "AccessDenied", 403) == dt.datetime(
+        2026, 12, 7, 6, 12, tzinfo=dt.UTC
+    )

@@ -3,6 +3,7 @@ only), its two listeners (the host's and the pods'), and transfer retries."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import http.server
 import importlib.util
@@ -255,10 +256,16 @@ def test_the_pod_facing_listener_serves_presigned_requests_only(s3_server: S3Ser
     status, body = fetch(s3_server.pod_endpoint + f"/{s3_server.bucket}/{run}bundle.tar.gz")
     assert status == 403 and "Anonymous access is refused" in body
 
-    # The host's listener stays as it was: the key and /moto-api/ work there.
+    # The host's listener stays as it was: the key works there, and /moto-api/ with it only.
     got = host_client.get_object(Bucket=s3_server.bucket, Key=run + "model/f.bin")
     assert got["Body"].read() == b"model"
-    assert fetch(s3_server.endpoint + "/moto-api/data.json")[0] == 200
+    assert s3_server.moto_api("data.json")[0] == 200
+    status, body = fetch(s3_server.endpoint + "/moto-api/data.json")
+    assert status == 403 and "signed with the admin key" in body
+    for tenant in s3_server.pod_identities:  # a pods key is no admin key
+        key, secret = s3_server.pod_identities[tenant]
+        pods = dataclasses.replace(s3_server, access_key=key, secret_key=secret)
+        assert pods.moto_api("reset", "POST")[0] == 403
     assert fetch(url) == (200, "bundle")
 
 

@@ -89,7 +89,7 @@ def run_janitor(env: dict[str, str], logical_date: str) -> tuple[str, str, list[
 def leave_behind(core, job: str, dag_id: str, run_id: str) -> str:
     key = naming.run_key(job, dag_id, run_id)
     metadata = {
-        "labels": naming.run_labels(job, key, "janitor-dag"),
+        "labels": naming.run_labels(job, key, "janitor-dag", naming.run_hash(dag_id, run_id)),
         "annotations": {naming.ANNOTATION_DAG_ID: dag_id, naming.ANNOTATION_RUN_ID: run_id},
     }
     core.create_namespaced_pod(

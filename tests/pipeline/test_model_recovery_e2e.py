@@ -150,7 +150,9 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
                     {
                         "metadata": {
                             "name": volume["secret"]["secretName"],
-                            "labels": naming.run_labels(request.name, run.run_key, request.tenant),
+                            "labels": naming.run_labels(
+                                request.name, run.run_key, request.tenant, run.run_hash
+                            ),
                         },
                         "stringData": access,
                     },

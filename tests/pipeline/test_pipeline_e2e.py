@@ -252,7 +252,9 @@ def test_a_tenant_at_its_job_cap_waits_without_a_retry_and_starts_once_a_place_i
             {
                 "metadata": {
                     "name": naming.configmap_name(key),
-                    "labels": naming.run_labels(name, key, TENANT),
+                    "labels": naming.run_labels(
+                        name, key, TENANT, naming.run_hash(f"tfjob__{name}", "manual__hold")
+                    ),
                 },
                 "data": {"held": "yes"},
             },

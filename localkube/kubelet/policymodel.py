@@ -273,6 +273,12 @@ def resolve_ports(
     if not ports:
         return None
     ranges = []
+
+    def add(protocol: Protocol, first: Any, last: Any) -> None:
+        # a number outside 1..65535 or a range ending before it starts matches nothing
+        if all(type(v) is int for v in (first, last)) and 1 <= first <= last <= 65535:
+            ranges.append(PortRange(protocol, first, last))
+
     for port in ports:
         try:
             protocol = Protocol(port.get("protocol") or "TCP")
@@ -280,18 +286,18 @@ def resolve_ports(
             continue
         number = port.get("port")
         if number is None:
-            ranges.append(PortRange(protocol, *ALL_PORTS))
+            add(protocol, *ALL_PORTS)
         elif isinstance(number, int):
             end = port.get("endPort")
-            ranges.append(PortRange(protocol, number, end if isinstance(end, int) else number))
+            add(protocol, number, number if end is None else end)
         elif isinstance(number, str) and number.isdigit():
-            ranges.append(PortRange(protocol, int(number), int(number)))
+            add(protocol, int(number), int(number))
         elif isinstance(number, str) and destination is not None:
             for declared in container_ports(destination):
                 declared_protocol = declared.get("protocol") or "TCP"
                 if declared.get("name") == number and declared_protocol == protocol.value:
-                    value = int(declared.get("containerPort") or 0)
-                    ranges.append(PortRange(protocol, value, value))
+                    value = declared.get("containerPort")
+                    add(protocol, value, value)
     return tuple(sorted(set(ranges)))
 
 

@@ -259,6 +259,7 @@ def test_an_unreadable_selector_isolates_but_admits_nobody():
         ([{"port": "grpc"}], "TCP", 2223, False),
         ([{"port": "nothing-named-so"}], "TCP", 2222, False),
         ([], "SCTP", 7, True),  # no ports: everything
+        ([{"port": 0}, {"port": 70000}, {"port": 90, "endPort": 80}], "TCP", 85, False),
     ],
 )
 def test_ports_of_an_ingress_rule(ports, protocol, port, admitted):

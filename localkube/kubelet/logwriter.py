@@ -57,6 +57,24 @@ def remove_log_files(path: str) -> None:
             pass
 
 
+def remove_earlier_runs(path: str, restart: int) -> None:
+    """The log files of runs before `restart - 1` in `path`'s directory: a container keeps its
+    current run's log and the previous one's (`pods/log?previous=true`), as a kubelet keeps
+    one dead container per container, so a crash loop does not pile up logs."""
+    directory = os.path.dirname(path)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        number = name.split(".", 1)[0]
+        if number.isdigit() and int(number) < restart - 1 and name.startswith(number + ".log"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
 class LogWriter:
     """Writes one container run's output as CRI lines into `path`, rotating it by size.
 

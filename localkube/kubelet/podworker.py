@@ -40,7 +40,7 @@ from localkube.kubelet.launch import (
     resolve_container_config,
 )
 from localkube.kubelet.lifecycle import RunResult, StopReason, WorkerLife, WorkerPhase
-from localkube.kubelet.logwriter import remove_log_files
+from localkube.kubelet.logwriter import remove_earlier_runs, remove_log_files
 from localkube.kubelet.network import NetworkError
 from localkube.kubelet.podstate import build_pod_state, write_pod_state
 from localkube.kubelet.runrecords import (
@@ -331,6 +331,7 @@ class PodWorker:
         base = os.path.dirname(shim_spec["exit_path"])
         self.container_env[name] = describe_exec_context(config, shim_spec)
         remove_log_files(shim_spec["log_path"])
+        remove_earlier_runs(shim_spec["log_path"], record.restart_count)
         if record.restart_count == 0:
             pulled = f'Container image "{spec.get("image")}" already present on machine'
             self.record_event("Normal", "Pulled", pulled, name)

@@ -17,7 +17,12 @@ from localkube.apiserver.logreader import (
     parse_timestamp,
     stream_log,
 )
-from localkube.kubelet.logwriter import PARTIAL_LINE_LIMIT, LogWriter, list_rotated
+from localkube.kubelet.logwriter import (
+    PARTIAL_LINE_LIMIT,
+    LogWriter,
+    list_rotated,
+    remove_earlier_runs,
+)
 from localkube.logrotation import build_log_rotation, log_rotation_of_cluster
 
 KIB = 1024
@@ -112,6 +117,13 @@ def test_the_writer_keeps_relaying_when_the_disk_refuses(tmp_path):
     writer.file = open(os.devnull, "rb", buffering=0)  # every write fails
     writer.feed("stdout", b"lost\n")
     assert writer.dropped_bytes > 0
+
+
+def test_a_new_run_keeps_only_the_previous_runs_log(tmp_path):
+    for name in ("0.log", "0.log.20261207-010101.000000001", "1.log", "2.log", "notes"):
+        (tmp_path / name).write_text("x")
+    remove_earlier_runs(str(tmp_path / "3.log"), 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2.log", "notes"]
 
 
 def test_rotation_settings_come_from_localkube_json_with_defaults():

@@ -43,16 +43,21 @@ def list_tenant_role_permissions() -> list[tuple[str, str]]:
     """(action, resource) pairs of a tenant role: FAB's Viewer and User, less the global ones.
 
     Dropped: every right on the resource "DAGs" (it comes per DAG from
-    access_control), DAG dependencies (the graph of every DAG), and creating
-    asset events. Added: reading the plugin list, without which the UI shows
-    no plugin tab (the run's TFJob tab) and answers its URL with a 404 page.
+    access_control) and creating asset events. Added: reading the plugin list,
+    without which the UI shows no plugin tab (the run's TFJob tab) and answers
+    its URL with a 404 page; and reading "DAG Dependencies", which Airflow 3.3's
+    graph of a DAG needs (`/ui/structure/structure_data` asks for it besides the
+    DAG's own read right) and which FAB has only as a global resource. It
+    exposes no other tenant's DAG: the structure route also needs the DAG's own
+    read right, and the dependency graph (`/ui/dependencies`) and a graph's
+    external dependencies are filtered to the DAGs the caller may read.
     """
     from airflow.providers.fab.auth_manager.security_manager.override import (
         FabAirflowSecurityManagerOverride as Override,
     )
     from airflow.providers.fab.www.security import permissions
 
-    global_only = {permissions.RESOURCE_DAG, permissions.RESOURCE_DAG_DEPENDENCIES}
+    global_only = {permissions.RESOURCE_DAG}
     kept = []
     for action, resource in [*Override.VIEWER_PERMISSIONS, *Override.USER_PERMISSIONS]:
         if action == permissions.ACTION_CAN_ACCESS_MENU:
@@ -65,6 +70,7 @@ def list_tenant_role_permissions() -> list[tuple[str, str]]:
         else:
             kept.append((action, resource))
     kept.append((permissions.ACTION_CAN_READ, permissions.RESOURCE_PLUGIN))
+    kept.append((permissions.ACTION_CAN_READ, permissions.RESOURCE_DAG_DEPENDENCIES))
     return sorted(set(kept))
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import uuid
 
 import pytest
 from kubernetes.stream import stream
 from localkube_fixtures import start_localkube, stop_localkube, wait_until
 from repo_root import REPO_ROOT
+
+from localkube.kubelet.images import find_venv
 
 pytestmark = [
     pytest.mark.e2e,
@@ -177,7 +178,7 @@ def test_a_pod_sees_an_image_not_the_host(v1, cluster, restricted):
     report = run_probe(v1, cluster, restricted)
     assert report["uid"] == (USER if restricted else 0)
     # Python and the venv's packages work, from the venv's own path.
-    assert report["prefix"] == sys.prefix and report["numpy"]
+    assert report["prefix"] == find_venv() and report["numpy"]
     # Nothing of the checkout, the cluster's state, the host's secrets, /var/lib or /run.
     for path in report["hidden_paths"]:
         assert report["hidden"][path] == ["error", "ENOENT"], (path, report["hidden"][path])

@@ -139,8 +139,8 @@ def test_rotation_settings_come_from_localkube_json_with_defaults():
         build_log_rotation("ten", 5)
 
 
-@pytest.mark.parametrize("tail", [None, 0, 1, 2, 3, 7, 50, 5000])
-@pytest.mark.parametrize("since_index", [None, 0, 1, 500, 1999, 3000])
+@pytest.mark.parametrize("tail", [None, 0, 1, 3, 50, 5000])
+@pytest.mark.parametrize("since_index", [None, 0, 500, 1999, 3000])
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_reading_from_the_end_renders_what_reading_everything_did(
     tmp_path, tail, since_index, timestamps

@@ -9,16 +9,19 @@ as a client of a real cluster would. Needs root (real pods) and `nft`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import kubernetes
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import start_localkube, stop_localkube, wait_until
+from localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
 
 from localkube.kubelet.cleanup import list_state_netns
 
@@ -357,3 +360,36 @@ def test_a_new_pod_is_isolated_before_its_program_runs(clean):
     log = w.v1.read_namespaced_pod_log(name, w.alpha, _preload_content=False).data.decode()
     assert log.startswith("REFUSED"), log
     w.v1.delete_namespaced_pod(name, w.alpha)
+
+
+def test_a_restarted_kubelet_keeps_the_rules_and_follows_later_changes(tmp_path):
+    service = HostService()
+    handle = start_localkube(tmp_path, forward_ports=(service.port,))
+    restarted = None
+    try:
+        w = World(handle, service.port)
+        w.make_namespaces()
+        w.start_pod(w.beta, "server", {"app": "server"}, "node-1", SERVER)
+        w.start_pod(
+            w.alpha, "stranger", {"app": "stranger"}, "node-2", "import time; time.sleep(3600)"
+        )
+        server = w.await_running(w.beta, "server")
+        w.await_running(w.alpha, "stranger")
+        w.apply_policy(w.beta, "deny-all", DENY_ALL_INGRESS)
+        w.await_reach(w.alpha, "stranger", server, 2222, False)
+        info = json.loads((Path(handle.state_dir) / "localkube.json").read_text())
+        os.kill(info["pids"]["kubelets"]["node-1"], signal.SIGKILL)
+        assert not w.probe(w.alpha, "stranger", server, 2222)  # the table outlives its kubelet
+        log = tmp_path / "kubelet-restarted.log"
+        restarted = restart_kubelet(handle, "node-1", log)
+        wait_until(lambda: "re-adopted" in log.read_text(), POD_TIMEOUT_S, "re-adoption")
+        assert not w.probe(w.alpha, "stranger", server, 2222)
+        w.remove_policies()
+        w.await_reach(w.alpha, "stranger", server, 2222, True)
+    finally:
+        if restarted is not None:
+            restarted.send_signal(signal.SIGTERM)
+            restarted.wait(timeout=60)
+        stop_localkube(handle)
+        service.sock.close()
+    assert list_state_netns(handle.state_dir) == []

@@ -71,7 +71,7 @@ def section_log_follow(result: Mapping[str, Any]) -> list[str]:
         "again (quadratic in the line's length) and never yielded while bytes were buffered; "
         f"after, a line is cut at {result.get('line_max_bytes', 65536)} bytes with a marker, "
         "the pending part is a list of chunks (work per chunk proportional to the chunk) and "
-        "the follower yields after every chunk.",
+        "the follower yields after every chunk and every 128 lines.",
         "- ordinary lines cost about the same before and after: the per-line `log.info` "
         "dominates; after, the longest stall is one chunk's lines instead of the whole log.",
         "",

@@ -113,3 +113,20 @@ def test_a_derived_uid_taken_by_another_tenant_asks_for_an_explicit_one():
     assert message.startswith(f"t.yaml: tenants[1].uid: {taken} given; ")
     assert "already tenant team-a's uid" in message
     assert "derived from the name: set uid and gid explicitly" in message
+
+
+def test_a_run_keeps_the_uid_and_gid_its_tenant_had_when_validate_described_it():
+    from tfjob_fixtures import valid_request_data
+
+    from operators.runinfo import describe_run, read_run
+    from tfjob.request import load_request
+
+    request = load_request(valid_request_data(tenant="demo"))
+    described = describe_run(request, "manual__1", "tfjob__digits", "aws_default")
+    assert described["run_as"] == {"uid": 11001, "gid": 11001}
+    # what validate pushed decides, not the tenants file read later
+    pinned = {**described, "run_as": {"uid": 30000, "gid": 30001}}
+    assert read_run(pinned).identity().run_as == PodUser(30000, 30001)
+    # a run described before pods had their tenant's uid: read from the tenants file
+    older = {key: value for key, value in described.items() if key != "run_as"}
+    assert read_run(older).identity().run_as == PodUser(11001, 11001)

@@ -155,7 +155,13 @@ class CheckingMiddleware:
             )
 
     def check_reach(
-        self, environ: dict[str, Any], signer: str, bucket: str, key: str, names: list[str]
+        self,
+        environ: dict[str, Any],
+        signer: str,
+        bucket: str,
+        key: str,
+        names: list[str],
+        form: bool = False,
     ) -> None:
         """A pods identity's request only within its reach; other keys not at all on the pods'
         listener."""
@@ -172,7 +178,7 @@ class CheckingMiddleware:
             # moto reads a bucket from a host name (virtual-hosted style): not for pods
             raise Refused("AccessDenied", "pods address the server by IP address only")
         verdict = judge_pod_request(
-            environ["REQUEST_METHOD"], bucket, key, names, identity.output_prefixes
+            environ["REQUEST_METHOD"], bucket, key, names, identity.output_prefixes, form
         )
         if not verdict.allowed:
             raise Refused("AccessDenied", verdict.reason)
@@ -205,7 +211,7 @@ class CheckingMiddleware:
             raise Refused("AccessDenied", "pods POST their forms to the bucket, not to a key")
         # the key moto stores under: the form's `key`, ${filename} replaced as moto does
         key = form.fields.get("key", "").replace("${filename}", form.file_name.rsplit("/", 1)[-1])
-        self.check_reach(environ, signer, bucket, key, names)
+        self.check_reach(environ, signer, bucket, key, names, form=True)
 
 
 def answer_error(

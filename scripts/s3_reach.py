@@ -72,11 +72,15 @@ def judge_pod_request(
     key: str,
     query_names: Iterable[str],
     output_prefixes: Iterable[str],
+    form: bool = False,
 ) -> Verdict:
-    """May a pods identity whose tenant owns `output_prefixes` do this? (see the table)."""
+    """May a pods identity whose tenant owns `output_prefixes` do this? (see the table).
+
+    `form`: the request is a POST-policy upload (its key from the form); a POST
+    signed any other way (a presigned or header-signed POST) is not granted."""
     if method in READ_METHODS:
         grants = READ_GRANTS
-    elif method in WRITE_METHODS:
+    elif method in WRITE_METHODS and form:
         grants = WRITE_GRANTS
     else:
         return Verdict(False, f"{method} is not granted to pods (only GET, HEAD and POST forms)")

@@ -151,7 +151,13 @@ def test_a_request_signed_long_ago_is_too_skewed() -> None:
     ],
 )
 def test_a_pods_identity_reaches_its_runs_grants(method: str, bucket: str, key: str) -> None:
-    assert judge_pod_request(method, bucket, key, [], PREFIXES).allowed
+    assert judge_pod_request(method, bucket, key, [], PREFIXES, form=method == "POST").allowed
+
+
+def test_a_pods_post_is_granted_only_as_a_policy_form() -> None:
+    # a presigned or header-signed POST to a key is another S3 operation (restore, select)
+    verdict = judge_pod_request("POST", "tfjob-test", RUN + "model/x", [], PREFIXES)
+    assert not verdict.allowed and "POST" in verdict.reason
 
 
 @pytest.mark.parametrize(
@@ -178,7 +184,7 @@ def test_a_pods_identity_reaches_its_runs_grants(method: str, bucket: str, key: 
 def test_a_pods_identity_reaches_nothing_else(
     method: str, bucket: str, key: str, query: list[str]
 ) -> None:
-    verdict = judge_pod_request(method, bucket, key, query, PREFIXES)
+    verdict = judge_pod_request(method, bucket, key, query, PREFIXES, form=method == "POST")
     assert not verdict.allowed and verdict.reason
 
 

@@ -132,10 +132,6 @@ class ClusterView:
     policies: Sequence[Mapping[str, Any]] = ()
 
 
-class SelectorError(ValueError):
-    """A label selector this module cannot read (an unknown operator, values of a bad shape)."""
-
-
 def pod_mac_address(pod_uid: str) -> str:
     """The MAC of a pod's eth0: locally administered, unicast, from the pod's uid."""
     digest = hashlib.sha256(pod_uid.encode()).digest()
@@ -145,7 +141,7 @@ def pod_mac_address(pod_uid: str) -> str:
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """A LabelSelector (matchLabels and matchExpressions) against labels; {} matches all."""
     if not isinstance(selector, Mapping):
-        raise SelectorError(f"selector: {selector!r} given; a mapping is required")
+        raise ValueError(f"selector: {selector!r} given; a mapping is required")
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
@@ -153,7 +149,7 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
         key, operator = expression.get("key"), expression.get("operator")
         values = expression.get("values") or []
         if not isinstance(values, list):
-            raise SelectorError(f"matchExpressions values: {values!r} given; a list is required")
+            raise ValueError(f"matchExpressions values: {values!r} given; a list is required")
         if operator == "In":
             ok = key in labels and labels[key] in values
         elif operator == "NotIn":
@@ -163,7 +159,7 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
         elif operator == "DoesNotExist":
             ok = key not in labels
         else:
-            raise SelectorError(
+            raise ValueError(
                 f"matchExpressions operator: {operator!r} given; allowed In, NotIn, Exists, "
                 "DoesNotExist"
             )
@@ -175,7 +171,7 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 def peer_selects(selector: Any, labels: Mapping[str, str]) -> bool:
     try:
         return selector_matches(selector, labels)
-    except SelectorError:
+    except ValueError:
         return False
 
 
@@ -217,7 +213,7 @@ def policy_selects(policy: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         return False
     try:
         return selector_matches((policy.get("spec") or {}).get("podSelector", {}), labels_of(pod))
-    except SelectorError:
+    except ValueError:
         return True  # closed: an unreadable podSelector isolates the whole namespace
 
 

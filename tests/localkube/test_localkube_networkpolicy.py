@@ -24,6 +24,8 @@ from kubernetes.stream import stream
 from localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
 
 from localkube.kubelet.cleanup import list_state_netns
+from tfjob.tenant_model import NetworkSettings, Tenant
+from tfjob.tenant_objects import build_run_network_policy, build_tenant_network_policy
 
 pytestmark = [
     pytest.mark.e2e,
@@ -360,6 +362,35 @@ def test_a_new_pod_is_isolated_before_its_program_runs(clean):
     log = w.v1.read_namespaced_pod_log(name, w.alpha, _preload_content=False).data.decode()
     assert log.startswith("REFUSED"), log
     w.v1.delete_namespaced_pod(name, w.alpha)
+
+
+def test_the_products_policies_let_a_runs_pods_talk_and_reach_s3_and_nothing_else(clean):
+    """tfjob's tenant and run policies (docs/tenants.md, "Network isolation") applied as the
+    product applies them, with the forwarded host service as the S3 port."""
+    w = clean
+    network = NetworkSettings(s3_port=w.host_port)
+    tenant_policy = build_tenant_network_policy(Tenant(name="x", quota={}, defaults={}), network)
+    tenant_policy["metadata"]["namespace"] = w.beta
+    run_policy = build_run_network_policy(w.beta, "run-a", {}, {}, network)
+    sleeper = "import time; time.sleep(3600)"
+    w.start_pod(w.beta, "run-a-chief", {"tfjob.io/run": "run-a"}, "node-1", SERVER)
+    w.start_pod(w.beta, "run-a-worker", {"tfjob.io/run": "run-a"}, "node-2", sleeper)
+    w.start_pod(w.beta, "run-b-worker", {"tfjob.io/run": "run-b"}, "node-2", sleeper)
+    chief = w.await_running(w.beta, "run-a-chief")
+    w.await_running(w.beta, "run-a-worker")
+    w.await_running(w.beta, "run-b-worker")
+    w.net.create_namespaced_network_policy(w.beta, tenant_policy)
+    w.net.create_namespaced_network_policy(w.beta, run_policy)
+    try:
+        w.await_reach(w.beta, "run-b-worker", chief, 2222, False)  # another run
+        assert not w.probe(w.alpha, "stranger", chief, 2222)  # another namespace
+        assert w.probe(w.beta, "run-a-worker", chief, 2222)  # its own run
+        assert w.probe(w.beta, "run-a-worker", "127.0.0.1", w.host_port)  # S3
+        assert w.probe(w.beta, "run-b-worker", "127.0.0.1", w.host_port)  # S3 for any pod
+        assert not w.probe(w.beta, "run-a-worker", w.ips["server"], 2222)  # nothing else
+    finally:
+        for name in ("run-a-chief", "run-a-worker", "run-b-worker"):
+            w.v1.delete_namespaced_pod(name, w.beta, grace_period_seconds=0)
 
 
 def test_a_restarted_kubelet_keeps_the_rules_and_follows_later_changes(tmp_path):

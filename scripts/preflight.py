@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a pa
 from background_server import LOOPBACK, is_alive, is_port_free  # noqa: E402
 
 TCP_LISTEN = "0A"
+S3_SERVICE = "S3 server"  # scripts/services.py's name of the S3 server's port
 
 
 @dataclass(frozen=True)
@@ -150,10 +151,33 @@ def check_nft_installed() -> list[str]:
     ]
 
 
+def check_s3_port_allowed(ports: list[ServicePort]) -> list[str]:
+    """The tenants' NetworkPolicies allow egress to `network.s3_port` only (localkube enforces
+    them): an S3 server on another port would be out of every training pod's reach."""
+    from tfjob.errors import TfjobError
+    from tfjob.tenants import TENANTS_FILE_ENV, load_tenants
+
+    s3 = next((p for p in ports if p.service == S3_SERVICE and p.port != 0), None)
+    if s3 is None:
+        return []
+    try:
+        allowed = load_tenants().network.s3_port
+    except TfjobError:
+        return []  # the tenants file's own check names what is wrong with it
+    if s3.port == allowed:
+        return []
+    return [
+        f"the S3 server's port {s3.port} ({s3.option}) is not the tenants file's network.s3_port "
+        f"{allowed}: the tenants' NetworkPolicies would keep every training pod from S3. "
+        f"Use {s3.option} {allowed}, or a tenants file ({TENANTS_FILE_ENV}) naming {s3.port}."
+    ]
+
+
 def find_problems(state_dir: Path, ports: list[ServicePort], uid: int) -> list[str]:
     """Every reason the services cannot start here; empty when they can."""
     problems = check_root(uid) + check_postgres_installed() + check_nft_installed()
     running = find_running_services(state_dir)
+    problems += check_s3_port_allowed([p for p in ports if p.service not in running])
     for wanted in ports:
         if wanted.service not in running and wanted.port != 0:
             problems += check_port(wanted)

@@ -63,6 +63,20 @@ def test_a_machine_without_nft_is_told_how_to_install_it(
     assert "apt-get install nftables" in str(caught.value)
 
 
+def test_an_s3_port_the_tenants_network_policies_do_not_allow_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text((REPO_ROOT / "deploy" / "tenants.yaml").read_text())
+    monkeypatch.setenv("TFJOB_TENANTS_FILE", str(tenants))
+    allowed = [preflight.ServicePort("S3 server", 9000, "--s3-port")]
+    assert preflight.check_s3_port_allowed(allowed) == []
+    other = [preflight.ServicePort("S3 server", 9100, "--s3-port")]
+    [problem] = preflight.check_s3_port_allowed(other)
+    assert "port 9100 (--s3-port) is not the tenants file's network.s3_port 9000" in problem
+    assert "Use --s3-port 9000" in problem
+
+
 def test_every_problem_is_named_at_once(tmp_path: Path, held_port: int) -> None:
     with pytest.raises(services.PreflightError) as caught:
         services.check_preflight(services.StatePaths(tmp_path), held_port, 0, 0, uid=1000)

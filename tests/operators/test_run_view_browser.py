@@ -410,3 +410,79 @@ def test_the_tenants_page_shows_tenant_a_its_running_job_and_tenant_b_does_not(
     assert frame.locator("section[data-tenant=test]").count() == 0
     assert run_id not in frame.locator("#tenants").inner_text()
     other.context.close()
+
+
+# --- Airflow's own pages of a tenant's DAG: whole for its tenant, refused to others -----------
+
+
+@pytest.fixture(scope="module")
+def short_run(pipeline_world, airflow) -> dict[str, Any]:
+    """A finished single-replica run of tenant `test`."""
+    run = trigger(airflow, SUBMIT, pipeline_world.request("view-pages"))
+    done = await_run(airflow, SUBMIT, run["dag_run_id"])
+    assert done["state"] == "success", explain_run(airflow, SUBMIT, run["dag_run_id"])
+    return done
+
+
+def airflow_page_paths(run_id: str) -> dict[str, tuple[str, str, str]]:
+    """name -> (UI path, the DAG view it opens with, a request the page makes for its data)."""
+    run = f"/dags/{SUBMIT}/runs/{urllib.parse.quote(run_id, safe='')}"
+    return {
+        "grid": (run, "grid", "/ui/grid/"),
+        "graph": (run, "graph", "/ui/structure/structure_data"),
+        "task log": (f"{run}/tasks/validate", "grid", "/logs/"),
+        "XCom": (f"{run}/tasks/validate/xcom", "grid", "/xcomEntries"),
+        "TFJob tab": (tab_path(run_id), "grid", f"/tfjob/runs/{SUBMIT}/"),
+    }
+
+
+# Its own Airflow and a run come first: past 600 s on a loaded 2-core machine.
+@pytest.mark.timeout(1200)
+def test_a_tenant_users_dag_grid_graph_log_xcom_and_tfjob_tab_answer_no_4xx(
+    browser, airflow, short_run
+):
+    """Issue 27 item 6: the graph's /ui/structure/structure_data answered 403 to tenant users."""
+    user = tenant_user(airflow, "test")
+    for name, (path, dag_view, data_url) in airflow_page_paths(short_run["dag_run_id"]).items():
+        context = browser.new_context(viewport=LAPTOP)
+        context.add_cookies([{"name": "_token", "value": user.token(), "url": user.url}])
+        # The UI keeps the grid/graph choice in localStorage (usehooks' JSON encoding).
+        context.add_init_script(
+            f"window.localStorage.setItem('default_dag_view', {json.dumps(json.dumps(dag_view))})"
+        )
+        page = context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        answers: list[tuple[int, str, str]] = []
+        page.on("response", lambda r, a=answers: a.append((r.status, r.request.method, r.url)))
+        print(f"opening {name}: {path}")
+        with page.expect_response(lambda r, u=data_url: u in r.url) as data:
+            page.goto(airflow.url + path)
+        assert data.value.status == 200, (name, data.value.url, data.value.status, answers)
+        page.wait_for_load_state("networkidle")
+        refused = [a for a in answers if 400 <= a[0] < 500]
+        assert refused == [], f"{name} ({path}): {refused}"
+        context.close()
+
+
+@pytest.mark.timeout(1200)
+def test_airflow_pages_of_another_tenants_dag_stay_refused_to_a_tenant_user(airflow, short_run):
+    run_id = urllib.parse.quote(short_run["dag_run_id"], safe="")
+    instance = f"/api/v2/dags/{SUBMIT}/dagRuns/{run_id}/taskInstances/validate"
+    paths = [
+        f"/ui/structure/structure_data?dag_id={SUBMIT}",
+        f"/ui/grid/structure/{SUBMIT}",
+        f"/ui/grid/runs/{SUBMIT}",
+        f"/ui/grid/ti_summaries/{SUBMIT}?run_ids={run_id}",
+        f"{instance}/logs/1",
+        f"{instance}/xcomEntries",
+    ]
+    own, other = tenant_user(airflow, "test"), tenant_user(airflow, "research")
+    for path in paths:
+        own.request("GET", path)  # 200, else HTTPError
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            other.request("GET", path)
+        assert refused.value.code == 403, path
+    # "DAG Dependencies" is global in FAB: Airflow filters the graph to readable DAGs.
+    assert SUBMIT in json.dumps(airflow.request("GET", "/ui/dependencies"))  # the admin's
+    assert SUBMIT not in json.dumps(other.request("GET", "/ui/dependencies"))
+    assert "tfjob_submit__research" not in json.dumps(own.request("GET", "/ui/dependencies"))

@@ -8,6 +8,8 @@ printing; after the run its archived log and its outputs' links work; Cancel
 from the page tears a second run down; another tenant's user gets a 403 page.
 The tenants page (a navigation entry) and its JSON show tenant `test`'s running
 job with its quota use to that tenant's user, and nothing of it to `research`'s.
+Airflow's own pages of the tenant's DAG (grid, graph, a task's log and XComs)
+make no request its user is refused; another tenant's user is refused them.
 Debian's `chromium` is driven by Playwright (its own browser download is not
 reachable), logged in with Airflow's `_token` cookie (the UI accepts the JWT there).
 The tests share one world and run in file order: the first three follow one run.

@@ -18,6 +18,8 @@ are what existing `except` clauses catch.
     ├── ClearFailed (RuntimeError)              an earlier try's outputs could not be
     │                                            deleted (runoutputs.py)
     ├── LatestRaceLost (RuntimeError)           other publishes kept writing `latest` (latest.py)
+    ├── ForeignObjectError (RuntimeError)       objects carrying this run's key belong to
+    │                                            another run: left alone (kubeobjects.py)
     ├── BundleMissing (FileNotFoundError)       no bundle at the request's URL (bundlecheck.py)
     ├── PresignConnectionMissing                the tenant's pods-only presigning connection
     │   (AirflowFailException)                   is not defined; no retry (grants.py)

@@ -27,6 +27,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from operators.errors import PipelineError
 from operators.transient import (
     GONE_STATUS,
     Backoff,
@@ -264,7 +265,7 @@ def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[s
     return [to_plain(api, e) for e in events]
 
 
-class ForeignObjectError(RuntimeError):
+class ForeignObjectError(PipelineError, RuntimeError):
     """Objects named or labelled like this run's belong to another run: left alone."""
 
     def __init__(self, run_key: str, foreign: list[str]) -> None:

@@ -50,6 +50,8 @@ def two_tenants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         )
     )
     monkeypatch.setenv(TENANTS_FILE_ENV, str(path))
+    for tenant in ("TEAM_A", "TEAM_B"):  # each tenant's pods-only presigning connection
+        monkeypatch.setenv(f"AIRFLOW_CONN_TFJOB_PODS_{tenant}", '{"conn_type": "aws"}')
     return path
 
 
@@ -219,6 +221,19 @@ def test_an_allowed_request_is_described_with_its_tenants_s3_connection_and_dag(
         monkeypatch, "tfjob_submit__team-b", conf=request_data(tenant="team-b"), tenant="team-b"
     )
     assert other["aws_conn_id"] == "aws_default"  # a tenant naming none
+
+
+def test_a_tenant_without_its_pods_presigning_connection_is_refused_naming_it(monkeypatch, clients):
+    from operators.grants import PresignConnectionMissing
+
+    monkeypatch.setattr(
+        "operators.tenant_admission.admit_request",
+        lambda core, request, config: (config.find(request.tenant), SimpleNamespace(message="")),
+    )
+    monkeypatch.setattr(steps, "_kube", lambda: "kube")
+    monkeypatch.delenv("AIRFLOW_CONN_TFJOB_PODS_TEAM_A")
+    with pytest.raises(PresignConnectionMissing, match="'tfjob_pods_team_a'.*never signed with"):
+        run_validate(monkeypatch, "tfjob_submit__team-a", conf=request_data(), tenant="team-a")
 
 
 def test_nothing_is_written_under_another_tenants_prefix_when_validate_refuses(

@@ -41,11 +41,11 @@ import yaml
 from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
 from postgres_fixtures import airflow_database_url
 from repo_root import REPO_ROOT
-from s3_fixtures import S3Server, start_s3_server, stop_s3_server
+from s3_fixtures import S3Server, add_pod_identities, start_s3_server, stop_s3_server
 from standin import write_standin_bundle
 
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, submit_dag_id
-from tfjob.tenants import TENANTS_FILE_ENV, build_namespace, load_tenants
+from tfjob.tenants import TENANTS_FILE_ENV, TenantsConfig, build_namespace, load_tenants
 
 REPO = REPO_ROOT
 TENANT = "test"
@@ -180,6 +180,12 @@ class PipelineWorld:
         """`dag.test()` of a tenant's submit DAG (the request's tenant unless `tenant` says)."""
         dag_id = submit_dag_id(tenant or body["tenant"])
         return self.run_dag(dag_id, conf=body, logical_date=logical_date)
+
+    def add_pod_identities(self, tenants: TenantsConfig) -> None:
+        """Pods-only presigning identities for `tenants`' tenants, and their connections in
+        this world's Airflow environment (the S3 server made them for deploy/tenants.yaml's)."""
+        add_pod_identities(self.s3, self.home.parent / "s3-state", tenants)
+        self.env.update(self.s3.airflow_connections())
 
     def sync_tenant_roles(self) -> None:
         """Create the Airflow roles of every tenant of this world's tenants file

@@ -36,7 +36,7 @@ import pytest
 from repo_root import REPO_ROOT
 
 from tfjob.tenant_model import default_presign_conn_id
-from tfjob.tenants import load_tenants
+from tfjob.tenants import TenantsConfig, load_tenants
 
 REPO = REPO_ROOT
 SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"
@@ -210,6 +210,18 @@ def start_s3_server(
         {tenant: (each.access_key, each.secret_key) for tenant, each in identities.items()},
     )
     return server, process
+
+
+def add_pod_identities(server: S3Server, state_dir: Path, tenants: TenantsConfig) -> None:
+    """Pods identities for `tenants`' tenants too (a tenant that has one keeps it): the
+    server re-reads its identities file when it changes; `server.airflow_connections()`
+    then names every one."""
+    current = {t.name: t.output_prefixes for t in load_tenants().tenants}
+    current.update({t.name: t.output_prefixes for t in tenants.tenants})
+    identities = write_pod_identities(state_dir, current.items())
+    server.pod_identities.update(
+        {tenant: (each.access_key, each.secret_key) for tenant, each in identities.items()}
+    )
 
 
 def stop_s3_server(process: subprocess.Popen[bytes]) -> None:

@@ -85,6 +85,7 @@ def world(pipeline_world, tmp_path_factory):
     )
     apply_tenants(clients, load_tenants(path))
     pipeline_world.env[TENANTS_FILE_ENV] = str(path)
+    pipeline_world.add_pod_identities(load_tenants(path))
     pipeline_world.sync_tenant_roles()  # the other tenant's role: its DAGs name it
     return pipeline_world
 

@@ -28,7 +28,13 @@ import pipeline_fixtures  # noqa: E402
 import yaml  # noqa: E402
 from localkube_fixtures import start_localkube  # noqa: E402
 from s3_fixtures import BUCKETS  # noqa: E402
-from world import load_airflow, load_world, start_world, start_world_airflow  # noqa: E402
+from world import (  # noqa: E402
+    WORLD_FILE,
+    load_airflow,
+    load_world,
+    start_world,
+    start_world_airflow,
+)
 
 TENANTS = ("test", "scale-b", "scale-c", "scale-d")  # `test`: the world's own tenant
 NODE_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}
@@ -102,6 +108,12 @@ def start_scale_world(folder: Path, nodes: int, jobs_per_tenant: int) -> dict[st
             f"the world's bucket is {world.bucket!r}, the tenants file names {bucket!r}"
         )
     config = load_tenants(tenants_file)
+    # Airflow starts with the recorded environment: this tenants file, and a pods-only
+    # presigning connection for each of its tenants (the world made only deploy/'s).
+    world.add_pod_identities(config)
+    saved = json.loads((folder / WORLD_FILE).read_text())
+    saved["env"].update(world.env, TFJOB_TENANTS_FILE=str(tenants_file))
+    (folder / WORLD_FILE).write_text(json.dumps(saved, indent=1))
     api = world.kube.core_v1()
     for name in TENANTS[1:]:
         api.create_namespace(build_namespace(config.find(name)))

@@ -21,6 +21,8 @@ are what existing `except` clauses catch.
     ├── ForeignObjectError (RuntimeError)       objects carrying this run's key belong to
     │                                            another run: left alone (kubeobjects.py)
     ├── BundleMissing (FileNotFoundError)       no bundle at the request's URL (bundlecheck.py)
+    ├── RequestNameError (ValueError)           a request file's request is not named after
+    │                                            the file (request_files.py)
     ├── PresignConnectionMissing                the tenant's pods-only presigning connection
     │   (AirflowFailException)                   is not defined; no retry (grants.py)
     ├── WarmStartError (ValueError)             the warm start cannot be had; nothing starts

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from operators.errors import PipelineError
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, request_dag_id
 
 REQUEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -64,7 +65,7 @@ class RequestSource:
         )
 
 
-class RequestNameError(ValueError):
+class RequestNameError(PipelineError, ValueError):
     """A request file whose request declares a name other than the file's stem."""
 
 

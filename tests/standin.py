@@ -10,7 +10,10 @@ behaves as the request's env `STANDIN_BEHAVIOUR` says, per replica or "*":
 `{"chief-0": {"sleep": 45, "checkpoint_every": 1}}` (a checkpoint `ckpt-<step>`:
 its `.data-00000-of-00001` shard, its `.index`, then TensorFlow's `checkpoint`
 pointer in CHECKPOINT_DIR every second; with `"steps": N` instead of `sleep`,
-until step N, restored steps included). A replica whose CHECKPOINT_DIR holds a
+until step N, restored steps included), `{"worker-0": {"log_flood_mib": 1024, "flood_after": 20}}`
+(after `flood_after` seconds, N MiB of log as fast as it can, in 16 KiB lines, then
+`standin <replica> flood done`).
+A replica whose CHECKPOINT_DIR holds a
 pointer prints `standin <replica> resumed from step N` and counts on from there.
 ps replicas wait forever, like TensorFlow's.
 """
@@ -35,6 +38,13 @@ STANDIN_PROGRAM = textwrap.dedent(
     if role == "ps" and not mine:
         while True:  # like TensorFlow's ps: join() forever
             time.sleep(1)
+    if mine.get("log_flood_mib"):  # a replica flooding its log (16 KiB lines)
+        time.sleep(mine.get("flood_after", 0))
+        line = b"f" * (16 * 1024 - 17) + b"\\n"
+        for i in range(mine["log_flood_mib"] * 64):
+            sys.stdout.buffer.write(b"%016d" % i + line)
+        sys.stdout.buffer.flush()
+        print(f"standin {me} flood done", flush=True)
     checkpoints = os.environ.get("CHECKPOINT_DIR")
     step = 0
     if checkpoints and os.path.exists(os.path.join(checkpoints, "checkpoint")):

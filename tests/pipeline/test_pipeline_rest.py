@@ -9,13 +9,21 @@ research tenant's DAG and prefixes.
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import json
+import statistics
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from airflow_fixtures import start_airflow
 from pipeline_fixtures import (
+    NAMESPACE,
     RUN_TIMEOUT_S,
     STANDIN_BUNDLE_KEY,
     await_run,
@@ -28,6 +36,7 @@ from pipeline_fixtures import (
 )
 
 from tfjob import naming, pipeline_ids
+from tfjob.naming import job_selector
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -399,3 +408,188 @@ def test_another_tenants_run_its_logs_xcoms_and_job_view_are_forbidden(pipeline_
         d["dag_id"] for d in user.request("GET", "/api/v2/dags?limit=100")["dags"]
     }
     assert RESEARCH not in {r["dag_id"] for r in listed}
+
+
+# A replica writing 1 GiB of log while its user polls the TFJob tab (issue 27, bounded logs):
+# the shared parts stay responsive, small in memory, and the log small on disk.
+
+MIB = 1024 * 1024
+FLOOD_MIB = 1024
+HEALTH_P95_S = 0.100
+RSS_GROWTH_LIMIT = 64 * MIB
+# localkube's default rotation (10Mi x 5); one CRI line may pass the cap before rotating.
+LOG_DISK_CAP = 10 * MIB * 5 + 64 * 1024
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "triggerer")
+# Time for the tab's first calls before the replica floods its log (the RSS baseline).
+FLOOD_AFTER_S = 25
+
+
+class Poller(threading.Thread):
+    """Calls `action` until stopped, recording how long each call took and what failed."""
+
+    def __init__(self, action, pause: float) -> None:
+        super().__init__(daemon=True)
+        self.action, self.pause, self.durations, self.errors = action, pause, [], []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.action()
+            except Exception as error:  # noqa: BLE001 - reported by the test
+                self.errors.append(repr(error))
+            self.durations.append(time.monotonic() - started)
+            self.stop.wait(self.pause)
+
+    def p95(self) -> float:
+        return statistics.quantiles(self.durations, n=20)[-1]
+
+
+def probe(connection: http.client.HTTPConnection, path: str) -> None:
+    """One health call on a kept-alive connection, as a prober makes it."""
+    connection.request("GET", path)
+    response = connection.getresponse()
+    body = response.read()
+    assert response.status == 200, (path, response.status, body[:200])
+
+
+def read_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[
+                1
+            ] == str(pid):
+                found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            pass
+    return found
+
+
+def component_pids(airflow, kube) -> dict[str, int]:
+    """Airflow's API server (and its workers), scheduler and triggerer; localkube's API
+    server and kubelets: the processes every tenant shares."""
+    pids = {}
+    for child in children_of(airflow.pid):  # the supervisor starts `airflow <component>`
+        command = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        # setproctitle renames the API server `airflow api_server -- host:… port:…`
+        name = next((c for c in AIRFLOW_COMPONENTS if c in command.replace("_", "-")), None)
+        if name:
+            pids[f"airflow {name}"] = child
+            if name == "api-server":
+                for worker in children_of(child):
+                    pids[f"airflow api-server worker {worker}"] = worker
+    commands = {c: Path(f"/proc/{c}/cmdline").read_bytes()[:80] for c in children_of(airflow.pid)}
+    assert {f"airflow {c}" for c in AIRFLOW_COMPONENTS} <= set(pids), (pids, commands)
+    info = json.loads((Path(kube.state_dir) / "localkube.json").read_text())
+    pids["localkube apiserver"] = info["pids"]["apiserver"]
+    pids.update({f"localkube kubelet {n}": p for n, p in info["pids"]["kubelets"].items()})
+    return pids
+
+
+def log_bytes(state_dir: Path, pod_uid: str) -> int:
+    total = 0
+    for path in state_dir.glob(f"**/pods/{pod_uid}/logs/tensorflow/*"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            pass  # rotated away between the listing and the stat
+    return total
+
+
+def test_a_replica_writing_a_gib_of_log_while_the_tab_is_polled_leaves_the_shared_parts_responsive(
+    pipeline_world, airflow
+):
+    world, name = pipeline_world, "rest-flood"
+    pids = component_pids(airflow, world.kube)
+    behaviour = {"worker-0": {"log_flood_mib": FLOOD_MIB, "flood_after": FLOOD_AFTER_S}}
+    conf = world.request(name, env={"STANDIN_BEHAVIOUR": json.dumps(behaviour)})
+    run_id = trigger(airflow, SUBMIT, conf)["dag_run_id"]
+    api = world.kube.core_v1()
+
+    def running_pod():
+        pods = api.list_namespaced_pod(NAMESPACE, label_selector=job_selector(name)).items
+        return next((p for p in pods if p.status.phase == "Running"), None)
+
+    pod = wait_for(running_pod, RUN_TIMEOUT_S, "the run's pod to run", interval=0.5)
+    airflow_url = urllib.parse.urlparse(airflow.url)
+    airflow_health = http.client.HTTPConnection(airflow_url.hostname, airflow_url.port, timeout=10)
+    kube_url = urllib.parse.urlparse(world.kube.api_url)
+    kube_health = http.client.HTTPSConnection(
+        kube_url.hostname, kube_url.port, context=world.kube.ssl_context(), timeout=10
+    )
+    tab_paths = [
+        f"/tfjob/runs/{SUBMIT}/{run_id}",
+        f"/tfjob/runs/{SUBMIT}/{run_id}/logs/worker-0",
+        f"/tfjob/runs/{SUBMIT}/{run_id}/curves",
+    ]
+    tab_calls = itertools.cycle(tab_paths)
+    pollers = [
+        Poller(lambda: probe(airflow_health, "/api/v2/monitor/health"), 0.05),
+        Poller(lambda: probe(kube_health, "/healthz"), 0.05),
+        Poller(lambda: airflow.request("GET", next(tab_calls)), 0.1),
+    ]
+    state_dir = Path(world.kube.state_dir)
+    for poller in pollers:
+        poller.start()
+    # The baseline once every route has answered for this run (first calls load code and
+    # caches that are no cost of the flood), and before the flood starts.
+    wait_for(lambda: len(pollers[2].durations) >= 2 * len(tab_paths), 60, "the tab's first calls")
+    rss_before = {n: read_rss(p) for n, p in pids.items()}
+    before_flood = log_bytes(state_dir, pod.metadata.uid)
+    assert before_flood < MIB, f"the flood began before the baseline ({before_flood} bytes)"
+    peak_disk, peak_rss = 0, dict(rss_before)
+    started = time.monotonic()
+    try:
+        while True:
+            peak_disk = max(peak_disk, log_bytes(state_dir, pod.metadata.uid))
+            for n, p in pids.items():
+                peak_rss[n] = max(peak_rss[n], read_rss(p))
+            state = airflow.request("GET", f"/api/v2/dags/{SUBMIT}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                break
+            assert time.monotonic() - started < RUN_TIMEOUT_S, f"run still {state}"
+            time.sleep(0.2)
+    finally:
+        for poller in pollers:
+            poller.stop.set()
+        for poller in pollers:
+            poller.join()
+    elapsed = time.monotonic() - started
+    airflow_poller, kube_poller, tab_poller = pollers
+    growth = {n: (peak_rss[n] - rss_before[n]) / MIB for n in pids}
+    figures = (
+        f"run of 1 GiB of log in {elapsed:.1f} s; peak on disk {peak_disk / MIB:.1f} MiB; "
+        f"Airflow health p95 {airflow_poller.p95() * 1000:.1f} ms over "
+        f"{len(airflow_poller.durations)} calls; localkube /healthz p95 "
+        f"{kube_poller.p95() * 1000:.1f} ms over {len(kube_poller.durations)} calls; "
+        f"{len(tab_poller.durations)} tab calls, p95 {tab_poller.p95() * 1000:.0f} ms; "
+        "RSS growth " + ", ".join(f"{n} {g:.1f} MiB" for n, g in growth.items())
+    )
+    print(figures)
+    assert state == "success", explain_run(airflow, SUBMIT, run_id) + "\n" + figures
+    archived = (
+        world.s3.client()
+        .get_object(
+            Bucket=world.bucket,
+            Key=run_prefix(name, run_id) + "logs/worker-0.log",
+            Range="bytes=-65536",
+        )["Body"]
+        .read()
+    )
+    assert b"standin worker-0 done" in archived, archived[-2000:]
+    errors = [e for p in pollers for e in p.errors]
+    assert not errors, f"{errors[:3]}; {figures}"
+    assert airflow_poller.p95() < HEALTH_P95_S, figures
+    assert kube_poller.p95() < HEALTH_P95_S, figures
+    assert peak_disk <= LOG_DISK_CAP, figures
+    assert all(g <= RSS_GROWTH_LIMIT / MIB for g in growth.values()), figures
+    assert world.run_objects(name) == [], figures

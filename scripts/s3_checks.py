@@ -147,6 +147,56 @@ def parse_amz_date(text: str, code: str, status: int) -> dt.datetime:
         ) from None
 
 
+def refuse_unsigned_amz_headers(environ: dict[str, Any], signed_headers: list[str]) -> None:
+    """Refused, as S3 does, when an x-amz-* header was sent but not signed."""
+    present = {
+        key[5:].lower().replace("_", "-") for key in environ if key.startswith("HTTP_X_AMZ_")
+    }
+    unsigned = sorted(present - set(signed_headers))
+    if unsigned:
+        raise Refused(
+            "AccessDenied",
+            "There were headers present in the request which were not signed: "
+            + ", ".join(unsigned),
+        )
+
+
+def canonical_request(
+    environ: dict[str, Any],
+    query: list[tuple[str, str]],
+    signed_headers: list[str],
+    payload_hash: str,
+) -> str:
+    """SigV4's canonical request of a WSGI request (query-string and header signing alike)."""
+    canonical_query = "&".join(
+        f"{k}={v}" for k, v in sorted((uri_encode(k), uri_encode(v)) for k, v in query)
+    )
+    header_lines = "".join(
+        f"{name}:{header_value(environ, name) or ''}\n" for name in signed_headers
+    )
+    return "\n".join(
+        [
+            environ["REQUEST_METHOD"],
+            canonical_uri(request_path(environ)),
+            canonical_query,
+            header_lines,
+            ";".join(signed_headers),
+            payload_hash,
+        ]
+    )
+
+
+def verify_signature(
+    checker: Any, secret: str, amz_date: str, scope: str, canonical: str, signature: str
+) -> None:
+    """refuse_signature() unless `signature` signs `canonical` with `secret` (SigV4)."""
+    to_sign = "\n".join(
+        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    if not hmac.compare_digest(checker.sign(secret, scope, to_sign), signature):
+        raise refuse_signature()
+
+
 def refuse_signature() -> Refused:
     return Refused("SignatureDoesNotMatch", SIGNATURE_MISMATCH)
 
@@ -252,40 +302,14 @@ class PresignChecker:
         signed_headers = params["X-Amz-SignedHeaders"].split(";")
         if "host" not in signed_headers:
             raise Refused(code, "Query-string authentication requires the host header signed", 400)
-        present = {
-            key[5:].lower().replace("_", "-") for key in environ if key.startswith("HTTP_X_AMZ_")
-        }
-        unsigned = sorted(present - set(signed_headers))
-        if unsigned:
-            raise Refused(
-                "AccessDenied",
-                "There were headers present in the request which were not signed: "
-                + ", ".join(unsigned),
-            )
-        canonical_query = "&".join(
-            f"{k}={v}"
-            for k, v in sorted(
-                (uri_encode(k), uri_encode(v)) for k, v in pairs if k != "X-Amz-Signature"
-            )
+        refuse_unsigned_amz_headers(environ, signed_headers)
+        canonical = canonical_request(
+            environ,
+            [(k, v) for k, v in pairs if k != "X-Amz-Signature"],
+            signed_headers,
+            "UNSIGNED-PAYLOAD",
         )
-        header_lines = "".join(
-            f"{name}:{header_value(environ, name) or ''}\n" for name in signed_headers
-        )
-        canonical = "\n".join(
-            [
-                environ["REQUEST_METHOD"],
-                canonical_uri(request_path(environ)),
-                canonical_query,
-                header_lines,
-                params["X-Amz-SignedHeaders"],
-                "UNSIGNED-PAYLOAD",
-            ]
-        )
-        to_sign = "\n".join(
-            [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-        )
-        if not hmac.compare_digest(self.sign(secret, scope, to_sign), params["X-Amz-Signature"]):
-            raise refuse_signature()
+        verify_signature(self, secret, amz_date, scope, canonical, params["X-Amz-Signature"])
         return params["X-Amz-Credential"].split("/", 1)[0]
 
     def check_post_policy(

@@ -15,8 +15,6 @@ it in flight). SigV2 (`Authorization: AWS <key>:<sig>`) is refused.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 from typing import Any
 
 from s3_checks import (
@@ -25,13 +23,11 @@ from s3_checks import (
     SIGV2_REFUSED,
     PresignChecker,
     Refused,
-    canonical_uri,
-    header_value,
+    canonical_request,
     parse_amz_date,
     parse_query,
-    refuse_signature,
-    request_path,
-    uri_encode,
+    refuse_unsigned_amz_headers,
+    verify_signature,
 )
 
 # What S3 answers when an Authorization header cannot be parsed.
@@ -86,38 +82,9 @@ def check_header_signature(
         raise Refused(
             "InvalidRequest", "Missing required header for this request: x-amz-content-sha256", 400
         )
-    present = {
-        key[5:].lower().replace("_", "-") for key in environ if key.startswith("HTTP_X_AMZ_")
-    }
-    unsigned = sorted(present - set(signed_headers))
-    if unsigned:
-        raise Refused(
-            "AccessDenied",
-            "There were headers present in the request which were not signed: "
-            + ", ".join(unsigned),
-        )
-    canonical_query = "&".join(
-        f"{k}={v}"
-        for k, v in sorted(
-            (uri_encode(k), uri_encode(v)) for k, v in parse_query(environ.get("QUERY_STRING", ""))
-        )
+    refuse_unsigned_amz_headers(environ, signed_headers)
+    canonical = canonical_request(
+        environ, parse_query(environ.get("QUERY_STRING", "")), signed_headers, payload_hash
     )
-    header_lines = "".join(
-        f"{name}:{header_value(environ, name) or ''}\n" for name in signed_headers
-    )
-    canonical = "\n".join(
-        [
-            environ["REQUEST_METHOD"],
-            canonical_uri(request_path(environ)),
-            canonical_query,
-            header_lines,
-            ";".join(signed_headers),
-            payload_hash,
-        ]
-    )
-    to_sign = "\n".join(
-        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
-    if not hmac.compare_digest(checker.sign(secret, scope, to_sign), signature):
-        raise refuse_signature()
+    verify_signature(checker, secret, amz_date, scope, canonical, signature)
     return credential.split("/", 1)[0]

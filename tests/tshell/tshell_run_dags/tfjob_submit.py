@@ -65,6 +65,7 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
             "name": Param("digits", type="string", maxLength=NAME_LIMIT),
         },
         access_control={role: TENANT_DAG_PERMISSIONS for role in roles},
+        tags=["tfjob", pipeline_ids.tenant_tag(tenant)],  # the tab's routes read the tenant here
     ) as dag:
 
         @task

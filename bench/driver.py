@@ -24,6 +24,7 @@ from tfjob.pipeline_ids import (
     LAUNCH_TASK,
     TEARDOWN_TASK,
     VALIDATE_TASK,
+    tenant_tag,
 )
 
 
@@ -50,6 +51,7 @@ class TaskInstanceStandIn:
 @dataclass
 class DagStandIn:
     dag_id: str
+    tags: tuple[str, ...] = ()  # as the DAG factory tags it: "tfjob", "tenant:<name>"
 
 
 @dataclass
@@ -61,6 +63,7 @@ class DrivenRun:
     dag_id: str
     store: dict[tuple[str, str], Any] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
 
     def context(self, task_id: str) -> dict[str, Any]:
         ti = TaskInstanceStandIn(task_id, self.store, self.run_id, self.dag_id)
@@ -68,7 +71,7 @@ class DrivenRun:
             "ti": ti,
             "task_instance": ti,
             "run_id": self.run_id,
-            "dag": DagStandIn(self.dag_id),
+            "dag": DagStandIn(self.dag_id, self.tags),
             "params": {},
         }
 
@@ -93,6 +96,7 @@ def validate_and_fetch(run: DrivenRun) -> None:
 
     # As a request file's DAG: the run's tenant is the file's.
     tenant = load_request(run.request_file).tenant
+    run.tags = ("tfjob", tenant_tag(tenant))
     run.run_step(VALIDATE_TASK, lambda: steps.validate(run.request_file, tenant))
     run.run_step(FETCH_BUNDLE_TASK, steps.fetch_bundle)
 

@@ -44,7 +44,7 @@ from apicount import ApiCounter, find_span  # noqa: E402
 from bench_startup import replica_shape, summarise_present  # noqa: E402
 from world import load_world  # noqa: E402
 
-from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK  # noqa: E402
+from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK, request_dag_id  # noqa: E402
 
 RUNNING_TIMEOUT_S = 240
 END_TIMEOUT_S = 240
@@ -79,7 +79,8 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
         "STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": 0}})
     }  # everyone exits once released
     path = world.write_request(body)
-    run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", f"naive__{name}")
+    # The request file's own DAG id: validate holds a file to the DAG it makes.
+    run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", request_dag_id(name))
     driver.validate_and_fetch(run)
     info = read_run(run.store[(VALIDATE_TASK, "return_value")])
     plan = GrantPlan.for_run(info, run.store[(FETCH_BUNDLE_TASK, "return_value")]["snapshot"])

@@ -49,13 +49,16 @@ def read_rss(pid: int) -> int:
 
 
 def log_dir_bytes(directory: Path) -> int:
-    total = 0
+    """Bytes on disk of the log files, each inode once: while rotating, the full file has its
+    rotated name and `path` for a moment (a hard link), which is one file on disk, not two."""
+    sizes: dict[tuple[int, int], int] = {}
     for path in directory.glob("*"):
         try:
-            total += path.stat().st_size
+            stat = path.stat()
         except FileNotFoundError:
-            pass  # rotated away between the listing and the stat
-    return total
+            continue  # rotated away between the listing and the stat
+        sizes[(stat.st_dev, stat.st_ino)] = stat.st_size
+    return sum(sizes.values())
 
 
 class Poller(threading.Thread):

@@ -17,7 +17,7 @@ from kubernetes.stream import stream
 from localkube_fixtures import start_localkube, stop_localkube, wait_until
 from repo_root import REPO_ROOT
 
-from localkube.kubelet.images import find_venv
+from localkube.kubelet.images import find_venv, find_venv_interpreter_home
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,7 +70,7 @@ def write(path):
         handle.write("x")
     return "written"
 
-hidden = json.loads(sys.argv[1])
+hidden, passable = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 import numpy
 report = {
     "uid": os.getuid(),
@@ -79,7 +79,7 @@ report = {
     "hidden": {path: attempt(lambda p=path: os.listdir(p) if os.path.isdir(p) else open(p).read(1))
                for path in hidden},
     "listed": {path: attempt(lambda p=path: os.listdir(p))
-               for path in ("/", "/root", "/home", "/run", "/var", "/work", "/tmp", "/var/tmp")},
+               for path in ["/", "/home", "/run", "/var", "/tmp", "/var/tmp", *passable]},
     "write": {path: attempt(lambda p=path: write(p))
               for path in ("/usr/lk-probe", "/etc/passwd", "/etc/lk-probe", "/sys/lk-probe",
                            "/tmp/lk-probe", "/var/tmp/lk-probe", "/dev/shm/lk-probe")},
@@ -145,6 +145,19 @@ def exec_in(v1, name: str, script: str) -> str:
     )
 
 
+def list_passable_parents() -> list[str]:
+    """The directories above the venv and its interpreter that the pod's root makes to reach
+    them (wherever the checkout lies): outside /usr, each can be passed but not listed."""
+    venv = find_venv()
+    parents = set()
+    for installation in (venv, find_venv_interpreter_home(venv)):
+        path = os.path.dirname(installation or "/")
+        while path != "/" and not (path + "/").startswith("/usr/"):
+            parents.add(path)
+            path = os.path.dirname(path)
+    return sorted(parents)
+
+
 def run_probe(v1, cluster, restricted: bool) -> dict:
     hidden = [
         str(REPO_ROOT / "README.md"),
@@ -160,7 +173,9 @@ def run_probe(v1, cluster, restricted: bool) -> dict:
         "/proc/1/root/etc/shadow",
     ]
     name = unique("probe")
-    pod = make_pod(name, ["python3", "-c", PROBE, json.dumps(hidden)], restricted)
+    passable = list_passable_parents()
+    command = ["python3", "-c", PROBE, json.dumps(hidden), json.dumps(passable)]
+    pod = make_pod(name, command, restricted)
     pod["spec"]["containers"][0]["env"] = [{"name": "HOME", "value": "/tmp"}]
     v1.create_namespaced_pod("default", pod)
     done = wait_phase(v1, name, ("Succeeded", "Failed"))
@@ -169,7 +184,7 @@ def run_probe(v1, cluster, restricted: bool) -> dict:
     assert done.status.phase == "Succeeded", log
     line = next(x for x in log.splitlines() if x.startswith("REPORT "))
     report = json.loads(line.removeprefix("REPORT "))
-    report["hidden_paths"] = hidden
+    report["hidden_paths"], report["passable_paths"] = hidden, passable
     return report
 
 
@@ -188,7 +203,9 @@ def test_a_pod_sees_an_image_not_the_host(v1, cluster, restricted):
     top = set(listed["/"][1]) | set(report["etc"])
     assert not {"boot", "old_root", "farm", "gitconfig", "npmrc", "shadow"} & top
     if restricted:  # the parents of the venv and its interpreter can be passed, not listed
-        assert listed["/work"] == ["error", "EACCES"] and listed["/root"] == ["error", "EACCES"]
+        assert report["passable_paths"], "the venv lies below no directory outside /usr"
+        for path in report["passable_paths"]:
+            assert listed[path] == ["error", "EACCES"], (path, listed[path])
     # The system is read-only; /tmp, /var/tmp and /dev/shm are writable.
     writes = report["write"]
     for path in ("/usr/lk-probe", "/etc/passwd", "/sys/lk-probe"):

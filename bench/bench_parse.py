@@ -101,7 +101,7 @@ IMPORT_MODULES = (
     "kubernetes",
     "kubernetes_asyncio",
     "operators.train",
-    "tfjob.request",
+    "tfjob.request.model",
 )
 
 

@@ -76,7 +76,7 @@ def replica_shape(count: int) -> dict[str, int]:
 def build_run(name: str, count: int) -> Any:
     from operators.runinfo import RunInfo
     from tfjob import naming
-    from tfjob.request import load_request
+    from tfjob.request.model import load_request
 
     small = {"cpu": "10m", "memory": "16Mi"}
     request = load_request(

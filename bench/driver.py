@@ -92,7 +92,7 @@ class DrivenRun:
 
 def validate_and_fetch(run: DrivenRun) -> None:
     from operators import steps
-    from tfjob.request import load_request
+    from tfjob.request.model import load_request
 
     # As a request file's DAG: the run's tenant is the file's.
     tenant = load_request(run.request_file).tenant

@@ -123,12 +123,12 @@ def start_scale_world(folder: Path, nodes: int, jobs_per_tenant: int) -> dict[st
 
 
 def apply_pools(folder: Path) -> None:
-    from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
+    from tenancy.apply import PoolSpec, RestPoolClient, apply_pool
     from tfjob.tenants import pool_name
 
     client = load_airflow(folder)
     # `test`'s pool is world.start_world_airflow's (64 slots, enough for 25 jobs). Changing it
-    # fails: Airflow 3.3 answers the PATCH of operators/pool_clients.py with 422 ("pool" field
+    # fails: Airflow 3.3 answers the PATCH of tenancy/pools.py with 422 ("pool" field
     # required in the body), a bug left to that module's owner.
     for name in TENANTS[1:]:
         apply_pool(

@@ -146,7 +146,7 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
     # is the limit measured.
     from pipeline_fixtures import TENANT
 
-    from operators.tenancy import PoolSpec, RestPoolClient, apply_pool
+    from tenancy.apply import PoolSpec, RestPoolClient, apply_pool
     from tfjob.tenants import pool_name
 
     # RestPoolClient asks for a fresh token through a callable (the bench's client has

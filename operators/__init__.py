@@ -25,23 +25,8 @@ are what existing `except` clauses catch.
     │                                            the file (request_files.py)
     ├── PresignConnectionMissing                the tenant's pods-only presigning connection
     │   (AirflowFailException)                   is not defined; no retry (grants.py)
-    ├── WarmStartError (ValueError)             the warm start cannot be had; nothing starts
-    │                                            (restore.py)
-    ├── TenancyRefusal (ValueError)             the request may not run now: unknown tenant,
-    │                                            tenant not applied, no room in quota
-    │                                            (tenant_admission.py)
-    ├── TenantNotAppliedError (RuntimeError)    the tenant's namespace is missing; run
-    │                                            `tshell tenants apply`
-    │                                            (tenant_admission.py)
-    ├── PoolApiError (RuntimeError)             Airflow refused or failed a pool call
-    │   ├── PoolUnavailableError                 ... Airflow cannot answer now; try again
-    │   └── PoolConflictError                    ... Airflow already has the pool (409)
-    │                                            (pool_clients.py)
-    ├── LogRequestError (ValueError)            the TFJob tab's log query breaks a rule:
-    │                                            answered 400 (run_view_logs.py)
-    └── RunFilesError                           a run's files cannot be served; `status` is
-        ├── RunFilePathError                     the HTTP answer (run_files.py): 400 a bad path,
-        ├── RunFileNotFoundError                 404 no such file,
-        ├── RunNotArchivableError                404 a run with nothing archived,
-        └── RunStorageError                      502 S3 failed
+    └── WarmStartError (ValueError)             the warm start cannot be had; nothing starts
+                                                 (restore.py)
+
+Tenancy's errors (admission, pools) are tenancy/'s own; the web UI's are runview/'s.
 """

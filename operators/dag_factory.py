@@ -77,7 +77,7 @@ TAGS = ["tfjob"]
 # What a tenant's roles may do with its DAGs (FAB auth manager resource names). FAB has
 # no per-DAG "can_edit" on DAG runs: cancelling a run uses the tenant role's global
 # "DAG Runs" edit right, which the auth manager grants only with can_edit on the DAG
-# itself (operators/airflow_access.py).
+# itself (tenancy/roles.py).
 TENANT_DAG_PERMISSIONS: dict[str, frozenset[str]] = {
     "DAGs": frozenset({"can_read", "can_edit"}),
     "DAG Runs": frozenset({"can_read", "can_create", "can_delete"}),
@@ -179,7 +179,7 @@ def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
     (operators/request_files.py), or names a tenant `config` does not know,
     still gets a DAG (see `build_invalid_request_dag`).
     """
-    from tfjob.request import RequestError, load_request
+    from tfjob.request.model import RequestError, load_request
     from tfjob.tenants import resolve_tenant
 
     try:

@@ -40,7 +40,7 @@ from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
 from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
-from tfjob.tenant_model import default_presign_conn_id
+from tfjob.tenants.model import default_presign_conn_id
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from operators.tenancy import Clients
+from tenancy.apply import Clients
 from tfjob import naming
 
 log = logging.getLogger(__name__)

@@ -187,7 +187,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         started = time.time()
         try:
             # Tenancy (docs/tenants.md): the run's pods talk only to each other.
-            from operators.tenancy import create_run_network_policy
+            from tenancy.apply import create_run_network_policy
 
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])

@@ -16,7 +16,7 @@ from typing import Any
 
 from runtime.protocol import EXIT_UPLOAD_FAILED, INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
-from tfjob.request import SuccessPolicy
+from tfjob.request.model import SuccessPolicy
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
 DECIDING_ROLES = ("chief", "worker")

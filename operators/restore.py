@@ -143,7 +143,7 @@ def find_warm_start_source(s3: Any, run: Any) -> str | None:
     """
     from operators.latest import latest_uri, read_latest
     from operators.s3access import run_output_prefix
-    from tfjob.request_recovery import WARM_START_LATEST
+    from tfjob.request.recovery import WARM_START_LATEST
 
     wanted = run.request.warm_start
     if wanted is None:
@@ -171,7 +171,7 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
     from operators.grants import find_presign_conn_id, make_presigning_client
-    from tfjob.request_recovery import WARM_START_LATEST
+    from tfjob.request.recovery import WARM_START_LATEST
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
     source = find_warm_start_source(s3, run)

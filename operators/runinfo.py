@@ -20,8 +20,8 @@ from typing import Any
 from operators.s3access import run_output_prefix
 from tfjob import naming
 from tfjob.pipeline_ids import VALIDATE_TASK
-from tfjob.request import TrainingRequest, load_request
-from tfjob.tenant_model import PodUser
+from tfjob.request.model import TrainingRequest, load_request
+from tfjob.tenants.model import PodUser
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ functions, so parsing a DAG file stays fast.
 
 The tenant of a run is the DAG's, fixed when the DAG was built (a tenant's
 submit DAG, or the request file's DAG): `validate` holds the request to it
-and to its policy (`tfjob.tenant_policy`) before any S3 or Kubernetes call,
+and to its policy (`tfjob.tenants.policy`) before any S3 or Kubernetes call,
 and every S3 call of the run then uses that tenant's AWS connection.
 """
 
@@ -39,7 +39,7 @@ from tfjob.pipeline_ids import (
 )
 
 if TYPE_CHECKING:
-    from tfjob.request import TrainingRequest
+    from tfjob.request.model import TrainingRequest
     from tfjob.tenants import Tenant, TenantsConfig
 
 
@@ -76,7 +76,7 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tfjob.request import RequestError, load_request
+    from tfjob.request.model import RequestError, load_request
 
     context = get_current_context()
     dag_id = context["dag"].dag_id
@@ -153,8 +153,8 @@ def hold_to_dag_tenant(
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tfjob.tenant_policy import TenantPolicyError, check_request_policy
     from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, resolve_tenant
+    from tfjob.tenants.policy import TenantPolicyError, check_request_policy
 
     try:
         config = load_tenants()
@@ -180,7 +180,7 @@ def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     """The whole gang must fit the remaining quota of its tenant (read from the cluster)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.tenant_admission import TenancyRefusal, admit_request
+    from tenancy.admission import TenancyRefusal, admit_request
 
     try:
         tenant, check = admit_request(_kube(), request, config)

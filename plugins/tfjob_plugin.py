@@ -2,9 +2,9 @@
 
 Airflow's pages show tasks; a training run's story (its pods, the ClusterSpec
 they got, how each replica ended, where the model and logs went) sits in the
-XComs of eight tasks. The tab puts it on one page (operators/run_view.py).
+XComs of eight tasks. The tab puts it on one page (runview/run.py).
 A navigation entry "TFJob tenants" shows, per tenant the user may see, its
-active runs, quota use, job slots and nodes (operators/tenant_view_api.py).
+active runs, quota use, job slots and nodes (runview/tenants.py).
 
 Every Airflow process loads plugins (task processes too, for macros), so the
 FastAPI app is built only when the API server asks for it, and once: the plugin
@@ -38,6 +38,6 @@ class TfjobPlugin(AirflowPlugin):
 
     @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:
-        from operators.run_view_api import build_app
+        from runview.api import build_app
 
         return [{"app": build_app(), "url_prefix": URL_PREFIX, "name": "TF-on-K8s job view"}]

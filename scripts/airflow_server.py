@@ -6,7 +6,7 @@ needs the FAB auth manager so that Airflow decides who may act for a tenant
 (docs/tenants.md). So `up` does what standalone did, in three steps:
 
 1. `airflow db migrate` (Airflow's tables and the FAB auth manager's);
-2. `python -m operators.airflow_access`: the tenants' roles (they must exist
+2. `python -m tenancy.roles`: the tenants' roles (they must exist
    before the DAG processor reads a DAG naming them in access_control) and the
    embedded default's users, the admin and `<role>-user` per tenant role, with
    generated passwords kept in <home>/tfjob_users.json;
@@ -205,7 +205,7 @@ def prepare_airflow(home: Path, env: Mapping[str, str], timeout: float = PREPARE
         ("airflow db migrate", [str(Path(sys.executable).parent / "airflow"), "db", "migrate"]),
         (
             "tenant roles and users",
-            [python, "-m", "operators.airflow_access", "--users-file", str(home / USERS_FILE)],
+            [python, "-m", "tenancy.roles", "--users-file", str(home / USERS_FILE)],
         ),
     ]
     for what, argv in steps:

@@ -29,7 +29,7 @@ BUNDLE_DIR = REPO_ROOT / "bundles" / "digits-ps"
 REQUEST_FILE = BUNDLE_DIR / "request.yaml"
 BUNDLE_PREFIX = "s3://tfjob-demo/bundles/"
 TSHELL = [sys.executable, "-m", "tshell"]
-# The demo tenant's user (operators/airflow_access.py); its password is in tfjob_users.json.
+# The demo tenant's user (tenancy/roles.py); its password is in tfjob_users.json.
 DEMO_USER = "demo-user"
 USERS_FILE = STATE_DIR / "airflow" / "tfjob_users.json"
 
@@ -147,7 +147,7 @@ def run_demo() -> None:
             f"the run {run_id} ended {summary.get('state', 'badly')}: see `tshell logs {run_id}` "
             f"and the Airflow UI; services stay up, `make down` stops them"
         )
-    from tfjob.request import load_request
+    from tfjob.request.model import load_request
 
     dag_id = summary.get("dag_id", "?")
     manifest = read_run_manifest(load_request(REQUEST_FILE).output, dag_id, run_id, env)

@@ -225,7 +225,7 @@ def format_env_lines(record: dict[str, Any]) -> str:
 
 def apply_tenants(kubeconfig: Path, instance: Any) -> None:
     """deploy/tenants.yaml on the cluster and in Airflow (pools): docs/tenants.md."""
-    from operators.tenancy import apply_everything
+    from tenancy.apply import apply_everything
 
     tokens: list[str] = []
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from runtime.expansion import expand_argv
 from tfjob.clusterspec import build_legacy_env, build_tf_config
-from tfjob.request import Role
+from tfjob.request.model import Role
 
 LOOPBACK = "127.0.0.1"
 ROLE_ORDER = ("chief", "ps", "worker")
@@ -200,7 +200,7 @@ class LocalTFCluster:
 
     @classmethod
     def from_request(cls, bundle_dir: Path, request: Any, workdir: Path) -> LocalTFCluster:
-        """Build the cluster a `tfjob.request.TrainingRequest` describes.
+        """Build the cluster a `tfjob.request.model.TrainingRequest` describes.
 
         Replicas, entrypoint, args and env come from the request; a leading
         `python`/`python3` in the entrypoint becomes this interpreter, and

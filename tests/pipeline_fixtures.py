@@ -256,11 +256,11 @@ def run_keys(result: DagResult, name: str | None = None) -> str:
 
 
 def sync_tenant_roles(env: dict[str, str]) -> None:
-    """The tenants' roles in the Airflow DB of `env` (operators/airflow_access.py, as the
+    """The tenants' roles in the Airflow DB of `env` (tenancy/roles.py, as the
     launcher runs it): with the FAB auth manager, `dag.test()` of a tenant DAG stores its
     `access_control`, and Airflow refuses it when a role does not exist."""
     done = subprocess.run(
-        [sys.executable, "-m", "operators.airflow_access"],
+        [sys.executable, "-m", "tenancy.roles"],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -374,8 +374,8 @@ def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipelin
 
 def create_tenant_pool(airflow: Any, slots: int = 8) -> None:
     """The test tenant's Airflow pool (what `tshell tenants apply` makes): job steps run in it."""
-    from operators.pool_clients import PoolSpec, RestPoolClient
-    from operators.tenancy import apply_pool
+    from tenancy.apply import apply_pool
+    from tenancy.pools import PoolSpec, RestPoolClient
     from tfjob.tenants import pool_name
 
     # Through the same client as tshell: it asks again on no answer or 502/503/504.

@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 from repo_root import REPO_ROOT
 
-from tfjob.tenant_model import default_presign_conn_id
 from tfjob.tenants import TenantsConfig, load_tenants
+from tfjob.tenants.model import default_presign_conn_id
 
 REPO = REPO_ROOT
 SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"

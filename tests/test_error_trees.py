@@ -1,6 +1,6 @@
 """Each package's errors hang under its one base, and its docstring draws every one of them.
 
-tfjob, runtime, operators and tshell each have one base error (their `errors.py`)
+tfjob, runtime, operators, tenancy, runview and tshell each have one base error (their `errors.py`)
 and draw the tree in their `__init__.py`, as httpx's `_exceptions.py` does. A new
 exception class that skips the base, or is missing from the drawing, fails here.
 """
@@ -20,6 +20,8 @@ BASES = {
     "runtime": "PodError",
     "operators": "PipelineError",
     "tshell": "TshellError",
+    "tenancy": "TenancyError",
+    "runview": "RunViewError",
 }
 # Documented in the package docstrings as outside the tree, with the reason there.
 OUTSIDE = {"runtime.checkpoint_sync.PassStopped"}
@@ -40,10 +42,11 @@ def runtime_exception_classes() -> dict[str, list[str]]:
 
 def imported_exception_classes(package: str) -> list[type[BaseException]]:
     classes = []
-    for path in sorted((REPO / package).glob("*.py")):
-        if path.stem in {"__init__", "__main__"}:
+    for path in sorted((REPO / package).rglob("*.py")):
+        if path.stem in {"__init__", "__main__"} or "__pycache__" in path.parts:
             continue
-        module = importlib.import_module(f"{package}.{path.stem}")
+        dotted = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        module = importlib.import_module(dotted)
         classes += [
             value
             for _, value in inspect.getmembers(module, inspect.isclass)
@@ -52,7 +55,7 @@ def imported_exception_classes(package: str) -> list[type[BaseException]]:
     return classes
 
 
-@pytest.mark.parametrize("package", ["tfjob", "operators", "tshell"])
+@pytest.mark.parametrize("package", ["tfjob", "operators", "tshell", "tenancy", "runview"])
 def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
     base = getattr(importlib.import_module(f"{package}.errors"), BASES[package])
     drawing = importlib.import_module(package).__doc__ or ""
@@ -92,7 +95,7 @@ def test_errors_keep_the_python_and_airflow_bases_their_callers_catch():
     from operators.train import TrainingFailed
     from runtime.bundleformat import BundleError
     from runtime.errors import PodError
-    from tfjob.request_errors import RequestError
+    from tfjob.request.errors import RequestError
     from tshell.config import ConfigError
 
     assert issubclass(RequestError, ValueError) and issubclass(ConfigError, ValueError)

@@ -3,7 +3,7 @@
 from typing import Any
 
 from tfjob.manifests import RunIdentity
-from tfjob.tenant_model import PodUser
+from tfjob.tenants.model import PodUser
 
 # Who team-a's pods are in these tests (the tenants file gives each tenant its own).
 TEAM_A_USER = PodUser(uid=12345, gid=12346)

@@ -9,12 +9,12 @@ the caller corrects the input the message names and tries again. One base
 
     TfjobError (ValueError)
     ├── RequestError         a request field: where, what was given, what is allowed
-    │                        (request_errors.py; `load_request`, the submit form)
+    │                        (tfjob/request/errors.py; `load_request`, the submit form)
     ├── TenantPolicyError    a valid request its tenant may not run: bundle or output
-    │                        prefix, image, node selector, toleration (tenant_policy.py)
-    ├── TenantsFileError     the tenants file: file, place, given, allowed (tenant_model.py)
+    │                        prefix, image, node selector, toleration (tfjob/tenants/policy.py)
+    ├── TenantsFileError     the tenants file: file, place, given, allowed (tfjob/tenants/model.py)
     ├── UnknownTenantError   a request names a tenant the tenants file lacks; an
-    │                        administrator adds it (tenant_model.py)
+    │                        administrator adds it (tfjob/tenants/model.py)
     ├── ClusterSpecError     endpoints that cannot form the requested ClusterSpec
     │                        (clusterspec.py)
     ├── RestoreTooLarge      checkpoints over what a pod may restore (checkpoints.py)

@@ -10,7 +10,7 @@ repeat (at most CANCEL_ROUNDS) until one finds nothing left to fail. A run in
 which no task had started is marked failed itself: nothing of it exists yet.
 
 `tshell cancel` (through Airflow's REST API) and the TFJob tab's Cancel
-(operators/run_view_cancel.py, through Airflow's models) give `cancel_run_tasks`
+(runview/cancel.py, through Airflow's models) give `cancel_run_tasks`
 their own readers and writers; the procedure is the same.
 """
 

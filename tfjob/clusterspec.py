@@ -22,7 +22,7 @@ from typing import Any
 
 from runtime.clusterenv import derive_legacy_env
 from tfjob.errors import TfjobError
-from tfjob.request import Role, TrainingRequest
+from tfjob.request.model import Role, TrainingRequest
 
 # Roles that form the training cluster in TF_CONFIG["cluster"].
 TRAINING_ROLES = (Role.CHIEF, Role.PS, Role.WORKER)

@@ -35,8 +35,8 @@ from runtime.protocol import (
 )
 from tfjob import naming
 from tfjob.checkpoints import build_empty_restore
-from tfjob.request import Mode, Placement, Role, TrainingRequest
-from tfjob.tenant_model import SERVICE_ACCOUNT_NAME, PodUser, derive_pod_user
+from tfjob.request.model import Mode, Placement, Role, TrainingRequest
+from tfjob.tenants.model import SERVICE_ACCOUNT_NAME, PodUser, derive_pod_user
 from tfjob.timeline import clusterspec_wait_seconds
 
 TERMINATION_GRACE_SECONDS = 10

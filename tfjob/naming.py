@@ -11,7 +11,7 @@ has in Airflow (DAG, tasks, XCom keys) are in `pipeline_ids.py`.
 import hashlib
 import re
 
-from tfjob.request import Role
+from tfjob.request.model import Role
 
 MAX_DNS_LABEL = 63
 # Enough for "-<h16>" so that "<runkey>-evaluator-<index>" fits in 63 characters

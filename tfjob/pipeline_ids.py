@@ -10,7 +10,7 @@ only, and light: tshell imports this module to print `--help` quickly.
 import re
 from collections.abc import Iterable
 
-# A tenant's name is a DNS-1123 label (tfjob/tenants_file.py checks it).
+# A tenant's name is a DNS-1123 label (tfjob/tenants/file.py checks it).
 _TENANT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 # DAG ids: one submit DAG per tenant (`tfjob_submit__<tenant>`), one DAG per request

@@ -13,7 +13,7 @@ quota plugin counts it: requests of all containers added up, init containers
 (which run one at a time) counted by the largest of them if that is more.
 
 Pure: quota and usage come in as plain dicts (a ResourceQuota's `status`,
-a pod list); the I/O lives in `operators/tenant_admission.py`.
+a pod list); the I/O lives in `tenancy/admission.py`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from tfjob import naming
 from tfjob.manifests import RunIdentity, build_pod_manifests
 from tfjob.quantity import parse_quantity
-from tfjob.request import TrainingRequest
+from tfjob.request.model import TrainingRequest
 from tfjob.tenants import GPU_RESOURCE, Tenant
 
 # The resources the preflight checks, in the order messages show them.

@@ -11,14 +11,14 @@ import copy
 import json
 from typing import Any
 
-from tfjob.request import (
+from tfjob.request.checks import DNS_LABEL_PATTERN
+from tfjob.request.model import (
     MAX_NAME_LENGTH,
     MAX_TENANT_LENGTH,
     Role,
     TrainingRequest,
 )
-from tfjob.request_checks import DNS_LABEL_PATTERN
-from tfjob.request_recovery import WARM_START_SCHEMA
+from tfjob.request.recovery import WARM_START_SCHEMA
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -4,7 +4,7 @@ Errors: one base (`errors.py`); every command ends one with a message for the
 person at the terminal and an exit code (`run_errors.ExitCode`):
 
     TshellError
-    ├── CommandError             a run command failed; carries its exit code (run_errors.py)
+    ├── CommandError             a run command failed; carries its exit code (tshell/runs/errors.py)
     ├── ConfigError (ValueError) the configuration is unusable; names the setting (config.py)
     ├── UploadError              an upload failed, or S3 holds other bytes (s3_upload.py)
     ├── ReplicaLogError          the run's pods cannot be read (replica_logs.py)

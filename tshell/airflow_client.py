@@ -24,7 +24,7 @@ With Airflow's metadata in PostgreSQL a 500 is a real server error, not a
 lock wait, and its message carries the server's detail.
 
 With the FAB auth manager each tenant's roles grant its own DAGs, so a 403 is
-an answer about the user, not the token: the commands word it (run_lookup.py).
+an answer about the user, not the token: the commands word it (tshell/runs/lookup.py).
 
 Importing apache-airflow-client costs seconds (it loads every API module), so
 reads go through `get_json` (and `post_json`, for the one read that is a POST)

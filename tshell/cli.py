@@ -15,11 +15,11 @@ import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
     "tshell.pack_commands",
-    "tshell.run_submit",
-    "tshell.run_status",
-    "tshell.run_commands",
-    "tshell.run_logs",
-    "tshell.run_cancel",
+    "tshell.runs.submit",
+    "tshell.runs.status",
+    "tshell.runs.commands",
+    "tshell.runs.logs",
+    "tshell.runs.cancel",
     "tshell.tenant_commands",
     "tshell.completion",
 )

@@ -3,7 +3,7 @@
 Why this exists: the same CLI talks to the embedded default on this machine and
 to a real Airflow elsewhere, and a person should never have to guess which
 setting won. The run commands read no S3: a run's files come through Airflow
-(tshell/run_files.py); push and upload find S3 on their own (pack_commands.py).
+(tshell/runs/files.py); push and upload find S3 on their own (pack_commands.py).
 Order, first found wins, field by field:
 
 1. environment: TSHELL_AIRFLOW_URL, TSHELL_USERNAME, TSHELL_PASSWORD,

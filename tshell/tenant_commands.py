@@ -43,7 +43,7 @@ def find_kubeconfig(given: str | None, env: dict[str, str] | None = None) -> Pat
 def make_clients(kubeconfig: Path) -> Any:
     import kubernetes
 
-    from operators.tenancy import Clients
+    from tenancy.apply import Clients
 
     if not kubeconfig.exists():
         raise FileNotFoundError(
@@ -63,8 +63,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from operators.pool_clients import PoolApiError, RestPoolClient
-    from operators.tenancy import apply_pools, apply_tenants
+    from tenancy.apply import apply_pools, apply_tenants
+    from tenancy.pools import PoolApiError, RestPoolClient
     from tfjob.tenants import TenantsFileError, load_tenants
 
     try:
@@ -155,7 +155,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    from tshell.run_commands import format_table
+    from tshell.runs.commands import format_table
 
     def cell(row: dict, key: str) -> str:
         used = row["used"]
@@ -189,7 +189,7 @@ def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any]
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from operators.tenant_admission import TenantNotAppliedError, read_tenant_quota
+    from tenancy.admission import TenantNotAppliedError, read_tenant_quota
 
     kubeconfig = find_kubeconfig(kubeconfig_arg)
     try:

@@ -1,4 +1,4 @@
-// The TFJob tab: polls the run's JSON (operators/run_view_api.py) and redraws in place.
+// The TFJob tab: polls the run's JSON (runview/api.py) and redraws in place.
 // Everything a run or a pod wrote goes in as text (textContent), never as markup.
 "use strict";
 

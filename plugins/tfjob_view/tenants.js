@@ -1,4 +1,4 @@
-// The tenants page: polls /tfjob/tenants (operators/tenant_view_api.py) and redraws in place.
+// The tenants page: polls /tfjob/tenants (runview/tenants.py) and redraws in place.
 // Names and ids go in as text (page.js's el), never as markup.
 "use strict";
 

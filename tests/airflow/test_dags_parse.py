@@ -61,9 +61,9 @@ def test_every_request_file_and_each_tenants_submit_dag_parse_without_errors(dag
 
 def test_every_request_file_meets_its_tenants_policy():
     """Else its DAG's validate refuses every run of it."""
-    from tfjob.request import load_request
-    from tfjob.tenant_policy import check_request_policy
+    from tfjob.request.model import load_request
     from tfjob.tenants import load_tenants, resolve_tenant
+    from tfjob.tenants.policy import check_request_policy
 
     config = load_tenants()
     for path in sorted((DAGS / "requests").glob("*.yaml")):

@@ -16,7 +16,7 @@ from local_tf_cluster import LocalTFCluster
 from repo_root import REPO_ROOT
 
 from runtime.bundle import extract_bundle, write_bundle
-from tfjob.request import Mode, Strategy, SuccessPolicy, load_request
+from tfjob.request.model import Mode, Strategy, SuccessPolicy, load_request
 
 BUNDLES_DIR = REPO_ROOT / "bundles"
 EXAMPLES = ("digits-single", "digits-ps", "digits-mwms", "digits-tf1", "digits-tf1-flags")
@@ -91,8 +91,8 @@ def test_example_request_is_valid_and_names_its_bundle(name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_request_meets_its_tenants_policy(name):
     """Else its DAG's validate would refuse it (bundle and output prefixes, image)."""
-    from tfjob.tenant_policy import check_request_policy
     from tfjob.tenants import load_tenants, resolve_tenant
+    from tfjob.tenants.policy import check_request_policy
 
     request = load_request(BUNDLES_DIR / name / "request.yaml")
     check_request_policy(request, resolve_tenant(load_tenants(), request.tenant))
@@ -116,8 +116,8 @@ def test_example_requests_cover_every_mode_and_strategy():
 
 @pytest.mark.parametrize(("name", "request_file"), VARIANTS)
 def test_variant_request_runs_its_bundle_under_its_own_name(name, request_file):
-    from tfjob.tenant_policy import check_request_policy
     from tfjob.tenants import load_tenants, resolve_tenant
+    from tfjob.tenants.policy import check_request_policy
 
     request = load_request(BUNDLES_DIR / name / request_file)
     assert request.name == f"{name}-{request_file.removeprefix('request-').removesuffix('.yaml')}"

@@ -8,7 +8,7 @@ import pytest
 from local_tf_cluster import LocalTFCluster, ReplicaFailed, allocate_free_ports
 from repo_root import REPO_ROOT
 
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 BUNDLES = REPO_ROOT / "bundles"
 

@@ -23,7 +23,7 @@ from local_tf_cluster import LocalReplica, LocalTFCluster
 from repo_root import REPO_ROOT
 
 from tfjob.checkpoints import POINTER_NAME, parse_checkpoint_step
-from tfjob.request import TrainingRequest, load_request
+from tfjob.request.model import TrainingRequest, load_request
 
 BUNDLES_DIR = REPO_ROOT / "bundles"
 # One run: 2-4 TensorFlow processes on 2 shared cores (docs/examples.md, "Time each example takes").

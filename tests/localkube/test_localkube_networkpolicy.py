@@ -24,8 +24,8 @@ from kubernetes.stream import stream
 from localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
 
 from localkube.kubelet.cleanup import list_state_netns
-from tfjob.tenant_model import NetworkSettings, Tenant
-from tfjob.tenant_objects import build_run_network_policy, build_tenant_network_policy
+from tfjob.tenants.model import NetworkSettings, Tenant
+from tfjob.tenants.objects import build_run_network_policy, build_tenant_network_policy
 
 pytestmark = [
     pytest.mark.e2e,

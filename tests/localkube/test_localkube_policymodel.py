@@ -23,8 +23,8 @@ from localkube.kubelet.policymodel import (
     pod_mac_address,
     port_in,
 )
-from tfjob.tenant_model import NetworkSettings, Tenant
-from tfjob.tenant_objects import build_run_network_policy, build_tenant_network_policy
+from tfjob.tenants.model import NetworkSettings, Tenant
+from tfjob.tenants.objects import build_run_network_policy, build_tenant_network_policy
 
 
 def pod(name, namespace="default", labels=None, ip=None, ports=(), phase="Running", **spec):
@@ -353,7 +353,7 @@ def test_a_forward_is_open_when_egress_allows_its_target(egress, s3_open):
     )
 
 
-# ---- the product's own policies (tfjob/tenant_objects.py), as docs/tenants.md describes them
+# ---- the product's own policies (tfjob/tenants/objects.py), as docs/tenants.md describes them
 
 
 def run_pod(name, run, namespace="tfjob-test", ip="10.77.1.50"):

@@ -1,8 +1,8 @@
-"""What a tenant's Airflow role may do besides its DAGs' own rights (airflow_access.py)."""
+"""What a tenant's Airflow role may do besides its DAGs' own rights (tenancy/roles.py)."""
 
 from __future__ import annotations
 
-from operators.airflow_access import list_tenant_role_permissions
+from tenancy.roles import list_tenant_role_permissions
 
 
 def test_a_tenant_role_has_no_right_on_dags_as_a_whole_nor_to_create_asset_events():

@@ -17,7 +17,7 @@ from operators.janitor import (
     classify_dag_run_state,
     sweep,
 )
-from operators.tenancy import Clients
+from tenancy.apply import Clients
 from tfjob import naming
 
 NAMESPACE = "tfjob-janitor"

@@ -9,7 +9,7 @@ from tfjob_fixtures import RUN, distributed_request_data
 from operators import delivery
 from tfjob import timeline
 from tfjob.manifests import build_pod_manifest
-from tfjob.request import Role, load_request
+from tfjob.request.model import Role, load_request
 
 
 def gives_up_at(started_at: float, wait: float) -> float:

@@ -138,7 +138,7 @@ NODES = """
 def build_run(replicas: dict[str, int]) -> Any:
     from operators.runinfo import RunInfo
     from tfjob import naming
-    from tfjob.request import load_request
+    from tfjob.request.model import load_request
 
     small = {"cpu": "10m", "memory": "16Mi"}
     name = f"gang-{uuid.uuid4().hex[:6]}"

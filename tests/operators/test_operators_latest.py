@@ -26,7 +26,7 @@ from operators.latest import (
 )
 from operators.runinfo import describe_run
 from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 UTC = dt.UTC
 

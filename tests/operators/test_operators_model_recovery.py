@@ -34,7 +34,7 @@ from operators.runinfo import describe_run, read_run
 from operators.triggers import decide_training, has_main_container_ended
 from runtime.protocol import KEEPER_CONTAINER
 from tfjob.manifests import build_pod_manifest
-from tfjob.request import Role, load_request
+from tfjob.request.model import Role, load_request
 
 KEEPER = REPO_ROOT / "runtime" / "keeper.py"
 RUN_ID = "manual__2026-12-03T07:00:00+00:00"

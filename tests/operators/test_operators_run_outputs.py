@@ -21,7 +21,7 @@ from operators.runinfo import describe_run
 from operators.runoutputs import clear_run_outputs
 from runtime.bundle import write_bundle
 from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 RUN_ID = "scheduled__2026-12-03T08:00:00+00:00"
 

@@ -22,7 +22,7 @@ from operators import train as train_module
 from operators.logreads import LogRead
 from operators.runinfo import describe_run
 from operators.train import TrainingFailed, TrainingWaitOperator
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 REQUEST = REPO_ROOT / "dags" / "requests" / "digits-ps.yaml"
 RUN_ID = "manual__2026-12-03T06:00:00+00:00"

@@ -26,7 +26,7 @@ from operators import delivery, gang, kubeobjects, restart
 from operators.runinfo import describe_run
 from operators.train import TrainingFailed, TrainingWaitOperator
 from tfjob.naming import ANNOTATION_ATTEMPTS
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 REQUEST = REPO_ROOT / "dags" / "requests" / "digits-ps.yaml"
 RUN_ID = "manual__2026-12-03T06:00:00+00:00"

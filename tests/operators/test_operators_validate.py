@@ -22,7 +22,7 @@ from operators.runoutputs import clear_run_outputs
 from operators.s3access import presign_upload
 from runtime import transfer
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.tenants import TENANTS_FILE_ENV
 
 BUCKET = s3_fixtures.BUCKETS[0]
@@ -205,7 +205,7 @@ def test_an_allowed_request_is_described_with_its_tenants_s3_connection_and_dag(
         admitted.append((request.tenant, config.names()))
         return config.find(request.tenant), SimpleNamespace(message="fits")
 
-    monkeypatch.setattr("operators.tenant_admission.admit_request", admit)
+    monkeypatch.setattr("tenancy.admission.admit_request", admit)
     monkeypatch.setattr(steps, "_kube", lambda: "kube")
     described = run_validate(
         monkeypatch, "tfjob_submit__team-a", conf=request_data(), tenant="team-a"
@@ -227,7 +227,7 @@ def test_a_tenant_without_its_pods_presigning_connection_is_refused_naming_it(mo
     from operators.grants import PresignConnectionMissing
 
     monkeypatch.setattr(
-        "operators.tenant_admission.admit_request",
+        "tenancy.admission.admit_request",
         lambda core, request, config: (config.find(request.tenant), SimpleNamespace(message="")),
     )
     monkeypatch.setattr(steps, "_kube", lambda: "kube")

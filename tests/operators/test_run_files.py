@@ -1,6 +1,6 @@
 """A run's archived files served by Airflow: the path rules, the listing cap, the HTTP answers.
 
-operators/run_files.py against moto's S3 (in process), and the /tfjob app's
+runview/files.py against moto's S3 (in process), and the /tfjob app's
 file routes through FastAPI's TestClient with Airflow's guard and database
 replaced, so the contract (status, headers, bytes, errors) is checked without
 starting Airflow; tests/tshell/test_tshell_run_commands.py goes through a real one.
@@ -16,8 +16,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from operators import run_files
-from operators.run_files import (
+from runview import files as run_files
+from runview.files import (
     MAX_PATH_CHARS,
     RunFileNotFoundError,
     RunFilePathError,
@@ -214,7 +214,7 @@ def api(s3, monkeypatch) -> Any:
     from airflow.api_fastapi.common.db.common import _get_session
     from fastapi.testclient import TestClient
 
-    from operators import run_view_api
+    from runview import api as run_view_api
 
     def read_run_storage(_session, dag_id, run_id):
         return locate_run_storage(DESCRIBED, dag_id, run_id)

@@ -16,10 +16,10 @@ from operators import kubeobjects, steps
 from operators.janitor import RunState, sweep
 from operators.launch import TrainingLaunchOperator
 from operators.runinfo import RunInfo, describe_run, read_run
-from operators.tenancy import Clients
+from tenancy.apply import Clients
 from tfjob import naming
 from tfjob.pipeline_ids import VALIDATE_TASK
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 NAMESPACE = "tfjob-collide"
 DAG_ID = "tfjob__digits"

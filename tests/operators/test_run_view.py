@@ -1,9 +1,9 @@
-"""The TFJob tab's job view, from a run's XComs and task times (operators.run_view; no Airflow).
+"""The TFJob tab's job view, from a run's XComs and task times (runview.run; no Airflow).
 
 The page that draws it is checked in a real browser (tests/test_run_view_browser.py).
 """
 
-from operators.run_view import (
+from runview.run import (
     PIPELINE,
     RunTimes,
     TaskTimes,

@@ -10,17 +10,17 @@ from typing import Any
 
 from urllib3.response import HTTPResponse
 
-from operators import run_view_api
 from operators.podlogs import describe_cut_line
-from operators.run_live import LiveReads
-from operators.run_view_api import RunView
-from operators.run_view_logs import (
+from operators.settings import LOG_LINE_MAX_BYTES, LOG_TAIL_MAX_BYTES
+from runview import api as run_view_api
+from runview.api import RunView
+from runview.live import LiveReads
+from runview.logs import (
     ARCHIVED_CURVES_TTL_S,
     MAX_LOG_BYTES,
     MAX_PANE_LOG_BYTES,
     select_log_lines,
 )
-from operators.settings import LOG_LINE_MAX_BYTES, LOG_TAIL_MAX_BYTES
 
 DAG, RUN = "tfjob_submit__team-a", "manual__1"
 NAMESPACE, RUN_KEY = "tfjob-team-a", "digits-1234abcd"

@@ -320,8 +320,8 @@ TENANTS_PAGE = "/plugin/tfjob-tenants"
 def tenant_run(pipeline_world, airflow) -> Iterator[dict[str, Any]]:
     """A distributed run of tenant `test` that trains for 45 s, in its namespace with the
     ResourceQuota and LimitRange `tshell tenants apply` makes; awaited and removed after."""
-    from tfjob.tenant_objects import build_limit_range, build_resource_quota
     from tfjob.tenants import load_tenants
+    from tfjob.tenants.objects import build_limit_range, build_resource_quota
 
     tenant = load_tenants().find("test")
     api = pipeline_world.kube.core_v1()

@@ -1,6 +1,6 @@
 """The TFJob tab's live side: shared Kubernetes reads, log lines, curves, and the JSON's speed.
 
-operators/run_live.py and operators/run_view_logs.py with fakes, and the /tfjob
+runview/live.py and runview/logs.py with fakes, and the /tfjob
 app through FastAPI's TestClient with Airflow's guard and database replaced
 (as tests/test_run_files.py does). The measured test of the issue's "Done
 when" is here: the JSON of a 32-replica run answers in < 200 ms while tabs
@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from operators.run_live import LiveReads, describe_live_replicas
-from operators.run_view import RunTimes, TaskTimes, summarize_run
-from operators.run_view_logs import (
+from runview.live import LiveReads, describe_live_replicas
+from runview.logs import (
     LogRequestError,
     check_log_query,
     check_replica_id,
@@ -29,8 +28,9 @@ from operators.run_view_logs import (
     replica_of_log_name,
     select_log_lines,
 )
+from runview.run import RunTimes, TaskTimes, summarize_run
 from tfjob.naming import run_selector
-from tfjob.tenant_usage import count_pod_gpus
+from tfjob.tenants.usage import count_pod_gpus
 
 DAG, RUN = "tfjob_submit__team-a", "manual__1"
 NAMESPACE, RUN_KEY = "tfjob-team-a", "digits-1234abcd"
@@ -231,7 +231,7 @@ def api_of_a_32_replica_run(monkeypatch):
     from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
-    from operators import run_view_api
+    from runview import api as run_view_api
 
     pods = [a_pod("chief", 0)] + [a_pod("worker", i) for i in range(REPLICAS - 1)]
     kube = FakeKubernetes(pods, delay_s=0.02)

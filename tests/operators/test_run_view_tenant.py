@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi import HTTPException
 
-from operators.run_view_db import check_run_tenant
+from runview.db import check_run_tenant
 
 DAG = "tfjob__digits-single"
 RUN = "manual__1"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from operators.run_live import LiveReads
-from operators.tenant_view_api import TenantsView
+from runview.live import LiveReads
+from runview.tenants import TenantsView
 
 
 class FakeList:

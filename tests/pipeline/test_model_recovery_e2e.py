@@ -31,7 +31,7 @@ from runtime.bundle import write_bundle
 from runtime.protocol import KEEPER_CONTAINER
 from tfjob import naming
 from tfjob.manifests import build_pod_manifest, build_runtime_configmap
-from tfjob.request import Role, load_request
+from tfjob.request.model import Role, load_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 

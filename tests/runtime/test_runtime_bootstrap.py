@@ -138,7 +138,7 @@ def chief_job_cluster_json(role: str, index: int) -> dict:
     from tfjob_fixtures import distributed_request_data
 
     from tfjob.clusterspec import Endpoint, build_cluster_files
-    from tfjob.request import Role, load_request
+    from tfjob.request.model import Role, load_request
 
     request = load_request(distributed_request_data(replicas={"chief": 1, "ps": 1, "worker": 2}))
     endpoints = [

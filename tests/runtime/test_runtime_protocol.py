@@ -16,7 +16,7 @@ from tfjob_fixtures import RUN, distributed_request_data
 
 from runtime import protocol
 from tfjob.manifests import build_pod_manifests
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 
 REPO = REPO_ROOT
 PROTOCOL = REPO / "runtime" / "protocol.py"

@@ -14,7 +14,7 @@ from tfjob.quota import (
     read_quota_amounts,
     sum_usage,
 )
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.tenants import validate_tenants
 
 TENANT = validate_tenants(

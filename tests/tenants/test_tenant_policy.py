@@ -6,15 +6,15 @@ import pytest
 from repo_root import REPO_ROOT
 from tfjob_fixtures import valid_request_data
 
-from tfjob.request import load_request
-from tfjob.tenant_policy import (
+from tfjob.request.model import load_request
+from tfjob.tenants import DEFAULT_TENANTS_FILE, load_tenants, validate_tenants
+from tfjob.tenants.policy import (
     TenantPolicyError,
     check_request_policy,
     describe_prefix_problem,
     find_unsafe_segment,
     is_within_prefix,
 )
-from tfjob.tenants import DEFAULT_TENANTS_FILE, load_tenants, validate_tenants
 
 REPO = REPO_ROOT
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfjob.tenant_model import Tenant
-from tfjob.tenant_usage import (
+from tfjob.tenants.model import Tenant
+from tfjob.tenants.usage import (
     ActiveRun,
     count_running_jobs,
     summarize_placements,

@@ -9,17 +9,17 @@ import pytest
 import yaml
 from tfjob_fixtures import distributed_request_data, tenant_storage
 
-from operators.tenancy import Clients, Outcome, apply_tenants, diff_manifest
-from operators.tenant_admission import (
+from tenancy.admission import (
     TenancyRefusal,
     TenantNotAppliedError,
     admit_request,
     preflight_quota,
     read_tenant_quota,
 )
+from tenancy.apply import Clients, Outcome, apply_tenants, diff_manifest
 from tfjob.manifests import build_container_security_context, build_pod_security_context
 from tfjob.quota import Verdict
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.tenants import validate_tenants
 
 
@@ -260,7 +260,7 @@ def test_tshell_tenants_apply_names_a_bad_file_and_fails(tmp_path, capsys):
 
 
 def test_a_runs_network_policy_goes_when_the_runs_configmap_goes(clients):
-    from operators.tenancy import create_run_network_policy
+    from tenancy.apply import create_run_network_policy
     from tfjob import naming
     from tfjob.manifests import RunIdentity, build_runtime_configmap
 

@@ -11,10 +11,10 @@ import pytest
 from localkube_fixtures import mark_node_ready
 from tfjob_fixtures import distributed_request_data, tenant_storage
 
-from operators.tenancy import Clients, apply_tenants
+from tenancy.apply import Clients, apply_tenants
 from tfjob import naming, pipeline_ids
 from tfjob.manifests import RunIdentity, build_pod_manifests
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.tenants import validate_tenants
 
 TENANT = "gpus"

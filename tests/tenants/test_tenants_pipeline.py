@@ -24,17 +24,17 @@ import yaml
 from pipeline_fixtures import NAMESPACE, TENANT, trigger, wait_for
 
 from operators.cluster_policy import JOB_STEPS
-from operators.pool_clients import PoolSpec, RestPoolClient
-from operators.tenancy import (
+from tenancy.admission import preflight_quota
+from tenancy.apply import (
     Clients,
     Outcome,
     apply_pool,
     apply_pools,
     apply_tenants,
 )
-from operators.tenant_admission import preflight_quota
+from tenancy.pools import PoolSpec, RestPoolClient
 from tfjob import naming, pipeline_ids
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 
 BUCKET = "tfjob-test"  # the world's (tests/s3_fixtures.py)

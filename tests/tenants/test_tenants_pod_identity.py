@@ -12,14 +12,14 @@ import kubernetes
 import pytest
 from localkube_fixtures import wait_until
 
-from operators.tenancy import Clients, apply_tenants
+from tenancy.apply import Clients, apply_tenants
 from tfjob.manifests import (
     build_container_security_context,
     build_home_env,
     build_pod_security_context,
 )
-from tfjob.tenant_model import SERVICE_ACCOUNT_NAME
 from tfjob.tenants import DEFAULT_TENANTS_FILE, load_tenants
+from tfjob.tenants.model import SERVICE_ACCOUNT_NAME
 
 pytestmark = [
     pytest.mark.e2e,

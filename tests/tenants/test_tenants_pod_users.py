@@ -119,7 +119,7 @@ def test_a_run_keeps_the_uid_and_gid_its_tenant_had_when_validate_described_it()
     from tfjob_fixtures import valid_request_data
 
     from operators.runinfo import describe_run, read_run
-    from tfjob.request import load_request
+    from tfjob.request.model import load_request
 
     request = load_request(valid_request_data(tenant="demo"))
     described = describe_run(request, "manual__1", "tfjob__digits", "aws_default")

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from operators.pool_clients import PoolApiError, PoolSpec, PoolUnavailableError, RestPoolClient
+from tenancy.pools import PoolApiError, PoolSpec, PoolUnavailableError, RestPoolClient
 
 SLOW = 0  # an answer that comes after the client stopped waiting
 DETAILS = {
@@ -57,7 +57,7 @@ def test_a_pool_call_answered_503_or_502_is_repeated_until_it_succeeds():
 
 
 def test_a_pool_call_still_unavailable_after_every_try_says_so(monkeypatch):
-    monkeypatch.setattr("operators.pool_clients.POOL_REQUEST_ATTEMPTS", 2)
+    monkeypatch.setattr("tenancy.pools.POOL_REQUEST_ATTEMPTS", 2)
     server, seen = serve([504] * 2)
     try:
         client = RestPoolClient(f"http://127.0.0.1:{server.server_port}", lambda: "token")

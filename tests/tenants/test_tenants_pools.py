@@ -19,7 +19,7 @@ import yaml
 from postgres_fixtures import airflow_database_url
 from repo_root import REPO_ROOT
 
-from operators.tenancy import build_pool_specs
+from tenancy.apply import build_pool_specs
 from tfjob.tenants import validate_tenants
 
 pytestmark = [pytest.mark.e2e]
@@ -47,8 +47,8 @@ TENANTS = {
 
 APPLY = textwrap.dedent("""
     import json, sys
-    from operators.pool_clients import DatabasePoolClient
-    from operators.tenancy import apply_pools
+    from tenancy.pools import DatabasePoolClient
+    from tenancy.apply import apply_pools
     from tfjob.tenants import load_tenants
     results = apply_pools(DatabasePoolClient(), load_tenants(sys.argv[1]))
     print("POOLS " + json.dumps({r.name: [r.outcome.value, r.note] for r in results}))

@@ -18,7 +18,7 @@ from tfjob.clusterspec import (
     endpoints_from_mapping,
     endpoints_to_mapping,
 )
-from tfjob.request import Role, TrainingRequest, load_request
+from tfjob.request.model import Role, TrainingRequest, load_request
 
 
 def endpoints_for(request: TrainingRequest, port: int = 2222) -> list[Endpoint]:

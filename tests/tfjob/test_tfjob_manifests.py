@@ -19,7 +19,7 @@ from tfjob.manifests import (
     build_runtime_configmap,
     build_upload_secret,
 )
-from tfjob.request import Role, load_request
+from tfjob.request.model import Role, load_request
 
 # The newest Kubernetes minor kubernetes-validate ships schemas for (1.37 with 1.37.0).
 KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()

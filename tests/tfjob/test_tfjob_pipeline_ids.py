@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tfjob import pipeline_ids
-from tfjob.tenant_model import Tenant
+from tfjob.tenants.model import Tenant
 
 
 def test_a_request_dag_id_reads_back_as_its_request():

@@ -8,7 +8,7 @@ import pytest
 from repo_root import REPO_ROOT
 from tfjob_fixtures import distributed_request_data, valid_request_data
 
-from tfjob.request import (
+from tfjob.request.model import (
     Mode,
     RequestError,
     Role,

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from tfjob_fixtures import valid_request_data
 
-from tfjob.request import RequestError, TrainingRequest, load_request, parse_request
-from tfjob.request_checks import MAX_REQUEST_BYTES
+from tfjob.request.checks import MAX_REQUEST_BYTES
+from tfjob.request.model import RequestError, TrainingRequest, load_request, parse_request
 
 
 def test_a_request_file_over_the_cap_is_refused_from_its_size_before_it_is_read(tmp_path):

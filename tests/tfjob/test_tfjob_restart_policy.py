@@ -10,7 +10,7 @@ from tfjob_fixtures import valid_request_data
 
 from operators.replicas import judge_training, read_replica_status
 from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure
-from tfjob.request import load_request
+from tfjob.request.model import load_request
 from tfjob.restart_policy import (
     MAX_RESTARTS,
     Decision,

@@ -8,7 +8,7 @@ import pytest
 from pydantic_core import PydanticCustomError
 
 from tfjob.s3url import S3UrlError, is_valid_bucket_name, parse_s3_url, split_s3_url
-from tfjob.tenant_policy import locate_in_s3
+from tfjob.tenants.policy import locate_in_s3
 from tshell.s3_client import s3_destination
 
 
@@ -67,7 +67,7 @@ def test_a_destination_prefix_takes_the_file_name_and_a_key_stays():
 
 
 def test_a_requests_s3_url_needs_a_valid_bucket_and_a_key():
-    from tfjob.request_checks import check_s3_url
+    from tfjob.request.checks import check_s3_url
 
     assert check_s3_url("s3://tfjob-demo/b.tar.gz", "s3://bucket/key") == ("tfjob-demo", "b.tar.gz")
     for url, problem in [

@@ -5,7 +5,7 @@ import pytest
 from repo_root import REPO_ROOT
 from tfjob_fixtures import distributed_request_data, valid_request_data
 
-from tfjob.request import TrainingRequest, load_request
+from tfjob.request.model import TrainingRequest, load_request
 from tfjob.schema import airflow_param_specs, render_request_reference, request_json_schema
 
 REPO = REPO_ROOT

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tshell.run_logs import iter_live_log
-from tshell.run_lookup import RunRef
+from tshell.runs.logs import iter_live_log
+from tshell.runs.lookup import RunRef
 
 
 def entry(second: int, text: str) -> dict[str, str]:

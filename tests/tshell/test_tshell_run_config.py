@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tshell import run_commands
 from tshell.airflow_client import (
     AirflowInternalError,
     AirflowServerError,
@@ -21,10 +20,11 @@ from tshell.airflow_client import (
 )
 from tshell.cli import run as run_tshell_cli
 from tshell.config import AirflowConfig, ConfigError, load_config
-from tshell.run_errors import CommandError, ExitCode
-from tshell.run_logs import select_replica_lines
-from tshell.run_submit import apply_overrides, build_conf
-from tshell.run_views import format_table
+from tshell.runs import commands as run_commands
+from tshell.runs.errors import CommandError, ExitCode
+from tshell.runs.logs import select_replica_lines
+from tshell.runs.submit import apply_overrides, build_conf
+from tshell.runs.views import format_table
 
 
 @pytest.fixture(autouse=True)
@@ -337,7 +337,7 @@ def test_a_trigger_whose_answer_was_lost_is_found_not_triggered_twice(
 
 
 def test_status_lists_each_attempt_of_a_restarted_run():
-    from tshell.run_views import ATTEMPT_HEADERS, attempt_rows
+    from tshell.runs.views import ATTEMPT_HEADERS, attempt_rows
 
     class FakeSession:
         def get_json(self, path, params=None):

@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from tshell.airflow_client import AirflowNotFoundError
-from tshell.run_failure import (
+from tshell.runs.failure import (
     MAX_MESSAGE_LINES,
     RunFailure,
     find_failed_task,
     pick_raised_error,
     read_run_failure,
 )
-from tshell.run_lookup import RunRef
+from tshell.runs.lookup import RunRef
 
 REF = RunRef("tfjob__digits-ps", "manual__1")
 TRAIN_MESSAGE = (

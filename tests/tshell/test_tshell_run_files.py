@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from tshell_fixtures import point_tshell_at
 
-from tshell import run_files
 from tshell.cli import run as run_tshell_cli
-from tshell.run_errors import ExitCode
+from tshell.runs import files as run_files
+from tshell.runs.errors import ExitCode
 
 DAG = "tfjob_submit__team-a"
 RUN_ID = "manual__2026-12-03T10:00:00+00:00"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from tshell import run_status
-from tshell.run_lookup import RunRef
+from tshell.runs import status as run_status
+from tshell.runs.lookup import RunRef
 
 REF = RunRef("tfjob__digits-ps", "manual__1")
 

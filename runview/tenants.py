@@ -1,0 +1,156 @@
+"""The tenants page's routes: `/tfjob/tenants` (JSON) and `/tfjob/tenants/view` (the page).
+
+Why this exists: a person sharing the cluster wants one page per tenant they act
+for: what runs now, how much of the quota and which nodes and GPUs it holds,
+how many of its job slots are taken. The cards are computed by the pure
+`tfjob.tenants.usage`; this module gathers what it needs:
+- which tenants the caller may see: Airflow's auth manager says which DAGs the
+  caller may read, and each DAG's tenant comes from its `tenant:<name>` tag (the
+  DAG decides, docs/architecture.md); nothing in the request names a tenant;
+- the active runs of those DAGs (queued or running) from Airflow's database;
+- the tfjob pods and the ResourceQuotas from Kubernetes, each listed once for
+  all namespaces through the API server's one `LiveReads` (runview/live.py):
+  at most one read per kind per 2 s, whatever the number of open pages.
+A caller who may see no tenant gets an empty list, not another tenant's card.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, HTMLResponse
+from sqlalchemy import select
+
+from runview.live import LiveReads
+from tfjob import naming
+from tfjob.pipeline_ids import tenant_of_tags
+from tfjob.tenants import load_tenants
+from tfjob.tenants.objects import QUOTA_NAME
+from tfjob.tenants.usage import ActiveRun, summarize_tenant
+
+PAGE = Path(__file__).resolve().parent.parent / "plugins" / "tfjob_view" / "tenants.html"
+ACTIVE_STATES = ("queued", "running")
+TFJOB_PODS = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
+
+
+def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
+    """Every pod the pipeline made, in every namespace, as the API's dicts."""
+    from operators.kubeobjects import to_plain
+
+    return [
+        to_plain(api, pod)
+        for pod in api.list_pod_for_all_namespaces(label_selector=TFJOB_PODS).items
+    ]
+
+
+def list_all_tenant_quotas(api: Any) -> dict[str, dict[str, Any]]:
+    """namespace -> the tenant ResourceQuota (`tfjob-quota`) there, as the API's dicts."""
+    from operators.kubeobjects import to_plain
+
+    quotas = {}
+    for quota in api.list_resource_quota_for_all_namespaces().items:
+        plain = to_plain(api, quota)
+        meta = plain.get("metadata") or {}
+        if meta.get("name") == QUOTA_NAME:
+            quotas[str(meta.get("namespace"))] = plain
+    return quotas
+
+
+def read_visible_tenant_dags(session: Any, user: Any) -> dict[str, set[str]]:
+    """tenant -> the DAG ids of that tenant the caller may read (Airflow's auth manager)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.models.dag import DagTag
+
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+    if not readable:
+        return {}
+    tags: dict[str, list[str]] = {}
+    for dag_id, tag in session.execute(
+        select(DagTag.dag_id, DagTag.name).where(DagTag.dag_id.in_(readable))
+    ):
+        tags.setdefault(dag_id, []).append(tag)
+    visible: dict[str, set[str]] = {}
+    for dag_id, names in tags.items():
+        tenant = tenant_of_tags(names)
+        if tenant:
+            visible.setdefault(tenant, set()).add(dag_id)
+    return visible
+
+
+def read_active_runs(session: Any, dag_ids: set[str]) -> list[ActiveRun]:
+    from airflow.models.dagrun import DagRun
+
+    if not dag_ids:
+        return []
+    rows = session.execute(
+        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.start_date).where(
+            DagRun.dag_id.in_(dag_ids), DagRun.state.in_(ACTIVE_STATES)
+        )
+    )
+    return [
+        ActiveRun(
+            row.dag_id,
+            row.run_id,
+            str(row.state),
+            row.start_date.isoformat() if row.start_date else None,
+        )
+        for row in rows
+    ]
+
+
+class TenantsView:
+    """The tenants page's answer, around the API server's shared `LiveReads`."""
+
+    def __init__(self, live: LiveReads, connect: Any) -> None:
+        self.live, self.connect = live, connect
+
+    def read_cluster(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], str | None]:
+        """(pods, quotas by namespace, error): at most one listing of each per 2 s."""
+        try:
+            pods = self.live.share_read(
+                ("tenants", "pods"), lambda: list_all_tfjob_pods(self.connect())
+            )
+            quotas = self.live.share_read(
+                ("tenants", "quotas"), lambda: list_all_tenant_quotas(self.connect())
+            )
+        except Exception as error:  # noqa: BLE001 - Airflow's runs still answer
+            return [], {}, f"Kubernetes could not be read: {type(error).__name__}"
+        return pods, quotas, None
+
+    def answer(self, session: Any, user: Any) -> dict[str, Any]:
+        visible = read_visible_tenant_dags(session, user)
+        config = load_tenants()
+        tenants = [t for t in config.tenants if t.name in visible]
+        if not tenants:
+            return {"tenants": [], "kubernetes_error": None}
+        pods, quotas, error = self.read_cluster()
+        runs = read_active_runs(session, set().union(*visible.values()))
+        cards = []
+        for tenant in tenants:
+            own_runs = [run for run in runs if run.dag_id in visible[tenant.name]]
+            own_pods = [
+                pod
+                for pod in pods
+                if (pod.get("metadata") or {}).get("namespace") == tenant.namespace
+            ]
+            cards.append(summarize_tenant(tenant, quotas.get(tenant.namespace), own_pods, own_runs))
+        return {"tenants": cards, "kubernetes_error": error}
+
+
+def add_tenant_routes(app: FastAPI, live: LiveReads, connect: Any) -> TenantsView:
+    """The tenants routes on the job view's app (runview/api.py)."""
+    view = TenantsView(live, connect)
+
+    @app.get("/tenants")
+    def get_tenants(session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+        return view.answer(session, user)
+
+    @app.get("/tenants/view", response_class=HTMLResponse)
+    def view_tenants(user: GetUserDep) -> FileResponse:  # only signed-in users get the page
+        return FileResponse(PAGE, media_type="text/html", headers={"Cache-Control": "no-store"})
+
+    return view

@@ -21,7 +21,7 @@ setup: $(STAMP) $(NODE_STAMP)
 	@command -v nft >/dev/null 2>&1 || (apt-get install -y -qq nftables >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq nftables) >/dev/null 2>&1) || echo "note: nftables not installed; localkube cannot enforce NetworkPolicies and pods of a namespace with one do not start"
 
 # The TFJob tab's browser library (Chart.js), pinned in package-lock.json; the plugin
-# serves it from node_modules/ (plugins/tfjob_view/, operators/run_view_api.py). Rebuilt
+# serves it from node_modules/ (plugins/tfjob_view/, runview/api.py). Rebuilt
 # only when the lock changes: a second `make setup` does nothing.
 $(NODE_STAMP): package.json package-lock.json
 	@command -v npm >/dev/null 2>&1 || (apt-get install -y -qq npm >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq npm) >/dev/null 2>&1) || echo "note: npm not installed; the TFJob tab draws no chart"

@@ -16,8 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline_fixtures import TENANT
-
+from harness.pipeline_fixtures import TENANT
 from tfjob.pipeline_ids import submit_dag_id
 
 SUBMIT_DAG_ID = submit_dag_id(TENANT)

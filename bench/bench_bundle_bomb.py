@@ -26,10 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from bundle_fixtures import write_header_bomb  # noqa: E402
-
+from harness.bundle_fixtures import write_header_bomb  # noqa: E402
 from runtime.bundle import write_bundle  # noqa: E402
 
 PROBE = """

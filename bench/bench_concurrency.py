@@ -34,7 +34,6 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from airflow_runs import (  # noqa: E402

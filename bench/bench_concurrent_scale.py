@@ -40,7 +40,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 import procprobe  # noqa: E402
@@ -263,7 +262,7 @@ def measure_batch(folder: Path, jobs: int, run_seconds: int, timeout: float) -> 
     core = world.kube.core_v1()
     watcher = PodWatch(core)
     watcher.start()
-    from postgres_fixtures import airflow_database_url
+    from harness.postgres_fixtures import airflow_database_url
 
     home = json.loads((folder / "airflow.json").read_text())["home"]
     sampler = Sampler(airflow_database_url(Path(home)), triggerer, pids["apiserver"], pids["port"])

@@ -37,7 +37,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from apicount import ApiCounter, find_span  # noqa: E402

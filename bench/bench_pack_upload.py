@@ -29,10 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from s3_fixtures import start_s3_server, stop_s3_server  # noqa: E402
-
+from harness.s3_fixtures import start_s3_server, stop_s3_server  # noqa: E402
 from tshell.pack_commands import push_directory  # noqa: E402
 from tshell.s3_upload import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE  # noqa: E402
 

@@ -40,7 +40,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from apicount import ApiCall, ApiCounter  # noqa: E402
@@ -164,8 +163,7 @@ def check_delivered(state_dir: str, core: Any, run: Any) -> tuple[int, int]:
 
 
 def measure_job(count: int, nodes: int, attempt: int, counter: ApiCounter) -> dict[str, Any]:
-    from localkube_fixtures import start_localkube, stop_localkube
-
+    from harness.localkube_fixtures import start_localkube, stop_localkube
     from operators import gang
     from operators.delivery import deliver_run_cluster_spec
     from tfjob.manifests import build_pod_manifests

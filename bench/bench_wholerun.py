@@ -32,7 +32,6 @@ import yaml
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from airflow_runs import (  # noqa: E402
@@ -171,7 +170,7 @@ def measure_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, Any
 
 
 def world_namespace() -> str:
-    from pipeline_fixtures import NAMESPACE
+    from harness.pipeline_fixtures import NAMESPACE
 
     return NAMESPACE
 

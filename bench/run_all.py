@@ -65,7 +65,6 @@ REPO = BENCH.parent
 OUT = BENCH / "out"
 QUICK_OUT = OUT / "quick"
 RESULTS = BENCH / "RESULTS.md"
-sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(BENCH))
 
 from measurement_process import (  # noqa: E402

@@ -21,13 +21,9 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
-import pipeline_fixtures  # noqa: E402
 import yaml  # noqa: E402
-from localkube_fixtures import start_localkube  # noqa: E402
-from s3_fixtures import BUCKETS  # noqa: E402
 from world import (  # noqa: E402
     WORLD_FILE,
     load_airflow,
@@ -35,6 +31,10 @@ from world import (  # noqa: E402
     start_world,
     start_world_airflow,
 )
+
+from harness import pipeline_fixtures  # noqa: E402
+from harness.localkube_fixtures import start_localkube  # noqa: E402
+from harness.s3_fixtures import BUCKETS  # noqa: E402
 
 TENANTS = ("test", "scale-b", "scale-c", "scale-d")  # `test`: the world's own tenant
 NODE_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}

@@ -5,9 +5,9 @@ Why this exists: each measurement runs in its own process (Airflow reads its
 configuration at import time, so each process gets the world's environment
 before it imports anything), but starting S3 + localkube + a migrated Airflow
 home costs ~30 s, so it is done once. The world is the test suite's own
-(`tests/pipeline_fixtures.start_pipeline_world`: S3 server, localkube with its
+(`harness/pipeline_fixtures.start_pipeline_world`: S3 server, localkube with its
 kubelets, namespace `tfjob-test`, the stand-in bundle, a migrated Airflow DB in
-the PostgreSQL of tests/postgres_fixtures.py, started by the process that
+the PostgreSQL of harness/postgres_fixtures.py, started by the process that
 starts the world); this module only records it in a JSON file the
 measurement processes read back, and stops it by that record.
 
@@ -15,7 +15,7 @@ measurement processes read back, and stops it by that record.
     python bench/world.py airflow-up DIR  # airflow standalone for it: DIR/airflow.json
     python bench/world.py down DIR        # stops Airflow (if up), localkube, S3, PostgreSQL
 
-Airflow is the tests' launcher too (`tests/airflow_fixtures.start_airflow`:
+Airflow is the tests' launcher too (`harness/airflow_fixtures.start_airflow`:
 this repo's airflow.cfg, its parallelism, LocalExecutor, a free port, a
 database in the same PostgreSQL), given the world's connections, as
 tests/pipeline/test_pipeline_rest.py does.
@@ -42,18 +42,17 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-import postgres_fixtures  # noqa: E402
-from localkube_fixtures import LocalkubeHandle, stop_localkube  # noqa: E402
-from pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world  # noqa: E402
-from postgres_fixtures import postgres_server  # noqa: E402
-from s3_fixtures import S3Server  # noqa: E402
+from harness import postgres_fixtures  # noqa: E402
+from harness.localkube_fixtures import LocalkubeHandle, stop_localkube  # noqa: E402
+from harness.pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world  # noqa: E402
+from harness.postgres_fixtures import postgres_server  # noqa: E402
+from harness.s3_fixtures import S3Server  # noqa: E402
 
 WORLD_FILE = "world.json"
 AIRFLOW_FILE = "airflow.json"
 S3_STOP_TIMEOUT_S = 10.0
-POSTGRES_DIR_PREFIX = "tfjob-pg-"  # tests/postgres_fixtures.py's clusters under /tmp
+POSTGRES_DIR_PREFIX = "tfjob-pg-"  # harness/postgres_fixtures.py's clusters under /tmp
 
 
 def airflow_parallelism() -> int:
@@ -120,7 +119,7 @@ TENANT_POOL_SLOTS = 64
 
 def start_world_airflow(folder: Path) -> dict[str, Any]:
     """`airflow standalone` wired to the world in `folder`; recorded in `folder/airflow.json`."""
-    from airflow_fixtures import start_airflow
+    from harness.airflow_fixtures import start_airflow
 
     _world, record = load_world(folder)
     env = {
@@ -144,8 +143,7 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
     # scheduler never queues them (what `tshell tenants apply` makes in a deployment). Enough
     # slots for every concurrency job (more than parallelism), so Airflow's parallelism
     # is the limit measured.
-    from pipeline_fixtures import TENANT
-
+    from harness.pipeline_fixtures import TENANT
     from tenancy.apply import PoolSpec, RestPoolClient, apply_pool
     from tfjob.tenants import pool_name
 
@@ -177,7 +175,7 @@ def stop_world_airflow(folder: Path) -> list[str]:
         home = Path(record["home"])
         roots.append(record.get("postgres_root"))
     if home.exists():  # also when start_world_airflow failed before airflow.json was written
-        from airflow_fixtures import airflow_server
+        from harness.airflow_fixtures import airflow_server
 
         airflow_server.stop_airflow(home)
     path.unlink(missing_ok=True)

@@ -1,18 +1,18 @@
 """Suite-wide pytest set-up: the fixture plugins and the order in which test files start.
 
-The tests live in tests/<package>/ (tests/README.md). This file's folder, tests/,
-is on sys.path under pytest, so every test imports the shared helpers by flat
-name (`from pipeline_fixtures import wait_for`, `from repo_root import REPO_ROOT`).
-The modules that define fixtures are registered below as plugins: a test takes
-their fixtures (`localkube_api`, `s3_server`, `pipeline_world`, ...) by name,
-without importing them.
+The tests live in tests/<package>/ (tests/README.md). The shared helpers are the
+installed `harness` package (`from harness.pipeline_fixtures import wait_for`,
+`from harness.repo_root import REPO_ROOT`), which bench/ uses too. The modules
+that define fixtures are registered below as plugins: a test takes their
+fixtures (`localkube_api`, `s3_server`, `pipeline_world`, ...) by name, without
+importing them.
 
 `make test` runs the files on several pytest-xdist workers (`--dist loadfile`),
 each file whole on one worker. The files that take minutes (Airflow and real
 TensorFlow end to end) start first, so the suite's wall time is close to the
 longest file rather than a long file started last (longest first).
 
-When a session ends, the PostgreSQL its tests started (tests/postgres_fixtures.py)
+When a session ends, the PostgreSQL its tests started (harness/postgres_fixtures.py)
 is stopped and removed.
 """
 
@@ -29,7 +29,12 @@ settings.load_profile("suite")
 
 # Dependencies first: pipeline_fixtures imports the localkube and S3 ones, and a module
 # imported before pytest registers it as a plugin would miss assertion rewriting.
-pytest_plugins = ["localkube_fixtures", "s3_fixtures", "airflow_fixtures", "pipeline_fixtures"]
+pytest_plugins = [
+    "harness.localkube_fixtures",
+    "harness.s3_fixtures",
+    "harness.airflow_fixtures",
+    "harness.pipeline_fixtures",
+]
 
 # Slowest first, as `make test --durations` shows them on 2 cores.
 # The two TensorFlow files start apart: together with the TensorFlow pipeline file they
@@ -63,6 +68,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from postgres_fixtures import stop_test_postgres
+    from harness.postgres_fixtures import stop_test_postgres
 
     stop_test_postgres()

@@ -10,7 +10,8 @@ import shutil
 import subprocess
 
 import pytest
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 

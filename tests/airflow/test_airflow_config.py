@@ -10,8 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from airflow_fixtures import airflow_server
-from repo_root import REPO_ROOT
+from harness.airflow_fixtures import airflow_server
+from harness.repo_root import REPO_ROOT
 
 READ_CONFIG = """
 import json

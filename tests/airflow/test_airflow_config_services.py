@@ -22,11 +22,12 @@ from pathlib import Path
 import kubernetes
 import pytest
 import yaml
-from airflow_fixtures import airflow_server
-from pipeline_fixtures import wait_for
-from postgres_fixtures import postgres_server
-from repo_root import REPO_ROOT
-from standin import write_standin_bundle
+
+from harness.airflow_fixtures import airflow_server
+from harness.pipeline_fixtures import wait_for
+from harness.postgres_fixtures import postgres_server
+from harness.repo_root import REPO_ROOT
+from harness.standin import write_standin_bundle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root]
 

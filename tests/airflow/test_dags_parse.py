@@ -8,7 +8,8 @@ import socket
 
 import pytest
 import yaml
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 REPO = REPO_ROOT
 DAGS = REPO / "dags"

@@ -3,7 +3,7 @@
 import sys
 from urllib.parse import parse_qs, urlsplit
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 

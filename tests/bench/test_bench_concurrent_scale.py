@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
 # Long enough that `train` defers before the chief ends (its trigger's connections are seen).

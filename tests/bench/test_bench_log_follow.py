@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 

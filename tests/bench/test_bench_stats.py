@@ -9,7 +9,8 @@ import importlib
 import sys
 
 import pytest
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
 sys.path.insert(0, str(BENCH))

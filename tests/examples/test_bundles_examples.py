@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
-from local_tf_cluster import LocalTFCluster
-from repo_root import REPO_ROOT
 
+from harness.local_tf_cluster import LocalTFCluster
+from harness.repo_root import REPO_ROOT
 from runtime.bundle import extract_bundle, write_bundle
 from tfjob.request.model import Mode, Strategy, SuccessPolicy, load_request
 

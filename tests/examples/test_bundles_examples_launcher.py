@@ -5,9 +5,9 @@ import os
 import textwrap
 
 import pytest
-from local_tf_cluster import LocalTFCluster, ReplicaFailed, allocate_free_ports
-from repo_root import REPO_ROOT
 
+from harness.local_tf_cluster import LocalTFCluster, ReplicaFailed, allocate_free_ports
+from harness.repo_root import REPO_ROOT
 from tfjob.request.model import load_request
 
 BUNDLES = REPO_ROOT / "bundles"

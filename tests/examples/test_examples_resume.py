@@ -9,7 +9,7 @@ request already has (`STEPS` in its env, `--train_steps` in its args): it starts
 from step 0 and leaves checkpoints. The second run is the request as written:
 it resumes from the step the first run's `checkpoint` file names (read as the
 platform reads it) and still reaches the stated accuracy in the full number of
-steps. Each run is a local cluster of processes (tests/local_tf_cluster.py).
+steps. Each run is a local cluster of processes (harness/local_tf_cluster.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from local_tf_cluster import LocalReplica, LocalTFCluster
-from repo_root import REPO_ROOT
 
+from harness.local_tf_cluster import LocalReplica, LocalTFCluster
+from harness.repo_root import REPO_ROOT
 from tfjob.checkpoints import POINTER_NAME, parse_checkpoint_step
 from tfjob.request.model import TrainingRequest, load_request
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import start_localkube, stop_localkube, wait_until
+
+from harness.localkube_fixtures import start_localkube, stop_localkube, wait_until
 
 NODES = """
 - name: sim-1

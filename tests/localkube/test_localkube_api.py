@@ -11,7 +11,8 @@ import uuid
 import pytest
 from kubernetes import watch
 from kubernetes.client import ApiException
-from localkube_fixtures import mark_node_ready
+
+from harness.localkube_fixtures import mark_node_ready
 
 DEADLINE_S = 10.0
 

@@ -7,7 +7,8 @@ import shutil
 import subprocess
 
 import pytest
-from localkube_fixtures import FakeKubeletPod
+
+from harness.localkube_fixtures import FakeKubeletPod
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 

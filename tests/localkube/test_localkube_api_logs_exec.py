@@ -20,7 +20,8 @@ import urllib.request
 import pytest
 from kubernetes.client import ApiException
 from kubernetes.stream import stream
-from localkube_fixtures import FakeKubeletPod
+
+from harness.localkube_fixtures import FakeKubeletPod
 
 
 def read_log(core, name: str, namespace: str, **options) -> str:

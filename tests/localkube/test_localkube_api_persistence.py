@@ -10,7 +10,8 @@ import signal
 import pytest
 from kubernetes import watch
 from kubernetes.client import ApiException
-from localkube_fixtures import start_localkube, stop_localkube
+
+from harness.localkube_fixtures import start_localkube, stop_localkube
 
 
 def test_objects_survive_restart_and_versions_continue(tmp_path):

@@ -23,8 +23,8 @@ from pathlib import Path
 import kubernetes
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import FakeKubeletPod, start_localkube, stop_localkube
 
+from harness.localkube_fixtures import FakeKubeletPod, start_localkube, stop_localkube
 from localkube.apiserver.authentication import bearer_token_of
 from localkube.credentials import TokenError, ensure_token, read_token
 

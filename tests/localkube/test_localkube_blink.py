@@ -13,7 +13,8 @@ import uuid
 
 import kubernetes
 import pytest
-from localkube_fixtures import wait_until
+
+from harness.localkube_fixtures import wait_until
 
 OUTAGE = "/localkube/v1/outage"
 

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
+
+from harness.localkube_fixtures import start_localkube, stop_localkube
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

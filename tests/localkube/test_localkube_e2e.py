@@ -13,8 +13,9 @@ import time
 
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import start_localkube, stop_localkube
-from postgres_fixtures import airflow_database_url
+
+from harness.localkube_fixtures import start_localkube, stop_localkube
+from harness.postgres_fixtures import airflow_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 

@@ -8,8 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
 
+from harness.localkube_fixtures import start_localkube, stop_localkube
 from localkube.cli import build_parser
 from localkube.forwarding import Forward, forwards_of_cluster, merge_forwards, parse_forward_spec
 

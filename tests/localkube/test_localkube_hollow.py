@@ -21,8 +21,8 @@ from pathlib import Path
 import kubernetes
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube, wait_until
 
+from harness.localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube, wait_until
 from localkube.hollow import podfs, rules
 from localkube.hollow.shell import run_command
 from operators.delivery import deliver_cluster_file

@@ -17,8 +17,8 @@ import time
 import uuid
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube, wait_until
 
+from harness.localkube_fixtures import start_localkube, stop_localkube, wait_until
 from localkube.kubelet.cleanup import list_state_netns
 from localkube.kubelet.exec import ContainerNotRunning, build_exec_command
 from localkube.kubelet.network import state_hash

@@ -8,7 +8,8 @@ import os
 import time
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
+
+from harness.localkube_fixtures import start_localkube, stop_localkube
 
 pytestmark = [
     pytest.mark.e2e,

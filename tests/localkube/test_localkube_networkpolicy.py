@@ -21,8 +21,8 @@ from pathlib import Path
 import kubernetes
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
 
+from harness.localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
 from localkube.kubelet.cleanup import list_state_netns
 from tfjob.tenants.model import NetworkSettings, Tenant
 from tfjob.tenants.objects import build_run_network_policy, build_tenant_network_policy

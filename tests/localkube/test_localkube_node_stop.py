@@ -18,8 +18,8 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from localkube_fixtures import LocalkubeHandle, stop_localkube, wait_until
 
+from harness.localkube_fixtures import LocalkubeHandle, stop_localkube, wait_until
 from localkube.apiserver.app import bootstrap_objects
 from localkube.apiserver.nodelifecycle import NodeLifecycleController
 from localkube.apiserver.operations import ObjectApi

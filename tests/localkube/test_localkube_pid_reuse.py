@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
 
+from harness.localkube_fixtures import start_localkube, stop_localkube
 from localkube.kubelet import cleanup
 from localkube.kubelet.runtime import pod_dir, read_start_ticks
 

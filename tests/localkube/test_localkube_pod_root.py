@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import start_localkube, stop_localkube, wait_until
-from repo_root import REPO_ROOT
 
+from harness.localkube_fixtures import start_localkube, stop_localkube, wait_until
+from harness.repo_root import REPO_ROOT
 from localkube.kubelet.images import find_venv, find_venv_interpreter_home
 
 pytestmark = [

@@ -7,8 +7,8 @@ import uuid
 from collections import Counter
 
 import pytest
-from localkube_fixtures import mark_node_ready, start_localkube, stop_localkube
 
+from harness.localkube_fixtures import mark_node_ready, start_localkube, stop_localkube
 from localkube.placement import choose_node, unschedulable_message
 from localkube.scheduler import allocate_gpu_ids
 

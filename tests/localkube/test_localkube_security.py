@@ -24,9 +24,9 @@ from pathlib import Path
 import kubernetes
 import pytest
 from kubernetes.stream import stream
-from localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
-from repo_root import REPO_ROOT
 
+from harness.localkube_fixtures import restart_kubelet, start_localkube, stop_localkube, wait_until
+from harness.repo_root import REPO_ROOT
 from localkube.apiserver.podsecurity import Level, evaluate_pod
 from localkube.kubelet import securitycontext
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bundle_fixtures import build_good
 
 import operators.settings
+from harness.bundle_fixtures import build_good
 from operators.bundlecheck import snapshot_bundle
 from runtime.bundle import BundleError, Refusal
 

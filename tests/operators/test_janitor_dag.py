@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from localkube_fixtures import start_localkube, stop_localkube
-from postgres_fixtures import airflow_database_url
-from repo_root import REPO_ROOT
-from tfjob_fixtures import tenant_storage
 
+from harness.localkube_fixtures import start_localkube, stop_localkube
+from harness.postgres_fixtures import airflow_database_url
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import tenant_storage
 from tfjob import naming
 
 pytestmark = [pytest.mark.e2e]

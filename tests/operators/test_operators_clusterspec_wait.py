@@ -4,8 +4,8 @@ it (tfjob/timeline.py), not just `startup_timeout` from its own start."""
 from __future__ import annotations
 
 import pytest
-from tfjob_fixtures import RUN, distributed_request_data
 
+from harness.tfjob_fixtures import RUN, distributed_request_data
 from operators import delivery
 from tfjob import timeline
 from tfjob.manifests import build_pod_manifest

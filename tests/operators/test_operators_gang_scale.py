@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from localkube_fixtures import start_localkube, stop_localkube
 
+from harness.localkube_fixtures import start_localkube, stop_localkube
 from operators import gang, kubeobjects
 from operators.gang import GangStartTracker, create_replica_pods
 from operators.replicas import GangState, judge_gang_start

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from tfjob_fixtures import valid_request_data
 
+from harness.tfjob_fixtures import valid_request_data
 from operators import latest, steps
 from operators.latest import (
     LatestAction,

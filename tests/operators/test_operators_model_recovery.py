@@ -15,10 +15,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from repo_root import REPO_ROOT
-from tfjob_fixtures import RUN, distributed_request_data, valid_request_data
 from urllib3.response import HTTPResponse
 
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import RUN, distributed_request_data, valid_request_data
 from operators import modelrecovery
 from operators.archive import archive_run
 from operators.modelrecovery import RecoveryAction, RecoveryError, decide_recovery

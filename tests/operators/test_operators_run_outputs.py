@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from tfjob_fixtures import valid_request_data
 
+from harness.tfjob_fixtures import valid_request_data
 from operators import steps
 from operators.archive import archive_run
 from operators.runinfo import describe_run

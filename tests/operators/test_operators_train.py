@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-from repo_root import REPO_ROOT
 from urllib3.response import HTTPResponse
 
+from harness.repo_root import REPO_ROOT
 from operators import kubeobjects
 from operators import train as train_module
 from operators.logreads import LogRead

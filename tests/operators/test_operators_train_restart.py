@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes.client.exceptions import ApiException
-from repo_root import REPO_ROOT
 from urllib3.response import HTTPResponse
 
+from harness.repo_root import REPO_ROOT
 from operators import delivery, gang, kubeobjects, restart
 from operators.runinfo import describe_run
 from operators.train import TrainingFailed, TrainingWaitOperator

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import s3_fixtures
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
+from harness import s3_fixtures
 from operators import steps
 from operators.runinfo import describe_run, read_run
 from operators.runoutputs import clear_run_outputs

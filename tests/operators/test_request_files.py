@@ -11,8 +11,8 @@ import importlib.util
 
 import pytest
 import yaml
-from repo_root import REPO_ROOT
 
+from harness.repo_root import REPO_ROOT
 from operators.request_files import (
     RequestNameError,
     check_request_name,

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import kubernetes
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from tfjob_fixtures import valid_request_data
 
+from harness.tfjob_fixtures import valid_request_data
 from operators import kubeobjects, steps
 from operators.janitor import RunState, sweep
 from operators.launch import TrainingLaunchOperator

@@ -1,6 +1,6 @@
 """The TFJob tab in headless Chromium, through the real Airflow, localkube and S3.
 
-A person's view of a distributed run of the stand-in program (tests/standin.py,
+A person's view of a distributed run of the stand-in program (harness/standin.py,
 printing a `TFJOB_METRIC` point and a timed tick line every second): the tab
 inside the Airflow UI shows every replica Running, then a curve of at least 3
 points, then a chosen replica's live lines within a few seconds of their
@@ -29,15 +29,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow_fixtures import airflow_server, start_airflow
-from pipeline_fixtures import (
+
+from harness.airflow_fixtures import airflow_server, start_airflow
+from harness.pipeline_fixtures import (
     await_run,
     create_tenant_pool,
     explain_run,
     trigger,
     wait_for,
 )
-
 from tfjob import pipeline_ids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

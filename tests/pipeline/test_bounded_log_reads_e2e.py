@@ -14,8 +14,8 @@ import time
 import uuid
 
 import pytest
-from localkube_fixtures import FakeKubeletPod
 
+from harness.localkube_fixtures import FakeKubeletPod
 from operators import triggers
 from operators.logreads import read_log_head, read_newest_lines
 from operators.podlogs import describe_cut_line

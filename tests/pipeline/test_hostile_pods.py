@@ -5,7 +5,7 @@ run's snapshot under its prefixes) and a pod of one of its runs, which keeps a
 file in its `/dev/shm` and `/var/tmp` and listens on TensorFlow's port 2222,
 behind the NetworkPolicies `tshell tenants apply` and `launch` create. The
 attacker: a program submitted through `tfjob_submit__test` and run by the real
-pipeline (tests/hostile_program.py). Every attempt must be refused, what its own
+pipeline (harness/hostile_program.py). Every attempt must be refused, what its own
 grant allows must still work, and afterwards the victim's objects and files are
 byte-for-byte what they were and nothing of the run is left.
 """
@@ -20,12 +20,12 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from hostile_program import write_hostile_bundle
 from kubernetes import utils as kube_utils
 from kubernetes.client.rest import ApiException
-from pipeline_fixtures import run_keys, wait_for
-from repo_root import REPO_ROOT
 
+from harness.hostile_program import write_hostile_bundle
+from harness.pipeline_fixtures import run_keys, wait_for
+from harness.repo_root import REPO_ROOT
 from tfjob import naming
 from tfjob.manifests import build_container_security_context, build_pod_security_context
 from tfjob.tenants import (

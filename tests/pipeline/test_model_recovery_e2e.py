@@ -19,11 +19,11 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from localkube_fixtures import start_localkube, stop_localkube
-from repo_root import REPO_ROOT
-from s3_fixtures import start_s3_server, stop_s3_server
-from tfjob_fixtures import valid_request_data
 
+from harness.localkube_fixtures import start_localkube, stop_localkube
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import start_s3_server, stop_s3_server
+from harness.tfjob_fixtures import valid_request_data
 from operators.archive import archive_run
 from operators.runinfo import describe_run, read_run
 from operators.s3access import presign_bundle_url, presign_upload

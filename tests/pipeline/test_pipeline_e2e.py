@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_fixtures import NAMESPACE, TENANT, run_keys, wait_for
+
+from harness.pipeline_fixtures import NAMESPACE, TENANT, run_keys, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 RBAC = REPO_ROOT / "deploy" / "rbac"
 KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()

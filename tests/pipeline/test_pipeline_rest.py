@@ -21,8 +21,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from airflow_fixtures import start_airflow
-from pipeline_fixtures import (
+
+from harness.airflow_fixtures import start_airflow
+from harness.pipeline_fixtures import (
     NAMESPACE,
     RUN_TIMEOUT_S,
     STANDIN_BUNDLE_KEY,
@@ -34,7 +35,6 @@ from pipeline_fixtures import (
     trigger,
     wait_for,
 )
-
 from tfjob import naming, pipeline_ids
 from tfjob.naming import job_selector
 

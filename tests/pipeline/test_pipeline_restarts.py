@@ -19,7 +19,7 @@ tests judge "no two gangs alive at once" from that order (see its docstring).
 
 Stand-in behaviour is the same for every gang of a run (the program cannot
 tell attempts apart), so a restarted gang trains as long as the first did.
-The recorder lives in tests/pod_life.py.
+The recorder lives in harness/pod_life.py.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import time
 from typing import Any
 
 import pytest
-from gang_actions import abandon, delete_like_a_drain, first_gang_pods
 from kubernetes.client.exceptions import ApiException
-from node_power import start_node, stop_node
-from pipeline_fixtures import NAMESPACE, run_keys, wait_for
-from pod_life import start_recorder
 
+from harness.gang_actions import abandon, delete_like_a_drain, first_gang_pods
+from harness.node_power import start_node, stop_node
+from harness.pipeline_fixtures import NAMESPACE, run_keys, wait_for
+from harness.pod_life import start_recorder
 from runtime.protocol import MAIN_CONTAINER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]

@@ -17,8 +17,7 @@ import json
 import threading
 import time
 
-from pipeline_fixtures import NAMESPACE, run_keys
-
+from harness.pipeline_fixtures import NAMESPACE, run_keys
 from tfjob.naming import job_selector
 
 TRAIN_SECONDS = 180

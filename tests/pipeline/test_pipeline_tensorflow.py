@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 import yaml
-from airflow_fixtures import start_airflow
-from pipeline_fixtures import TENANT, create_tenant_pool, explain_run, trigger
-from repo_root import REPO_ROOT
 
+from harness.airflow_fixtures import start_airflow
+from harness.pipeline_fixtures import TENANT, create_tenant_pool, explain_run, trigger
+from harness.repo_root import REPO_ROOT
 from runtime.metric_lines import collect_metric_points
 from tfjob.pipeline_ids import submit_dag_id
 

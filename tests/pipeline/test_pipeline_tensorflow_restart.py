@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 import yaml
-from gang_actions import abandon, delete_like_a_drain, first_gang_pods
-from pipeline_fixtures import TENANT, run_keys, wait_for
-from repo_root import REPO_ROOT
+
+from harness.gang_actions import abandon, delete_like_a_drain, first_gang_pods
+from harness.pipeline_fixtures import TENANT, run_keys, wait_for
+from harness.repo_root import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 

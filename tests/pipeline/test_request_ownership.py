@@ -19,9 +19,15 @@ from typing import Any
 
 import pytest
 import yaml
-from airflow_fixtures import airflow_server, start_airflow
-from pipeline_fixtures import create_tenant_pool, explain_run, task_states, trigger, wait_for
 
+from harness.airflow_fixtures import airflow_server, start_airflow
+from harness.pipeline_fixtures import (
+    create_tenant_pool,
+    explain_run,
+    task_states,
+    trigger,
+    wait_for,
+)
 from tfjob.pipeline_ids import request_dag_id
 
 # Starting S3, localkube and Airflow, and one run, take the first test past 600 s on a busy

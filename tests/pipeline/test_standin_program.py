@@ -1,4 +1,4 @@
-"""The pipeline tests' stand-in program (tests/standin.py) on its own: it checkpoints the
+"""The pipeline tests' stand-in program (harness/standin.py) on its own: it checkpoints the
 way TensorFlow does and resumes from what it finds, so a failing pipeline test is about
 the pipeline, not the stand-in."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from standin import STANDIN_PROGRAM
+from harness.standin import STANDIN_PROGRAM
 
 
 def run_standin(tmp_path: Path, behaviour: dict) -> subprocess.CompletedProcess[str]:

@@ -8,10 +8,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import BAD_BUNDLES, GOOD_FILES, OVERSIZE_LIMIT, build_good
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.bundle_fixtures import BAD_BUNDLES, GOOD_FILES, OVERSIZE_LIMIT, build_good
 from runtime.bundle import (
     DEFAULT_MAX_TOTAL_SIZE,
     MANIFEST_NAME,
@@ -145,7 +145,7 @@ def test_extract_refuses_bad_bundle_and_leaves_nothing_behind(tmp_path: Path, ca
 
 
 def test_manifest_listing_an_unsafe_path_is_refused(tmp_path: Path) -> None:
-    from bundle_fixtures import add_bytes, manifest_for, write_archive
+    from harness.bundle_fixtures import add_bytes, manifest_for, write_archive
 
     files = {**GOOD_FILES, "code/../../x": b"1"}
     path = write_archive(

@@ -16,7 +16,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import (
+
+import runtime.bundleread
+from harness.bundle_fixtures import (
     BAD_BUNDLES,
     GOOD_FILES,
     REPO,
@@ -26,8 +28,6 @@ from bundle_fixtures import (
     write_archive,
     write_header_bomb,
 )
-
-import runtime.bundleread
 from runtime.bundle import (
     MANIFEST_NAME,
     MAX_EXTENDED_HEADER_BYTES,

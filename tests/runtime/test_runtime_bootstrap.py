@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server
 
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server
 from operators.s3access import presign_upload
 
 # The DAG of the runs these tests grant for: part of every run's S3 prefix.
@@ -135,8 +135,7 @@ def write_cluster_json(dirs: dict[str, Path], content: dict) -> None:
 
 def chief_job_cluster_json(role: str, index: int) -> dict:
     """What Airflow writes for one replica of a job with a chief (the platform's own builder)."""
-    from tfjob_fixtures import distributed_request_data
-
+    from harness.tfjob_fixtures import distributed_request_data
     from tfjob.clusterspec import Endpoint, build_cluster_files
     from tfjob.request.model import Role, load_request
 

@@ -11,14 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import build_good, run_fetch
-from checkpoint_fixtures import (
+
+from harness.bundle_fixtures import build_good, run_fetch
+from harness.checkpoint_fixtures import (
     DAG,
     POINTER_TEXT,
     assert_no_credentials,
 )
-from s3_fixtures import S3Server
-
+from harness.s3_fixtures import S3Server
 from runtime import checkpoints
 
 

@@ -18,7 +18,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from checkpoint_fixtures import (
+
+from harness.checkpoint_fixtures import (
     BOOTSTRAP,
     DAG,
     DEADLINE_S,
@@ -28,8 +29,7 @@ from checkpoint_fixtures import (
     read_object,
     wait_for,
 )
-from s3_fixtures import S3Server
-
+from harness.s3_fixtures import S3Server
 from operators.s3access import presign_upload
 from runtime import checkpoint_sync, transfer
 

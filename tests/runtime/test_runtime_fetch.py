@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import BAD_BUNDLES, OVERSIZE_LIMIT, build_good, run_fetch
-from repo_root import REPO_ROOT
 
+from harness.bundle_fixtures import BAD_BUNDLES, OVERSIZE_LIMIT, build_good, run_fetch
+from harness.repo_root import REPO_ROOT
 from runtime import transfer
 
 REPO = REPO_ROOT

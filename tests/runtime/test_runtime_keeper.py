@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 KEEPER = REPO_ROOT / "runtime" / "keeper.py"
 DEADLINE_S = 30.0

@@ -11,9 +11,8 @@ import re
 import subprocess
 import sys
 
-from repo_root import REPO_ROOT
-from tfjob_fixtures import RUN, distributed_request_data
-
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import RUN, distributed_request_data
 from runtime import protocol
 from tfjob.manifests import build_pod_manifests
 from tfjob.request.model import load_request

@@ -23,7 +23,8 @@ import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
 import s3_identities  # noqa: E402

@@ -11,8 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from s3_fixtures import S3Server
 
+from harness.s3_fixtures import S3Server
 from operators.grants import GrantPlan, grant_patches, sign_grants
 from operators.s3access import presign_bundle_url, presign_upload
 from runtime import transfer

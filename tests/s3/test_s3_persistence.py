@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server, kill_s3_server, start_s3_server, stop_s3_server
 
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server, kill_s3_server, start_s3_server, stop_s3_server
 from operators.s3access import presign_upload
 from runtime import transfer
 

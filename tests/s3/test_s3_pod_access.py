@@ -15,8 +15,9 @@ import os
 import time
 
 import pytest
-from localkube_fixtures import start_localkube, stop_localkube
-from s3_fixtures import S3Server
+
+from harness.localkube_fixtures import start_localkube, stop_localkube
+from harness.s3_fixtures import S3Server
 
 pytestmark = [
     pytest.mark.e2e,

@@ -19,7 +19,8 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from s3_fixtures import S3Server
+
+from harness.s3_fixtures import S3Server
 
 pytestmark = pytest.mark.e2e
 

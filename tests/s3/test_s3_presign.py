@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from s3_fixtures import S3Server
 
+from harness.s3_fixtures import S3Server
 from operators.s3access import presign_bundle_url, presign_upload, run_output_prefix
 from runtime import transfer
 from tfjob.s3url import parse_s3_url

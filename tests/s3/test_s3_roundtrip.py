@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from bundle_fixtures import BAD_BUNDLES, run_fetch
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server
 
+from harness.bundle_fixtures import BAD_BUNDLES, run_fetch
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server
 from operators.s3access import presign_bundle_url
 
 REPO = REPO_ROOT

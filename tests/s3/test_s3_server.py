@@ -24,9 +24,9 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server
 
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server
 from runtime import transfer
 
 REPO = REPO_ROOT

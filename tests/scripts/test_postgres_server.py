@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psycopg2
 import pytest
-from postgres_fixtures import postgres_server
+
+from harness.postgres_fixtures import postgres_server
 
 pytestmark = [pytest.mark.root]
 

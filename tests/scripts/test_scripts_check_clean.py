@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 CHECK = REPO_ROOT / "scripts" / "check_clean.py"
 

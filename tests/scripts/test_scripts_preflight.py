@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from repo_root import REPO_ROOT
+
+from harness.repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 

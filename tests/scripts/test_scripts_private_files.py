@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 REPO = REPO_ROOT
 

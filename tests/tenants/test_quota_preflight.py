@@ -2,8 +2,7 @@
 
 from decimal import Decimal
 
-from tfjob_fixtures import distributed_request_data, tenant_storage, valid_request_data
-
+from harness.tfjob_fixtures import distributed_request_data, tenant_storage, valid_request_data
 from tfjob.quota import (
     Verdict,
     apply_limit_range_defaults,

@@ -3,9 +3,9 @@
 import pickle
 
 import pytest
-from repo_root import REPO_ROOT
-from tfjob_fixtures import valid_request_data
 
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import valid_request_data
 from tfjob.request.model import load_request
 from tfjob.tenants import DEFAULT_TENANTS_FILE, load_tenants, validate_tenants
 from tfjob.tenants.policy import (

@@ -7,8 +7,8 @@ from decimal import Decimal
 import kubernetes
 import pytest
 import yaml
-from tfjob_fixtures import distributed_request_data, tenant_storage
 
+from harness.tfjob_fixtures import distributed_request_data, tenant_storage
 from tenancy.admission import (
     TenancyRefusal,
     TenantNotAppliedError,

@@ -3,9 +3,9 @@
 import kubernetes_validate
 import pytest
 import yaml
-from repo_root import REPO_ROOT
-from tfjob_fixtures import tenant_storage
 
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import tenant_storage
 from tfjob import naming
 from tfjob.tenants import (
     DEFAULT_TENANTS_FILE,

@@ -8,9 +8,9 @@ import time
 
 import kubernetes
 import pytest
-from localkube_fixtures import mark_node_ready
-from tfjob_fixtures import distributed_request_data, tenant_storage
 
+from harness.localkube_fixtures import mark_node_ready
+from harness.tfjob_fixtures import distributed_request_data, tenant_storage
 from tenancy.apply import Clients, apply_tenants
 from tfjob import naming, pipeline_ids
 from tfjob.manifests import RunIdentity, build_pod_manifests

@@ -21,8 +21,8 @@ from datetime import datetime
 
 import pytest
 import yaml
-from pipeline_fixtures import NAMESPACE, TENANT, trigger, wait_for
 
+from harness.pipeline_fixtures import NAMESPACE, TENANT, trigger, wait_for
 from operators.cluster_policy import JOB_STEPS
 from tenancy.admission import preflight_quota
 from tenancy.apply import (
@@ -37,7 +37,7 @@ from tfjob import naming, pipeline_ids
 from tfjob.request.model import load_request
 from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 
-BUCKET = "tfjob-test"  # the world's (tests/s3_fixtures.py)
+BUCKET = "tfjob-test"  # the world's (harness/s3_fixtures.py)
 
 pytestmark = [pytest.mark.e2e]
 
@@ -274,7 +274,7 @@ def test_the_tenants_pool_runs_one_job_step_at_a_time_for_request_dags_and_submi
     triggered together, both put every job step (launch..teardown) in the tenant's pool,
     the pool runs one of those steps at a time (a deferred train holding its slot), and
     the tenant's job cap keeps the two jobs' pods apart."""
-    from airflow_fixtures import start_airflow
+    from harness.airflow_fixtures import start_airflow
 
     # Training outlasts the train task's deferral: a trigger firing before the scheduler has
     # seen the deferring process exit makes Airflow 3.3 fail the resumed task

@@ -10,8 +10,8 @@ import os
 
 import kubernetes
 import pytest
-from localkube_fixtures import wait_until
 
+from harness.localkube_fixtures import wait_until
 from tenancy.apply import Clients, apply_tenants
 from tfjob.manifests import (
     build_container_security_context,

@@ -1,8 +1,8 @@
 """Each tenant's pods run as a uid and gid of their own: the tenants file's `uid`/`gid`."""
 
 import pytest
-from tfjob_fixtures import tenant_storage
 
+from harness.tfjob_fixtures import tenant_storage
 from tfjob.tenants import (
     DEFAULT_TENANTS_FILE,
     PodUser,
@@ -116,8 +116,7 @@ def test_a_derived_uid_taken_by_another_tenant_asks_for_an_explicit_one():
 
 
 def test_a_run_keeps_the_uid_and_gid_its_tenant_had_when_validate_described_it():
-    from tfjob_fixtures import valid_request_data
-
+    from harness.tfjob_fixtures import valid_request_data
     from operators.runinfo import describe_run, read_run
     from tfjob.request.model import load_request
 

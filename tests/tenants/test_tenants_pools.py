@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from postgres_fixtures import airflow_database_url
-from repo_root import REPO_ROOT
 
+from harness.postgres_fixtures import airflow_database_url
+from harness.repo_root import REPO_ROOT
 from tenancy.apply import build_pool_specs
 from tfjob.tenants import validate_tenants
 

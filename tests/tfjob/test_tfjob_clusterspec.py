@@ -5,8 +5,8 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tfjob_fixtures import distributed_request_data, valid_request_data
 
+from harness.tfjob_fixtures import distributed_request_data, valid_request_data
 from runtime.clusterenv import cluster_environment
 from tfjob.clusterspec import (
     ClusterSpecError,

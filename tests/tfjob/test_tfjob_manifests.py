@@ -7,8 +7,8 @@ import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tfjob_fixtures import RUN, TEAM_A_USER, distributed_request_data, valid_request_data
 
+from harness.tfjob_fixtures import RUN, TEAM_A_USER, distributed_request_data, valid_request_data
 from runtime.protocol import MAIN_CONTAINER
 from tfjob import naming
 from tfjob.manifests import (

@@ -5,9 +5,9 @@ import json
 import re
 
 import pytest
-from repo_root import REPO_ROOT
-from tfjob_fixtures import distributed_request_data, valid_request_data
 
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import distributed_request_data, valid_request_data
 from tfjob.request.model import (
     Mode,
     RequestError,

@@ -4,8 +4,8 @@ import time
 
 import pytest
 import yaml
-from tfjob_fixtures import valid_request_data
 
+from harness.tfjob_fixtures import valid_request_data
 from tfjob.request.checks import MAX_REQUEST_BYTES
 from tfjob.request.model import RequestError, TrainingRequest, load_request, parse_request
 

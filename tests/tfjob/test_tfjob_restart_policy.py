@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tfjob_fixtures import valid_request_data
 
+from harness.tfjob_fixtures import valid_request_data
 from operators.replicas import judge_training, read_replica_status
 from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure
 from tfjob.request.model import load_request

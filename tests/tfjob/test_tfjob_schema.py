@@ -2,9 +2,9 @@
 
 import jsonschema
 import pytest
-from repo_root import REPO_ROOT
-from tfjob_fixtures import distributed_request_data, valid_request_data
 
+from harness.repo_root import REPO_ROOT
+from harness.tfjob_fixtures import distributed_request_data, valid_request_data
 from tfjob.request.model import TrainingRequest, load_request
 from tfjob.schema import airflow_param_specs, render_request_reference, request_json_schema
 

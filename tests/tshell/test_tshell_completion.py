@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 
 def completion_script(shell: str, tmp_path: Path) -> Path:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tshell_fixtures import point_tshell_at
 
+from harness.tshell_fixtures import point_tshell_at
 from tshell.cli import run as run_tshell_cli
 from tshell.runs.errors import ExitCode
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import s3_fixtures
-from airflow_fixtures import AirflowHandle, airflow_server, start_airflow
-from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server
-from tshell_fixtures import point_tshell_at
 
+from harness import s3_fixtures
+from harness.airflow_fixtures import AirflowHandle, airflow_server, start_airflow
+from harness.localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server
+from harness.tshell_fixtures import point_tshell_at
 from tshell.cli import run as run_tshell_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

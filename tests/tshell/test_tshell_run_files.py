@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tshell_fixtures import point_tshell_at
 
+from harness.tshell_fixtures import point_tshell_at
 from tshell.cli import run as run_tshell_cli
 from tshell.runs import files as run_files
 from tshell.runs.errors import ExitCode

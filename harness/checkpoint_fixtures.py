@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server
 
 REPO = REPO_ROOT
 BOOTSTRAP = REPO / "runtime" / "bootstrap.py"

@@ -2,7 +2,7 @@
 
 Why this exists: the tests live one or two folders below tests/ (tests/<package>/),
 so a path computed from each file's own place breaks when a file moves. Import
-`REPO_ROOT` from here instead (tests/ is on sys.path under pytest: tests/conftest.py).
+`REPO_ROOT` from here instead (`from harness.repo_root import REPO_ROOT`).
 """
 
 from __future__ import annotations

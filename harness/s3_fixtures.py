@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from repo_root import REPO_ROOT
 
+from harness.repo_root import REPO_ROOT
 from tfjob.tenants import TenantsConfig, load_tenants
 from tfjob.tenants.model import default_presign_conn_id
 

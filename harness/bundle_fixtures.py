@@ -19,8 +19,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from repo_root import REPO_ROOT
-
+from harness.repo_root import REPO_ROOT
 from runtime.bundle import MANIFEST_NAME, Refusal
 
 REPO = REPO_ROOT

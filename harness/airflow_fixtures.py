@@ -5,7 +5,7 @@ one instance instead of each starting their own. It runs with this repo's
 airflow.cfg (parallelism 16, LocalExecutor, the FAB auth manager; the
 launcher migrates the database and creates the tenants' roles and users) on
 a free port, with a home under pytest's temp dir, a database of its own in
-the test process's PostgreSQL (tests/postgres_fixtures.py), and with the AIRFLOW_CONN_*
+the test process's PostgreSQL (harness/postgres_fixtures.py), and with the AIRFLOW_CONN_*
 and other variables the caller passes. It is stopped, every
 process of it, when the session ends.
 
@@ -14,9 +14,9 @@ answer comes (connection refused or reset, a timeout) or the answer is
 502/503/504; with the metadata in PostgreSQL a 500 is a real failure of the
 code under test and fails the test at once.
 
-Use from a test module (tests/ is on sys.path in pytest's default import mode):
+Use from a test module:
 
-    from airflow_fixtures import start_airflow
+    from harness.airflow_fixtures import start_airflow
 
     @pytest.fixture(scope="session")
     def airflow(tmp_path_factory):
@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres_fixtures import airflow_database_url
-from repo_root import REPO_ROOT
+
+from harness.postgres_fixtures import airflow_database_url
+from harness.repo_root import REPO_ROOT
 
 # How long a retried call keeps asking an API server that gives no answer or 502/503/504.
 UNAVAILABLE_PATIENCE_S = 90

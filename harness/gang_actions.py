@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from pipeline_fixtures import NAMESPACE
 
+from harness.pipeline_fixtures import NAMESPACE
 from tfjob.naming import ANNOTATION_ATTEMPTS, LABEL_INDEX, LABEL_ROLE, job_selector
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from repo_root import REPO_ROOT
+from harness.repo_root import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
 import postgres_server  # noqa: E402

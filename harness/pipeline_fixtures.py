@@ -13,7 +13,7 @@ server's pod-facing listener: presigned requests only), creates the tenant
 namespace, migrates an Airflow database in a temporary home, creates the
 tenants' Airflow roles there (with the FAB auth manager, parsing a tenant DAG
 whose `access_control` names a missing role fails), and uploads the stand-in
-training bundle of tests/standin.py: a small Python program (no TensorFlow)
+training bundle of harness/standin.py: a small Python program (no TensorFlow)
 that behaves as the request's env `STANDIN_BEHAVIOUR` says.
 
 Each DAG run happens in a subprocess (`dag.test()`), so Airflow's
@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 import yaml
-from localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
-from postgres_fixtures import airflow_database_url
-from repo_root import REPO_ROOT
-from s3_fixtures import S3Server, add_pod_identities, start_s3_server, stop_s3_server
-from standin import write_standin_bundle
 
+from harness.localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
+from harness.postgres_fixtures import airflow_database_url
+from harness.repo_root import REPO_ROOT
+from harness.s3_fixtures import S3Server, add_pod_identities, start_s3_server, stop_s3_server
+from harness.standin import write_standin_bundle
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, submit_dag_id
 from tfjob.tenants import TENANTS_FILE_ENV, TenantsConfig, build_namespace, load_tenants
 
@@ -394,7 +394,7 @@ def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.2) -
         time.sleep(interval)
 
 
-# REST helpers for tests that drive a real `airflow standalone` (tests/airflow_fixtures.py).
+# REST helpers for tests that drive a real `airflow standalone` (harness/airflow_fixtures.py).
 
 # Generous: on 2 shared cores a task's start (parse + imports) can take a minute.
 RUN_TIMEOUT_S = 600

@@ -16,8 +16,8 @@ from typing import Any
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
-from pipeline_fixtures import NAMESPACE
 
+from harness.pipeline_fixtures import NAMESPACE
 from tfjob.naming import ANNOTATION_ATTEMPTS, LABEL_INDEX, LABEL_ROLE, job_selector
 
 # --- watching the job's pods -----------------------------------------------------------------

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from tshell.cli import build_parser
+
 PROG = "tshell"
 
 
@@ -150,8 +152,6 @@ def render_script(parser: argparse.ArgumentParser, shell: Shell) -> str:
 
 
 def print_completion(args: argparse.Namespace) -> int:
-    from tshell.cli import build_parser  # the real parser, every command included
-
     sys.stdout.write(render_script(build_parser(), Shell(args.shell)))
     return 0
 

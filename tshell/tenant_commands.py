@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tshell.airflow_client import AirflowClientError, AirflowSession
+from tshell.config import load_config
+from tshell.runs.commands import format_table
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -115,9 +119,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _airflow_login() -> tuple[str, Any]:
-    from tshell.airflow_client import AirflowClientError, AirflowSession
-    from tshell.config import load_config
-
     session = AirflowSession(load_config().airflow)
 
     def token() -> str:
@@ -155,7 +156,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    from tshell.runs.commands import format_table
 
     def cell(row: dict, key: str) -> str:
         used = row["used"]

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, SUBMIT_DAG_PREFIX, tenant_of_tags
 from tshell.airflow_client import (
     AirflowClientError,
     AirflowForbiddenError,
@@ -55,8 +56,6 @@ def run_ui_url(session: AirflowSession, ref: RunRef) -> str:
 
 def list_training_dag_prefixes() -> tuple[str, ...]:
     """The dag_id prefixes of TF-on-K8s's DAGs: the tenants' submit DAGs and request files'."""
-    from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, SUBMIT_DAG_PREFIX
-
     return (SUBMIT_DAG_PREFIX, REQUEST_DAG_PREFIX)
 
 
@@ -132,8 +131,6 @@ def find_run(
 def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
     """Every TF-on-K8s DAG the user may read, stale ones included (their runs remain), with
     the tenant its `tenant:<name>` tag names (None when it names none)."""
-    from tfjob.pipeline_ids import tenant_of_tags
-
     dags: dict[str, str | None] = {}
     params: dict[str, Any] = {
         "dag_id_prefix_pattern": "|".join(list_training_dag_prefixes()),
@@ -154,8 +151,6 @@ def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
 
 def read_dag_tenant(session: AirflowSession, dag_id: str) -> str | None:
     """The tenant one DAG's tags name; None when they name none or the DAG cannot be read."""
-    from tfjob.pipeline_ids import tenant_of_tags
-
     try:
         dag = session.get_json(f"/api/v2/dags/{quote(dag_id)}")
     except AirflowClientError:  # the runs were readable: a missing tenant is no reason to fail

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from tfjob.pipeline_ids import submit_dag_id
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
 from tshell.runs.commands import (
     POLL_INTERVAL_S,
@@ -115,8 +116,6 @@ def trigger_submit_run(session: AirflowSession, conf: dict[str, Any]) -> tuple[R
     """Trigger the submit DAG of the request's tenant with `conf`; the run and its state."""
     from airflow_client.client.api.dag_run_api import DagRunApi
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
-
-    from tfjob.pipeline_ids import submit_dag_id
 
     tenant = conf["tenant"]
     # A run id of our own: a try whose answer was lost (a timeout, a 502/503/504) is looked up

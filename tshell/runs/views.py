@@ -10,6 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from tfjob.pipeline_ids import request_name_of_dag, tenant_of_submit_dag
+
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
@@ -34,8 +36,6 @@ def summarize_run(run: dict[str, Any], dag_tenant: str | None = None) -> dict[st
     """The run's line of `tshell list`. A run of a request-file DAG has no conf (a scheduled
     one never has): its name comes from the DAG id, its tenant from the DAG's tag
     (`dag_tenant`); a submit DAG's tenant is in its id."""
-    from tfjob.pipeline_ids import request_name_of_dag, tenant_of_submit_dag
-
     conf = run.get("conf") or {}
     dag_id = run["dag_id"]
     return {

@@ -45,7 +45,7 @@ from operators.settings import (
     LOG_TAIL_MAX_BYTES,
 )
 from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import S3Path
 
 log = logging.getLogger("airflow.task")
 
@@ -86,11 +86,10 @@ def spool_container_log(
     return written
 
 
-def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, uri: str) -> bool:
-    """Copy the pod's init and main container logs into the S3 object `uri`, through a
+def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, target: S3Path) -> bool:
+    """Copy the pod's init and main container logs into the S3 object `target`, through a
     temporary file (memory stays bounded whatever the log's size); False when both are empty
     (nothing is written then)."""
-    bucket, key = parse_s3_url(uri)
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES) as spool:
         written = spool_container_log(
             api, namespace, pod, INIT_CONTAINER, spool, ARCHIVE_INIT_LOG_MAX_BYTES
@@ -103,15 +102,17 @@ def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, uri: str) -
 
         def put() -> None:
             spool.seek(0)
-            s3.put_object(Bucket=bucket, Key=key, Body=spool, ContentType="text/plain")
+            s3.put_object(
+                Bucket=target.bucket, Key=target.key, Body=spool, ContentType="text/plain"
+            )
 
-        call_with_s3_retries(put, f"put {uri}")
+        call_with_s3_retries(put, f"put {target}")
     return True
 
 
-def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
-    """Object count and bytes under an S3 prefix."""
-    bucket, key = parse_s3_url(uri.rstrip("/") + "/")
+def summarise_prefix(s3: Any, folder: S3Path) -> dict[str, Any]:
+    """Object count and bytes under an S3 folder."""
+    bucket, key = folder.prefix.bucket, folder.prefix.key
 
     def count_objects() -> tuple[int, int]:
         count = size = 0
@@ -125,8 +126,8 @@ def summarise_prefix(s3: Any, uri: str) -> dict[str, Any]:
     return {"uri": f"s3://{bucket}/{key}", "objects": count, "bytes": size}
 
 
-def read_json_object(s3: Any, uri: str) -> Any:
-    bucket, key = parse_s3_url(uri)
+def read_json_object(s3: Any, path: S3Path) -> Any:
+    bucket, key, uri = path.bucket, path.key, path.uri
     try:
         body = call_with_s3_retries(
             lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), f"get {uri}"
@@ -139,12 +140,13 @@ def read_json_object(s3: Any, uri: str) -> Any:
         return None
 
 
-def put_text(s3: Any, uri: str, text: str, content_type: str = "text/plain") -> None:
-    bucket, key = parse_s3_url(uri)
+def put_text(s3: Any, target: S3Path, text: str, content_type: str = "text/plain") -> None:
     body = text.encode("utf-8")
     call_with_s3_retries(
-        lambda: s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type),
-        f"put {uri}",
+        lambda: s3.put_object(
+            Bucket=target.bucket, Key=target.key, Body=body, ContentType=content_type
+        ),
+        f"put {target}",
     )
 
 
@@ -176,7 +178,7 @@ def recover_model(
         return {"recovered_from_pod": False}
     log.info("recovering the model of run %s from pod %s: %s", run.run_key, owner, decision.reason)
     try:
-        copied = recover_model_from_pod(api, s3, run.namespace, owner, run.run_prefix)
+        copied = recover_model_from_pod(api, s3, run.namespace, owner, run.layout)
     except (RecoveryError, ApiException) as exc:
         problem = str(exc) if isinstance(exc, RecoveryError) else f"exec: {exc.status} {exc.reason}"
         log.error(
@@ -242,20 +244,20 @@ def archive_run(
         if status is None and train_replicas:
             status = next((r for r in train_replicas if r.get("pod") == name), None)
         if pod is not None:
-            uri = f"{run.run_prefix}/logs/{status['role']}-{status['index']}.log"
-            if archive_replica_log(api, s3, run.namespace, name, uri):
-                logs_written.append(uri)
+            target = run.layout.replica_log(status["role"], status["index"])
+            if archive_replica_log(api, s3, run.namespace, name, target):
+                logs_written.append(target.uri)
             elif status.get("phase") == "Pending":
                 replicas.append(status)  # never started (e.g. not scheduled): no log to keep
                 continue
         replicas.append(status or {"pod": name, "phase": "Gone"})
 
-    model = summarise_prefix(s3, f"{run.run_prefix}/model")
+    model = summarise_prefix(s3, run.layout.model)
     recovery = recover_model(api, s3, run, pods, model["objects"])
     if "recovery" in recovery:  # files were (maybe partly) copied: count again
-        model = summarise_prefix(s3, f"{run.run_prefix}/model")
+        model = summarise_prefix(s3, run.layout.model)
     model.update(recovery)
-    uploaded_metrics = read_json_object(s3, f"{run.run_prefix}/metrics.json")
+    uploaded_metrics = read_json_object(s3, run.layout.metrics)
     manifest = {
         "version": RUN_MANIFEST_VERSION,
         "run_id": run.run_id,
@@ -267,7 +269,7 @@ def archive_run(
         "launch": launch,
         "attempts": attempts,
         "warm_start": warm_start,
-        "checkpoints": summarise_prefix(s3, f"{run.run_prefix}/checkpoints"),
+        "checkpoints": summarise_prefix(s3, run.layout.checkpoints),
         "bundle": bundle,
         "cluster_spec": cluster_spec,
         "replicas": replicas,
@@ -278,7 +280,7 @@ def archive_run(
     }
     put_text(
         s3,
-        f"{run.run_prefix}/run.json",
+        run.layout.manifest,
         json.dumps(manifest, indent=2, sort_keys=True),
         "application/json",
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.errors import PipelineError
+from tfjob.runlayout import BUNDLE_SNAPSHOT_FILE, RunLayout
 from tfjob.s3url import parse_s3_url
 
 
@@ -38,11 +39,11 @@ def hash_archive(path: Path) -> tuple[int, str]:
 def snapshot_bundle(
     s3: Any,
     bundle_uri: str,
-    run_prefix: str,
+    layout: RunLayout,
     max_total_size: int,
     max_compressed_size: int | None = None,
 ) -> dict[str, Any]:
-    """Check the bundle and copy it under `run_prefix`; return its identity (XCom-safe).
+    """Check the bundle and copy it to the run's snapshot; return its identity (XCom-safe).
 
     `max_compressed_size` defaults to settings.MAX_BUNDLE_COMPRESSED_SIZE.
     BundleMissing when the key is absent, BundleError when the bundle is refused.
@@ -86,7 +87,7 @@ def snapshot_bundle(
             )
 
     with tempfile.TemporaryDirectory(prefix="tfjob-bundle-") as tmp:
-        local = Path(tmp) / "bundle.tar.gz"
+        local = Path(tmp) / BUNDLE_SNAPSHOT_FILE
         s3.download_file(bucket, key, str(local), Callback=stop_past_the_head)
         size, sha256 = hash_archive(local)
         if size != head["ContentLength"]:
@@ -94,13 +95,13 @@ def snapshot_bundle(
                 f"bundle {bundle_uri}: downloaded {size} bytes, S3 says {head['ContentLength']}"
             )
         manifest = verify_bundle(local, max_total_size)
-        snap_bucket, snap_key = parse_s3_url(f"{run_prefix}/bundle.tar.gz")
+        snapshot = layout.bundle_snapshot
         # Upload the bytes we checked (not a server-side copy of the key, which could have changed).
-        s3.upload_file(str(local), snap_bucket, snap_key)
+        s3.upload_file(str(local), snapshot.bucket, snapshot.key)
     return {
         "source": bundle_uri,
         "source_etag": head.get("ETag", "").strip('"'),
-        "snapshot": f"s3://{snap_bucket}/{snap_key}",
+        "snapshot": snapshot.uri,
         "size": size,
         "sha256": sha256,
         "name": manifest.name,

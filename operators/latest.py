@@ -41,11 +41,11 @@ from typing import Any
 
 from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
+from tfjob.runlayout import RunLayout
 from tfjob.s3url import parse_s3_url
 
 log = logging.getLogger("airflow.task")
 
-LATEST_NAME = "latest"
 LATEST_POINTER_VERSION = 2
 # Each attempt is one read and one conditional write; another attempt is needed only
 # when another publish wrote the pointer in between.
@@ -81,10 +81,6 @@ class LatestRaceLost(PipelineError, RuntimeError):
     """Other publishes kept writing the pointer for LATEST_WRITE_ATTEMPTS attempts."""
 
 
-def latest_uri(output: str) -> str:
-    return f"{output.rstrip('/')}/{LATEST_NAME}"
-
-
 def choose_run_order(dag_run: Any) -> tuple[str, str]:
     """(UTC ISO 8601 time, field it came from) that orders a DAG run among the output's runs."""
     for name in ORDER_FIELDS:
@@ -103,7 +99,7 @@ def build_pointer(
     dag_id: str,
     run_id: str,
     run_key: str,
-    run_prefix: str,
+    layout: RunLayout,
     model: str,
     metrics: Any,
     run_after: str,
@@ -116,7 +112,7 @@ def build_pointer(
         "dag_id": dag_id,
         "run_id": run_id,
         "run_key": run_key,
-        "run": f"{run_prefix.rstrip('/')}/",
+        "run": layout.root.uri,
         "model": model,
         "metrics": metrics,
         "run_after": run_after,

@@ -331,7 +331,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         from operators.runoutputs import clear_run_outputs
 
         cleared = clear_run_outputs(
-            S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix, checkpoints=True
+            S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.layout, checkpoints=True
         )
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))

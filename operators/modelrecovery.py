@@ -31,7 +31,7 @@ from operators.replicas import container_state
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
 from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_CONTAINER, KEEPER_SCRIPT, MAIN_CONTAINER
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import METRICS_FILE, MODEL_DIR, RunLayout
 
 log = logging.getLogger("airflow.task")
 
@@ -107,7 +107,7 @@ def list_keeper_files(api: Any, namespace: str, pod: str) -> list[dict[str, Any]
         for entry in files:
             path = entry["path"]
             parts = path.split("/")
-            if not (path == "metrics.json" or parts[0] == "model") or ".." in parts:
+            if not (path == METRICS_FILE or f"{parts[0]}/" == MODEL_DIR) or ".." in parts:
                 raise ValueError(f"unexpected path {path!r}")
     except (ValueError, KeyError, TypeError) as exc:
         raise RecoveryError(f"pod {pod}: keeper.py list answered something else: {exc}") from None
@@ -152,21 +152,21 @@ def recover_model_from_pod(
     s3: Any,
     namespace: str,
     pod: str,
-    run_prefix: str,
+    layout: RunLayout,
     chunk_bytes: int = MODEL_RECOVERY_CHUNK_BYTES,
 ) -> dict[str, Any]:
-    """Copy every file the keeper lists to `<run_prefix>/<path>`; return {"files", "bytes", "keys"}.
+    """Copy every file the keeper lists to `<run prefix>/<path>`; return {"files", "bytes", "keys"}.
 
     One file at a time goes through a temporary file on the worker's disk
     (bounded memory), is checked against the keeper's size and sha256, then
     uploaded (S3 errors retried).
     """
-    bucket, base = parse_s3_url(run_prefix.rstrip("/") + "/")
+    bucket = layout.bucket
     files = list_keeper_files(api, namespace, pod)
     keys = []
     total = 0
     for entry in files:
-        key = base + entry["path"]
+        key = layout.file(entry["path"]).key
         with tempfile.TemporaryFile(prefix="tfjob-recovery-") as spool:
             copy_keeper_file(api, namespace, pod, entry, spool, chunk_bytes)
 

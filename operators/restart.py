@@ -200,7 +200,7 @@ def clear_attempt_outputs(run: Any) -> list[str]:
 
     from operators.runoutputs import clear_run_outputs  # retries S3 itself
 
-    return clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.run_prefix)
+    return clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.layout)
 
 
 def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> list[str]:
@@ -231,9 +231,9 @@ def stage_restore(
 ) -> list[Attempt]:
     """Hand the next gang the run's checkpoints (operators/restore.py); the attempts with
     the step restored on the last one."""
-    from operators.restore import run_checkpoints_uri, stage_run_checkpoints, write_restore
+    from operators.restore import stage_run_checkpoints, write_restore
 
-    staged = stage_run_checkpoints(run, run_checkpoints_uri(run.run_prefix), expires)
+    staged = stage_run_checkpoints(run, run.layout.checkpoints, expires)
     write_restore(api, run, staged)
     log.info("attempt %d: %s", attempts[-1].number, staged.describe())
     *earlier, current = attempts

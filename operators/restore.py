@@ -30,12 +30,11 @@ from tfjob.checkpoints import (
     MAX_RESTORE_FILES,
     build_empty_restore,
     build_restore_document,
-    checkpoints_prefix,
     find_pointer,
     parse_checkpoint_step,
     select_checkpoint_files,
 )
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import RunLayout, S3Path, locate_output_latest, locate_output_runs
 
 log = logging.getLogger("airflow.task")
 
@@ -85,12 +84,12 @@ def read_pointer_step(s3: Any, bucket: str, key: str, size: int) -> int | None:
     return parse_checkpoint_step(body[:MAX_POINTER_BYTES].decode("utf-8", "replace"))
 
 
-def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int) -> StagedRestore:
-    """restore.json for the checkpoints under `source_prefix_uri` (s3://bucket/key/).
+def stage_checkpoints(s3: Any, signer: Any, source: S3Path, expires: int) -> StagedRestore:
+    """restore.json for the checkpoints under the folder `source`.
 
     RestoreTooLarge (tfjob.checkpoints) when they are over the limits.
     """
-    bucket, prefix = parse_s3_url(source_prefix_uri)
+    bucket, prefix = source.bucket, source.key
     files = select_checkpoint_files(list_objects(s3, bucket, prefix), prefix)
     if not files:
         return StagedRestore(build_empty_restore(), None, None, 0, 0)
@@ -102,66 +101,56 @@ def stage_checkpoints(s3: Any, signer: Any, source_prefix_uri: str, expires: int
         )
         for item in files
     }
-    source = f"s3://{bucket}/{prefix}"
     return StagedRestore(
-        build_restore_document(source, step, files, urls),
-        source,
+        build_restore_document(source.uri, step, files, urls),
+        source.uri,
         step,
         len(files),
         sum(item.size for item in files),
     )
 
 
-def run_checkpoints_uri(run_prefix_uri: str) -> str:
-    """s3://bucket/<run prefix>checkpoints/ of a run prefix URI."""
-    bucket, key = parse_s3_url(run_prefix_uri.rstrip("/") + "/")
-    return f"s3://{bucket}/{checkpoints_prefix(key)}"
-
-
-def stage_run_checkpoints(run: Any, source_prefix_uri: str, expires: int) -> StagedRestore:
+def stage_run_checkpoints(run: Any, source: S3Path, expires: int) -> StagedRestore:
     """`stage_checkpoints` with the run's tenant's S3 connection (listing and signing)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
     from operators.grants import find_presign_conn_id, make_presigning_client
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
-    return stage_checkpoints(
-        s3, make_presigning_client(find_presign_conn_id(run)), source_prefix_uri, expires
-    )
+    return stage_checkpoints(s3, make_presigning_client(find_presign_conn_id(run)), source, expires)
 
 
 class WarmStartError(PipelineError, ValueError):
     """The warm start the request names cannot be had; the run starts nothing."""
 
 
-def find_warm_start_source(s3: Any, run: Any) -> str | None:
-    """s3:// URI of the checkpoints the request's `warm_start` names; None when none is asked
+def find_warm_start_source(s3: Any, run: Any) -> S3Path | None:
+    """The checkpoints folder the request's `warm_start` names; None when none is asked
     for, or for `latest` when the output has no published run yet.
 
     `latest` is the run `<output>/latest` points to (operators/latest.py); it must lie
     under this output's `runs/`. A run id names a run of this DAG.
     """
-    from operators.latest import latest_uri, read_latest
-    from operators.s3access import run_output_prefix
+    from operators.latest import read_latest
     from tfjob.request.recovery import WARM_START_LATEST
 
     wanted = run.request.warm_start
     if wanted is None:
         return None
-    output = run.request.output.rstrip("/")
+    output = run.request.output
     if wanted != WARM_START_LATEST:
-        bucket, key = run_output_prefix(output, run.dag_id, wanted)
-        return f"s3://{bucket}/{checkpoints_prefix(key)}"
-    pointer, _ = read_latest(s3, latest_uri(output))
+        return RunLayout.for_run(output, run.dag_id, wanted).checkpoints
+    latest, runs = locate_output_latest(output), locate_output_runs(output)
+    pointer, _ = read_latest(s3, latest.uri)
     if pointer is None:
         return None
     published = pointer.get("run") if isinstance(pointer, dict) else None
-    if not isinstance(published, str) or not published.startswith(f"{output}/runs/"):
+    if not isinstance(published, str) or not published.startswith(runs.uri):
         raise WarmStartError(
-            f"warm_start: {WARM_START_LATEST!r} given, but {latest_uri(output)} names no run "
-            f"under {output}/runs/ ({str(published)[:200]!r}); publish a run first or name one"
+            f"warm_start: {WARM_START_LATEST!r} given, but {latest.uri} names no run "
+            f"under {runs.uri} ({str(published)[:200]!r}); publish a run first or name one"
         )
-    return run_checkpoints_uri(published)
+    return RunLayout.parse(published).checkpoints
 
 
 def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
@@ -198,7 +187,6 @@ __all__ = [
     "StagedRestore",
     "WarmStartError",
     "find_warm_start_source",
-    "run_checkpoints_uri",
     "stage_checkpoints",
     "stage_run_checkpoints",
     "stage_warm_start",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from operators.s3access import run_output_prefix
 from tfjob import naming
 from tfjob.pipeline_ids import VALIDATE_TASK
 from tfjob.request.model import TrainingRequest, load_request
+from tfjob.runlayout import RunLayout
 from tfjob.tenants.model import PodUser
 
 
@@ -49,9 +49,14 @@ class RunInfo:
         return naming.run_selector(self.run_key)
 
     @property
+    def layout(self) -> RunLayout:
+        """`<output>/runs/<dag_id>/<run_id>/`: this run's bundle snapshot, model, logs, manifest."""
+        return RunLayout.for_run(self.request.output, self.dag_id, self.run_id)
+
+    @property
     def run_prefix(self) -> str:
-        """`<output>/runs/<dag_id>/<run_id>`: this run's bundle snapshot, model, logs, manifest."""
-        return build_run_prefix(self.request.output, self.dag_id, self.run_id)
+        """The run prefix as a URI without a final '/' (messages, the run description)."""
+        return self.layout.uri
 
     def pod_names(self) -> list[str]:
         return [naming.pod_name(self.run_key, r, i) for r, i in self.request.replicas_in_order()]
@@ -81,12 +86,6 @@ def read_tenant_pod_user(tenant: str) -> PodUser:
     return found.pod_user if found else derive_pod_user(tenant)
 
 
-def build_run_prefix(output: str, dag_id: str, run_id: str) -> str:
-    """The run's S3 prefix as a URI without a final '/' (layout: s3access.run_output_prefix)."""
-    bucket, key = run_output_prefix(output, dag_id, run_id)
-    return f"s3://{bucket}/{key.rstrip('/')}"
-
-
 def request_as_dict(request: TrainingRequest) -> dict[str, Any]:
     """The request as plain JSON data, loadable again with `load_request`."""
     return request.model_dump(mode="json")
@@ -100,7 +99,7 @@ def describe_run(
     run_as: PodUser | None = None,
 ) -> dict[str, Any]:
     """The XCom `validate` pushes. `run_prefix` is there for readers outside the pipeline
-    (tshell, the run view); the tasks derive it from the same fields with `build_run_prefix`.
+    (tshell, the run view); the tasks derive it from the same fields (`RunInfo.layout`).
     `run_as` (None: read from the tenants file) is fixed here for the whole run: every gang
     of the run, restarts included, runs as the uid/gid its tenant had at `validate`."""
     user = run_as or read_tenant_pod_user(request.tenant)
@@ -110,7 +109,7 @@ def describe_run(
         "dag_id": dag_id,
         "namespace": naming.tenant_namespace(request.tenant),
         "run_key": naming.run_key(request.name, dag_id, run_id),
-        "run_prefix": build_run_prefix(request.output, dag_id, run_id),
+        "run_prefix": RunLayout.for_run(request.output, dag_id, run_id).uri,
         "aws_conn_id": aws_conn_id,
         "run_as": {"uid": user.uid, "gid": user.gid},
     }

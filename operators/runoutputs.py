@@ -21,13 +21,10 @@ from typing import Any
 
 from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
-from tfjob.checkpoints import CHECKPOINTS_DIR
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import CHECKPOINTS_DIR, METRICS_FILE, MODEL_DIR, RunLayout
 
 log = logging.getLogger("airflow.task")
 
-MODEL_DIR = "model/"
-METRICS_FILE = "metrics.json"
 # DeleteObjects takes at most 1000 keys per call.
 DELETE_BATCH = 1000
 
@@ -36,13 +33,7 @@ class ClearFailed(PipelineError, RuntimeError):
     """S3 refused to delete some of an earlier try's outputs."""
 
 
-def run_output_keys(run_prefix: str) -> tuple[str, str, str]:
-    """(bucket, model key prefix ending in '/', metrics key) of a run prefix."""
-    bucket, key = parse_s3_url(run_prefix.rstrip("/") + "/")
-    return bucket, key + MODEL_DIR, key + METRICS_FILE
-
-
-def clear_run_outputs(s3: Any, run_prefix: str, *, checkpoints: bool = False) -> list[str]:
+def clear_run_outputs(s3: Any, layout: RunLayout, *, checkpoints: bool = False) -> list[str]:
     """Delete `<run_prefix>/model/` and `<run_prefix>/metrics.json`, and with `checkpoints`
     also `<run_prefix>/checkpoints/` (a new try's, not a gang restart's); return the
     deleted keys.
@@ -50,10 +41,10 @@ def clear_run_outputs(s3: Any, run_prefix: str, *, checkpoints: bool = False) ->
     Deleting what is not there is no error (a first try deletes nothing).
     S3 errors are retried (operators.s3retry).
     """
-    bucket, model_prefix, metrics_key = run_output_keys(run_prefix)
+    bucket, model_prefix, metrics_key = layout.bucket, layout.model.key, layout.metrics.key
     prefixes = [model_prefix]
     if checkpoints:
-        prefixes.append(model_prefix[: -len(MODEL_DIR)] + CHECKPOINTS_DIR)
+        prefixes.append(layout.checkpoints.key)
 
     def list_keys() -> list[str]:
         keys = []
@@ -84,15 +75,17 @@ def clear_run_outputs(s3: Any, run_prefix: str, *, checkpoints: bool = False) ->
         if errors:
             first = errors[0]
             raise ClearFailed(
-                f"clearing the outputs of an earlier try under {run_prefix}: S3 refused to delete "
+                f"clearing the outputs of an earlier try under {layout.uri}: S3 refused to delete "
                 f"{len(errors)} object(s), e.g. {first.get('Key')}: {first.get('Code')} "
                 f"{first.get('Message')}"
             )
     if keys:
         log.info(
-            "cleared %d object(s) an earlier try left under %s (model/, metrics.json%s)",
+            "cleared %d object(s) an earlier try left under %s (%s, %s%s)",
             len(keys),
-            run_prefix,
-            ", checkpoints/" if checkpoints else "",
+            layout.uri,
+            MODEL_DIR,
+            METRICS_FILE,
+            f", {CHECKPOINTS_DIR}" if checkpoints else "",
         )
     return keys

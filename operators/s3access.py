@@ -24,34 +24,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from tfjob.runlayout import CHECKPOINTS_DIR, METRICS_FILE, MODEL_DIR, RunLayout
 from tfjob.s3url import parse_s3_url
 
 UPLOAD_POLICY_VERSION = 2
 DEFAULT_MAX_UPLOAD_FILE_BYTES = 5 * 1024**3  # S3's limit for a single POST
-RUNS_DIR = "runs"
-# What the model owner may write under its run's prefix: a key prefix or one exact key.
-MODEL_GRANT = "model/"
-CHECKPOINTS_GRANT = "checkpoints/"
-METRICS_GRANT = "metrics.json"
 SIGNATURE_VERSION = "s3v4"
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned request
-
-
-def run_output_prefix(output_uri: str, dag_id: str, run_id: str) -> tuple[str, str]:
-    """(bucket, key prefix ending in '/') of a run's outputs: `<output>/runs/<dag_id>/<run_id>/`.
-
-    The one place that lays out a run's prefix. The DAG is part of it: two DAGs
-    writing to one output (a request file's DAG and its tenant's submit DAG)
-    may have runs with equal run_ids (`scheduled__<date>`, `manual__<time>`),
-    and those must never share objects.
-    """
-    for field, value in (("dag_id", dag_id), ("run_id", run_id)):
-        if not isinstance(value, str) or not value or "/" in value:
-            raise ValueError(f"{field}: {value!r} given; a non-empty id without '/' is required")
-    bucket, key = parse_s3_url(output_uri)
-    base = key.strip("/")
-    prefix = f"{RUNS_DIR}/{dag_id}/{run_id}/"
-    return bucket, f"{base}/{prefix}" if base else prefix
 
 
 def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
@@ -87,24 +66,24 @@ def presign_upload(
     for `checkpoints/`), and `prefix + metrics.json` with the last one's.
     """
     _check_expires(expires)
-    bucket, prefix = run_output_prefix(output_uri, dag_id, run_id)
+    layout = RunLayout.for_run(output_uri, dag_id, run_id)
     size = ["content-length-range", 0, max_file_bytes]
     # A Key ending in ${filename} makes botocore add ["starts-with", "$key", ...]
     # instead of pinning one key.
     model = s3_client.generate_presigned_post(
-        Bucket=bucket,
-        Key=prefix + MODEL_GRANT + "${filename}",
+        Bucket=layout.bucket,
+        Key=layout.model.key + "${filename}",
         Conditions=[size],
         ExpiresIn=expires,
     )
     checkpoints = s3_client.generate_presigned_post(
-        Bucket=bucket,
-        Key=prefix + CHECKPOINTS_GRANT + "${filename}",
+        Bucket=layout.bucket,
+        Key=layout.checkpoints.key + "${filename}",
         Conditions=[size],
         ExpiresIn=expires,
     )
     metrics = s3_client.generate_presigned_post(
-        Bucket=bucket, Key=prefix + METRICS_GRANT, Conditions=[size], ExpiresIn=expires
+        Bucket=layout.bucket, Key=layout.metrics.key, Conditions=[size], ExpiresIn=expires
     )
     if not all("x-amz-signature" in post["fields"] for post in (model, checkpoints, metrics)):
         raise _not_sigv4()
@@ -113,12 +92,13 @@ def presign_upload(
         "version": UPLOAD_POLICY_VERSION,
         "method": "POST",
         "url": model["url"],
-        "bucket": bucket,
-        "prefix": prefix,
+        "bucket": layout.bucket,
+        "prefix": layout.root.key,
         "grants": {
-            MODEL_GRANT: {"fields": dict(model["fields"])},
-            CHECKPOINTS_GRANT: {"fields": dict(checkpoints["fields"])},
-            METRICS_GRANT: {"fields": dict(metrics["fields"])},
+            # What the model owner may write under its run's prefix: key prefixes, one exact key.
+            MODEL_DIR: {"fields": dict(model["fields"])},
+            CHECKPOINTS_DIR: {"fields": dict(checkpoints["fields"])},
+            METRICS_FILE: {"fields": dict(metrics["fields"])},
         },
         "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

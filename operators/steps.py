@@ -204,9 +204,9 @@ def fetch_bundle() -> dict[str, Any]:
 
     run = pull_run(get_current_context())
     s3 = _s3(run)
-    clear_run_outputs(s3, run.run_prefix, checkpoints=True)
+    clear_run_outputs(s3, run.layout, checkpoints=True)
     try:
-        identity = snapshot_bundle(s3, run.request.bundle, run.run_prefix, MAX_BUNDLE_TOTAL_SIZE)
+        identity = snapshot_bundle(s3, run.request.bundle, run.layout, MAX_BUNDLE_TOTAL_SIZE)
     except (BundleMissing, BundleError) as exc:
         raise AirflowFailException(str(exc)) from None
     _log().info(
@@ -291,16 +291,16 @@ def archive() -> dict[str, Any]:
         warm_start=ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY),
     )
     _log().info(
-        "archived run %s: %d log(s), model %s objects, run.json at %s/run.json",
+        "archived run %s: %d log(s), model %s objects, run manifest at %s",
         run.run_key,
         len(manifest["logs"]),
         manifest["model"]["objects"],
-        run.run_prefix,
+        run.layout.manifest,
     )
     return {
         "model": manifest["model"],
         "logs": manifest["logs"],
-        "run_json": f"{run.run_prefix}/run.json",
+        "run_json": run.layout.manifest.uri,
     }
 
 
@@ -351,7 +351,8 @@ def publish() -> dict[str, Any]:
     from airflow.sdk import Asset, AssetAlias
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.latest import build_pointer, choose_run_order, latest_uri, publish_latest
+    from operators.latest import build_pointer, choose_run_order, publish_latest
+    from tfjob.runlayout import locate_output_latest
 
     context = get_current_context()
     run = pull_run(context)
@@ -359,7 +360,7 @@ def publish() -> dict[str, Any]:
     model = archived.get("model") or {}
     if not model.get("objects"):
         raise AirflowFailException(
-            f"nothing to publish: no model under {run.run_prefix}/model/ "
+            f"nothing to publish: no model under {run.layout.model} "
             "(the program must write its model to $MODEL_DIR)"
         )
     failed_recovery = (model.get("recovery") or {}).get("error")
@@ -373,14 +374,14 @@ def publish() -> dict[str, Any]:
         dag_id=run.dag_id,
         run_id=run.run_id,
         run_key=run.run_key,
-        run_prefix=run.run_prefix,
+        layout=run.layout,
         model=model["uri"],
         metrics=context["ti"].xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
         run_after=run_after,
         ordered_by=ordered_by,
         published_at=time.time(),
     )
-    latest = latest_uri(run.request.output)
+    latest = locate_output_latest(run.request.output).uri
     outcome = publish_latest(_s3(run), latest, pointer)
     if outcome.moved:
         extra = {"dag_id": run.dag_id, "run_id": run.run_id, "model": model["uri"]}

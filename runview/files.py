@@ -32,9 +32,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.s3access import RUNS_DIR
 from runview.errors import RunViewError
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import RunLayout, name_run_folder
 
 log = logging.getLogger(__name__)
 
@@ -195,17 +194,16 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
             f"aws_conn_id (validate of an older pipeline?); its files are not served"
         )
     try:
-        bucket, key = parse_s3_url(run_prefix)
+        layout = RunLayout.parse(run_prefix)
     except ValueError as error:
         raise RunNotArchivableError(f"run {run_id!r} of DAG {dag_id!r}: {error}") from None
-    key = key.rstrip("/") + "/"
     this_run = (described.get("dag_id"), described.get("run_id")) == (dag_id, run_id)
-    if not this_run or not key.endswith(f"{RUNS_DIR}/{dag_id}/{run_id}/"):
+    if not this_run or not layout.belongs_to(dag_id, run_id):
         raise RunNotArchivableError(
             f"run {run_id!r} of DAG {dag_id!r}: its description names {run_prefix!r}, which is "
-            f"not <output>/{RUNS_DIR}/{dag_id}/{run_id}/; its files are not served"
+            f"not <output>/{name_run_folder(dag_id, run_id)}; its files are not served"
         )
-    return RunStorage(bucket=bucket, prefix=key, aws_conn_id=conn_id)
+    return RunStorage(bucket=layout.bucket, prefix=layout.root.key, aws_conn_id=conn_id)
 
 
 def connect_run_storage(storage: RunStorage) -> Any:

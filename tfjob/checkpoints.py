@@ -18,7 +18,6 @@ from typing import Any
 
 from tfjob.errors import TfjobError
 
-CHECKPOINTS_DIR = "checkpoints/"  # under the run prefix, next to model/
 POINTER_NAME = "checkpoint"  # TensorFlow's pointer to the latest checkpoint
 RESTORE_VERSION = 1
 # The pod refuses more than this too (runtime/checkpoints.py reads the same numbers
@@ -42,11 +41,6 @@ class CheckpointFile:
     path: str
     size: int
     key: str
-
-
-def checkpoints_prefix(run_prefix_key: str) -> str:
-    """The key prefix of a run's checkpoints, from its run prefix key (ending in '/')."""
-    return f"{run_prefix_key.rstrip('/')}/{CHECKPOINTS_DIR}"
 
 
 def select_checkpoint_files(
@@ -109,7 +103,6 @@ def build_empty_restore() -> dict[str, Any]:
 
 
 __all__ = [
-    "CHECKPOINTS_DIR",
     "MAX_POINTER_BYTES",
     "MAX_RESTORE_BYTES",
     "MAX_RESTORE_FILES",
@@ -118,7 +111,6 @@ __all__ = [
     "RestoreTooLarge",
     "build_empty_restore",
     "build_restore_document",
-    "checkpoints_prefix",
     "find_pointer",
     "parse_checkpoint_step",
     "select_checkpoint_files",

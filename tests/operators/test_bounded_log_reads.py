@@ -25,6 +25,7 @@ from operators.podlogs import describe_cut_line
 from operators.settings import LOG_LINE_MAX_BYTES
 from operators.train import TrainingWaitOperator
 from operators.triggers import TrainingEvent, TrainingState
+from tfjob.runlayout import S3Path
 
 
 class CountingBody(io.BytesIO):
@@ -135,7 +136,7 @@ def test_archive_keeps_its_cap_of_a_long_log_then_says_where_it_cut_and_keeps_th
     main = b"".join(b"step %05d\n" % i for i in range(5000)) + b'TFJOB_METRICS {"a": 1}\n'
     api = FakeLogApi({("p", "fetch-bundle"): b"fetched\n", ("p", "tensorflow"): main})
     s3 = FakeS3()
-    assert archive.archive_replica_log(api, s3, "ns", "p", "s3://b/run/logs/chief-0.log")
+    assert archive.archive_replica_log(api, s3, "ns", "p", S3Path("b", "run/logs/chief-0.log"))
     text = s3.objects["s3://b/run/logs/chief-0.log"].decode()
     head, cut, end = text.partition(archive.describe_cut_log(1000).decode())
     assert (
@@ -155,7 +156,7 @@ def test_archive_keeps_its_cap_of_a_long_log_then_says_where_it_cut_and_keeps_th
 def test_archive_writes_a_short_log_whole_under_its_headers():
     api = FakeLogApi({("p", "fetch-bundle"): b"fetched", ("p", "tensorflow"): b"one\ntwo\n"})
     s3 = FakeS3()
-    assert archive.archive_replica_log(api, s3, "ns", "p", "s3://b/k.log")
+    assert archive.archive_replica_log(api, s3, "ns", "p", S3Path("b", "k.log"))
     assert s3.objects["s3://b/k.log"] == (
         b"===== fetch-bundle =====\nfetched\n===== tensorflow =====\none\ntwo\n"
     )
@@ -163,7 +164,7 @@ def test_archive_writes_a_short_log_whole_under_its_headers():
 
 def test_archive_writes_nothing_for_a_pod_without_any_log():
     s3 = FakeS3()
-    assert not archive.archive_replica_log(FakeLogApi({}), s3, "ns", "p", "s3://b/k.log")
+    assert not archive.archive_replica_log(FakeLogApi({}), s3, "ns", "p", S3Path("b", "k.log"))
     assert s3.objects == {}
 
 
@@ -227,5 +228,5 @@ def test_no_log_read_of_train_or_archive_is_unbounded(ignored):
         {("p", "tensorflow"): b"x\n" * 10, ("p", "fetch-bundle"): b"y\n"}, honour_limit=not ignored
     )
     read_train_logs(api)
-    archive.archive_replica_log(api, FakeS3(), "ns", "p", "s3://b/k.log")
+    archive.archive_replica_log(api, FakeS3(), "ns", "p", S3Path("b", "k.log"))
     assert api.asked and all("limit_bytes" in asked for asked in api.asked)

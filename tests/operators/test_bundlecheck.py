@@ -17,8 +17,10 @@ import operators.settings
 from harness.bundle_fixtures import build_good
 from operators.bundlecheck import snapshot_bundle
 from runtime.bundle import BundleError, Refusal
+from tfjob.runlayout import RunLayout
 
 URI = "s3://bundles/team/digits.tar.gz"
+RUN = RunLayout.parse("s3://out/runs/r1")
 
 
 class RecordingS3:
@@ -52,7 +54,7 @@ class RecordingS3:
 def test_a_bundle_over_the_compressed_limit_is_refused_before_any_download(tmp_path: Path) -> None:
     s3 = RecordingS3(build_good(tmp_path / "good.tar.gz"), announced=30 * 1024**3)
     with pytest.raises(BundleError) as caught:
-        snapshot_bundle(s3, URI, "s3://out/runs/r1", 1024**3, max_compressed_size=20 * 1024**3)
+        snapshot_bundle(s3, URI, RUN, 1024**3, max_compressed_size=20 * 1024**3)
     assert caught.value.reason is Refusal.ARCHIVE_TOO_LARGE
     assert str(caught.value) == (
         f"bundle refused: {URI}: compressed archive over the size limit "
@@ -66,16 +68,14 @@ def test_the_limit_defaults_to_the_setting(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(operators.settings, "MAX_BUNDLE_COMPRESSED_SIZE", good.stat().st_size - 1)
     s3 = RecordingS3(good)
     with pytest.raises(BundleError, match="compressed archive over the size limit"):
-        snapshot_bundle(s3, URI, "s3://out/runs/r1", 1024**3)
+        snapshot_bundle(s3, URI, RUN, 1024**3)
     assert s3.calls == ["head_object"]
 
 
 def test_a_bundle_within_the_limit_is_checked_and_snapshotted(tmp_path: Path) -> None:
     good = build_good(tmp_path / "good.tar.gz")
     s3 = RecordingS3(good)
-    identity = snapshot_bundle(
-        s3, URI, "s3://out/runs/r1", 1024**3, max_compressed_size=good.stat().st_size
-    )
+    identity = snapshot_bundle(s3, URI, RUN, 1024**3, max_compressed_size=good.stat().st_size)
     assert identity["size"] == good.stat().st_size and identity["files"] == 2
     assert s3.calls == ["head_object", "download_file", "upload_file out/runs/r1/bundle.tar.gz"]
 
@@ -83,5 +83,5 @@ def test_a_bundle_within_the_limit_is_checked_and_snapshotted(tmp_path: Path) ->
 def test_a_download_larger_than_the_head_said_is_stopped(tmp_path: Path) -> None:
     s3 = RecordingS3(build_good(tmp_path / "good.tar.gz"), extra=1)
     with pytest.raises(ValueError, match="replaced during the download"):
-        snapshot_bundle(s3, URI, "s3://out/runs/r1", 1024**3)
+        snapshot_bundle(s3, URI, RUN, 1024**3)
     assert "upload_file" not in " ".join(s3.calls)

@@ -27,6 +27,7 @@ from operators.latest import (
 from operators.runinfo import describe_run
 from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
 from tfjob.request.model import load_request
+from tfjob.runlayout import RunLayout
 
 UTC = dt.UTC
 
@@ -36,7 +37,7 @@ def pointer(run_id: str, when: str, dag_id: str = "tfjob__job") -> dict[str, Any
         dag_id=dag_id,
         run_id=run_id,
         run_key=f"job-{run_id}",
-        run_prefix=f"s3://b/o/runs/{run_id}",
+        layout=RunLayout.parse(f"s3://b/o/runs/{run_id}"),
         model=f"s3://b/o/runs/{run_id}/model/",
         metrics=None,
         run_after=when,

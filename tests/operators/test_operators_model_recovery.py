@@ -35,6 +35,7 @@ from operators.triggers import decide_training, has_main_container_ended
 from runtime.protocol import KEEPER_CONTAINER
 from tfjob.manifests import build_pod_manifest
 from tfjob.request.model import Role, load_request
+from tfjob.runlayout import RunLayout
 
 KEEPER = REPO_ROOT / "runtime" / "keeper.py"
 RUN_ID = "manual__2026-12-03T07:00:00+00:00"
@@ -219,7 +220,7 @@ def test_every_file_is_copied_in_bounded_chunks_and_uploaded_byte_for_byte(
     s3_server, workspace, local_exec
 ):
     s3 = s3_server.client()
-    prefix = f"s3://{s3_server.bucket}/outputs/chunks/runs/{RUN_ID}"
+    prefix = RunLayout.parse(f"s3://{s3_server.bucket}/outputs/chunks/runs/{RUN_ID}")
     copied = modelrecovery.recover_model_from_pod(None, s3, "ns", "pod", prefix, chunk_bytes=4096)
     assert copied["files"] == 4 and copied["bytes"] == 10_000 + 2500 + 0 + 18
     reads = [args for args in local_exec if args[0] == "read"]
@@ -249,7 +250,7 @@ def test_a_file_that_changes_under_the_copy_is_refused_by_its_checksum(
             s3_server.client(),
             "ns",
             "pod",
-            f"s3://{s3_server.bucket}/outputs/changed/runs/{RUN_ID}",
+            RunLayout.parse(f"s3://{s3_server.bucket}/outputs/changed/runs/{RUN_ID}"),
         )
 
 

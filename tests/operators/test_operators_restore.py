@@ -11,6 +11,7 @@ import pytest
 from operators import restore
 from tfjob import checkpoints
 from tfjob.checkpoints import RestoreTooLarge
+from tfjob.runlayout import RunLayout, S3Path
 
 RUN = "outputs/job/runs/tfjob__job/manual__1/"
 POINTER = b'model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n'
@@ -33,7 +34,7 @@ def test_each_checkpoint_file_gets_its_own_get_and_the_step_comes_from_the_point
         s3.put_object(Bucket=bucket, Key=RUN + "checkpoints/" + name, Body=body)
     s3.put_object(Bucket=bucket, Key=RUN + "model/saved_model.pb", Body=b"model")
 
-    source = restore.run_checkpoints_uri(f"s3://{bucket}/{RUN}")
+    source = RunLayout.parse(f"s3://{bucket}/{RUN}").checkpoints
     staged = restore.stage_checkpoints(s3, s3_server.presigner(), source, 300)
 
     assert (staged.step, staged.files, staged.size) == (7, 4, sum(map(len, files.values())))
@@ -60,7 +61,7 @@ def test_no_checkpoints_stage_an_empty_restore(s3_server):
     staged = restore.stage_checkpoints(
         s3_server.client(),
         s3_server.presigner(),
-        f"s3://{s3_server.bucket}/outputs/none/runs/tfjob__none/r/checkpoints/",
+        S3Path(s3_server.bucket, "outputs/none/runs/tfjob__none/r/checkpoints/"),
         300,
     )
     assert staged.document == {"version": 1, "source": None, "step": None, "files": []}
@@ -80,7 +81,7 @@ def test_too_many_checkpoint_files_are_refused_before_anything_is_signed(s3_serv
             raise AssertionError("signed although refused")
 
     with pytest.raises(RestoreTooLarge, match="4 files"):
-        restore.stage_checkpoints(s3, NoSigning(), f"s3://{bucket}/{prefix}", 300)
+        restore.stage_checkpoints(s3, NoSigning(), S3Path(bucket, prefix), 300)
 
 
 def test_an_oversized_pointer_gives_no_step_but_is_restored(s3_server, monkeypatch):
@@ -88,5 +89,5 @@ def test_an_oversized_pointer_gives_no_step_but_is_restored(s3_server, monkeypat
     prefix = "outputs/ptr/runs/tfjob__ptr/r/checkpoints/"
     s3.put_object(Bucket=bucket, Key=prefix + "checkpoint", Body=POINTER)
     monkeypatch.setattr(restore, "MAX_POINTER_BYTES", 10)
-    staged = restore.stage_checkpoints(s3, s3_server.presigner(), f"s3://{bucket}/{prefix}", 300)
+    staged = restore.stage_checkpoints(s3, s3_server.presigner(), S3Path(bucket, prefix), 300)
     assert (staged.step, staged.files) == (None, 1)

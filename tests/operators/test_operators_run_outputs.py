@@ -22,6 +22,7 @@ from operators.runoutputs import clear_run_outputs
 from runtime.bundle import write_bundle
 from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
 from tfjob.request.model import load_request
+from tfjob.runlayout import RunLayout
 
 RUN_ID = "scheduled__2026-12-03T08:00:00+00:00"
 
@@ -45,12 +46,12 @@ def test_clearing_removes_the_model_and_metrics_and_nothing_else(s3_server):
     other_run = "outputs/clear/runs/tfjob__clear/other-run/model/saved_model.pb"
     put(s3, bucket, other_run)
 
-    deleted = clear_run_outputs(s3, f"s3://{bucket}/{run.rstrip('/')}")
+    deleted = clear_run_outputs(s3, RunLayout.parse(f"s3://{bucket}/{run.rstrip('/')}"))
 
     assert sorted(deleted) == sorted(run + name for name in earlier)
     assert keys_under(s3, bucket, run) == set(kept)
     assert keys_under(s3, bucket, other_run) == {""}
-    assert clear_run_outputs(s3, f"s3://{bucket}/{run}") == []  # nothing left: no error
+    assert clear_run_outputs(s3, RunLayout.parse(f"s3://{bucket}/{run}")) == []  # no error
 
 
 def test_a_new_try_clears_the_checkpoints_too_and_a_gang_restart_keeps_them(s3_server):
@@ -58,9 +59,10 @@ def test_a_new_try_clears_the_checkpoints_too_and_a_gang_restart_keeps_them(s3_s
     run = f"outputs/ckpt/runs/tfjob__ckpt/{RUN_ID}/"
     for name in ("model/saved_model.pb", "checkpoints/checkpoint", "checkpoints/ckpt-3.index"):
         put(s3, bucket, run + name)
-    assert clear_run_outputs(s3, f"s3://{bucket}/{run}") == [run + "model/saved_model.pb"]
+    layout = RunLayout.parse(f"s3://{bucket}/{run}")
+    assert clear_run_outputs(s3, layout) == [run + "model/saved_model.pb"]
     assert keys_under(s3, bucket, run) == {"checkpoints/checkpoint", "checkpoints/ckpt-3.index"}
-    deleted = clear_run_outputs(s3, f"s3://{bucket}/{run}", checkpoints=True)
+    deleted = clear_run_outputs(s3, layout, checkpoints=True)
     assert sorted(deleted) == [run + "checkpoints/checkpoint", run + "checkpoints/ckpt-3.index"]
     assert keys_under(s3, bucket, run) == set()
 
@@ -71,7 +73,7 @@ def test_clearing_a_model_of_more_than_one_delete_batch(s3_server, monkeypatch):
     run = f"outputs/batches/runs/tfjob__batches/{RUN_ID}/"
     for index in range(20):
         put(s3, bucket, f"{run}model/shard-{index:02d}")
-    assert len(clear_run_outputs(s3, f"s3://{bucket}/{run}")) == 20
+    assert len(clear_run_outputs(s3, RunLayout.parse(f"s3://{bucket}/{run}"))) == 20
     assert keys_under(s3, bucket, run) == set()
 
 

@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from operators import archive
 from operators.s3retry import S3Unavailable, call_with_s3_retries, is_transient_s3_error
+from tfjob.runlayout import S3Path
 
 
 def server_error(code: str = "InternalError", status: int = 500) -> ClientError:
@@ -136,5 +137,5 @@ def test_archive_puts_ride_out_an_outage(monkeypatch):
     """archive's own helper (used for logs, run.json and `latest`) goes through the retries."""
     s3, clock = FlakyS3(failures=2), FakeClock()
     monkeypatch.setattr("operators.s3retry.time.sleep", clock.sleep)
-    archive.put_text(s3, "s3://b/runs/r/run.json", "{}", "application/json")
+    archive.put_text(s3, S3Path("b", "runs/r/run.json"), "{}", "application/json")
     assert s3.calls == 3 and s3.stored == {("b", "runs/r/run.json"): b"{}"}

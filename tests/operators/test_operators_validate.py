@@ -292,7 +292,7 @@ def test_a_runs_grants_and_clearing_never_reach_another_dags_run_with_the_same_i
     s3.put_object(Bucket=BUCKET, Key=their_keys + "model/m.bin", Body=b"theirs")
     s3.put_object(Bucket=BUCKET, Key=their_keys + "metrics.json", Body=b"{}")
 
-    assert clear_run_outputs(s3, mine.run_prefix) == []
+    assert clear_run_outputs(s3, mine.layout) == []
     raw = presign_upload(s3_server.presigner(), mine.request.output, mine.dag_id, mine.run_id, 60)
     policy = transfer.UploadPolicy.from_json(raw)
     assert policy.prefix == mine.run_prefix.split("/", 3)[3] + "/"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness.s3_fixtures import S3Server
-from operators.s3access import presign_bundle_url, presign_upload, run_output_prefix
+from operators.s3access import presign_bundle_url, presign_upload
 from runtime import transfer
+from tfjob.runlayout import run_output_prefix
 from tfjob.s3url import parse_s3_url
 
 # The DAG of the runs these tests grant for: part of every run's S3 prefix.

@@ -8,18 +8,18 @@ from tfjob import checkpoints
 from tfjob.checkpoints import (
     RestoreTooLarge,
     build_restore_document,
-    checkpoints_prefix,
     find_pointer,
     parse_checkpoint_step,
     select_checkpoint_files,
 )
+from tfjob.runlayout import RunLayout
 
 PREFIX = "out/runs/tfjob__d/r1/checkpoints/"
 
 
 def test_the_checkpoints_prefix_sits_next_to_the_model():
-    assert checkpoints_prefix("out/runs/tfjob__d/r1/") == PREFIX
-    assert checkpoints_prefix("out/runs/tfjob__d/r1") == PREFIX
+    assert RunLayout.parse("s3://b/out/runs/tfjob__d/r1/").checkpoints.key == PREFIX
+    assert RunLayout.parse("s3://b/out/runs/tfjob__d/r1").checkpoints.key == PREFIX
 
 
 def test_files_are_selected_by_path_and_markers_and_unsafe_paths_left_out():

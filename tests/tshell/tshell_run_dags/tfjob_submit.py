@@ -45,11 +45,11 @@ def run_prefix(context, aws_conn_id: str):
     """An S3 client of the tenant's connection, the bucket and this run's key prefix."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from operators.runinfo import build_run_prefix
+    from tfjob.runlayout import RunLayout
 
-    uri = build_run_prefix(
+    uri = RunLayout.for_run(
         context["dag_run"].conf["output"], context["dag"].dag_id, context["run_id"]
-    )
+    ).uri
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     return S3Hook(aws_conn_id=aws_conn_id).get_conn(), bucket, prefix
 
@@ -71,7 +71,7 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
         @task
         def validate(**context):
             # Shaped as the pipeline's validate pushes it (operators/runinfo.py describe_run).
-            from operators.runinfo import build_run_prefix
+            from tfjob.runlayout import RunLayout
 
             conf = context["dag_run"].conf
             dag_id, run_id = context["dag"].dag_id, context["run_id"]
@@ -81,7 +81,7 @@ def build_submit_dag(tenant: str, aws_conn_id: str, roles: tuple[str, ...]) -> D
                 "dag_id": dag_id,
                 "namespace": naming.tenant_namespace(conf["tenant"]),
                 "run_key": naming.run_key(conf["name"], dag_id, run_id),
-                "run_prefix": build_run_prefix(conf["output"], dag_id, run_id),
+                "run_prefix": RunLayout.for_run(conf["output"], dag_id, run_id).uri,
                 "aws_conn_id": aws_conn_id,
             }
 

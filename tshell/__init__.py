@@ -1,10 +1,11 @@
 """tshell: the TF-on-K8s command line (pack and upload bundles, submit and watch training runs).
 
 Errors: one base (`errors.py`); every command ends one with a message for the
-person at the terminal and an exit code (`run_errors.ExitCode`):
+person at the terminal and an exit code (`exitcodes.ExitCode`; the mapping is
+`command.run_command`'s):
 
     TshellError
-    ├── CommandError             a run command failed; carries its exit code (tshell/runs/errors.py)
+    ├── CommandError             a command failed; carries its exit code (exitcodes.py)
     ├── ConfigError (ValueError) the configuration is unusable; names the setting (config.py)
     ├── UploadError              an upload failed, or S3 holds other bytes (s3_upload.py)
     ├── ReplicaLogError          the run's pods cannot be read (replica_logs.py)

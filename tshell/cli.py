@@ -1,8 +1,9 @@
 """The tshell argument parser, built from one tuple of command modules.
 
 To add commands, write a module with `register(subparsers)` that adds its
-subparsers and sets `func=<callable(args) -> int>` on each (via
-`set_defaults`), then add the module's name to COMMAND_MODULES. Modules are
+subparsers and sets each one's handler with `tshell.command.set_command`, then
+add the module's name to COMMAND_MODULES; `run` dispatches every command
+through `tshell.command.run_command` (its errors, its exit code). Modules are
 imported when the parser is built, so a command's heavy imports (boto3, the
 Airflow client) belong inside its functions to keep `tshell --help` fast.
 """
@@ -12,6 +13,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from tshell.command import run_command
+from tshell.exitcodes import ExitCode
 
 COMMAND_MODULES: tuple[str, ...] = (
     "tshell.pack_commands",
@@ -23,8 +27,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tshell.tenant_commands",
     "tshell.completion",
 )
-
-EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
+    if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        return int(func(args))
-    except KeyboardInterrupt:
-        print("tshell: interrupted", file=sys.stderr)
-        return 130
+        return int(ExitCode.INVALID_REQUEST)
+    return int(run_command(args, sys.stdout))

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import enum
-import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from tshell.cli import build_parser
+from tshell.command import set_command
+from tshell.exitcodes import ExitCode
 
 PROG = "tshell"
 
@@ -151,9 +152,9 @@ def render_script(parser: argparse.ArgumentParser, shell: Shell) -> str:
     return header + render_tables(collect_tables(parser)) + "\n" + BASH_FUNCTION
 
 
-def print_completion(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_script(build_parser(), Shell(args.shell)))
-    return 0
+def print_completion(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    out.write(render_script(build_parser(), Shell(args.shell)))
+    return ExitCode.OK
 
 
 def register(subparsers: Any) -> None:
@@ -163,4 +164,4 @@ def register(subparsers: Any) -> None:
         description="Print a bash completion script, made from tshell's own parser.",
     )
     completion.add_argument("shell", choices=[s.value for s in Shell])
-    completion.set_defaults(func=print_completion)
+    set_command(completion, print_completion)

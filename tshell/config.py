@@ -1,4 +1,4 @@
-"""Where the tshell run commands find Airflow (URL and login) and the cluster, in what order.
+"""Where tshell's commands find Airflow (URL and login) and the cluster, in what order.
 
 Why this exists: the same CLI talks to the embedded default on this machine and
 to a real Airflow elsewhere, and a person should never have to guess which
@@ -10,13 +10,25 @@ Order, first found wins, field by field:
    TSHELL_KUBECONFIG;
 2. the config file: $TSHELL_CONFIG, else ~/.config/tshell/config.yaml
    (``airflow: {url, username, password}``, ``kubernetes: {kubeconfig}``),
-   then KUBECONFIG for the cluster;
+   then KUBECONFIG (its first file) for the cluster;
 3. the embedded default (`make up`): the URLs that scripts/services.py
-   recorded in .state/services.json of this repo, else
-   http://127.0.0.1:8080; the user (TSHELL_USERNAME, the file's username,
-   else admin) with its password from <airflow home>/tfjob_users.json, which
-   `make up` writes (username → password: admin and `<role>-user` for each
-   tenant role; home: $AIRFLOW_HOME, else .state/airflow of this repo).
+   recorded in its services file, else http://127.0.0.1:8080; the user
+   (TSHELL_USERNAME, the file's username, else admin) with its password from
+   <airflow home>/tfjob_users.json, which `make up` writes (username →
+   password: admin and `<role>-user` for each tenant role; home:
+   $AIRFLOW_HOME, else the one the services file records, else
+   .state/airflow).
+
+The embedded default's files are found without knowing where tshell is
+installed: the services file is $TSHELL_SERVICES_FILE, else
+.state/services.json (and the Airflow home .state/airflow) of the current
+directory or its nearest parent that has one, as where `make up` ran.
+
+The cluster, one lookup for every command (`find_kubeconfig`): --kubeconfig
+where a command takes it, then the order above (TSHELL_KUBECONFIG, the config
+file, KUBECONFIG, the embedded default's localkube). A command that needs a
+cluster (tenants) then tries ~/.kube/config; the run commands then leave the
+pods to Airflow's task states.
 """
 
 from __future__ import annotations
@@ -36,9 +48,11 @@ DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
 DEFAULT_USERNAME = "admin"
 DEFAULT_CONFIG_PATH = Path("~/.config/tshell/config.yaml")
 USERS_FILE = "tfjob_users.json"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_AIRFLOW_HOME = REPO_ROOT / ".state" / "airflow"
-SERVICES_FILE = REPO_ROOT / ".state" / "services.json"
+# Where `make up` keeps the embedded default (scripts/services.py --state-dir), relative to
+# the directory it ran in.
+EMBEDDED_STATE_DIR = Path(".state")
+SERVICES_FILE = EMBEDDED_STATE_DIR / "services.json"
+EMBEDDED_AIRFLOW_HOME = EMBEDDED_STATE_DIR / "airflow"
 
 
 class ConfigError(TshellError, ValueError):
@@ -116,15 +130,60 @@ def read_services_file(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def find_embedded_path(relative: Path, start: Path | None = None) -> Path:
+    """`relative` under `start` (the current directory) or its nearest parent that holds
+    it; under `start` when none does. An absolute `relative` is itself."""
+    start = Path.cwd() if start is None else start
+    for folder in (start, *start.parents):
+        if (folder / relative).exists():
+            return folder / relative
+    return start / relative
+
+
+def find_kubeconfig(
+    env: Mapping[str, str],
+    file_data: Mapping[str, Any],
+    services: Mapping[str, Any],
+    given: str | None = None,
+) -> str | None:
+    """The cluster's kubeconfig, first found wins (the module's docstring); None when none."""
+    return (
+        given
+        or env.get("TSHELL_KUBECONFIG")
+        or file_data.get("kubernetes", {}).get("kubeconfig")
+        or env.get("KUBECONFIG", "").split(os.pathsep)[0]
+        or services.get("localkube", {}).get("kubeconfig")
+        or None
+    )
+
+
+def read_sources(
+    env: Mapping[str, str], config_path: Path | None
+) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The config file's path and contents, and the embedded default's services record."""
+    path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
+    services_path = env.get("TSHELL_SERVICES_FILE") or find_embedded_path(SERVICES_FILE)
+    return path, read_config_file(path), read_services_file(Path(services_path))
+
+
+def load_kubeconfig(
+    given: str | None = None,
+    env: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> str | None:
+    """The cluster alone, for commands that need no Airflow login (tenants)."""
+    env = os.environ if env is None else env
+    _, data, services = read_sources(env, config_path)
+    return find_kubeconfig(env, data, services, given)
+
+
 def load_config(
     env: Mapping[str, str] | None = None, config_path: Path | None = None
 ) -> TshellConfig:
     """Resolve every setting (environment, then config file, then the embedded default)."""
     env = os.environ if env is None else env
-    path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
-    data = read_config_file(path)
+    path, data, services = read_sources(env, config_path)
     file_airflow = data.get("airflow", {})
-    services = read_services_file(Path(env.get("TSHELL_SERVICES_FILE") or SERVICES_FILE))
     embedded_airflow = services.get("airflow", {})
 
     url = (
@@ -136,7 +195,11 @@ def load_config(
     username = env.get("TSHELL_USERNAME") or file_airflow.get("username") or DEFAULT_USERNAME
     password = env.get("TSHELL_PASSWORD") or file_airflow.get("password")
     if not password:
-        home = Path(env.get("AIRFLOW_HOME") or embedded_airflow.get("home") or DEFAULT_AIRFLOW_HOME)
+        home = Path(
+            env.get("AIRFLOW_HOME")
+            or embedded_airflow.get("home")
+            or find_embedded_path(EMBEDDED_AIRFLOW_HOME)
+        )
         password = read_embedded_password(home, username)
         if not password:
             raise ConfigError(
@@ -148,10 +211,5 @@ def load_config(
         airflow=AirflowConfig(
             url=str(url).rstrip("/"), username=str(username), password=str(password)
         ),
-        kubeconfig=(
-            env.get("TSHELL_KUBECONFIG")
-            or data.get("kubernetes", {}).get("kubeconfig")
-            or env.get("KUBECONFIG")
-            or services.get("localkube", {}).get("kubeconfig")
-        ),
+        kubeconfig=find_kubeconfig(env, data, services),
     )

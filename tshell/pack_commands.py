@@ -17,9 +17,11 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from runtime.bundle import LARGE_FILE_BYTES, BundleError, BundleInfo, write_bundle
+from tshell.command import set_command
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.progress import ProgressBar, format_bytes
 from tshell.s3_client import make_s3_client, s3_destination
 from tshell.s3_upload import (
@@ -33,9 +35,8 @@ from tshell.s3_upload import (
     verify_uploaded,
 )
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+# The prefix of these commands' error messages (tshell/command.py).
+ERROR_PREFIX = "tshell: "
 
 
 def pack_directory(
@@ -116,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     pack.add_argument("directory", help="DIR with code/ and data/ (or only code, packed as code/)")
     pack.add_argument("-o", "--output", help="archive path or directory (default ./<name>.tar.gz)")
     pack.add_argument("--name", help="bundle name (default: DIR's name)")
-    pack.set_defaults(func=run_pack)
+    set_command(pack, run_pack, ERROR_PREFIX)
 
     for name, func, text in (
         ("upload", run_upload, "upload FILE to s3://bucket/prefix/ and verify it"),
@@ -140,65 +141,62 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         sub.add_argument(
             "--aws-conn-id", help="use this Airflow AWS connection instead of boto3's defaults"
         )
-        sub.set_defaults(func=func)
+        set_command(sub, func, ERROR_PREFIX)
 
 
-def run_pack(args: argparse.Namespace) -> int:
+def run_pack(args: argparse.Namespace, out: TextIO) -> ExitCode:
     try:
         info = pack_directory(args.directory, args.output, args.name)
     except BundleError as exc:
-        print(f"tshell: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    print_bundle(info)
-    return EXIT_OK
+        raise CommandError(str(exc), ExitCode.FAILED) from None
+    print_bundle(info, out)
+    return ExitCode.OK
 
 
-def print_bundle(info: BundleInfo) -> None:
+def print_bundle(info: BundleInfo, out: TextIO) -> None:
     print(
         f"{info.path}  {format_bytes(info.archive_size)} ({info.archive_size} bytes), "
-        f"{len(info.manifest.files)} files, {format_bytes(info.manifest.total_size)} unpacked"
+        f"{len(info.manifest.files)} files, {format_bytes(info.manifest.total_size)} unpacked",
+        file=out,
     )
-    print(f"sha256 {info.archive_sha256}")
+    print(f"sha256 {info.archive_sha256}", file=out)
 
 
-def _upload_with_bar(args: argparse.Namespace, path: Path, sha256: str | None) -> int:
-    if args.part_size < 5 and path.stat().st_size > args.part_size * MIB:
-        print(
-            f"tshell: --part-size: {args.part_size} given; S3 requires at least 5 MiB parts",
-            file=sys.stderr,
+def describe_upload(result: UploadResult) -> str:
+    size = f"{format_bytes(result.size)} ({result.size} bytes)"
+    return f"{result.uri}  {size} in {result.parts} part(s)"
+
+
+def check_part_size(part_size_mib: int) -> None:
+    if part_size_mib < 5:
+        raise CommandError(
+            f"--part-size: {part_size_mib} given; S3 requires at least 5 MiB parts",
+            ExitCode.INVALID_REQUEST,
         )
-        return EXIT_USAGE
+
+
+def run_upload(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    path = Path(args.source)
+    if not path.is_file():
+        raise CommandError(f"upload: {args.source!r} is not a file", ExitCode.INVALID_REQUEST)
+    # A file of one part is one PUT: the part size does not matter then.
+    if path.stat().st_size > args.part_size * MIB:
+        check_part_size(args.part_size)
     try:
         client = make_s3_client(args.aws_conn_id)
         with ProgressBar(f"upload {path.name}", path.stat().st_size) as bar:
             result = upload_file(
-                client, path, args.destination, args.part_size * MIB, args.concurrency, sha256, bar
+                client, path, args.destination, args.part_size * MIB, args.concurrency, None, bar
             )
     except (UploadError, ValueError) as exc:
-        print(f"tshell: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    print(
-        f"{result.uri}  {format_bytes(result.size)} ({result.size} bytes) in {result.parts} part(s)"
-    )
-    print(f"sha256 {result.sha256}; verified: {result.verified_by}")
-    return EXIT_OK
+        raise CommandError(str(exc), ExitCode.FAILED) from None
+    print(describe_upload(result), file=out)
+    print(f"sha256 {result.sha256}; verified: {result.verified_by}", file=out)
+    return ExitCode.OK
 
 
-def run_upload(args: argparse.Namespace) -> int:
-    path = Path(args.source)
-    if not path.is_file():
-        print(f"tshell: upload: {args.source!r} is not a file", file=sys.stderr)
-        return EXIT_USAGE
-    return _upload_with_bar(args, path, None)
-
-
-def run_push(args: argparse.Namespace) -> int:
-    if args.part_size < 5:
-        print(
-            f"tshell: --part-size: {args.part_size} given; S3 requires at least 5 MiB parts",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+def run_push(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    check_part_size(args.part_size)
     with tempfile.TemporaryDirectory(prefix="tshell-push-") as tmp:
         try:
             client = make_s3_client(args.aws_conn_id)
@@ -212,11 +210,8 @@ def run_push(args: argparse.Namespace) -> int:
                 args.concurrency,
             )
         except (BundleError, UploadError, ValueError) as exc:
-            print(f"tshell: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    print_bundle(info)
-    print(
-        f"{result.uri}  {format_bytes(result.size)} ({result.size} bytes) in {result.parts} part(s)"
-    )
-    print(f"verified: {result.verified_by}")
-    return EXIT_OK
+            raise CommandError(str(exc), ExitCode.FAILED) from None
+    print_bundle(info, out)
+    print(describe_upload(result), file=out)
+    print(f"verified: {result.verified_by}", file=out)
+    return ExitCode.OK

@@ -7,41 +7,32 @@ one line per object: created, changed (which fields), unchanged or skipped.
 list shows every tenant with its quota and, when the cluster answers, what
 its namespace uses now.
 
-The cluster is found through --kubeconfig, else $KUBECONFIG, else the
-embedded localkube's .state/localkube/kubeconfig, else ~/.kube/config.
-Airflow is found as for every tshell command (tshell/config.py).
+The cluster is found as for every tshell command, --kubeconfig first
+(tshell/config.py, `find_kubeconfig`), else ~/.kube/config; Airflow too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from tshell.airflow_client import AirflowClientError, AirflowSession
-from tshell.config import load_config
+from tshell.airflow_client import AirflowClientError
+from tshell.command import open_session, set_command
+from tshell.config import load_kubeconfig
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs.commands import format_table
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
-LOCALKUBE_KUBECONFIG = REPO_ROOT / ".state" / "localkube" / "kubeconfig"
+# The prefix of these commands' error messages (tshell/command.py).
+ERROR_PREFIX = "tshell tenants: "
 HOME_KUBECONFIG = Path("~/.kube/config")
 
 
-def find_kubeconfig(given: str | None, env: dict[str, str] | None = None) -> Path:
-    """--kubeconfig, else $KUBECONFIG, else the embedded localkube's, else ~/.kube/config."""
-    env = dict(os.environ) if env is None else env
-    if given:
-        return Path(given)
-    if env.get("KUBECONFIG"):
-        return Path(env["KUBECONFIG"].split(os.pathsep)[0])
-    if LOCALKUBE_KUBECONFIG.exists():
-        return LOCALKUBE_KUBECONFIG
-    return HOME_KUBECONFIG.expanduser()
+def find_cluster_kubeconfig(given: str | None) -> Path:
+    """The cluster to administer: tshell's one lookup, else kubernetes' own ~/.kube/config."""
+    return Path(load_kubeconfig(given) or HOME_KUBECONFIG).expanduser()
 
 
 def make_clients(kubeconfig: Path) -> Any:
@@ -58,12 +49,11 @@ def make_clients(kubeconfig: Path) -> Any:
     return Clients.from_api_client(api_client)
 
 
-def _fail(message: str) -> int:
-    print(f"tshell tenants: {message}", file=sys.stderr)
-    return EXIT_FAILED
+def fail(message: str) -> CommandError:
+    return CommandError(message, ExitCode.FAILED)
 
 
-def cmd_apply(args: argparse.Namespace) -> int:
+def cmd_apply(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -74,32 +64,32 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         config = load_tenants(args.file)
     except TenantsFileError as exc:
-        return _fail(str(exc))
+        raise fail(str(exc)) from None
     unknown = sorted(set(args.only or ()) - set(config.names()))
     if unknown:
-        return _fail(
+        raise fail(
             f"--only {', '.join(unknown)}: not in {config.source}; tenants there: "
             f"{', '.join(config.names())}"
         )
-    kubeconfig = find_kubeconfig(args.kubeconfig)
+    kubeconfig = find_cluster_kubeconfig(args.kubeconfig)
     try:
         results = apply_tenants(make_clients(kubeconfig), config, only=args.only)
     except FileNotFoundError as exc:
-        return _fail(str(exc))
+        raise fail(str(exc)) from None
     except ApiException as exc:
-        return _fail(
+        raise fail(
             f"the cluster ({kubeconfig}) refused: HTTP {exc.status} {exc.reason}: "
             f"{(exc.body or '')[:300]}"
-        )
+        ) from None
     except HTTPError as exc:
-        return _fail(
+        raise fail(
             f"the cluster of {kubeconfig} is not reachable ({exc.__class__.__name__});"
             " is localkube running (`make up`)?"
-        )
+        ) from None
     for result in results:
-        print(result.describe())
+        print(result.describe(), file=out)
     if args.no_pools:
-        return EXIT_OK
+        return ExitCode.OK
     try:
         pools = RestPoolClient(*_airflow_login())
         wanted = set(args.only) if args.only else None
@@ -109,17 +99,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
             if wanted is None or r.name.removeprefix("tfjob-tenant-") in wanted
         ]
     except (PoolApiError, RuntimeError, ValueError) as exc:
-        return _fail(
+        raise fail(
             f"Kubernetes objects applied; Airflow pools not: {exc} (rerun when "
             "Airflow is up, or --no-pools)"
-        )
+        ) from None
     for result in pool_results:
-        print(result.describe())
-    return EXIT_OK
+        print(result.describe(), file=out)
+    return ExitCode.OK
 
 
 def _airflow_login() -> tuple[str, Any]:
-    session = AirflowSession(load_config().airflow)
+    # An unusable configuration (ConfigError, a ValueError) is the pools' failure, not apply's.
+    session = open_session().airflow
 
     def token() -> str:
         try:
@@ -130,14 +121,14 @@ def _airflow_login() -> tuple[str, Any]:
     return session.url, token
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from tfjob.quota import format_amount
     from tfjob.tenants import TenantsFileError, load_tenants
 
     try:
         config = load_tenants(args.file)
     except TenantsFileError as exc:
-        return _fail(str(exc))
+        raise fail(str(exc)) from None
     usage, note = _read_usage(config, args.kubeconfig)
     rows = []
     for tenant in config.tenants:
@@ -154,8 +145,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         }
         rows.append(row)
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        print(json.dumps(rows, indent=2), file=out)
+        return ExitCode.OK
 
     def cell(row: dict, key: str) -> str:
         used = row["used"]
@@ -178,10 +169,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                 ]
                 for r in rows
             ],
-        )
+        ),
+        file=out,
     )
-    print(f"(used/quota; tenants from {config.source}{'; ' + note if note else ''})")
-    return EXIT_OK
+    print(f"(used/quota; tenants from {config.source}{'; ' + note if note else ''})", file=out)
+    return ExitCode.OK
 
 
 def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any], str]:
@@ -191,7 +183,7 @@ def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any]
 
     from tenancy.admission import TenantNotAppliedError, read_tenant_quota
 
-    kubeconfig = find_kubeconfig(kubeconfig_arg)
+    kubeconfig = find_cluster_kubeconfig(kubeconfig_arg)
     try:
         clients = make_clients(kubeconfig)
     except FileNotFoundError:
@@ -226,11 +218,17 @@ def register(subparsers: Any) -> None:
         )
         parser.add_argument(
             "--kubeconfig",
-            help="cluster to use (default $KUBECONFIG, else the embedded localkube's)",
+            help="cluster to use (default: TSHELL_KUBECONFIG, the config file's, KUBECONFIG, "
+            "the embedded localkube's, else ~/.kube/config)",
         )
     apply.add_argument("--only", nargs="+", metavar="TENANT", help="apply only these tenants")
     apply.add_argument("--no-pools", action="store_true", help="leave Airflow's pools alone")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    apply.set_defaults(func=cmd_apply)
-    listing.set_defaults(func=cmd_list)
-    tenants.set_defaults(func=lambda _args: (tenants.print_help(sys.stderr), 2)[1])
+    set_command(apply, cmd_apply, ERROR_PREFIX)
+    set_command(listing, cmd_list, ERROR_PREFIX)
+
+    def show_help(_args: argparse.Namespace, _out: TextIO) -> ExitCode:
+        tenants.print_help(sys.stderr)
+        return ExitCode.INVALID_REQUEST
+
+    set_command(tenants, show_help, ERROR_PREFIX)

@@ -21,7 +21,7 @@ import pytest
 
 from harness.tshell_fixtures import point_tshell_at
 from tshell.cli import run as run_tshell_cli
-from tshell.runs.errors import ExitCode
+from tshell.exitcodes import ExitCode
 
 RUN_ID = "manual__2026-12-03T10:00:00+00:00"
 FORBIDDEN = {"detail": "Forbidden"}

@@ -20,8 +20,8 @@ from tshell.airflow_client import (
 )
 from tshell.cli import run as run_tshell_cli
 from tshell.config import AirflowConfig, ConfigError, load_config
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs import commands as run_commands
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.logs import select_replica_lines
 from tshell.runs.submit import apply_overrides, build_conf
 from tshell.runs.views import format_table

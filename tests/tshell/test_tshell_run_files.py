@@ -23,8 +23,8 @@ import pytest
 
 from harness.tshell_fixtures import point_tshell_at
 from tshell.cli import run as run_tshell_cli
+from tshell.exitcodes import ExitCode
 from tshell.runs import files as run_files
-from tshell.runs.errors import ExitCode
 
 DAG = "tfjob_submit__team-a"
 RUN_ID = "manual__2026-12-03T10:00:00+00:00"

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
 from tshell.airflow_client import AirflowSession
+from tshell.command import open_session, set_command
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs.commands import (
     FINISHED_TASK_STATES,
     POLL_INTERVAL_S,
@@ -25,10 +27,7 @@ from tshell.runs.commands import (
     add_common,
     call_patiently,
     list_task_instances,
-    open_session,
-    wrap_command,
 )
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run, quote
 
 CANCEL_NOTE = "cancelled with tshell"
@@ -156,4 +155,4 @@ def register(subparsers: Any) -> None:
     cancel.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
     )
-    cancel.set_defaults(func=wrap_command(cmd_cancel))
+    set_command(cancel, cmd_cancel)

@@ -2,8 +2,8 @@
 
 Why this exists: a person follows a run without opening the Airflow UI. This
 module holds the run's view through Airflow's REST API (tasks, XComs, run
-state, replica pods), the patient calls that ride out a busy Airflow, and the
-wrapper that turns every failure into a message and an exit code; `submit`
+state, replica pods) and the patient calls that ride out a busy Airflow (every
+command's session and error handling are tshell/command.py's); `submit`
 (tshell/runs/submit.py), `status` (tshell/runs/status.py), `logs` (tshell/runs/logs.py) and `cancel`
 (tshell/runs/cancel.py) build on it.
 
@@ -26,13 +26,13 @@ from typing import Any, TextIO, TypeVar
 from tfjob.pipeline_ids import ATTEMPTS_KEY, LAUNCH_TASK, TRAIN_TASK, VALIDATE_TASK
 from tshell.airflow_client import (
     AirflowClientError,
-    AirflowNotFoundError,
     AirflowServerError,
     AirflowSession,
     AirflowUnreachableError,
 )
-from tshell.config import ConfigError, TshellConfig, load_config
-from tshell.runs.errors import CommandError, ExitCode
+from tshell.command import open_session, set_command
+from tshell.config import TshellConfig
+from tshell.exitcodes import ExitCode
 from tshell.runs.files import describe_download, download_run_files
 from tshell.runs.lookup import (
     RunRef,
@@ -129,14 +129,6 @@ def fetch_run_description(session: AirflowSession, ref: RunRef) -> dict[str, Any
 
 
 # --- commands -----------------------------------------------------------------------------
-
-
-def open_session() -> tuple[TshellConfig, AirflowSession]:
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        raise CommandError(str(exc), ExitCode.CONFIG_ERROR) from None
-    return config, AirflowSession(config.airflow)
 
 
 def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PATIENCE_S) -> T:
@@ -290,7 +282,7 @@ def register(subparsers: Any) -> None:
         "--state", choices=[s.value for s in RunState], help="only runs in this state"
     )
     listing.add_argument("--limit", type=int, default=LIST_LIMIT)
-    listing.set_defaults(func=wrap_command(cmd_list))
+    set_command(listing, cmd_list)
 
     download = subparsers.add_parser(
         "download", help="download a run's model or logs (Airflow serves them)"
@@ -298,22 +290,4 @@ def register(subparsers: Any) -> None:
     add_common(download)
     download.add_argument("what", choices=[k.value for k in ArtifactKind])
     download.add_argument("dir", metavar="DIR", help="local directory to write into")
-    download.set_defaults(func=wrap_command(cmd_download))
-
-
-def wrap_command(handler: Callable[[argparse.Namespace, TextIO], ExitCode]) -> Callable[..., int]:
-    """`handler` as tshell's `func(args) -> int`; errors become a message and an exit code."""
-
-    def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-        try:
-            return int(handler(args, out or sys.stdout))
-        except CommandError as exc:
-            sys.stderr.write(f"error: {exc}\n")
-            return int(exc.code)
-        except AirflowClientError as exc:
-            sys.stderr.write(f"error: {exc}\n")
-            not_found = isinstance(exc, AirflowNotFoundError)
-            return int(ExitCode.NOT_FOUND if not_found else ExitCode.AIRFLOW_ERROR)
-
-    run.__name__ = handler.__name__
-    return run
+    set_command(download, cmd_download)

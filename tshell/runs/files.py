@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.progress import ProgressBar, format_bytes
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.lookup import RunRef, quote
 
 CHUNK_BYTES = 1024 * 1024

@@ -20,7 +20,9 @@ from typing import Any, TextIO
 
 from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowSession
+from tshell.command import open_session, set_command
 from tshell.config import TshellConfig
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs.commands import (
     FINISHED_TASK_STATES,
     POLL_INTERVAL_S,
@@ -29,10 +31,7 @@ from tshell.runs.commands import (
     call_patiently,
     fetch_run_description,
     list_task_instances,
-    open_session,
-    wrap_command,
 )
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.files import write_archived_logs
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run, quote
 
@@ -197,4 +196,4 @@ def register(subparsers: Any) -> None:
     logs.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
     )
-    logs.set_defaults(func=wrap_command(cmd_logs))
+    set_command(logs, cmd_logs)

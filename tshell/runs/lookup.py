@@ -30,7 +30,7 @@ from tshell.airflow_client import (
     AirflowNotFoundError,
     AirflowSession,
 )
-from tshell.runs.errors import CommandError, ExitCode
+from tshell.exitcodes import CommandError, ExitCode
 
 # Airflow's largest page (api.maximum_page_limit defaults to 100).
 PAGE_LIMIT = 100

@@ -24,6 +24,8 @@ from typing import Any, TextIO
 from runtime.metric_lines import MetricPoint, parse_metric_line
 from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowClientError, AirflowSession
+from tshell.command import open_session, set_command
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs.commands import (
     POLL_INTERVAL_S,
     TASK_SUMMARY_FIELDS,
@@ -35,10 +37,7 @@ from tshell.runs.commands import (
     fetch_replica_endpoints,
     fetch_run_description,
     list_task_instances,
-    open_session,
-    wrap_command,
 )
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.failure import read_run_failure
 from tshell.runs.logs import fetch_task_log
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run, run_ui_url
@@ -274,4 +273,4 @@ def register(subparsers: Any) -> None:
     status.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
     )
-    status.set_defaults(func=wrap_command(cmd_status))
+    set_command(status, cmd_status)

@@ -25,16 +25,15 @@ import yaml
 
 from tfjob.pipeline_ids import submit_dag_id
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
+from tshell.command import open_session, set_command
+from tshell.exitcodes import CommandError, ExitCode
 from tshell.runs.commands import (
     POLL_INTERVAL_S,
     ReplicaWatcher,
     RunState,
     call_patiently,
     follow_run,
-    open_session,
-    wrap_command,
 )
-from tshell.runs.errors import CommandError, ExitCode
 from tshell.runs.lookup import RunRef, explain_forbidden, run_ui_url
 from tshell.runs.views import emit_json, summarize_run
 
@@ -181,7 +180,7 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
         emit_json(summarize_run(final) | {"url": run_ui_url(session, ref)}, out)
     else:
         out.write(f"run {ref.run_id}: {final['state']}\n")
-    return ExitCode.OK if final["state"] == RunState.SUCCESS else ExitCode.RUN_FAILED
+    return ExitCode.OK if final["state"] == RunState.SUCCESS else ExitCode.FAILED
 
 
 def register(subparsers: Any) -> None:
@@ -201,4 +200,4 @@ def register(subparsers: Any) -> None:
     submit.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help=argparse.SUPPRESS
     )
-    submit.set_defaults(func=wrap_command(cmd_submit))
+    set_command(submit, cmd_submit)

@@ -260,7 +260,7 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
         "how": case.how,
         "replicas": case.replicas,
         "interval_s": case.interval,
-        "failed_replica": event.failed["role"] + "-" + str(event.failed["index"]),
+        "failed_replica": event.failed.replica_id,
         "loss_to_noticed_s": noticed - lost_at,
         "restart_latency_s": ready - noticed,
         "stop_and_stage_s": (phases.get("staged_s", ready) - noticed),

@@ -99,7 +99,7 @@ def measure_job(
     gone_at = time.time()
     _replicas, _policy, deciding = replica_shape(count)
     finished = next(
-        (r["finished_at"] for r in event.replicas if f"{r['role']}-{r['index']}" == deciding),
+        (r.finished_at for r in event.replicas if r.replica_id == deciding),
         None,
     )
     exited_at = parse_time(finished)

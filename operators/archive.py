@@ -240,7 +240,7 @@ def archive_run(
     logs_written = []
     for name in run.pod_names():
         pod = pods.get(name)
-        status = read_replica_status(pod).as_dict() if pod else None
+        status = read_replica_status(pod).to_payload() if pod else None
         if status is None and train_replicas:
             status = next((r for r in train_replicas if r.get("pod") == name), None)
         if pod is not None:

@@ -14,28 +14,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.protocol import EXIT_UPLOAD_FAILED, INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
+from runtime.protocol import INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
-from tfjob.request.model import SuccessPolicy
+from tfjob.records.replicas import PodPhase, ReplicaStatus, TrainingState, read_role
+from tfjob.request.model import Role, SuccessPolicy
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
-DECIDING_ROLES = ("chief", "worker")
+DECIDING_ROLES = (Role.CHIEF, Role.WORKER)
 
 # Waiting reasons after which a pod cannot start by itself.
 HOPELESS_WAITING_REASONS = frozenset(
     {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff"}
 )
-
-
-class PodPhase(enum.StrEnum):
-    """The pod phases of Kubernetes, plus GONE for a pod that no longer exists."""
-
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    UNKNOWN = "Unknown"
-    GONE = "Gone"
 
 
 class GangState(enum.StrEnum):
@@ -44,75 +34,6 @@ class GangState(enum.StrEnum):
     STARTING = "starting"
     READY = "ready"
     FAILED = "failed"
-
-
-class TrainingState(enum.StrEnum):
-    """Where the training of a run stands.
-
-    `judge_training` answers RUNNING, SUCCEEDED or FAILED; DEADLINE is the
-    trigger's: the run's deadline came while it was still RUNNING (or while the
-    Kubernetes API failed).
-    """
-
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DEADLINE = "deadline"
-
-
-@dataclass(frozen=True)
-class ReplicaStatus:
-    """One replica as its pod reports it."""
-
-    role: str
-    index: int
-    pod: str
-    phase: PodPhase
-    ip: str | None = None
-    node: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    message: str | None = None
-    init_exit_code: int | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    owns_model: bool = False  # the pod has the keeper: the model owner
-    # The pod's own status.reason (Evicted, NodeLost, DeadlineExceeded), kept even when
-    # the container's reason (Error, OOMKilled) is `reason`: the restart verdict needs both.
-    pod_reason: str | None = None
-    deleted: bool = False  # metadata.deletionTimestamp is set: someone deleted the pod
-
-    @property
-    def replica_id(self) -> str:
-        return f"{self.role}-{self.index}"
-
-    @property
-    def has_trained(self) -> bool:
-        """Its program exited 0; for the model owner, also when only the upload failed.
-
-        The bootstrap exits 74 when the program succeeded but the model could
-        not be uploaded; the keeper holds the model and `archive` copies it out.
-        """
-        return self.exit_code == 0 or (self.owns_model and self.exit_code == EXIT_UPLOAD_FAILED)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "index": self.index,
-            "pod": self.pod,
-            "phase": self.phase.value,
-            "ip": self.ip,
-            "node": self.node,
-            "exit_code": self.exit_code,
-            "reason": self.reason,
-            "message": self.message,
-            "init_exit_code": self.init_exit_code,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "owns_model": self.owns_model,
-            "pod_reason": self.pod_reason,
-            "deleted": self.deleted,
-        }
 
 
 @dataclass(frozen=True)
@@ -178,7 +99,7 @@ def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
     if phase is PodPhase.RUNNING and terminated.get("exitCode") is not None:
         phase = PodPhase.SUCCEEDED if terminated["exitCode"] == 0 else PodPhase.FAILED
     return ReplicaStatus(
-        role=str(labels.get(LABEL_ROLE, "")),
+        role=read_role(labels.get(LABEL_ROLE)),
         index=int(labels.get(LABEL_INDEX, 0)),
         pod=str(meta.get("name", "")),
         phase=phase,
@@ -226,7 +147,7 @@ def judge_gang_start(pods: Iterable[Mapping[str, Any]], expected: Iterable[str])
     for name in expected:
         replica = by_name.get(name)
         if replica is None:
-            waiting.append(ReplicaStatus(role="", index=0, pod=name, phase=PodPhase.GONE))
+            waiting.append(ReplicaStatus(role=None, index=0, pod=name, phase=PodPhase.GONE))
         else:
             verdicts[judge_replica_start(replica)].append(replica)
     if failed:
@@ -283,7 +204,7 @@ def judge_training(
         if replica is None:
             parsed = parse_pod_name(name)  # the pod is gone: its name says which replica it was
             replica = ReplicaStatus(
-                role=parsed[0].value if parsed else "",
+                role=parsed[0] if parsed else None,
                 index=parsed[1] if parsed else 0,
                 pod=name,
                 phase=PodPhase.GONE,
@@ -310,7 +231,7 @@ def describe_startup_failure(
     replica: ReplicaStatus, events: Iterable[Mapping[str, Any]], init_log_tail: str | None = None
 ) -> str:
     """One line per cause: why this pod did not start (scheduler, kubelet, init container)."""
-    lines = [f"pod {replica.pod} ({replica.role}-{replica.index}): phase {replica.phase.value}"]
+    lines = [f"pod {replica.pod} ({replica.replica_id}): phase {replica.phase.value}"]
     if replica.reason:
         detail = f": {replica.message}" if replica.message else ""
         lines.append(f"  {replica.reason}{detail}")

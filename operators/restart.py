@@ -58,11 +58,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from operators import gang
 from tfjob.attempts import Attempt, AttemptOutcome
 from tfjob.naming import ANNOTATION_ATTEMPTS
+from tfjob.records.replicas import TrainingEvent
 from tfjob.restart_policy import (
     INFRASTRUCTURE_KINDS,
     Decision,
@@ -71,9 +72,6 @@ from tfjob.restart_policy import (
     RestartVerdict,
     judge_restart,
 )
-
-if TYPE_CHECKING:
-    from operators.triggers import TrainingEvent
 
 
 def now() -> datetime:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
@@ -57,8 +57,9 @@ from operators import kubeobjects, restart
 from operators.errors import PipelineError
 from operators.logreads import read_log_head, read_newest_lines
 from operators.podlogs import decode_log_line, extract_metrics, split_bounded_lines, tail_lines
-from operators.replicas import TrainingState, deciding_replicas
+from operators.replicas import deciding_replicas
 from operators.runinfo import RunInfo, pull_run
+from operators.runobjects import delete_when_killed
 from operators.settings import (
     ARCHIVE_LOG_MAX_BYTES,
     DEFER_SETTLE_SECONDS,
@@ -66,7 +67,6 @@ from operators.settings import (
     KUBERNETES_CONN_ID,
     LOG_END_LINES,
     LOG_TAIL_MAX_BYTES,
-    TEARDOWN_GRACE_SECONDS,
     TRAIN_DEADLINE_MARGIN_SECONDS,
     TRAIN_LOG_MAX_BYTES,
 )
@@ -80,10 +80,8 @@ from tfjob.pipeline_ids import (
     RESTARTED_CLUSTER_KEY,
     WARM_START_KEY,
 )
+from tfjob.records.replicas import TrainingEvent, TrainingState, replicas_to_payload
 from tfjob.restart_policy import Decision, RestartPolicy
-
-if TYPE_CHECKING:
-    from operators.triggers import TrainingEvent
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
 LOG_READ_PATIENCE_SECONDS = 120.0
@@ -204,8 +202,8 @@ class TrainingWaitOperator(BaseOperator):
         ends: dict[str, LogEnd] = {}
         streamed = event.streamed
         for replica in event.replicas:
-            replica_id = f"{replica['role']}-{replica['index']}"
-            pod = replica["pod"]
+            replica_id = replica.replica_id
+            pod = replica.pod
             head = call_with_retries(
                 lambda pod=pod: read_log_head(
                     api, run.namespace, pod, MAIN_CONTAINER, TRAIN_LOG_MAX_BYTES
@@ -245,8 +243,6 @@ class TrainingWaitOperator(BaseOperator):
         attempts: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
         """Where the wait ends: `event` is a `TrainingEvent`'s payload (from the triggerer)."""
-        from operators.triggers import TrainingEvent
-
         result = TrainingEvent.from_payload(event)
         self._decided = True
         run = self._run = pull_run(context)
@@ -279,7 +275,7 @@ class TrainingWaitOperator(BaseOperator):
                 reason=f"did not finish within active_deadline={run.request.active_deadline}s",
             )
         metrics = next((end.metrics for end in ends.values() if end.metrics is not None), None)
-        ti.xcom_push(key="replicas", value=list(result.replicas))
+        ti.xcom_push(key="replicas", value=replicas_to_payload(result.replicas))
         ti.xcom_push(key="finished_at", value=time.time())
         ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if metrics is not None:
@@ -293,32 +289,26 @@ class TrainingWaitOperator(BaseOperator):
                 f" at attempt {history[-1].number}" if len(history) > 1 else "",
             )
             for replica in result.replicas:
-                upload_failed = replica.get("exit_code") == EXIT_UPLOAD_FAILED
-                if replica.get("owns_model") and upload_failed:
+                if replica.owns_model and replica.exit_code == EXIT_UPLOAD_FAILED:
                     self.log.warning(
-                        "%s-%s trained but could not upload its model; archive copies it out "
+                        "%s trained but could not upload its model; archive copies it out "
                         "of pod %s",
-                        replica["role"],
-                        replica["index"],
-                        replica["pod"],
+                        replica.replica_id,
+                        replica.pod,
                     )
             return metrics
         if result.state is TrainingState.FAILED and failed:
-            replica_id = f"{failed['role']}-{failed['index']}"
+            replica_id = failed.replica_id
             detail = (
-                f"exit code {failed['exit_code']}"
-                if failed.get("exit_code") is not None
-                else (
-                    f"{failed.get('reason') or 'failed'}: {failed.get('message') or ''}".rstrip(
-                        ": "
-                    )
-                )
+                f"exit code {failed.exit_code}"
+                if failed.exit_code is not None
+                else f"{failed.reason or 'failed'}: {failed.message or ''}".rstrip(": ")
             )
             tail = ends[replica_id].tail if replica_id in ends else ""
             quoted = "\n".join(f"  [{replica_id}] {line}" for line in tail.splitlines())
             raise TrainingFailed(
                 f"{describe_run_failure(history, verdict)}\n"
-                f"replica {replica_id} (pod {failed['pod']}) failed with {detail}; "
+                f"replica {replica_id} (pod {failed.pod}) failed with {detail}; "
                 f"last {FAILURE_LOG_LINES} log lines:\n{quoted or '  (no log)'}"
             )
         api_error = result.api_error
@@ -376,14 +366,4 @@ class TrainingWaitOperator(BaseOperator):
                 self._run.run_key,
             )
             return
-        run = self._run
-        try:
-            deleted = kubeobjects.delete_run_objects(
-                self._client(),
-                run.namespace,
-                run.selector,
-                grace_period_seconds=TEARDOWN_GRACE_SECONDS,
-            )
-            self.log.info("train killed: deleted %s", ", ".join(deleted) or "nothing")
-        except Exception:
-            self.log.exception("train killed: could not delete the objects of run %s", run.run_key)
+        delete_when_killed(self._client, self._run, self.log, "train killed")

@@ -44,16 +44,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from operators.podlogs import LineSplitter, decode_log_line
-from operators.replicas import TrainingState, judge_training, read_replica_status
+from operators.replicas import judge_training, read_replica_status
 from operators.settings import LIVE_LOG_MAX_BYTES
 from runtime.protocol import MAIN_CONTAINER
+from tfjob.records.replicas import TrainingEvent, TrainingState
 
 WATCH_CHUNK_SECONDS = 60
 # Replicas whose log the trigger follows live: the first of `deciding` (see the docstring).
@@ -84,53 +85,6 @@ def has_main_container_ended(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-@dataclass(frozen=True)
-class TrainingEvent:
-    """What the trigger fires once training is decided, and what `train` finishes on.
-
-    It crosses the triggerer's database as a JSON payload (`to_payload`), so the
-    replicas stay in `ReplicaStatus.as_dict()` form, the form `train` pushes to
-    XCom and the restart verdict reads. The payload carries no log text.
-    """
-
-    state: TrainingState  # SUCCEEDED, FAILED or DEADLINE: never RUNNING
-    replicas: tuple[dict[str, Any], ...] = ()  # every expected replica, as last seen
-    failed: dict[str, Any] | None = None  # the replica that failed the run
-    deciding: tuple[str, ...] = ()  # the replica ids whose exit 0 makes success
-    streamed: dict[str, int] = field(default_factory=dict)  # lines logged live, per replica id
-    api_error: str | None = None  # the Kubernetes API's failure when the deadline came
-
-    def to_payload(self) -> dict[str, Any]:
-        payload = {
-            "state": self.state.value,
-            "replicas": [dict(replica) for replica in self.replicas],
-            "failed": dict(self.failed) if self.failed is not None else None,
-            "deciding": list(self.deciding),
-            "streamed": dict(self.streamed),
-        }
-        if self.api_error is not None:
-            payload["api_error"] = self.api_error
-        return payload
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> TrainingEvent:
-        state = TrainingState(payload["state"])
-        if state is TrainingState.RUNNING:
-            raise ValueError(
-                "training event: state 'running' given; an event is fired only "
-                "once training is decided (succeeded, failed or deadline)"
-            )
-        failed = payload.get("failed")
-        return cls(
-            state=state,
-            replicas=tuple(dict(replica) for replica in payload.get("replicas") or ()),
-            failed=dict(failed) if failed is not None else None,
-            deciding=tuple(payload.get("deciding") or ()),
-            streamed=dict(payload.get("streamed") or {}),
-            api_error=payload.get("api_error"),
-        )
-
-
 def decide_training(
     pods: dict[str, dict[str, Any]], deciding: list[str], expected_pods: list[str], deadline: float
 ) -> TrainingEvent | None:
@@ -141,8 +95,8 @@ def decide_training(
     state = TrainingState.DEADLINE if verdict.state is TrainingState.RUNNING else verdict.state
     return TrainingEvent(
         state=state,
-        replicas=tuple(r.as_dict() for r in verdict.replicas),
-        failed=verdict.failed_replica.as_dict() if verdict.failed_replica else None,
+        replicas=verdict.replicas,
+        failed=verdict.failed_replica,
         deciding=tuple(verdict.deciding),
     )
 

@@ -114,7 +114,7 @@ def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per pod, in the shape of train's `replicas` XCom, plus GPUs and restarts."""
     rows = []
     for pod in pods:
-        row = read_replica_status(pod).as_dict()
+        row = read_replica_status(pod).to_payload()
         row["gpus"] = count_pod_gpus(pod)
         row["restarts"] = count_restarts(pod)
         rows.append(row)

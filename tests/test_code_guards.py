@@ -169,6 +169,7 @@ def test_the_circle_finder_finds_circles_and_only_circles(graph, expected):
 LISTED_FOLDERS = (
     "tfjob",
     "tfjob/request",
+    "tfjob/records",
     "tfjob/tenants",
     "runtime",
     "tenancy",

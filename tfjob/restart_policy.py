@@ -32,10 +32,12 @@ The rules (docs/pipeline.md, "Restart policy"):
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from tfjob.records.replicas import PodPhase, ReplicaStatus
 
 DEFAULT_MAX_RESTARTS = 0
 MAX_RESTARTS = 10
@@ -81,7 +83,6 @@ DELETION_REASONS = frozenset({"Deleted", "DeletionByPodGC", "PodGone"})
 DEADLINE_REASONS = frozenset({"DeadlineExceeded"})
 OOM_REASONS = frozenset({"OOMKilled"})
 OOM_EXIT_CODE = 137
-GONE_PHASE = "Gone"  # operators.replicas.PodPhase.GONE
 
 
 class Decision(StrEnum):
@@ -189,32 +190,22 @@ class ReplicaFailure:
 
     @classmethod
     def from_replica(
-        cls, replica: Any, *, deleted: bool = False, pod_reason: str | None = None
+        cls, replica: ReplicaStatus, *, deleted: bool = False, pod_reason: str | None = None
     ) -> ReplicaFailure:
-        """From `operators.replicas.ReplicaStatus`, or its `as_dict()` (the trigger's event).
+        """From a replica's status (its pod's, or the trigger's event's).
 
-        `pod_reason` and `deleted` are read from the replica when it has them
-        (the status record carries both) and the arguments do not say more. A
-        replica whose phase is Gone (its pod vanished) counts as deleted.
+        `pod_reason` and `deleted` are the replica's own unless the arguments say
+        more. A replica whose phase is Gone (its pod vanished) counts as deleted.
         """
-
-        def read(name: str) -> Any:
-            if isinstance(replica, Mapping):
-                return replica.get(name)
-            return getattr(replica, name, None)
-
-        phase = read("phase")
         return cls(
-            replica=f"{read('role')}-{read('index')}",
-            pod=read("pod") or "",
-            exit_code=read("exit_code"),
-            reason=read("reason"),
-            message=read("message"),
-            pod_reason=pod_reason or read("pod_reason"),
-            node=read("node"),
-            deleted=deleted
-            or bool(read("deleted"))
-            or str(getattr(phase, "value", phase)) == GONE_PHASE,
+            replica=replica.replica_id,
+            pod=replica.pod,
+            exit_code=replica.exit_code,
+            reason=replica.reason,
+            message=replica.message,
+            pod_reason=pod_reason or replica.pod_reason,
+            node=replica.node,
+            deleted=deleted or replica.deleted or replica.phase is PodPhase.GONE,
         )
 
     @property

@@ -25,6 +25,8 @@ from operators.podlogs import describe_cut_line
 from operators.settings import LOG_LINE_MAX_BYTES
 from operators.train import TrainingWaitOperator
 from operators.triggers import TrainingEvent, TrainingState
+from tfjob.records.replicas import PodPhase, ReplicaStatus
+from tfjob.request.model import Role
 from tfjob.runlayout import S3Path
 
 
@@ -184,7 +186,7 @@ def read_train_logs(api: FakeLogApi, streamed: int = 0) -> Any:
     """(worker-0's LogEnd, the lines train wrote for it into its task log)."""
     event = TrainingEvent(
         TrainingState.FAILED,
-        replicas=({"role": "worker", "index": 0, "pod": "p"},),
+        replicas=(ReplicaStatus(Role.WORKER, 0, "p", PodPhase.FAILED),),
         streamed={"worker-0": streamed},
     )
     operator = TrainingWaitOperator(task_id="train")

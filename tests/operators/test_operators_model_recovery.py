@@ -133,7 +133,7 @@ def test_training_succeeds_when_the_chief_exits_0_though_its_keeper_keeps_the_po
         deadline=float("inf"),
     )
     assert event.state is TrainingState.SUCCEEDED
-    assert event.replicas[0]["phase"] == "Succeeded"
+    assert event.replicas[0].phase == "Succeeded"
     assert has_main_container_ended(pods[0])
 
 

@@ -265,7 +265,7 @@ def test_an_owner_whose_only_the_upload_failed_has_trained_and_archive_recovers_
 
 
 def test_the_upload_failed_exit_code_is_the_bootstraps():
-    from operators import replicas
     from runtime import protocol
+    from tfjob.records import replicas
 
     assert replicas.EXIT_UPLOAD_FAILED == protocol.EXIT_UPLOAD_FAILED == 74

@@ -18,6 +18,8 @@ from operators.triggers import (
     has_main_container_ended,
     has_main_container_started,
 )
+from tfjob.records.replicas import PodPhase, ReplicaStatus
+from tfjob.request.model import Role
 
 
 def test_a_serialized_trigger_rebuilds_into_an_equal_trigger():
@@ -61,7 +63,7 @@ def test_the_trigger_fires_at_its_deadline_even_while_replicas_run():
     }
     event = trigger._event_if_decided(running)
     assert event.state is TrainingState.DEADLINE
-    assert event.replicas[0]["phase"] == "Running"
+    assert event.replicas[0].phase == "Running"
 
 
 def test_a_replica_log_is_followed_once_its_main_container_started():
@@ -290,9 +292,10 @@ def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs()
         deadline=time.time() + 60,
     )
     assert event.state is TrainingState.FAILED
-    assert event.failed["pod_reason"] == "Evicted" and event.failed["deleted"] is True
+    assert event.failed.pod_reason == "Evicted" and event.failed.deleted is True
     payload = json.loads(json.dumps(event.to_payload()))  # as the triggerer stores it
-    assert ReplicaFailure.from_replica(payload["failed"]).kind is FailureKind.EVICTED
+    failed = TrainingEvent.from_payload(payload).failed
+    assert ReplicaFailure.from_replica(failed).kind is FailureKind.EVICTED
 
 
 # --- the event's shape and the decisions the watch delivers ----------------------------------
@@ -301,8 +304,8 @@ def test_the_event_of_a_deleted_replica_carries_what_the_restart_verdict_needs()
 def test_an_event_crosses_the_triggerers_database_unchanged():
     event = TrainingEvent(
         state=TrainingState.FAILED,
-        replicas=({"role": "worker", "index": 0, "pod": "job-1234abcd-worker-0"},),
-        failed={"role": "worker", "index": 0, "pod": "job-1234abcd-worker-0", "exit_code": 1},
+        replicas=(ReplicaStatus(Role.WORKER, 0, "job-1234abcd-worker-0", PodPhase.RUNNING),),
+        failed=ReplicaStatus(Role.WORKER, 0, "job-1234abcd-worker-0", PodPhase.FAILED, exit_code=1),
         deciding=("worker-0",),
         streamed={"worker-0": 12},
         api_error="503 Service Unavailable",

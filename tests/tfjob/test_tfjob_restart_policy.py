@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from harness.tfjob_fixtures import valid_request_data
 from operators.replicas import judge_training, read_replica_status
 from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure
+from tfjob.records.replicas import ReplicaStatus
 from tfjob.request.model import load_request
 from tfjob.restart_policy import (
     MAX_RESTARTS,
@@ -247,8 +248,11 @@ def test_the_failed_replica_of_judge_training_feeds_the_verdict():
     assert judge_restart(RETRYABLE, 1, failure).reason == (
         "worker-0 ran out of memory (OOMKilled, exit code 137); restarting as attempt 2 of 3"
     )
-    # The trigger's event carries the same replica as a dict.
-    assert ReplicaFailure.from_replica(verdict.failed_replica.as_dict()) == failure
+    # The trigger's event carries the same replica as a payload.
+    carried = ReplicaStatus.from_payload(
+        json.loads(json.dumps(verdict.failed_replica.to_payload()))
+    )
+    assert ReplicaFailure.from_replica(carried) == failure
 
 
 def test_a_vanished_pod_counts_as_deleted():
@@ -274,7 +278,8 @@ def test_a_pod_reason_the_container_hides_still_reaches_the_verdict():
     replica = read_replica_status(pod)
     assert replica.reason == "Error"  # replicas.py keeps the container's reason
     assert replica.pod_reason == "Evicted"  # and the pod's, for the verdict
-    for shape in (replica, replica.as_dict()):  # the trigger's event carries the dict
+    carried = ReplicaStatus.from_payload(json.loads(json.dumps(replica.to_payload())))
+    for shape in (replica, carried):  # the trigger's event carries it as a payload
         failure = ReplicaFailure.from_replica(shape)
         assert failure.kind is FailureKind.EVICTED
         assert judge_restart(RestartPolicy(1, (2,)), 1, failure).decision is Decision.RESTART
@@ -291,7 +296,7 @@ def test_a_pod_with_a_deletion_timestamp_counts_as_deleted():
         ],
     )
     pod["metadata"]["deletionTimestamp"] = "2026-12-02T12:00:00Z"
-    failure = ReplicaFailure.from_replica(read_replica_status(pod).as_dict())
+    failure = ReplicaFailure.from_replica(read_replica_status(pod))
     assert failure.deleted and failure.kind is FailureKind.DELETED
     assert describe_failure(failure) == "worker-1 was deleted (exit code 143)"
 

@@ -40,7 +40,10 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 
+from operators.kubeobjects import list_run_pods
+from operators.logreads import read_newest_lines
 from operators.settings import KUBERNETES_CONN_ID, LOG_TAIL_MAX_BYTES
+from runtime.protocol import MAIN_CONTAINER
 from runview import db as run_view_db
 from runview.cancel import cancel_run
 from runview.files import (
@@ -98,16 +101,11 @@ def connect_kubernetes() -> Any:
 
 
 def read_kubernetes_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
-    from operators.kubeobjects import list_run_pods
-
     return list_run_pods(connect_kubernetes(), namespace, selector)
 
 
 def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
     """The pod's last `tail_lines` lines, within LOG_TAIL_MAX_BYTES (operators/logreads.py)."""
-    from operators.logreads import read_newest_lines
-    from runtime.protocol import MAIN_CONTAINER
-
     return read_newest_lines(
         connect_kubernetes(), namespace, pod, MAIN_CONTAINER, tail_lines, LOG_TAIL_MAX_BYTES
     )

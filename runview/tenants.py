@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
 from sqlalchemy import select
 
+from operators.kubeobjects import to_plain
 from runview.live import LiveReads
 from tfjob import naming
 from tfjob.pipeline_ids import tenant_of_tags
@@ -39,8 +40,6 @@ TFJOB_PODS = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
 
 def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
     """Every pod the pipeline made, in every namespace, as the API's dicts."""
-    from operators.kubeobjects import to_plain
-
     return [
         to_plain(api, pod)
         for pod in api.list_pod_for_all_namespaces(label_selector=TFJOB_PODS).items
@@ -49,8 +48,6 @@ def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
 
 def list_all_tenant_quotas(api: Any) -> dict[str, dict[str, Any]]:
     """namespace -> the tenant ResourceQuota (`tfjob-quota`) there, as the API's dicts."""
-    from operators.kubeobjects import to_plain
-
     quotas = {}
     for quota in api.list_resource_quota_for_all_namespaces().items:
         plain = to_plain(api, quota)

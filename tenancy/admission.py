@@ -21,7 +21,13 @@ from kubernetes.client.exceptions import ApiException
 from tenancy.errors import TenancyError
 from tfjob.quota import QuotaCheck, check_gang_fits, read_quota_amounts, sum_usage
 from tfjob.request.model import TrainingRequest
-from tfjob.tenants import Tenant, TenantsConfig
+from tfjob.tenants import (
+    Tenant,
+    TenantsConfig,
+    UnknownTenantError,
+    load_tenants,
+    resolve_tenant,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +142,6 @@ def admit_request(
     and the (fitting) check otherwise. `config` defaults to the tenants file
     (`tfjob.tenants.load_tenants()`: $TFJOB_TENANTS_FILE, else deploy/tenants.yaml).
     """
-    from tfjob.tenants import UnknownTenantError, load_tenants, resolve_tenant
-
     config = config or load_tenants()
     try:
         tenant = resolve_tenant(config, request.tenant)

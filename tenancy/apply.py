@@ -25,12 +25,20 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+import kubernetes
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from tenancy.pools import PoolClient, PoolSpec, RestPoolClient
+from tfjob import naming
 from tfjob.quantity import is_quantity, parse_quantity
-from tfjob.tenants import Tenant, TenantsConfig, build_tenant_manifests
+from tfjob.tenants import (
+    Tenant,
+    TenantsConfig,
+    build_run_network_policy,
+    build_tenant_manifests,
+    load_tenants,
+)
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +283,6 @@ def create_run_network_policy(
     `run` is a `tfjob.manifests.RunIdentity`; call after the run's ConfigMap exists.
     Returns `NetworkPolicy/<name>`, or None when the cluster does not serve the kind.
     """
-    from tfjob import naming
-    from tfjob.tenants import build_run_network_policy, load_tenants
-
     config = config or load_tenants()
     core = k8s.CoreV1Api(api_client)
     networking = k8s.NetworkingV1Api(api_client)
@@ -319,10 +324,6 @@ def apply_everything(
 ) -> list[ApplyResult]:
     """Tenant objects on the cluster of `kubeconfig`, then pools in the Airflow at
     `airflow_url`: what a start-up script calls once both are up."""
-    import kubernetes
-
-    from tfjob.tenants import load_tenants
-
     config = config or load_tenants()
     api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     results = apply_tenants(Clients.from_api_client(api_client), config)

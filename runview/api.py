@@ -72,6 +72,7 @@ from runview.logs import (
 )
 from runview.run import order_replicas
 from runview.tenants import add_tenant_routes
+from tfjob.runlayout import replica_log_path
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
 CAN_EDIT_RUN = [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
@@ -152,7 +153,7 @@ class RunView:
         storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
         try:
             text = read_run_file_tail(
-                connect_run_storage(storage), storage, f"logs/{replica}.log", MAX_PANE_LOG_BYTES
+                connect_run_storage(storage), storage, replica_log_path(replica), MAX_PANE_LOG_BYTES
             )
         except RunFileNotFoundError:
             return "none", ""
@@ -184,7 +185,7 @@ class RunView:
             for replica in replicas:
                 try:
                     logs[replica] = read_run_file_tail(
-                        s3, storage, f"logs/{replica}.log", MAX_LOG_BYTES
+                        s3, storage, replica_log_path(replica), MAX_LOG_BYTES
                     )
                 except RunFileNotFoundError:
                     continue

@@ -22,6 +22,7 @@ from operators.settings import LOG_LINE_MAX_BYTES
 from runtime.metric_lines import MetricPoint, collect_metric_points
 from runview.errors import RunViewError
 from tfjob.pipeline_ids import ARCHIVE_TASK
+from tfjob.runlayout import REPLICA_LOG_SUFFIX
 
 MAX_FILTER_CHARS = 200
 MAX_TAIL_LINES = 2000
@@ -81,8 +82,8 @@ def describe_archive_version(summary: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def replica_of_log_name(name: str) -> str | None:
     """`worker-0` for an archived `.../logs/worker-0.log`; None for anything else."""
-    stem = name.rsplit("/", 1)[-1].removesuffix(".log")
-    return stem if name.endswith(".log") and _REPLICA.match(stem) else None
+    stem = name.rsplit("/", 1)[-1].removesuffix(REPLICA_LOG_SUFFIX)
+    return stem if name.endswith(REPLICA_LOG_SUFFIX) and _REPLICA.match(stem) else None
 
 
 def collect_curves(logs: Mapping[str, str]) -> dict[str, list[MetricPoint]]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from tfjob.runlayout import LOGS_DIR, replica_log_path
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
 from tshell.exitcodes import CommandError, ExitCode
 from tshell.progress import ProgressBar, format_bytes
@@ -202,13 +203,13 @@ def write_archived_logs(
     `where` names what was looked for, for the note that falls back to Airflow's task log.
     """
     if role is not None:
-        path = f"logs/{role}-{index}.log"
+        path = replica_log_path(f"{role}-{index}")
         return write_run_file_text(session, ref, path, out, final_newline=False), path
     try:
-        listing = list_run_files(session, ref, "logs/")
+        listing = list_run_files(session, ref, LOGS_DIR)
     except AirflowNotFoundError:
-        return False, "logs/"  # not a run whose files Airflow serves
+        return False, LOGS_DIR  # not a run whose files Airflow serves
     for item in listing.files:
         out.write(f"==> {item.path.rsplit('/', 1)[-1]} <==\n")
         write_run_file_text(session, ref, item.path, out)
-    return bool(listing.files), f"{listing.run_prefix}logs/"
+    return bool(listing.files), f"{listing.run_prefix}{LOGS_DIR}"

@@ -22,13 +22,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import NamedTuple, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from tshell.airflow_client import AirflowClientError, AirflowNotFoundError, AirflowSession
 from tshell.config import ConfigError, TshellConfig, load_config
 from tshell.exitcodes import CommandError, ExitCode
 
 Handler = Callable[[argparse.Namespace, TextIO], ExitCode]
+if TYPE_CHECKING:  # argparse names the type of add_subparsers' result privately
+    from typing import TypeAlias
+
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 RUN_ERROR_PREFIX = "error: "
 
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import argparse
 import enum
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tshell.cli import build_parser
 from tshell.command import set_command
+
+if TYPE_CHECKING:
+    from tshell.command import Subparsers
 from tshell.exitcodes import ExitCode
 
 PROG = "tshell"
@@ -157,7 +160,7 @@ def print_completion(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     completion = subparsers.add_parser(
         "completion",
         help="print a shell completion script (source <(tshell completion bash))",

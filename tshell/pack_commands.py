@@ -16,8 +16,9 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runtime.bundle import LARGE_FILE_BYTES, BundleError, BundleInfo, write_bundle
 from tshell.command import set_command
@@ -35,6 +36,9 @@ from tshell.s3_upload import (
     verify_uploaded,
 )
 
+if TYPE_CHECKING:
+    from tshell.command import Subparsers
+
 # The prefix of these commands' error messages (tshell/command.py).
 ERROR_PREFIX = "tshell: "
 
@@ -45,7 +49,7 @@ def pack_directory(
     name: str | None,
     show_progress: bool | None = None,
     bar: ProgressBar | None = None,
-    on_archive_bytes: Any = None,
+    on_archive_bytes: Callable[[bytes], None] | None = None,
 ) -> BundleInfo:
     """Pack with a progress bar; warnings about large or skipped files go to stderr."""
     src_path = Path(src)
@@ -110,7 +114,7 @@ def push_directory(
 # --------------------------------------------------------------------------- commands
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: Subparsers) -> None:
     pack = subparsers.add_parser(
         "pack", help="pack DIR into <name>.tar.gz (code/, data/, MANIFEST.json)"
     )

@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tshell.airflow_client import AirflowClientError
 from tshell.command import open_session, set_command
@@ -29,13 +31,18 @@ from tshell.runs.commands import format_table
 ERROR_PREFIX = "tshell tenants: "
 HOME_KUBECONFIG = Path("~/.kube/config")
 
+if TYPE_CHECKING:  # kubernetes and the tenants model are imported when a command runs
+    from tenancy.apply import Clients
+    from tfjob.tenants import TenantsConfig
+    from tshell.command import Subparsers
+
 
 def find_cluster_kubeconfig(given: str | None) -> Path:
     """The cluster to administer: tshell's one lookup, else kubernetes' own ~/.kube/config."""
     return Path(load_kubeconfig(given) or HOME_KUBECONFIG).expanduser()
 
 
-def make_clients(kubeconfig: Path) -> Any:
+def make_clients(kubeconfig: Path) -> Clients:
     import kubernetes
 
     from tenancy.apply import Clients
@@ -108,7 +115,7 @@ def cmd_apply(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-def _airflow_login() -> tuple[str, Any]:
+def _airflow_login() -> tuple[str, Callable[[], str]]:
     # An unusable configuration (ConfigError, a ValueError) is the pools' failure, not apply's.
     session = open_session().airflow
 
@@ -176,7 +183,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any], str]:
+def _read_usage(
+    config: TenantsConfig, kubeconfig_arg: str | None
+) -> tuple[dict[str, dict[str, Decimal] | str], str]:
     """Each tenant's used amounts, or a word saying why not ('not applied', unreachable)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -188,7 +197,7 @@ def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any]
         clients = make_clients(kubeconfig)
     except FileNotFoundError:
         return {}, f"no cluster ({kubeconfig} missing): usage unknown"
-    usage: dict[str, Any] = {}
+    usage: dict[str, dict[str, Decimal] | str] = {}
     for tenant in config.tenants:
         try:
             usage[tenant.name] = read_tenant_quota(clients.core, tenant)[1]
@@ -201,7 +210,7 @@ def _read_usage(config: Any, kubeconfig_arg: str | None) -> tuple[dict[str, Any]
     return usage, note
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add `tenants apply` and `tenants list` to tshell's subcommands."""
     tenants = subparsers.add_parser("tenants", help="apply and list tenants (deploy/tenants.yaml)")
     actions = tenants.add_subparsers(dest="tenants_command", metavar="ACTION")

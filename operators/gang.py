@@ -39,20 +39,17 @@ from operators.replicas import (
     judge_replica_start,
     read_replica_status,
 )
-from operators.settings import LEFTOVER_TIMEOUT_SECONDS, LOG_TAIL_MAX_BYTES
+from operators.runobjects import RunObjects
+from operators.settings import LOG_TAIL_MAX_BYTES
 from runtime.protocol import INIT_CONTAINER
 
 T = TypeVar("T")
 
 INIT_LOG_LINES = 20
-# Pods being stopped get their own grace period to end, and the wait allows that
-# much more than the longest grace of any of them.
-LEFTOVER_GRACE_MARGIN_SECONDS = 60
 # A refresh of the grants that met a blinking API server is tried again this soon.
 GRANT_RETRY_SECONDS = 15.0
 # Each create of a gang rides out a blinking API server this long.
 GANG_API_PATIENCE_SECONDS = 120.0
-POD_KINDS = ("Pod",)
 # A gang's pods are created this many at once: one after another, a 1,024-pod gang waited
 # 1,024 round trips before its last pod could be scheduled. 8 stays within the connection pool
 # of the kubernetes client (5 per CPU) and keeps one API server busy without queueing on it.
@@ -65,14 +62,6 @@ class GangStartError(PipelineError, AirflowException):
 
 class GangStopError(PipelineError, AirflowException):
     """A gang's pods were still there after their grace period: the next gang must not start."""
-
-
-def leftover_wait_seconds(pods: list[dict[str, Any]]) -> int:
-    """How long to wait for deleted pods (and their containers) to be gone."""
-    return max(
-        LEFTOVER_TIMEOUT_SECONDS,
-        kubeobjects.longest_grace_period(pods) + LEFTOVER_GRACE_MARGIN_SECONDS,
-    )
 
 
 def patiently(
@@ -264,37 +253,15 @@ def stop_gang(api: Any, run: Any, log: Any) -> list[str]:
     """Delete the run's pods with their own grace period and return once they are gone.
 
     Returns `Pod/name` of each pod deleted. Raises GangStopError naming the
-    pods still there after `leftover_wait_seconds`: the caller must not start
-    another gang then (see the module docstring). ConfigMaps and Secrets stay.
+    pods still there after `runobjects.leftover_wait_seconds`: the caller must not
+    start another gang then (see the module docstring). ConfigMaps and Secrets stay.
     """
-    from operators.transient import call_with_retries
-
-    pods = call_with_retries(
-        lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
-        deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
-        what=f"listing the pods of run {run.run_key}",
-        log=log,
-    )
-    timeout = leftover_wait_seconds(pods)
-    deleted = call_with_retries(
-        lambda: kubeobjects.delete_run_objects(api, run.namespace, run.selector, kinds=POD_KINDS),
-        deadline=time.monotonic() + timeout,
-        what=f"deleting the pods of run {run.run_key}",
-        log=log,
-    )
-    log.info(
-        "stopping the gang of run %s (each pod gets its grace period, up to %ds waited): %s",
-        run.run_key,
-        timeout,
-        ", ".join(deleted) or "no pod left",
-    )
-    left = kubeobjects.await_run_objects_gone(
-        api, run.namespace, run.selector, timeout, kinds=POD_KINDS
-    )
-    if left:
+    pods = RunObjects.of(api, run).pods_only()
+    removal = pods.remove(log, doing=f"stopping the gang of run {run.run_key}")
+    if removal.left:
         raise GangStopError(
-            f"the gang of run {run.run_key} was still there {timeout}s after it was deleted: "
-            + ", ".join(left)
-            + "; no new gang is started while its containers may still run"
+            f"the gang of run {run.run_key} was still there {removal.timeout}s after it was "
+            f"deleted: {', '.join(removal.left)}; no new gang is started while its containers "
+            "may still run"
         )
-    return deleted
+    return removal.deleted

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from operators.kubeobjects import RUN_KINDS, RunKind
 from tenancy.apply import Clients
 from tfjob import naming
 
@@ -81,22 +82,8 @@ def classify_dag_run_state(state: Any) -> RunState:
     return RunState.ENDED if value in ENDED_STATES else RunState.ACTIVE
 
 
-@dataclass(frozen=True)
-class _KindApi:
-    api: str
-    suffix: str  # e.g. "namespaced_pod": list_/delete_namespaced_pod
-
-    @property
-    def list_all(self) -> str:
-        return f"list_{self.suffix.removeprefix('namespaced_')}_for_all_namespaces"
-
-
-RUN_OBJECT_KINDS: dict[str, _KindApi] = {
-    "Pod": _KindApi("core", "namespaced_pod"),
-    "ConfigMap": _KindApi("core", "namespaced_config_map"),
-    "Secret": _KindApi("core", "namespaced_secret"),
-    "NetworkPolicy": _KindApi("networking", "namespaced_network_policy"),
-}
+# Every kind of object a run has, by name (the one list: operators/kubeobjects.py).
+RUN_KINDS_BY_NAME: dict[str, RunKind] = {run_kind.kind: run_kind for run_kind in RUN_KINDS}
 
 
 @dataclass(frozen=True)
@@ -149,15 +136,13 @@ class RunStateLookup(Protocol):
     def __call__(self, dag_id: str, run_id: str) -> RunState: ...
 
 
-def _list_kind(clients: Clients, kind: str, namespace: str | None) -> list[Any]:
-    info = RUN_OBJECT_KINDS[kind]
-    api = getattr(clients, info.api)
+def _list_kind(clients: Clients, run_kind: RunKind, namespace: str | None) -> list[Any]:
+    api = getattr(clients, run_kind.api)
+    kind = run_kind.kind
     try:
         if namespace is None:
-            return getattr(api, info.list_all)(label_selector=RUN_OBJECTS_SELECTOR).items
-        return getattr(api, f"list_{info.suffix}")(
-            namespace, label_selector=RUN_OBJECTS_SELECTOR
-        ).items
+            return getattr(api, run_kind.list_all)(label_selector=RUN_OBJECTS_SELECTOR).items
+        return getattr(api, run_kind.list)(namespace, label_selector=RUN_OBJECTS_SELECTOR).items
     except ApiException as exc:
         if exc.status == 404 and namespace is not None and kind != "NetworkPolicy":
             return []  # the tenant's namespace does not exist (yet)
@@ -175,8 +160,8 @@ def collect_run_groups(clients: Clients, namespaces: Iterable[str] | None = None
     """
     groups: dict[tuple[str, str, str, str], RunGroup] = {}
     places: list[str | None] = list(namespaces) if namespaces is not None else [None]
-    for kind in RUN_OBJECT_KINDS:
-        for item in (found for place in places for found in _list_kind(clients, kind, place)):
+    for run_kind in RUN_KINDS:
+        for item in (found for place in places for found in _list_kind(clients, run_kind, place)):
             meta = item.metadata
             labels = meta.labels or {}
             annotations = meta.annotations or {}
@@ -186,7 +171,7 @@ def collect_run_groups(clients: Clients, namespaces: Iterable[str] | None = None
             # groups, and the end of one never deletes the other's objects.
             key = (meta.namespace, labels.get(naming.LABEL_RUN, ""), dag_id or "", run_id or "")
             group = groups.setdefault(key, RunGroup(meta.namespace, key[1], dag_id, run_id))
-            group.objects.append(RunObject(kind, meta.namespace, meta.name, meta.uid))
+            group.objects.append(RunObject(run_kind.kind, meta.namespace, meta.name, meta.uid))
     return [groups[key] for key in sorted(groups)]
 
 
@@ -209,8 +194,8 @@ def delete_objects(
     """
     deleted = []
     for obj in objects:
-        info = RUN_OBJECT_KINDS[obj.kind]
-        delete = getattr(getattr(clients, info.api), f"delete_{info.suffix}")
+        run_kind = RUN_KINDS_BY_NAME[obj.kind]
+        delete = getattr(getattr(clients, run_kind.api), run_kind.delete)
         try:
             delete(obj.name, obj.namespace, body=build_delete_options(obj))
         except ApiException as exc:

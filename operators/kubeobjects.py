@@ -38,12 +38,58 @@ from operators.transient import (
 
 log = logging.getLogger(__name__)
 
-# (kind, list method, delete-by-selector method): the kinds a run creates.
-RUN_OBJECT_KINDS = (
-    ("Pod", "list_namespaced_pod", "delete_collection_namespaced_pod"),
-    ("ConfigMap", "list_namespaced_config_map", "delete_collection_namespaced_config_map"),
-    ("Secret", "list_namespaced_secret", "delete_collection_namespaced_secret"),
+
+@dataclass(frozen=True)
+class RunKind:
+    """A kind of object a run has, and the client methods that list and delete it."""
+
+    kind: str
+    api: str  # the client serving it, as `tenancy.apply.Clients` names it: core, networking
+    list: str
+    list_all: str
+    delete: str
+    # None: the run's selector never deletes it; the garbage collector removes it with its
+    # owner, the run's ConfigMap (tenancy.apply.create_run_network_policy).
+    delete_collection: str | None
+
+
+# Every kind of object a run has: the one list (the janitor's sweep, a run's removal).
+RUN_KINDS = (
+    RunKind(
+        "Pod",
+        "core",
+        "list_namespaced_pod",
+        "list_pod_for_all_namespaces",
+        "delete_namespaced_pod",
+        "delete_collection_namespaced_pod",
+    ),
+    RunKind(
+        "ConfigMap",
+        "core",
+        "list_namespaced_config_map",
+        "list_config_map_for_all_namespaces",
+        "delete_namespaced_config_map",
+        "delete_collection_namespaced_config_map",
+    ),
+    RunKind(
+        "Secret",
+        "core",
+        "list_namespaced_secret",
+        "list_secret_for_all_namespaces",
+        "delete_namespaced_secret",
+        "delete_collection_namespaced_secret",
+    ),
+    RunKind(
+        "NetworkPolicy",
+        "networking",
+        "list_namespaced_network_policy",
+        "list_network_policy_for_all_namespaces",
+        "delete_namespaced_network_policy",
+        None,
+    ),
 )
+# The kinds the run's selector deletes, all served by the CoreV1Api the functions below take.
+SELECTOR_KINDS = tuple(kind for kind in RUN_KINDS if kind.delete_collection is not None)
 
 WATCH_CHUNK_SECONDS = 30
 # After a wait's deadline: how long the last look at what is left may ride out a blink.
@@ -69,11 +115,11 @@ def list_run_objects(
 ) -> list[str]:
     """`Kind/name` of every object of the run that still exists (of `kinds` when given)."""
     found = []
-    for kind, list_name, _ in RUN_OBJECT_KINDS:
-        if kinds is not None and kind not in kinds:
+    for run_kind in SELECTOR_KINDS:
+        if kinds is not None and run_kind.kind not in kinds:
             continue
-        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
-            found.append(f"{kind}/{item.metadata.name}")
+        for item in getattr(api, run_kind.list)(namespace, label_selector=selector).items:
+            found.append(f"{run_kind.kind}/{item.metadata.name}")
     return sorted(found)
 
 
@@ -86,8 +132,8 @@ def list_runs_holding_objects(api: k8s.CoreV1Api, namespace: str, tenant: str) -
         f"{naming.LABEL_TENANT}={naming.label_value(tenant)},{naming.LABEL_RUN}"
     )
     holders = set()
-    for _, list_name, _ in RUN_OBJECT_KINDS:
-        for item in getattr(api, list_name)(namespace, label_selector=selector).items:
+    for run_kind in SELECTOR_KINDS:
+        for item in getattr(api, run_kind.list)(namespace, label_selector=selector).items:
             holders.add(item.metadata.labels[naming.LABEL_RUN])
     return holders
 
@@ -110,16 +156,16 @@ def delete_run_objects(
     """
     wanted = None if kinds is None else frozenset(kinds)
     deleted = []
-    for kind, _, delete_collection in RUN_OBJECT_KINDS:
-        if wanted is not None and kind not in wanted:
+    for run_kind in SELECTOR_KINDS:
+        if wanted is not None and run_kind.kind not in wanted:
             continue
         kwargs: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
-        if kind == "Pod" and grace_period_seconds is not None:
+        if run_kind.kind == "Pod" and grace_period_seconds is not None:
             kwargs["grace_period_seconds"] = grace_period_seconds
-        answer = getattr(api, delete_collection)(namespace, **kwargs)
+        answer = getattr(api, run_kind.delete_collection)(namespace, **kwargs)
         # The client would read the answer (a list) as a Status and lose the names.
         items = json.loads(answer.data or b"{}").get("items") or []
-        deleted += sorted(f"{kind}/{item['metadata']['name']}" for item in items)
+        deleted += sorted(f"{run_kind.kind}/{item['metadata']['name']}" for item in items)
     return deleted
 
 
@@ -301,13 +347,16 @@ def find_foreign_objects(
     from tfjob import naming
 
     foreign = []
-    for kind, list_name, _ in RUN_OBJECT_KINDS:
-        listing = getattr(api, list_name)(namespace, label_selector=naming.run_selector(run_key))
+    for run_kind in SELECTOR_KINDS:
+        listing = getattr(api, run_kind.list)(
+            namespace, label_selector=naming.run_selector(run_key)
+        )
         for item in listing.items:
             if not names_run(item.metadata, dag_id, run_id):
                 notes = item.metadata.annotations or {}
                 foreign.append(
-                    f"{kind}/{item.metadata.name} (dag {notes.get(naming.ANNOTATION_DAG_ID)}, "
+                    f"{run_kind.kind}/{item.metadata.name} "
+                    f"(dag {notes.get(naming.ANNOTATION_DAG_ID)}, "
                     f"run {notes.get(naming.ANNOTATION_RUN_ID)})"
                 )
     return sorted(foreign)

@@ -62,20 +62,20 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowException
 
 from operators import gang, kubeobjects
-from operators.gang import (
-    GANG_API_PATIENCE_SECONDS,
+from operators.gang import GANG_API_PATIENCE_SECONDS, GangStartError
+from operators.runinfo import RunInfo, pull_run
+from operators.runobjects import (
     LEFTOVER_GRACE_MARGIN_SECONDS,
-    GangStartError,
+    RunObjects,
+    delete_when_killed,
     leftover_wait_seconds,
 )
-from operators.runinfo import RunInfo, pull_run
 from operators.settings import (
     ADMISSION_DELAY_SECONDS,
     ADMISSION_JITTER_SECONDS,
     ADMISSION_MAX_WAIT_SECONDS,
     KUBERNETES_CONN_ID,
     LEFTOVER_TIMEOUT_SECONDS,
-    TEARDOWN_GRACE_SECONDS,
     UPLOAD_PATIENCE_SECONDS,
 )
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
@@ -84,7 +84,7 @@ from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY
 LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
 
 T = TypeVar("T")
-# Kept importable from here: tests and callers named them before operators/gang.py.
+# Kept importable from here: tests and callers named them before operators/runobjects.py.
 __all__ = [
     "GangStartError",
     "LEFTOVER_GRACE_MARGIN_SECONDS",
@@ -240,7 +240,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                 ", ".join(sorted(holders | {run.run_key})),
             )
             return
-        kubeobjects.delete_run_objects(api, run.namespace, run.selector)
+        RunObjects.of(api, run).delete()
         others = ", ".join(sorted(holders - {run.run_key}))
         now = datetime.now(UTC)
         first = context["ti"].get_first_reschedule_date(context) or now
@@ -281,14 +281,12 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         wait until they are gone: the old containers have ended, not just the objects.
 
         Objects of another run that carry this run's key (a run id chosen to collide)
-        are never deleted: the run fails, naming them (`kubeobjects.find_foreign_objects`)."""
+        are never deleted: the run fails, naming them (`RunObjects.find_foreign`)."""
         from operators.transient import call_with_retries
 
-        api = self.client
+        objects = RunObjects.of(self.client, run)
         foreign = call_with_retries(
-            lambda: kubeobjects.find_foreign_objects(
-                api, run.namespace, run.run_key, run.dag_id, run.run_id
-            ),
+            lambda: objects.find_foreign(run.dag_id, run.run_id),
             deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
             what=f"looking for other runs' objects with key {run.run_key}",
             log=self.log,
@@ -297,31 +295,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(kubeobjects.ForeignObjectError(run.run_key, foreign)))
-        pods = call_with_retries(
-            lambda: kubeobjects.list_run_pods(api, run.namespace, run.selector),
-            deadline=time.monotonic() + LEFTOVER_TIMEOUT_SECONDS,
-            what=f"listing leftovers of run {run.run_key}",
-            log=self.log,
-        )
-        timeout = leftover_wait_seconds(pods)
-        deleted = call_with_retries(
-            lambda: kubeobjects.delete_run_objects(api, run.namespace, run.selector),
-            deadline=time.monotonic() + timeout,
-            what=f"deleting leftovers of run {run.run_key}",
-            log=self.log,
-        )
-        if not deleted:
-            return
-        self.log.info(
-            "removing leftovers of an earlier try (pods get their grace period, up to %ds "
-            "waited): %s",
-            timeout,
-            ", ".join(deleted),
-        )
-        left = kubeobjects.await_run_objects_gone(api, run.namespace, run.selector, timeout)
-        if left:
+        removal = objects.remove(self.log, doing="removing leftovers of an earlier try")
+        if removal.left:
             raise AirflowException(
-                f"leftovers of an earlier try still exist after {timeout}s: " + ", ".join(left)
+                f"leftovers of an earlier try still exist after {removal.timeout}s: "
+                + ", ".join(removal.left)
             )
 
     def clear_outputs(self, run: RunInfo) -> None:
@@ -376,18 +354,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         """Watch until every pod runs with an IP; fail with the reasons when not in time."""
         return gang.await_gang_start(self.client, run, plan, self.log)
 
-    def delete_run(self, run: RunInfo, reason: str) -> None:
-        try:
-            deleted = kubeobjects.delete_run_objects(
-                self.client,
-                run.namespace,
-                run.selector,
-                grace_period_seconds=TEARDOWN_GRACE_SECONDS,
-            )
-            self.log.info("%s: deleted %s", reason, ", ".join(deleted) or "nothing")
-        except Exception:
-            self.log.exception("%s: could not delete the objects of run %s", reason, run.run_key)
-
     def on_kill(self) -> None:
         if self._run is not None:
-            self.delete_run(self._run, reason="launch killed")
+            delete_when_killed(lambda: self.client, self._run, self.log, "launch killed")

@@ -21,6 +21,7 @@ from airflow.sdk import get_current_context
 
 from operators.grants import require_presign_connection
 from operators.runinfo import RunInfo, describe_run, pull_run
+from operators.runobjects import RunObjects
 from operators.settings import (
     KUBERNETES_CONN_ID,
     MAX_BUNDLE_TOTAL_SIZE,
@@ -308,35 +309,28 @@ def teardown() -> list[str]:
     """Delete every object of the run by label, wait until none is left, say what went."""
     from airflow.sdk.exceptions import AirflowException
 
-    from operators import kubeobjects
-
     context = get_current_context()
     described = context["ti"].xcom_pull(task_ids=VALIDATE_TASK)
     if not described:
         _log().info("validate did not succeed: no run objects can exist")
         return []
     run: RunInfo = pull_run(context)
-    api = _kube()
-    deleted = kubeobjects.delete_run_objects(
-        api, run.namespace, run.selector, grace_period_seconds=TEARDOWN_GRACE_SECONDS
-    )
-    started = time.monotonic()
-    left = kubeobjects.await_run_objects_gone(
-        api, run.namespace, run.selector, TEARDOWN_TIMEOUT_SECONDS
+    removal = RunObjects.of(_kube(), run).remove(
+        _log(), grace_seconds=TEARDOWN_GRACE_SECONDS, timeout=TEARDOWN_TIMEOUT_SECONDS
     )
     _log().info(
         "teardown of run %s in %s: deleted %s; all gone after %.1fs",
         run.run_key,
         run.namespace,
-        ", ".join(deleted) or "nothing",
-        time.monotonic() - started,
+        ", ".join(removal.deleted) or "nothing",
+        removal.waited_seconds,
     )
-    if left:
+    if removal.left:
         raise AirflowException(
             f"teardown of run {run.run_key}: still present after "
-            f"{TEARDOWN_TIMEOUT_SECONDS}s: {', '.join(left)}"
+            f"{TEARDOWN_TIMEOUT_SECONDS}s: {', '.join(removal.left)}"
         )
-    return deleted
+    return removal.deleted
 
 
 def publish() -> dict[str, Any]:

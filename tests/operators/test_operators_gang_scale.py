@@ -20,7 +20,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from harness.localkube_fixtures import start_localkube, stop_localkube
-from operators import gang, kubeobjects
+from operators import gang, kubeobjects, runobjects
 from operators.gang import GangStartTracker, create_replica_pods
 from operators.replicas import GangState, judge_gang_start
 
@@ -208,7 +208,7 @@ def test_a_gang_on_simulated_nodes_starts_gets_its_clusterspec_and_stops_with_gr
 
         requests_before = handle.request("GET", "/localkube/v1/requests")["counts"]
         deleted = kubeobjects.delete_run_objects(
-            core, run.namespace, run.selector, kinds=gang.POD_KINDS
+            core, run.namespace, run.selector, kinds=runobjects.POD_KINDS
         )
         counts = handle.request("GET", "/localkube/v1/requests")["counts"]
         assert sorted(deleted) == sorted(f"Pod/{n}" for n in names)

@@ -144,11 +144,11 @@ def test_an_earlier_try_is_deleted_with_its_grace_period_and_awaited(monkeypatch
             raise answer
         return answer
 
-    def delete_run_objects(api, namespace, selector, **kwargs):
-        calls["delete"] = kwargs
+    def delete_run_objects(api, namespace, selector, grace_period_seconds=None, kinds=None):
+        calls["delete"] = (grace_period_seconds, kinds)
         return ["Pod/job-1-worker-0", "Pod/job-1-ps-0", "ConfigMap/job-1-runtime"]
 
-    def await_gone(api, namespace, selector, timeout):
+    def await_gone(api, namespace, selector, timeout, *, kinds=None):
         calls["timeout"] = timeout
         return []
 
@@ -166,8 +166,9 @@ def test_an_earlier_try_is_deleted_with_its_grace_period_and_awaited(monkeypatch
         run_id="r1",
     )
     operator.remove_leftovers(run)
-    # no grace_period_seconds=0: each pod's own grace, so "gone" means its containers ended
-    assert calls["delete"] == {}
+    # no grace_period_seconds=0: each pod's own grace, so "gone" means its containers ended;
+    # every kind of the run goes
+    assert calls["delete"] == (None, None)
     assert calls["timeout"] == max(LEFTOVER_TIMEOUT_SECONDS, 45 + LEFTOVER_GRACE_MARGIN_SECONDS)
 
 

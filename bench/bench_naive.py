@@ -68,7 +68,7 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     from bench_startup import build_request
 
     from operators import kubeobjects
-    from operators.grants import GrantPlan, sign_grants
+    from operators.grants import plan_grants, sign_grants
     from operators.launch import read_runtime_files
     from operators.runinfo import read_run
     from tfjob.manifests import build_access_secret, build_runtime_configmap, build_upload_secret
@@ -82,7 +82,7 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     run = driver.DrivenRun(str(path), f"naive__{uuid.uuid4().hex[:12]}", request_dag_id(name))
     driver.validate_and_fetch(run)
     info = read_run(run.store[(VALIDATE_TASK, "return_value")])
-    plan = GrantPlan.for_run(info, run.store[(FETCH_BUNDLE_TASK, "return_value")]["snapshot"])
+    plan = plan_grants(info, run.store[(FETCH_BUNDLE_TASK, "return_value")]["snapshot"])
     grants = sign_grants(plan)
     api = world.kube.core_v1()
     kubeobjects.create_objects(

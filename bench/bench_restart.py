@@ -206,9 +206,9 @@ def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dic
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     from operators import restart
-    from operators.grants import GrantPlan
     from operators.runinfo import read_run
     from operators.settings import KUBERNETES_CONN_ID
+    from tfjob.records.run import GrantPlan
     from tfjob.restart_policy import Decision, RestartPolicy
 
     name = f"restart-{case.how}-n{case.replicas}-i{case.interval}-r{attempt}"

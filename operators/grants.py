@@ -30,9 +30,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
+
+if TYPE_CHECKING:
+    from operators.runinfo import RunInfo
 
 from operators.errors import PipelineError
 from operators.s3access import presign_bundle_url, presign_upload
@@ -40,53 +43,27 @@ from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
 from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
-from tfjob.tenants.model import default_presign_conn_id
+from tfjob.records.run import GrantPlan
 
 
-@dataclass(frozen=True)
-class GrantPlan:
-    """What to sign for a run, and how often: XCom- and trigger-serialisable."""
-
-    aws_conn_id: str  # the run's tenant's connection (operators.runinfo.RunInfo.aws_conn_id)
-    presign_conn_id: str  # its tenant's pods-only presigning identity (Tenant.pods_conn_id)
-    namespace: str
-    run_key: str
-    dag_id: str
-    run_id: str
-    snapshot_uri: str
-    output_uri: str
-    lifetime: int
-    refresh_every: float
-
-    @classmethod
-    def for_run(cls, run: Any, snapshot_uri: str) -> GrantPlan:
-        """The plan of a run (`RunInfo`): signed with its tenant's AWS connection."""
-        request = run.request
-        lifetime = grant_lifetime(
-            request.startup_timeout, request.active_deadline, GRANT_LIFETIME_SECONDS
-        )
-        return cls(
-            aws_conn_id=run.aws_conn_id,
-            presign_conn_id=find_presign_conn_id(run),
-            namespace=run.namespace,
-            run_key=run.run_key,
-            dag_id=run.dag_id,
-            run_id=run.run_id,
-            snapshot_uri=snapshot_uri,
-            output_uri=request.output,
-            lifetime=lifetime,
-            refresh_every=refresh_interval(lifetime, GRANT_REFRESH_SECONDS),
-        )
-
-    def to_payload(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> GrantPlan:
-        if "presign_conn_id" not in payload:  # a plan serialised before pods identities
-            tenant = str(payload["namespace"]).removeprefix("tfjob-")
-            payload = {**payload, "presign_conn_id": default_presign_conn_id(tenant)}
-        return cls(**payload)
+def plan_grants(run: RunInfo, snapshot_uri: str) -> GrantPlan:
+    """The grants plan of a run: signed with its tenant's pods-only presigning identity."""
+    request = run.request
+    lifetime = grant_lifetime(
+        request.startup_timeout, request.active_deadline, GRANT_LIFETIME_SECONDS
+    )
+    return GrantPlan(
+        aws_conn_id=run.aws_conn_id,
+        presign_conn_id=find_presign_conn_id(run),
+        namespace=run.namespace,
+        run_key=run.run_key,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        snapshot_uri=snapshot_uri,
+        output_uri=request.output,
+        lifetime=lifetime,
+        refresh_every=refresh_interval(lifetime, GRANT_REFRESH_SECONDS),
+    )
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
-        from operators.grants import GrantPlan, sign_grants
+        from operators.grants import plan_grants, sign_grants
         from tfjob.manifests import (
             build_access_secret,
             build_pod_manifests,
@@ -159,7 +159,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
         if not bundle.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        plan = GrantPlan.for_run(run, bundle["snapshot"])  # signed as the tenant's connection
+        plan = plan_grants(run, bundle["snapshot"])  # signed as the tenant's pods identity
         warm = self.stage_warm_start(run, plan.lifetime, context)
 
         identity = run.identity()

@@ -247,14 +247,14 @@ def start_new_gang(api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, l
     or an API error.
     """
     from operators.delivery import deliver_run_cluster_spec
-    from operators.grants import GrantPlan
+    from operators.grants import plan_grants
 
     number = attempts[-1].number
     gang.stop_gang(api, run, log)  # the owner's last checkpoint sync runs in its grace period
     cleared = clear_attempt_outputs(run)
     if cleared:
         log.info("cleared the failed attempt's outputs: %s", ", ".join(cleared))
-    expires = plan.lifetime if plan is not None else GrantPlan.for_run(run, "").lifetime
+    expires = plan.lifetime if plan is not None else plan_grants(run, "").lifetime
     attempts = stage_restore(api, run, attempts, expires, log)
     made = create_gang(api, run, attempts, log)
     log.info("attempt %d: created %s", number, ", ".join(made))

@@ -14,12 +14,14 @@ S3 prefix both include the DAG and never collide.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tfjob import naming
 from tfjob.pipeline_ids import VALIDATE_TASK
-from tfjob.request.model import TrainingRequest, load_request
+from tfjob.records.run import RunDescription
+from tfjob.request.model import TrainingRequest
 from tfjob.runlayout import RunLayout
 from tfjob.tenants.model import PodUser
 
@@ -98,33 +100,36 @@ def describe_run(
     aws_conn_id: str,
     run_as: PodUser | None = None,
 ) -> dict[str, Any]:
-    """The XCom `validate` pushes. `run_prefix` is there for readers outside the pipeline
-    (tshell, the run view); the tasks derive it from the same fields (`RunInfo.layout`).
-    `run_as` (None: read from the tenants file) is fixed here for the whole run: every gang
-    of the run, restarts included, runs as the uid/gid its tenant had at `validate`."""
-    user = run_as or read_tenant_pod_user(request.tenant)
-    return {
-        "request": request_as_dict(request),
-        "run_id": run_id,
-        "dag_id": dag_id,
-        "namespace": naming.tenant_namespace(request.tenant),
-        "run_key": naming.run_key(request.name, dag_id, run_id),
-        "run_prefix": RunLayout.for_run(request.output, dag_id, run_id).uri,
-        "aws_conn_id": aws_conn_id,
-        "run_as": {"uid": user.uid, "gid": user.gid},
-    }
+    """The XCom `validate` pushes: a `RunDescription`'s payload. `run_prefix` is there for
+    readers outside the pipeline (tshell, the run view); the tasks derive it from the same
+    fields (`RunInfo.layout`). `run_as` (None: read from the tenants file) is fixed here for
+    the whole run: every gang of the run, restarts included, runs as the uid/gid its tenant
+    had at `validate`."""
+    described = RunDescription(
+        request=request,
+        run_id=run_id,
+        dag_id=dag_id,
+        namespace=naming.tenant_namespace(request.tenant),
+        run_key=naming.run_key(request.name, dag_id, run_id),
+        run_prefix=RunLayout.for_run(request.output, dag_id, run_id).uri,
+        aws_conn_id=aws_conn_id,
+        run_as=run_as or read_tenant_pod_user(request.tenant),
+    )
+    return described.to_payload()
 
 
-def read_run(described: dict[str, Any]) -> RunInfo:
+def read_run(described: Mapping[str, Any]) -> RunInfo:
+    """The run of a description's payload; a run described before pods had their tenant's
+    uid has `run_as` None, read from the tenants file when needed."""
+    record = RunDescription.from_payload(described)
     return RunInfo(
-        request=load_request(described["request"]),
-        run_id=described["run_id"],
-        dag_id=described["dag_id"],
-        namespace=described["namespace"],
-        run_key=described["run_key"],
-        aws_conn_id=described["aws_conn_id"],
-        # a run described before pods had their tenant's uid: None, read when needed
-        run_as=PodUser(**described["run_as"]) if described.get("run_as") else None,
+        request=record.request,
+        run_id=record.run_id,
+        dag_id=record.dag_id,
+        namespace=record.namespace,
+        run_key=record.run_key,
+        aws_conn_id=record.aws_conn_id,
+        run_as=record.run_as,
     )
 
 

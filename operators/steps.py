@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import get_current_context
 
 from operators.grants import require_presign_connection
-from operators.runinfo import RunInfo, describe_run, pull_run
+from operators.runinfo import RunInfo, describe_run, pull_run, read_run
 from operators.runobjects import RunObjects
 from operators.settings import (
     KUBERNETES_CONN_ID,
@@ -95,14 +95,15 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     admit_tenant(request, config)
     require_presign_connection(owner.pods_conn_id, f"tenant {owner.name!r}")
     described = describe_run(request, context["run_id"], dag_id, owner.s3_conn_id)
+    run = read_run(described)  # what every later task reads back
     _log().info(
         "request %s of tenant %s: %s, namespace %s, run key %s, S3 as connection %s",
         request.name,
         request.tenant,
         request.mode.value,
-        described["namespace"],
-        described["run_key"],
-        described["aws_conn_id"],
+        run.namespace,
+        run.run_key,
+        run.aws_conn_id,
     )
     return described
 

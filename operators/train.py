@@ -81,6 +81,7 @@ from tfjob.pipeline_ids import (
     WARM_START_KEY,
 )
 from tfjob.records.replicas import TrainingEvent, TrainingState, replicas_to_payload
+from tfjob.records.run import GrantPlan
 from tfjob.restart_policy import Decision, RestartPolicy
 
 # Reading the replicas' logs after the training is decided rides out an API blink this long.
@@ -328,8 +329,6 @@ class TrainingWaitOperator(BaseOperator):
         (operators/restart.py). When it cannot start, the run fails naming
         every attempt: a gang that did not start is not restarted again.
         """
-        from operators.grants import GrantPlan
-
         ti = context["ti"]
         self._decided = False  # a new gang is coming: killed now, on_kill deletes the run
         self.log.warning("%s", verdict.reason)

@@ -55,6 +55,7 @@ from operators.replicas import judge_training, read_replica_status
 from operators.settings import LIVE_LOG_MAX_BYTES
 from runtime.protocol import MAIN_CONTAINER
 from tfjob.records.replicas import TrainingEvent, TrainingState
+from tfjob.records.run import GrantPlan
 
 WATCH_CHUNK_SECONDS = 60
 # Replicas whose log the trigger follows live: the first of `deciding` (see the docstring).
@@ -168,7 +169,7 @@ class TrainingTrigger(BaseTrigger):
         """Sign the run's S3 grants now and every `refresh_every` seconds; rewrite the Secrets."""
         from asgiref.sync import sync_to_async
 
-        from operators.grants import GrantPlan, grant_patches, sign_grants
+        from operators.grants import grant_patches, sign_grants
 
         plan = GrantPlan.from_payload(self.grants or {})
         while True:

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from harness.s3_fixtures import S3Server
-from operators.grants import GrantPlan, grant_patches, sign_grants
+from operators.grants import grant_patches, plan_grants, sign_grants
 from operators.s3access import presign_bundle_url, presign_upload
 from runtime import transfer
 from tfjob.grants import MAX_GRANT_SECONDS, grant_lifetime, max_active_deadline, refresh_interval
+from tfjob.records.run import GrantPlan
 
 # The DAG of the runs these tests grant for: part of every run's S3 prefix.
 DAG = "tfjob__job"
@@ -107,9 +108,7 @@ class FakeRun:
 
 
 def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> None:
-    plan = GrantPlan.for_run(
-        FakeRun, "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz"
-    )
+    plan = plan_grants(FakeRun, "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz")
     assert plan.lifetime == 120 + 1200 + 600
     assert (plan.aws_conn_id, plan.presign_conn_id) == ("aws_default", "tfjob_pods_test")
     assert GrantPlan.from_payload(plan.to_payload()) == plan

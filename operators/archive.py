@@ -189,12 +189,12 @@ def recover_model(
             "recovery": {"pod": owner, "reason": decision.reason, "error": problem},
         }
     log.info(
-        "recovered %d file(s), %d bytes, of run %s from pod %s into %s/",
+        "recovered %d file(s), %d bytes, of run %s from pod %s into %s",
         copied["files"],
         copied["bytes"],
         run.run_key,
         owner,
-        run.run_prefix,
+        run.layout.root,
     )
     return {
         "recovered_from_pod": copied["files"] > 0,

@@ -55,11 +55,6 @@ class RunInfo:
         """`<output>/runs/<dag_id>/<run_id>/`: this run's bundle snapshot, model, logs, manifest."""
         return RunLayout.for_run(self.request.output, self.dag_id, self.run_id)
 
-    @property
-    def run_prefix(self) -> str:
-        """The run prefix as a URI without a final '/' (messages, the run description)."""
-        return self.layout.uri
-
     def pod_names(self) -> list[str]:
         return [naming.pod_name(self.run_key, r, i) for r, i in self.request.replicas_in_order()]
 

@@ -275,7 +275,7 @@ def make_run(bucket: str, job: str) -> Any:
 
 def run_keys(run: Any) -> str:
     """The key prefix (ending in '/') of the run's objects in its bucket."""
-    return run.run_prefix.split("/", 3)[3] + "/"
+    return run.layout.root.key
 
 
 def archive(run: Any, pods: list[dict[str, Any]], s3: Any) -> dict[str, Any]:

@@ -288,14 +288,14 @@ def test_a_runs_grants_and_clearing_never_reach_another_dags_run_with_the_same_i
     s3 = s3_server.client()
     mine = read_run(describe("tfjob__job"))
     theirs = read_run(describe("tfjob_submit__team-a"))
-    their_keys = theirs.run_prefix.split("/", 3)[3] + "/"
+    their_keys = theirs.layout.root.key
     s3.put_object(Bucket=BUCKET, Key=their_keys + "model/m.bin", Body=b"theirs")
     s3.put_object(Bucket=BUCKET, Key=their_keys + "metrics.json", Body=b"{}")
 
     assert clear_run_outputs(s3, mine.layout) == []
     raw = presign_upload(s3_server.presigner(), mine.request.output, mine.dag_id, mine.run_id, 60)
     policy = transfer.UploadPolicy.from_json(raw)
-    assert policy.prefix == mine.run_prefix.split("/", 3)[3] + "/"
+    assert policy.prefix == mine.layout.root.key
     path = tmp_path / "m.bin"
     path.write_bytes(b"mine")
     with pytest.raises(transfer.TransferError, match="no grant covers this key"):

@@ -179,7 +179,7 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         assert states[KEEPER_CONTAINER].running is not None
         assert live.status.phase == "Running"  # the keeper holds the pod
         prefix = f"outputs/keeper/runs/tfjob__keeper/{RUN_ID}/"
-        assert run.run_prefix == f"s3://{bucket}/{prefix.rstrip('/')}"
+        assert run.layout.uri == f"s3://{bucket}/{prefix.rstrip('/')}"
         assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}model/").get("KeyCount") == 0
 
         manifest = archive_run(

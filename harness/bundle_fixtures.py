@@ -422,13 +422,12 @@ BAD_BUNDLES: dict[str, tuple[Callable[[Path], Path], Refusal, str]] = {
 
 
 def pod_runtime_copy(tmp_path: Path) -> Path:
-    """The runtime files flat in one directory, as the ConfigMap mounts them (no repo)."""
-    target = tmp_path / "tfjob-runtime"
-    target.mkdir()
+    """A package root holding the runtime package, as the ConfigMap mounts it (no repo)."""
+    root = tmp_path / "tfjob-python"
+    (root / "runtime").mkdir(parents=True)
     for source in sorted((REPO / "runtime").glob("*.py")):  # as operators/launch.py ships them
-        if source.name != "__init__.py":
-            shutil.copy(source, target / source.name)
-    return target
+        shutil.copy(source, root / "runtime" / source.name)
+    return root
 
 
 def run_fetch(
@@ -444,13 +443,14 @@ def run_fetch(
         "TFJOB_WORKSPACE": str(workspace),
         **(extra_env or {}),
     }
-    runtime = pod_runtime_copy(tmp_path)
+    # The pod's command in the package root, its working directory: `-m` puts that first on
+    # the path, so the copy is imported; -s and -E as -I, which would leave it out.
     result = subprocess.run(
-        [sys.executable, "-I", str(runtime / "fetch.py")],
+        [sys.executable, "-s", "-E", "-m", "runtime.fetch"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=tmp_path,
+        cwd=pod_runtime_copy(tmp_path),
     )
     return result, workspace

@@ -8,7 +8,7 @@ from harness.repo_root import REPO_ROOT
 from harness.s3_fixtures import S3Server
 
 REPO = REPO_ROOT
-BOOTSTRAP = REPO / "runtime" / "bootstrap.py"
+BOOTSTRAP = ("-m", "runtime.bootstrap")  # as protocol.BOOTSTRAP_COMMAND runs it
 DAG = "tfjob__job"
 DEADLINE_S = 30.0
 POINTER_TEXT = 'model_checkpoint_path: "ckpt-{n}"\nall_model_checkpoint_paths: "ckpt-{n}"\n'

@@ -104,15 +104,12 @@ def describe_launch_failure(exc: BaseException) -> dict[str, str]:
 
 
 def read_runtime_files() -> dict[str, str]:
-    """The `runtime/*.py` files, flat, as the per-run ConfigMap carries them."""
+    """The `runtime/*.py` files (the package, `__init__.py` too), as the per-run ConfigMap
+    carries them: one key per file name, mounted as the package's folder."""
     import runtime
 
     folder = Path(runtime.__file__).parent
-    return {
-        path.name: path.read_text(encoding="utf-8")
-        for path in sorted(folder.glob("*.py"))
-        if path.name != "__init__.py"
-    }
+    return {path.name: path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py"))}
 
 
 class TrainingLaunchOperator(KubernetesPodOperator):

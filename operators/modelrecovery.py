@@ -30,7 +30,7 @@ from operators.errors import PipelineError
 from operators.replicas import container_state
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
-from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_CONTAINER, KEEPER_SCRIPT, MAIN_CONTAINER
+from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_COMMAND, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.runlayout import METRICS_FILE, MODEL_DIR, RunLayout
 
 log = logging.getLogger("airflow.task")
@@ -81,11 +81,11 @@ def exec_keeper(
     args: list[str],
     timeout: float = MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS,
 ) -> str:
-    """stdout of `python3 keeper.py <args>` in the pod's keeper container."""
+    """stdout of `python3 -m runtime.keeper <args>` in the pod's keeper container."""
     from operators.kubeobjects import exec_in_container
 
     done = exec_in_container(
-        api, namespace, pod, KEEPER_CONTAINER, ["python3", KEEPER_SCRIPT, *args], timeout
+        api, namespace, pod, KEEPER_CONTAINER, [*KEEPER_COMMAND, *args], timeout
     )
     out, err, code = done.stdout, done.stderr, done.returncode
     what = f"pod {pod}: keeper.py {args[0]}"

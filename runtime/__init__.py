@@ -1,8 +1,9 @@
 """The pod side of TF-on-K8s (standard library only).
 
-These files are shipped flat to every pod in a ConfigMap; the entry scripts
-(`fetch.py`, `bootstrap.py`, `keeper.py`) import their siblings by flat name,
-the host imports them as `runtime.<module>`.
+The package is shipped to every pod in a ConfigMap, mounted below the containers'
+working directory; the entry modules run as `python3 -m runtime.fetch` (and
+`runtime.bootstrap`, `runtime.keeper`), and every module imports its siblings as
+`runtime.<module>`, in the pod as on the host.
 
 Errors: one base (`errors.py`); the entry scripts turn each into an exit code
 of the pod protocol (`protocol.py`), and tshell and Airflow catch them when

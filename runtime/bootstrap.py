@@ -1,4 +1,4 @@
-"""Main container entry: `python3 bootstrap.py -- <entrypoint> <args...>`.
+"""Main container entry: `python3 -m runtime.bootstrap -- <entrypoint> <args...>`.
 
 Implements the pod protocol of docs/architecture.md: in distributed mode
 (TFJOB_WAIT_CLUSTERSPEC=1) it waits for `$TFJOB_CONFIG_DIR/cluster.json`
@@ -47,14 +47,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import checkpoint_sync  # noqa: E402
-import checkpoints  # noqa: E402
-import transfer  # noqa: E402
-from clusterenv import LEGACY_VARIABLES, cluster_environment  # noqa: E402
-from expansion import expand_argv, expand_with  # noqa: E402
-from protocol import (  # noqa: E402
+from runtime import checkpoint_sync, checkpoints, transfer
+from runtime.clusterenv import LEGACY_VARIABLES, cluster_environment
+from runtime.expansion import expand_argv, expand_with
+from runtime.protocol import (
     ACCESS_DIR,
     CLUSTERSPEC_FILE,
     CONFIG_DIR,

@@ -25,8 +25,8 @@ archive verified, so a refused bundle leaves nothing half-extracted.
 
 The module is split along its seams: `bundleformat.py` (manifest, path rules,
 refusals), `bundleread.py` (the streaming check, verify and extract) and this
-file (writing, and the names everyone imports). Standard library only: these
-files are shipped flat to pods, where they import each other by flat name.
+file (writing, and the names everyone imports). Standard library only: the
+runtime package is shipped to pods.
 """
 
 from __future__ import annotations
@@ -42,56 +42,30 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__:  # the host imports runtime.bundle
-    from .bundleformat import (
-        ARCHIVE_MEMBER,
-        CHUNK_BYTES,
-        DEFAULT_MAX_COMPRESSED_SIZE,
-        DEFAULT_MAX_TOTAL_SIZE,
-        FORMAT_VERSION,
-        MANIFEST_NAME,
-        MAX_MANIFEST_BYTES,
-        TOP_DIRS,
-        BundleError,
-        Manifest,
-        ManifestEntry,
-        Refusal,
-        check_file_dir_conflicts,
-        check_member_path,
-        parse_manifest,
-    )
-    from .bundleread import (
-        MAX_EXTENDED_HEADER_BYTES,
-        apply_data_filter,
-        check_member_kind,
-        extract_bundle,
-        verify_bundle,
-    )
-else:  # pods: the runtime files are flat, siblings are top-level modules
-    from bundleformat import (  # type: ignore[no-redef]
-        ARCHIVE_MEMBER,
-        CHUNK_BYTES,
-        DEFAULT_MAX_COMPRESSED_SIZE,
-        DEFAULT_MAX_TOTAL_SIZE,
-        FORMAT_VERSION,
-        MANIFEST_NAME,
-        MAX_MANIFEST_BYTES,
-        TOP_DIRS,
-        BundleError,
-        Manifest,
-        ManifestEntry,
-        Refusal,
-        check_file_dir_conflicts,
-        check_member_path,
-        parse_manifest,
-    )
-    from bundleread import (  # type: ignore[no-redef]
-        MAX_EXTENDED_HEADER_BYTES,
-        apply_data_filter,
-        check_member_kind,
-        extract_bundle,
-        verify_bundle,
-    )
+from runtime.bundleformat import (
+    ARCHIVE_MEMBER,
+    CHUNK_BYTES,
+    DEFAULT_MAX_COMPRESSED_SIZE,
+    DEFAULT_MAX_TOTAL_SIZE,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    TOP_DIRS,
+    BundleError,
+    Manifest,
+    ManifestEntry,
+    Refusal,
+    check_file_dir_conflicts,
+    check_member_path,
+    parse_manifest,
+)
+from runtime.bundleread import (
+    MAX_EXTENDED_HEADER_BYTES,
+    apply_data_filter,
+    check_member_kind,
+    extract_bundle,
+    verify_bundle,
+)
 
 __all__ = [
     "ARCHIVE_MEMBER",

@@ -7,7 +7,7 @@ can write it: no path that is both a file and a directory (`code/x` and
 `code/x/y`, or a file named `code`), no name a Linux file system refuses
 (too long, not UTF-8), no trailing `/` on a file.
 
-Standard library only: shipped flat to pods.
+Standard library only: shipped to pods.
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-if __package__:  # the host imports runtime.bundleformat
-    from .errors import PodError
-else:  # a pod: siblings by flat name
-    from errors import PodError  # type: ignore[no-redef]
+from runtime.errors import PodError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "MANIFEST.json"

@@ -18,7 +18,7 @@ Memory stays bounded whatever the input (the archive comes from a user):
 - Members are not kept: tarfile's stream mode appends every TarInfo to
   `members`, which we empty after each one.
 
-Standard library only: shipped flat to pods.
+Standard library only: shipped to pods.
 """
 
 from __future__ import annotations
@@ -34,38 +34,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-if __package__:  # the host imports runtime.bundleread
-    from .bundleformat import (
-        ARCHIVE_MEMBER,
-        CHUNK_BYTES,
-        DEFAULT_MAX_TOTAL_SIZE,
-        MANIFEST_NAME,
-        MAX_MANIFEST_BYTES,
-        TOP_DIRS,
-        BundleError,
-        Manifest,
-        ManifestEntry,
-        Refusal,
-        check_directory_member,
-        check_member_path,
-        parse_manifest,
-    )
-else:  # pods: the runtime files are flat, siblings are top-level modules
-    from bundleformat import (  # type: ignore[no-redef]
-        ARCHIVE_MEMBER,
-        CHUNK_BYTES,
-        DEFAULT_MAX_TOTAL_SIZE,
-        MANIFEST_NAME,
-        MAX_MANIFEST_BYTES,
-        TOP_DIRS,
-        BundleError,
-        Manifest,
-        ManifestEntry,
-        Refusal,
-        check_directory_member,
-        check_member_path,
-        parse_manifest,
-    )
+from runtime.bundleformat import (
+    ARCHIVE_MEMBER,
+    CHUNK_BYTES,
+    DEFAULT_MAX_TOTAL_SIZE,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    TOP_DIRS,
+    BundleError,
+    Manifest,
+    ManifestEntry,
+    Refusal,
+    check_directory_member,
+    check_member_path,
+    parse_manifest,
+)
 
 # write_bundle writes at most one pax header per member; 64 KiB is ~100 long paths.
 MAX_EXTENDED_HEADER_BYTES = 64 * 1024

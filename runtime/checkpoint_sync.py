@@ -28,12 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-if __package__:  # the host imports runtime.checkpoint_sync
-    from . import transfer
-    from .checkpoints import CHECKPOINTS_SUBDIR, POINTER_NAME
-else:  # a pod: siblings by flat name
-    import transfer  # type: ignore[no-redef]
-    from checkpoints import CHECKPOINTS_SUBDIR, POINTER_NAME  # type: ignore[no-redef]
+from runtime import transfer
+from runtime.checkpoints import CHECKPOINTS_SUBDIR, POINTER_NAME
 
 # A periodic pass gives up fast (the next one is an interval away) so that
 # stopping the thread never waits long for an unreachable S3.

@@ -25,16 +25,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-if __package__:  # the host imports runtime.checkpoints
-    from . import transfer
-    from .bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES
-    from .errors import PodError
-    from .protocol import RESTORE_FILE
-else:  # a pod: siblings by flat name
-    import transfer  # type: ignore[no-redef]
-    from bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES  # type: ignore[no-redef]
-    from errors import PodError  # type: ignore[no-redef]
-    from protocol import RESTORE_FILE  # type: ignore[no-redef]
+from runtime import transfer
+from runtime.bundleformat import MAX_NAME_COMPONENT_BYTES, MAX_PATH_BYTES
+from runtime.errors import PodError
+from runtime.protocol import RESTORE_FILE
 
 CHECKPOINTS_SUBDIR = "checkpoints"  # of the workspace, and of the run prefix in S3
 POINTER_NAME = "checkpoint"

@@ -1,8 +1,7 @@
 """The base of every error the pod side raises (the tree is drawn in runtime/__init__.py).
 
-Shipped flat to pods with the other runtime files: imported as
-`runtime.errors` on the host and by flat name in the pod. Standard library
-only, and no imports at all.
+Shipped to pods with the other runtime files, imported as `runtime.errors`
+there and on the host. Standard library only, and no imports at all.
 """
 
 

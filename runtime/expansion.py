@@ -20,7 +20,7 @@ The rules are those of k8s.io/kubernetes `third_party/forked/golang/expansion`:
 
 `escape` is the inverse for a text that must pass through Kubernetes'
 expansion unchanged (`$` doubled), so that only this one expansion applies.
-Standard library only: shipped flat to pods with the other runtime files.
+Standard library only: shipped to pods with the other runtime files.
 """
 
 from __future__ import annotations

@@ -22,12 +22,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import bundle  # noqa: E402
-import checkpoints  # noqa: E402
-import transfer  # noqa: E402
-from protocol import (  # noqa: E402
+from runtime import bundle, checkpoints, transfer
+from runtime.protocol import (
     ACCESS_DIR,
     BUNDLE_URL_FILE,
     ENV_ACCESS_DIR,

@@ -1,4 +1,4 @@
-"""Second container of the model-owning pod: `python3 keeper.py [list | read PATH OFFSET LENGTH]`.
+"""Second container of the model-owning pod: `python3 -m runtime.keeper [list | read ...]`.
 
 The model lives in the pod's emptyDir workspace, which exists only as long as
 the pod does, and a pod's containers can be exec'd into only while they run.
@@ -18,7 +18,7 @@ upload it with its own S3 client (docs/architecture.md, "The pod protocol").
   `metrics.json` (absolute paths, `..`, symbolic links that lead out) is
   refused with exit code 77.
 
-Standard library only; shipped flat to pods like every runtime/*.py.
+Standard library only; shipped to pods as the `runtime` package, like every runtime/*.py.
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ import signal
 import stat
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from errors import PodError  # noqa: E402
-from protocol import (  # noqa: E402
+from runtime.errors import PodError
+from runtime.protocol import (
     ENV_WORKSPACE,
     EXIT_KEEPER_NOT_FOUND,
     EXIT_KEEPER_REFUSED,

@@ -26,10 +26,7 @@ import math
 import re
 from collections.abc import Iterable
 
-if __package__:  # the host imports runtime.metric_lines
-    from .protocol import METRIC_MARKER
-else:  # a pod: siblings by flat name
-    from protocol import METRIC_MARKER  # type: ignore[no-redef]
+from runtime.protocol import METRIC_MARKER
 
 MAX_LINE_CHARS = 4096
 MAX_NAMES = 32

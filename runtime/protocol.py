@@ -3,9 +3,9 @@
 A replica pod is built by `tfjob/manifests.py`, judged, exec'd into and read
 by `operators/` and `tshell/`, and run by the scripts of this package; all of
 them meet on the names below (docs/architecture.md, "The pod protocol"). A
-name defined twice drifts, so each is defined here once and imported: by the
-host as `runtime.protocol`, in the pod by flat name (the runtime files are
-shipped flat). Standard library only, and no imports at all.
+name defined twice drifts, so each is defined here once and imported as
+`runtime.protocol`, on the host and in the pod (the runtime is shipped as a
+package). Standard library only, and no imports at all.
 """
 
 # --- containers ---------------------------------------------------------------------------
@@ -14,17 +14,23 @@ INIT_CONTAINER = "fetch-bundle"  # runs fetch.py
 KEEPER_CONTAINER = "tfjob-keeper"  # runs keeper.py, in the model owner's pod only
 
 # --- mount paths and the files in them ----------------------------------------------------
-RUNTIME_DIR = "/tfjob/runtime"  # the runtime/*.py files (ConfigMap `<runkey>-runtime`)
+# The runtime package's import root: every container's working directory, so that
+# `python3 -m runtime.<entry>` (and exec's `python3 -m runtime.keeper`) finds the package
+# below it, and nothing else is added to the path of the program bootstrap runs.
+PACKAGE_ROOT = "/tfjob/python"
+RUNTIME_DIR = f"{PACKAGE_ROOT}/runtime"  # the runtime/*.py files (ConfigMap `<runkey>-runtime`)
 ACCESS_DIR = "/tfjob/access"  # the grants (Secrets `<runkey>-access`, `<runkey>-upload`)
 WORKSPACE_DIR = "/tfjob/workspace"  # emptyDir: code/, data/, model/, logs/, checkpoints/
 CONFIG_DIR = "/tfjob/config"  # emptyDir: cluster.json, written by Airflow
-FETCH_SCRIPT = f"{RUNTIME_DIR}/fetch.py"
-BOOTSTRAP_SCRIPT = f"{RUNTIME_DIR}/bootstrap.py"
-KEEPER_SCRIPT = f"{RUNTIME_DIR}/keeper.py"
 BUNDLE_URL_FILE = "bundle_url"  # in ACCESS_DIR: presigned GET of the bundle snapshot
 RESTORE_FILE = "restore.json"  # in ACCESS_DIR: presigned GETs of the checkpoints to restore
 UPLOAD_FILE = "upload.json"  # in ACCESS_DIR of the model owner: presigned POST policies
 CLUSTERSPEC_FILE = "cluster.json"  # in CONFIG_DIR
+
+# --- commands of the containers (run in PACKAGE_ROOT) --------------------------------------
+FETCH_COMMAND = ("python3", "-m", "runtime.fetch")
+BOOTSTRAP_COMMAND = ("python3", "-m", "runtime.bootstrap")  # then `--`, the entrypoint, args
+KEEPER_COMMAND = ("python3", "-m", "runtime.keeper")  # then nothing, `list` or `read ...`
 
 # --- environment of the containers --------------------------------------------------------
 ENV_ROLE = "TFJOB_ROLE"

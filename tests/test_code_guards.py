@@ -12,6 +12,7 @@ still a circle in the design.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +36,6 @@ FIRST_PARTY = set(ALLOWED_IMPORTS)
 ALLOWED_MODULES: dict[str, set[str]] = {}
 # Sized like the product: the embedded services and the benchmarks are code people carry on.
 SIZED_FOLDERS = (*ALLOWED_IMPORTS, "scripts", "bench")
-# runtime's modules import their siblings by flat name in the pod (docs/architecture.md).
-RUNTIME_FLAT = {path.stem for path in (REPO / "runtime").glob("*.py")}
 
 
 def iter_modules(folders: tuple[str, ...]) -> Iterator[Path]:
@@ -69,13 +68,9 @@ def imported_modules(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{base}.{alias.name}"
 
 
-def first_party_target(name: str, importer: str) -> str | None:
+def first_party_target(name: str) -> str | None:
     top = name.split(".")[0]
-    if top in FIRST_PARTY:
-        return top
-    if importer == "runtime" and top in RUNTIME_FLAT:  # a flat sibling import in the pod
-        return "runtime"
-    return None
+    return top if top in FIRST_PARTY else None
 
 
 def test_no_module_is_over_500_lines():
@@ -92,7 +87,7 @@ def test_imports_go_only_the_way_docs_architecture_draws_them():
     for path in iter_modules(tuple(ALLOWED_IMPORTS)):
         importer = path.relative_to(REPO).parts[0]
         for line, name in imported_modules(path):
-            target = first_party_target(name, importer)
+            target = first_party_target(name)
             allowed = ALLOWED_MODULES.get(importer, set())
             if any(name == module or name.startswith(f"{module}.") for module in allowed):
                 continue
@@ -101,13 +96,22 @@ def test_imports_go_only_the_way_docs_architecture_draws_them():
     assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(sorted(set(wrong)))
 
 
+def test_the_runtime_imports_only_the_standard_library_and_itself_as_a_package():
+    # Pods run `python3 -m runtime.<entry>` with the package alone on their path.
+    wrong = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in iter_modules(("runtime",))
+        for line, name in imported_modules(path)
+        if name.split(".")[0] not in {"runtime", *sys.stdlib_module_names}
+    ]
+    assert not wrong, "the pod has no such module:\n" + "\n".join(sorted(set(wrong)))
+
+
 def build_import_graph() -> dict[str, set[str]]:
     modules = {module_name(path): path for path in iter_modules(tuple(ALLOWED_IMPORTS))}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         for _, imported in imported_modules(path):
-            if name.startswith("runtime.") and imported.split(".")[0] in RUNTIME_FLAT:
-                imported = f"runtime.{imported}"
             if imported in modules and imported != name:
                 graph[name].add(imported)
     return graph

@@ -7,7 +7,6 @@ exception class that skips the base, or is missing from the drawing, fails here.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 from pathlib import Path
@@ -25,19 +24,6 @@ BASES = {
 }
 # Documented in the package docstrings as outside the tree, with the reason there.
 OUTSIDE = {"runtime.checkpoint_sync.PassStopped"}
-# runtime's entry scripts import their siblings by flat name: read, not imported.
-FLAT_SCRIPTS = {"bootstrap", "fetch", "keeper"}
-
-
-def runtime_exception_classes() -> dict[str, list[str]]:
-    """runtime's classes by `module.Class`, with their base names (read with ast)."""
-    found = {}
-    for path in sorted((REPO / "runtime").glob("*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.ClassDef):
-                bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
-                found[f"runtime.{path.stem}.{node.name}"] = bases
-    return found
 
 
 def imported_exception_classes(package: str) -> list[type[BaseException]]:
@@ -55,7 +41,9 @@ def imported_exception_classes(package: str) -> list[type[BaseException]]:
     return classes
 
 
-@pytest.mark.parametrize("package", ["tfjob", "operators", "tshell", "tenancy", "runview"])
+@pytest.mark.parametrize(
+    "package", ["tfjob", "runtime", "operators", "tshell", "tenancy", "runview"]
+)
 def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
     base = getattr(importlib.import_module(f"{package}.errors"), BASES[package])
     drawing = importlib.import_module(package).__doc__ or ""
@@ -69,22 +57,6 @@ def test_every_error_of_the_package_has_its_base_and_is_drawn(package):
     assert not outside, f"re-base these on {base.__name__}: {outside}"
     undrawn = [c.__name__ for c in classes if c.__name__ not in drawing]
     assert not undrawn, f"draw these in {package}/__init__.py's tree: {undrawn}"
-
-
-def test_every_error_of_the_pod_side_has_its_base_and_is_drawn():
-    classes = runtime_exception_classes()
-    errors = {
-        name
-        for name, bases in classes.items()
-        if name not in OUTSIDE
-        and name != "runtime.errors.PodError"
-        and any(b in {"Exception", "PodError"} or b.endswith("Error") for b in bases)
-    }
-    assert "runtime.keeper.PathRefused" in errors and "runtime.transfer.TransferError" in errors
-    drawing = (REPO / "runtime" / "__init__.py").read_text(encoding="utf-8")
-    for name in sorted(errors):
-        assert classes[name] == ["PodError"], f"{name}: re-base on PodError"
-        assert name.rsplit(".", 1)[1] in drawing, f"{name}: draw it in runtime/__init__.py"
 
 
 def test_errors_keep_the_python_and_airflow_bases_their_callers_catch():

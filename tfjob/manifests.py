@@ -20,14 +20,15 @@ from runtime import protocol
 from runtime.expansion import escape
 from runtime.protocol import (
     ACCESS_DIR,
-    BOOTSTRAP_SCRIPT,
+    BOOTSTRAP_COMMAND,
     BUNDLE_URL_FILE,
     CONFIG_DIR,
-    FETCH_SCRIPT,
+    FETCH_COMMAND,
     INIT_CONTAINER,
+    KEEPER_COMMAND,
     KEEPER_CONTAINER,
-    KEEPER_SCRIPT,
     MAIN_CONTAINER,
+    PACKAGE_ROOT,
     RESTORE_FILE,
     RUNTIME_DIR,
     UPLOAD_FILE,
@@ -238,6 +239,8 @@ def build_volumes(run_key: str, *, owner: bool) -> list[dict[str, Any]]:
     ]
 
 
+# The ConfigMap's files make the package `runtime` below PACKAGE_ROOT, the containers'
+# working directory, from where `python3 -m runtime.<entry>` imports it.
 _RUNTIME_MOUNT = {"name": VOLUME_RUNTIME, "mountPath": RUNTIME_DIR, "readOnly": True}
 # The bundle URL for the init container; the upload grants for the owner's main
 # container, at the same path (the bootstrap reads $TFJOB_ACCESS_DIR/upload.json).
@@ -264,7 +267,8 @@ def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
     return {
         "name": KEEPER_CONTAINER,
         "image": request.image,
-        "command": ["python3", KEEPER_SCRIPT],
+        "command": list(KEEPER_COMMAND),
+        "workingDir": PACKAGE_ROOT,
         "env": [build_home_env()],
         "resources": {kind: dict(amounts) for kind, amounts in KEEPER_RESOURCES.items()},
         "volumeMounts": [_RUNTIME_MOUNT, {**_WORKSPACE_MOUNT, "readOnly": True}],
@@ -305,7 +309,8 @@ def build_pod_manifest(
             {
                 "name": INIT_CONTAINER,
                 "image": request.image,
-                "command": ["python3", FETCH_SCRIPT],
+                "command": list(FETCH_COMMAND),
+                "workingDir": PACKAGE_ROOT,
                 "env": [
                     {"name": protocol.ENV_ROLE, "value": role.value},
                     {"name": protocol.ENV_INDEX, "value": str(index)},
@@ -323,11 +328,11 @@ def build_pod_manifest(
                 # `$` doubled: Kubernetes' own $(NAME) expansion hands the argv over unchanged,
                 # and the bootstrap expands it once, with the cluster's variables (pod-protocol.md).
                 "command": [
-                    "python3",
-                    BOOTSTRAP_SCRIPT,
+                    *BOOTSTRAP_COMMAND,
                     "--",
                     *(escape(item) for item in [*request.entrypoint, *request.args]),
                 ],
+                "workingDir": PACKAGE_ROOT,
                 "env": build_replica_env(request, role, index, upload_patience),
                 "ports": [{"name": PORT_NAME, "containerPort": request.port, "protocol": "TCP"}],
                 "resources": build_resources(request, role),
@@ -381,7 +386,7 @@ def _check_object_data(kind: str, data: Mapping[str, str]) -> None:
 def build_runtime_configmap(
     run: RunIdentity, files: Mapping[str, str], tenant: str
 ) -> dict[str, Any]:
-    """The run's ConfigMap with the runtime files (one key per file, flat)."""
+    """The run's ConfigMap with the runtime package's files (one key per file name)."""
     _check_object_data("ConfigMap", files)
     run_key = run.run_key
     return {

@@ -387,9 +387,11 @@ def test_a_non_root_pod_runs_python_from_a_clone_under_tmp_with_the_state_there_
         core.create_namespaced_config_map(
             "default", {"metadata": {"name": "runtime"}, "data": files}
         )
+        # As the replica pods import it: the package below the working directory.
         code = (
-            "import os, sys; sys.path.insert(0, '/tfjob/runtime'); "
-            "import bundle, bundleread, fetch, keeper, protocol, transfer; "
+            "import os, sys; "
+            "import runtime.bundle, runtime.bundleread, runtime.fetch, runtime.keeper; "
+            "import runtime.protocol, runtime.transfer; "
             "open(os.path.expanduser('~/probe'), 'w').write('ok'); "
             "print('runtime-ok', os.getuid(), sys.prefix)"
         )
@@ -398,7 +400,8 @@ def test_a_non_root_pod_runs_python_from_a_clone_under_tmp_with_the_state_there_
             "",
             container={
                 "command": ["python3", "-c", code],
-                "volumeMounts": [{"name": "runtime", "mountPath": "/tfjob/runtime"}],
+                "workingDir": "/tfjob/python",
+                "volumeMounts": [{"name": "runtime", "mountPath": "/tfjob/python/runtime"}],
             },
             volumes=[{"name": "runtime", "configMap": {"name": "runtime"}}],
         )

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from urllib3.response import HTTPResponse
 
-from harness.repo_root import REPO_ROOT
 from harness.tfjob_fixtures import RUN, distributed_request_data, valid_request_data
 from operators import modelrecovery
 from operators.archive import archive_run
@@ -37,7 +36,7 @@ from tfjob.manifests import build_pod_manifest
 from tfjob.request.model import Role, load_request
 from tfjob.runlayout import RunLayout
 
-KEEPER = REPO_ROOT / "runtime" / "keeper.py"
+KEEPER = ("-m", "runtime.keeper")  # as protocol.KEEPER_COMMAND runs it
 RUN_ID = "manual__2026-12-03T07:00:00+00:00"
 
 
@@ -86,7 +85,7 @@ def test_only_the_model_owner_gets_the_keeper_container_without_credentials():
         assert names == ["tensorflow", KEEPER_CONTAINER]
         keeper = pod["spec"]["containers"][1]
         assert keeper["image"] == request.image
-        assert keeper["command"] == ["python3", "/tfjob/runtime/keeper.py"]
+        assert keeper["command"] == ["python3", "-m", "runtime.keeper"]
         # HOME only (a writable one for the non-root user): no credential, no grant
         assert [e["name"] for e in keeper.get("env", [])] in ([], ["HOME"]), keeper["env"]
         assert "envFrom" not in keeper and "ports" not in keeper
@@ -191,7 +190,7 @@ def local_exec(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[st
     def run_keeper(api: Any, namespace: str, pod: str, args: list[str], timeout: float = 60):
         calls.append(args)
         done = subprocess.run(
-            [sys.executable, "-I", str(KEEPER), *args],
+            [sys.executable, "-I", *KEEPER, *args],
             capture_output=True,
             text=True,
             env={"TFJOB_WORKSPACE": str(workspace)},

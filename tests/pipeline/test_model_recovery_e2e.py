@@ -25,6 +25,7 @@ from harness.repo_root import REPO_ROOT
 from harness.s3_fixtures import start_s3_server, stop_s3_server
 from harness.tfjob_fixtures import valid_request_data
 from operators.archive import archive_run
+from operators.launch import read_runtime_files
 from operators.runinfo import describe_run, read_run
 from operators.s3access import presign_bundle_url, presign_upload
 from runtime.bundle import write_bundle
@@ -84,14 +85,6 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
 
 def container_states(pod: Any) -> dict[str, Any]:
     return {s.name: s.state for s in (pod.status.container_statuses or [])}
-
-
-def runtime_files() -> dict[str, str]:
-    return {
-        p.name: p.read_text()
-        for p in sorted((REPO / "runtime").glob("*.py"))
-        if p.name != "__init__.py"
-    }
 
 
 def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) -> None:
@@ -158,7 +151,7 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
                     },
                 )
         api.create_namespaced_config_map(
-            run.namespace, build_runtime_configmap(identity, runtime_files(), request.tenant)
+            run.namespace, build_runtime_configmap(identity, read_runtime_files(), request.tenant)
         )
         api.create_namespaced_pod(run.namespace, pod)
         name = pod["metadata"]["name"]

@@ -23,7 +23,7 @@ DAG = "tfjob__job"
 
 
 REPO = REPO_ROOT
-BOOTSTRAP = REPO / "runtime" / "bootstrap.py"
+BOOTSTRAP = ("-m", "runtime.bootstrap")  # as protocol.BOOTSTRAP_COMMAND runs it
 DEADLINE_S = 30.0
 
 CLUSTER = {
@@ -73,7 +73,7 @@ def start_bootstrap(
     dirs: dict[str, Path], env: dict[str, str], *args: str
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-I", str(BOOTSTRAP), "--", sys.executable, "prog.py", *args],
+        [sys.executable, "-I", *BOOTSTRAP, "--", sys.executable, "prog.py", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -243,7 +243,7 @@ def start_bootstrap(dirs: dict[str, Path], **extra: str) -> subprocess.Popen[str
         **extra,
     }
     return subprocess.Popen(
-        [sys.executable, "-I", str(BOOTSTRAP), "--", sys.executable, "prog.py"],
+        [sys.executable, "-I", *BOOTSTRAP, "--", sys.executable, "prog.py"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

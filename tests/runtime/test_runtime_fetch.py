@@ -20,7 +20,7 @@ from harness.repo_root import REPO_ROOT
 from runtime import transfer
 
 REPO = REPO_ROOT
-FETCH = REPO / "runtime" / "fetch.py"
+FETCH = ("-m", "runtime.fetch")  # as protocol.FETCH_COMMAND runs it
 
 
 def test_fetch_extracts_a_good_bundle_and_prints_a_summary_without_the_url(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_fetch_without_bundle_url_exits_2_and_says_what_is_missing(tmp_path: Pat
         "TFJOB_WORKSPACE": str(tmp_path / "ws"),
     }
     result = subprocess.run(
-        [sys.executable, "-I", str(FETCH)], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-I", *FETCH], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert "bundle_url" in result.stderr and "access Secret" in result.stderr

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.repo_root import REPO_ROOT
-
-KEEPER = REPO_ROOT / "runtime" / "keeper.py"
+KEEPER = ("-m", "runtime.keeper")  # as protocol.KEEPER_COMMAND runs it
 DEADLINE_S = 30.0
 
 
 def keeper(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-I", str(KEEPER), *args],
+        [sys.executable, "-I", *KEEPER, *args],
         env={"PATH": os.environ["PATH"], "TFJOB_WORKSPACE": str(workspace)},
         capture_output=True,
         text=True,
@@ -114,7 +112,7 @@ def test_a_missing_file_is_66_and_bad_arguments_are_usage_errors(workspace):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_without_arguments_it_sleeps_until_sigterm_or_sigint_and_exits_0(tmp_path, signum):
     proc = subprocess.Popen(
-        [sys.executable, "-I", str(KEEPER)],
+        [sys.executable, "-I", *KEEPER],
         env={"PATH": os.environ["PATH"], "TFJOB_WORKSPACE": str(tmp_path)},
         stderr=subprocess.PIPE,
         text=True,

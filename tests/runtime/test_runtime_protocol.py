@@ -19,10 +19,11 @@ from tfjob.request.model import load_request
 
 REPO = REPO_ROOT
 PROTOCOL = REPO / "runtime" / "protocol.py"
-# String literals that are pod-protocol names: container names, mount paths, TFJOB_*
-# variables the pods read. Documentation (docstrings, comments) may name them.
+# String literals that are pod-protocol names: container names, mount paths, the entry
+# modules, TFJOB_* variables the pods read. Documentation (docstrings, comments) may name them.
 PROTOCOL_LITERAL = re.compile(
-    r"^(tensorflow|fetch-bundle|tfjob-keeper|/tfjob/(runtime|access|workspace|config)\b.*"
+    r"^(tensorflow|fetch-bundle|tfjob-keeper|/tfjob/(python|runtime|access|workspace|config)\b.*"
+    r"|runtime\.(fetch|bootstrap|keeper)"
     r"|TFJOB_(ROLE|INDEX|WAIT_CLUSTERSPEC|CLUSTERSPEC_TIMEOUT|UPLOAD_MODEL|UPLOAD_PATIENCE"
     r"|SYNC_CHECKPOINTS|CHECKPOINT_INTERVAL|WORKSPACE|CONFIG_DIR|ACCESS_DIR|MAX_BUNDLE_BYTES"
     r"|MAX_BUNDLE_COMPRESSED_BYTES|MAX_RESTORE_FILES|MAX_RESTORE_BYTES|METRICS?) ?)$"
@@ -59,25 +60,27 @@ def test_no_module_but_protocol_spells_a_pod_protocol_name():
     assert not copies, "import these from runtime/protocol.py:\n" + "\n".join(copies)
 
 
-def test_protocol_imports_nothing_so_it_ships_flat_to_pods():
+def test_protocol_imports_nothing_so_it_ships_alone_to_pods():
     tree = ast.parse(PROTOCOL.read_text(encoding="utf-8"))
     imports = [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
     assert imports == []
 
 
-def test_the_runtime_scripts_import_the_protocol_by_flat_name_as_in_a_pod(tmp_path):
-    # Only the flat runtime files on the path, as the pod's /tfjob/runtime holds them.
+def test_the_runtime_scripts_import_the_protocol_from_the_package_as_in_a_pod(tmp_path):
+    # The runtime package below the working directory, as the pod's PACKAGE_ROOT holds it.
+    (tmp_path / "runtime").mkdir()
     for path in (REPO / "runtime").glob("*.py"):
-        (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "__init__.py").unlink()
+        (tmp_path / "runtime" / path.name).write_text(path.read_text(encoding="utf-8"))
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import bootstrap, fetch, keeper, metric_lines, checkpoints, protocol; "
+        "import runtime, runtime.bootstrap as bootstrap, runtime.fetch, runtime.protocol; "
+        "import runtime.keeper as keeper, runtime.metric_lines as metric_lines; "
+        "import runtime.checkpoints as checkpoints; "
+        "assert runtime.__file__.startswith(sys.argv[1]), runtime.__file__; "
         "print(keeper.EXIT_KEEPER_REFUSED, bootstrap.EXIT_UPLOAD_FAILED, "
         "metric_lines.METRIC_MARKER.strip(), checkpoints.RESTORE_FILE)"
     )
     done = subprocess.run(
-        [sys.executable, "-I", "-c", code, str(tmp_path)],
+        [sys.executable, "-s", "-E", "-c", "import sys; " + code, str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -97,9 +100,10 @@ def test_the_manifests_build_pods_from_the_protocols_names():
     init = owner["spec"]["initContainers"][0]
     main, keeper = owner["spec"]["containers"]
     assert (init["name"], main["name"]) == (protocol.INIT_CONTAINER, protocol.MAIN_CONTAINER)
-    assert init["command"] == ["python3", protocol.FETCH_SCRIPT]
-    assert main["command"][:2] == ["python3", protocol.BOOTSTRAP_SCRIPT]
-    assert keeper["command"] == ["python3", protocol.KEEPER_SCRIPT]
+    assert init["command"] == list(protocol.FETCH_COMMAND)
+    assert main["command"][:3] == list(protocol.BOOTSTRAP_COMMAND)
+    assert keeper["command"] == list(protocol.KEEPER_COMMAND)
+    assert {c["workingDir"] for c in (init, main, keeper)} == {protocol.PACKAGE_ROOT}
     mounts = {m["mountPath"] for m in main["volumeMounts"]}
     assert {
         protocol.RUNTIME_DIR,

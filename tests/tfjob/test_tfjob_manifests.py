@@ -112,13 +112,16 @@ def test_pod_follows_the_pod_protocol():
     assert "emptyDir" in volumes["tfjob-workspace"] and "emptyDir" in volumes["tfjob-config"]
     (init,) = spec["initContainers"]
     assert init["name"] == "fetch-bundle"
-    assert init["command"] == ["python3", "/tfjob/runtime/fetch.py"]
+    assert init["command"] == ["python3", "-m", "runtime.fetch"]
+    assert init["workingDir"] == "/tfjob/python"
     assert init["image"] == GPU_REQUEST.image
     (main,) = spec["containers"]
     assert main["name"] == "tensorflow"
+    assert main["workingDir"] == "/tfjob/python"
     assert main["command"] == [
         "python3",
-        "/tfjob/runtime/bootstrap.py",
+        "-m",
+        "runtime.bootstrap",
         "--",
         "python3",
         "train.py",
@@ -129,7 +132,7 @@ def test_pod_follows_the_pod_protocol():
     mounts = {mount["name"]: mount["mountPath"] for mount in main["volumeMounts"]}
     # worker-1 does not own the model: its program gets no grant at all.
     assert mounts == {
-        "tfjob-runtime": "/tfjob/runtime",
+        "tfjob-runtime": "/tfjob/python/runtime",
         "tfjob-workspace": "/tfjob/workspace",
         "tfjob-config": "/tfjob/config",
     }
@@ -447,4 +450,5 @@ def test_argv_references_pass_kubernetes_expansion_unchanged_for_the_bootstrap()
         if c["name"] == MAIN_CONTAINER
     ]
     kubernetes_env = {"POD_NAME": "p", "TFJOB_ROLE": "worker", "JOB_NAME": "set-too-early"}
-    assert [expand(a, kubernetes_env) for a in main["command"][3:]] == [*request.entrypoint, *args]
+    argv = main["command"][main["command"].index("--") + 1 :]
+    assert [expand(a, kubernetes_env) for a in argv] == [*request.entrypoint, *args]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client as k8s
 
@@ -43,6 +43,17 @@ def leftover_wait_seconds(pods: Iterable[dict[str, Any]]) -> int:
         LEFTOVER_TIMEOUT_SECONDS,
         kubeobjects.longest_grace_period(pods) + LEFTOVER_GRACE_MARGIN_SECONDS,
     )
+
+
+class RunAddress(Protocol):
+    """Where a run's objects are: what `RunInfo` (operators/runinfo.py) says of it."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def selector(self) -> str: ...
+    @property
+    def run_key(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -67,8 +78,8 @@ class RunObjects:
     kinds: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, api: k8s.CoreV1Api, run: Any) -> RunObjects:
-        """Every object of `run` (a `RunInfo`)."""
+    def of(cls, api: k8s.CoreV1Api, run: RunAddress) -> RunObjects:
+        """Every object of `run`."""
         return cls(api, run.namespace, run.selector, run.run_key)
 
     def pods_only(self) -> RunObjects:
@@ -144,7 +155,7 @@ class RunObjects:
 
 
 def delete_when_killed(
-    connect: Callable[[], k8s.CoreV1Api], run: Any, log: Any, reason: str
+    connect: Callable[[], k8s.CoreV1Api], run: RunAddress, log: Any, reason: str
 ) -> None:
     """What a killed task does: delete the run's objects with teardown's grace, without
     waiting, say so, and never raise (the kill goes on; teardown or the janitor removes
@@ -160,6 +171,7 @@ __all__ = [
     "LEFTOVER_GRACE_MARGIN_SECONDS",
     "POD_KINDS",
     "Removal",
+    "RunAddress",
     "RunObjects",
     "delete_when_killed",
     "leftover_wait_seconds",

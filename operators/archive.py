@@ -240,17 +240,16 @@ def archive_run(
     logs_written = []
     for name in run.pod_names():
         pod = pods.get(name)
-        status = read_replica_status(pod).to_payload() if pod else None
-        if status is None and train_replicas:
-            status = next((r for r in train_replicas if r.get("pod") == name), None)
-        if pod is not None:
-            target = run.layout.replica_log(status["role"], status["index"])
-            if archive_replica_log(api, s3, run.namespace, name, target):
-                logs_written.append(target.uri)
-            elif status.get("phase") == "Pending":
-                replicas.append(status)  # never started (e.g. not scheduled): no log to keep
-                continue
-        replicas.append(status or {"pod": name, "phase": "Gone"})
+        if pod is None:  # gone: as train last saw it
+            recorded = next((r for r in train_replicas or () if r.get("pod") == name), None)
+            replicas.append(recorded or {"pod": name, "phase": "Gone"})
+            continue
+        replica = read_replica_status(pod)
+        target = run.layout.replica_log(replica.role, replica.index)
+        # A pod that never started (e.g. not scheduled) has no log to keep.
+        if archive_replica_log(api, s3, run.namespace, name, target):
+            logs_written.append(target.uri)
+        replicas.append(replica.to_payload())
 
     model = summarise_prefix(s3, run.layout.model)
     recovery = recover_model(api, s3, run, pods, model["objects"])

@@ -90,11 +90,11 @@ def first_attempt(started_at: float | None, restored_step: int | None = None) ->
 
 def attempts_to_payload(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
     """JSON-ready, for XCom, next_kwargs, the pods' annotation and run.json."""
-    return [attempt.to_dict() for attempt in attempts]
+    return [attempt.to_payload() for attempt in attempts]
 
 
 def attempts_from_payload(payload: Iterable[Mapping[str, Any]]) -> list[Attempt]:
-    return [Attempt.from_dict(item) for item in payload]
+    return [Attempt.from_payload(item) for item in payload]
 
 
 def recall_attempts(pods: Iterable[Mapping[str, Any]]) -> list[Attempt] | None:

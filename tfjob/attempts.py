@@ -2,8 +2,9 @@
 
 An attempt is one gang, from its launch to its end; restart_policy.py judges whether a
 failed one is followed by another, and this module keeps what each attempt was and how
-it ended, round-trips it through run.json (`to_dict`/`from_dict`) and words the final
-failure naming every attempt's cause (`describe_run_failure`).
+it ended, round-trips it through XCom and run.json (`to_payload`/`from_payload`, as the
+records of tfjob/records/ do) and words the final failure naming every attempt's cause
+(`describe_run_failure`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Attempt:
             restored_checkpoint_step,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_payload(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 text, enums as their values."""
         return {
             "number": self.number,
@@ -91,8 +92,8 @@ class Attempt:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Attempt:
-        """The inverse of `to_dict`; keys it does not know are ignored (newer writers)."""
+    def from_payload(cls, data: Mapping[str, Any]) -> Attempt:
+        """The inverse of `to_payload`; keys it does not know are ignored (newer writers)."""
         if not isinstance(data, Mapping) or "number" not in data:
             raise ValueError(f"attempt: {data!r} given; a mapping with at least a number")
 

@@ -310,7 +310,7 @@ def test_an_attempt_round_trips_through_run_json():
     attempt = Attempt.ended_by(
         1, verdict, DELETED, started=START, ended=END, restored_checkpoint_step=None
     )
-    data = json.loads(json.dumps(attempt.to_dict()))
+    data = json.loads(json.dumps(attempt.to_payload()))
     assert data == {
         "number": 1,
         "started": "2026-12-02T12:00:00+00:00",
@@ -322,13 +322,13 @@ def test_an_attempt_round_trips_through_run_json():
         "exit_code": 143,
         "restored_checkpoint_step": None,
     }
-    assert Attempt.from_dict(data) == attempt
+    assert Attempt.from_payload(data) == attempt
     second = Attempt(2, START, outcome=AttemptOutcome.RUNNING, restored_checkpoint_step=1200)
-    assert Attempt.from_dict(second.to_dict()) == second
+    assert Attempt.from_payload(second.to_payload()) == second
 
 
 def test_an_attempt_from_kubernetes_times_and_a_newer_writer():
-    attempt = Attempt.from_dict(
+    attempt = Attempt.from_payload(
         {"number": 2, "started": "2026-12-02T12:00:00Z", "outcome": "succeeded", "gpu_seconds": 10}
     )
     assert attempt.started == START and attempt.outcome is AttemptOutcome.SUCCEEDED
@@ -346,7 +346,7 @@ def test_an_attempt_from_kubernetes_times_and_a_newer_writer():
 )
 def test_a_damaged_attempt_record_says_what_is_wrong(data, message):
     with pytest.raises(ValueError, match=message):
-        Attempt.from_dict(data)
+        Attempt.from_payload(data)
 
 
 def test_the_final_failure_names_every_attempt_and_why_the_last_was_not_restarted():
@@ -456,4 +456,4 @@ def test_attempt_records_round_trip(policy, attempt, failure, step):
     record = Attempt.ended_by(
         attempt, verdict, failure, started=START, ended=END, restored_checkpoint_step=step
     )
-    assert Attempt.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    assert Attempt.from_payload(json.loads(json.dumps(record.to_payload()))) == record

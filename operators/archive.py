@@ -35,7 +35,14 @@ from typing import IO, Any
 
 from operators import kubeobjects
 from operators.logreads import copy_log, read_newest_lines
+from operators.modelrecovery import (
+    RecoveryAction,
+    RecoveryError,
+    decide_recovery,
+    recover_model_from_pod,
+)
 from operators.replicas import read_replica_status
+from operators.restart import attempts_to_payload, recall_attempts
 from operators.runinfo import RunInfo, request_as_dict
 from operators.s3retry import call_with_s3_retries
 from operators.settings import (
@@ -45,6 +52,7 @@ from operators.settings import (
     LOG_TAIL_MAX_BYTES,
 )
 from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
+from tfjob import naming
 from tfjob.runlayout import S3Path
 
 log = logging.getLogger("airflow.task")
@@ -160,14 +168,6 @@ def recover_model(
     """
     from kubernetes.client.exceptions import ApiException
 
-    from operators.modelrecovery import (
-        RecoveryAction,
-        RecoveryError,
-        decide_recovery,
-        recover_model_from_pod,
-    )
-    from tfjob import naming
-
     owner = naming.pod_name(run.run_key, *run.request.model_owner())
     decision = decide_recovery(pods.get(owner), model_objects)
     if decision.action is not RecoveryAction.RECOVER:
@@ -232,8 +232,6 @@ def archive_run(
         for p in kubeobjects.list_run_pods(api, run.namespace, run.selector)
     }
     if attempts is None:
-        from operators.restart import attempts_to_payload, recall_attempts
-
         recalled = recall_attempts(pods.values())
         attempts = attempts_to_payload(recalled) if recalled else None
     replicas = []

@@ -17,7 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from operators import settings
 from operators.errors import PipelineError
+from runtime.bundle import BundleError, Refusal, verify_bundle
 from tfjob.runlayout import BUNDLE_SNAPSHOT_FILE, RunLayout
 from tfjob.s3url import parse_s3_url
 
@@ -50,12 +52,8 @@ def snapshot_bundle(
     """
     from botocore.exceptions import ClientError
 
-    from runtime.bundle import BundleError, Refusal, verify_bundle
-
     if max_compressed_size is None:
-        from operators.settings import MAX_BUNDLE_COMPRESSED_SIZE
-
-        max_compressed_size = MAX_BUNDLE_COMPRESSED_SIZE
+        max_compressed_size = settings.MAX_BUNDLE_COMPRESSED_SIZE
 
     bucket, key = parse_s3_url(bundle_uri)
     try:

@@ -65,7 +65,9 @@ from tfjob.pipeline_ids import (
     submit_dag_id,
     tenant_tag,
 )
-from tfjob.tenants import Tenant, TenantsConfig
+from tfjob.request.model import RequestError, load_request
+from tfjob.schema import airflow_param_specs
+from tfjob.tenants import Tenant, TenantsConfig, resolve_tenant
 
 # Pause before Airflow retries a failed gang start (the request's `retries`).
 LAUNCH_RETRY_DELAY = timedelta(seconds=10)
@@ -179,9 +181,6 @@ def build_request_dag(path: Path, config: TenantsConfig) -> DAG:
     (operators/request_files.py), or names a tenant `config` does not know,
     still gets a DAG (see `build_invalid_request_dag`).
     """
-    from tfjob.request.model import RequestError, load_request
-    from tfjob.tenants import resolve_tenant
-
     try:
         request = load_request(path)
         check_request_name(path, request.name)
@@ -226,8 +225,6 @@ def build_invalid_request_dag(path: Path, problem: str) -> DAG:
 def build_submit_dag(tenant: Tenant) -> DAG:
     """`tfjob_submit__<tenant>`: every request field is a Param; Airflow checks conf before a
     run starts, and the `tenant` Param allows only this DAG's tenant."""
-    from tfjob.schema import airflow_param_specs
-
     specs = airflow_param_specs()
     specs["tenant"] = {
         **specs["tenant"],

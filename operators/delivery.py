@@ -39,6 +39,8 @@ from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
 from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
+from tfjob import naming
+from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
 log = logging.getLogger(__name__)
@@ -197,9 +199,6 @@ def deliver_run_cluster_spec(
 
     `clusterspec` calls it for a run's first gang, `train` for a restarted one.
     """
-    from tfjob import naming
-    from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
-
     found = endpoints_from_mapping(endpoints)
     cluster = build_cluster_spec(run.request, found)
     files = build_cluster_files(run.request, found)

@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from operators import kubeobjects
 from operators.errors import PipelineError
+from operators.grants import sign_grants, write_grants
 from operators.logreads import read_newest_lines
 from operators.replicas import (
     GangState,
@@ -41,7 +42,9 @@ from operators.replicas import (
 )
 from operators.runobjects import RunObjects
 from operators.settings import LOG_TAIL_MAX_BYTES
+from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import INIT_CONTAINER
+from tfjob.clusterspec import Endpoint, endpoints_to_mapping
 
 T = TypeVar("T")
 
@@ -68,8 +71,6 @@ def patiently(
     call: Callable[[], T], what: str, log: Any, patience: float = GANG_API_PATIENCE_SECONDS
 ) -> T:
     """`call()`, asked again while the API server blinks (operators/transient.py)."""
-    from operators.transient import call_with_retries
-
     return call_with_retries(call, deadline=time.monotonic() + patience, what=what, log=log)
 
 
@@ -81,8 +82,6 @@ def create_replica_pod(create: Callable[[], Any], name: str, log: Any) -> None:
     A 409 on the first try is an error: someone else's pod has the name.
     """
     from kubernetes.client.exceptions import ApiException
-
-    from operators.transient import is_transient
 
     lost_answer = False
 
@@ -187,9 +186,6 @@ def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[
     GPUs, for a node) still find valid grants: they are signed anew every
     `plan.refresh_every` seconds of the wait.
     """
-    from operators.grants import sign_grants, write_grants
-    from operators.transient import describe_api_error, is_transient
-
     expected = run.pod_names()
     deadline = time.monotonic() + run.request.startup_timeout
     settled = GangStartTracker(expected).settled
@@ -219,8 +215,6 @@ def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[
             )
     verdict = judge_gang_start(pods, expected)
     if verdict.state is GangState.READY:
-        from tfjob.clusterspec import Endpoint, endpoints_to_mapping
-
         return endpoints_to_mapping(
             [Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready]
         )

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from tfjob.tenants import load_tenants, resolve_tenant
+
 if TYPE_CHECKING:
     from operators.runinfo import RunInfo
 
@@ -86,8 +88,6 @@ def find_presign_conn_id(run: Any) -> str:
     known = getattr(run, "pods_conn_id", None)  # a run that carries it (tests' stand-ins)
     if isinstance(known, str):
         return known
-    from tfjob.tenants import load_tenants, resolve_tenant
-
     return str(resolve_tenant(load_tenants(), run.request.tenant).pods_conn_id)
 
 

@@ -43,8 +43,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from operators.kubeobjects import RUN_KINDS, RunKind
+from operators.settings import KUBERNETES_CONN_ID
 from tenancy.apply import Clients
 from tfjob import naming
+from tfjob.tenants import load_tenants
 
 log = logging.getLogger(__name__)
 
@@ -324,9 +326,6 @@ def sweep_in_task() -> list[str]:
     """The janitor DAG's task: sweep with the Kubernetes connection, log and return what went."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from airflow.sdk import get_current_context
-
-    from operators.settings import KUBERNETES_CONN_ID
-    from tfjob.tenants import load_tenants
 
     context = get_current_context()
     hook = KubernetesHook(conn_id=KUBERNETES_CONN_ID)

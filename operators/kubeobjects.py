@@ -35,6 +35,7 @@ from operators.transient import (
     describe_api_error,
     is_transient,
 )
+from tfjob import naming
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,6 @@ def list_run_objects(
 
 def list_runs_holding_objects(api: k8s.CoreV1Api, namespace: str, tenant: str) -> set[str]:
     """Run keys of the tenant's runs that still have a pod, ConfigMap or Secret in namespace."""
-    from tfjob import naming
-
     selector = (
         f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},"
         f"{naming.LABEL_TENANT}={naming.label_value(tenant)},{naming.LABEL_RUN}"
@@ -327,8 +326,6 @@ class ForeignObjectError(PipelineError, RuntimeError):
 def names_run(meta: Any, dag_id: str, run_id: str) -> bool:
     """Do an object's labels and annotations (a client model's metadata, or a dict) name
     this run: its `tfjob.io/run-hash` label and its dag-id and run-id annotations?"""
-    from tfjob import naming
-
     read = meta.get if isinstance(meta, dict) else lambda key: getattr(meta, key, None)
     labels = read("labels") or {}
     annotations = read("annotations") or {}
@@ -344,8 +341,6 @@ def find_foreign_objects(
 ) -> list[str]:
     """`Kind/name (dag …, run …)` of each object labelled with `run_key` that is not the
     run's own (`names_run`): one list per kind."""
-    from tfjob import naming
-
     foreign = []
     for run_kind in SELECTOR_KINDS:
         listing = getattr(api, run_kind.list)(
@@ -368,8 +363,6 @@ def create_objects(
     """Create ConfigMaps and Secrets given as dicts; an existing one of the same run is
     replaced, one of another run (same name: a run key collision) refused with
     ForeignObjectError."""
-    from tfjob import naming
-
     made = []
     for body in bodies:
         kind = body["kind"]

@@ -61,8 +61,11 @@ from typing import Any, TypeVar
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowException
 
+import runtime
 from operators import gang, kubeobjects
 from operators.gang import GANG_API_PATIENCE_SECONDS, GangStartError
+from operators.grants import plan_grants, sign_grants
+from operators.restore import WarmStartError, stage_warm_start
 from operators.runinfo import RunInfo, pull_run
 from operators.runobjects import (
     LEFTOVER_GRACE_MARGIN_SECONDS,
@@ -70,6 +73,7 @@ from operators.runobjects import (
     delete_when_killed,
     leftover_wait_seconds,
 )
+from operators.runoutputs import clear_run_outputs
 from operators.settings import (
     ADMISSION_DELAY_SECONDS,
     ADMISSION_JITTER_SECONDS,
@@ -78,7 +82,17 @@ from operators.settings import (
     LEFTOVER_TIMEOUT_SECONDS,
     UPLOAD_PATIENCE_SECONDS,
 )
+from operators.transient import call_with_retries
+from tenancy.apply import create_run_network_policy
+from tfjob.checkpoints import RestoreTooLarge
+from tfjob.manifests import (
+    build_access_secret,
+    build_pod_manifests,
+    build_runtime_configmap,
+    build_upload_secret,
+)
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
+from tfjob.tenants import load_tenants, resolve_tenant
 
 # Each create or count of the launch rides out a blinking API server this long.
 LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
@@ -106,8 +120,6 @@ def describe_launch_failure(exc: BaseException) -> dict[str, str]:
 def read_runtime_files() -> dict[str, str]:
     """The `runtime/*.py` files (the package, `__init__.py` too), as the per-run ConfigMap
     carries them: one key per file name, mounted as the package's folder."""
-    import runtime
-
     folder = Path(runtime.__file__).parent
     return {path.name: path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py"))}
 
@@ -145,14 +157,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
-        from operators.grants import plan_grants, sign_grants
-        from tfjob.manifests import (
-            build_access_secret,
-            build_pod_manifests,
-            build_runtime_configmap,
-            build_upload_secret,
-        )
-
         bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
         if not bundle.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
@@ -184,8 +188,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         started = time.time()
         try:
             # Tenancy (docs/tenants.md): the run's pods talk only to each other.
-            from tenancy.apply import create_run_network_policy
-
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
             manager = self.pod_manager  # made once here, not by each create thread
@@ -214,8 +216,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
     def admit(self, run: RunInfo, ticket: dict[str, Any], context: Any) -> None:
         """Create the run's ticket and start only within the tenant's job cap (step 2)."""
         from airflow.sdk.exceptions import AirflowRescheduleException
-
-        from tfjob.tenants import load_tenants, resolve_tenant
 
         tenant = run.request.tenant
         max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
@@ -260,8 +260,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
     def patiently(self, call: Callable[[], T], what: str) -> T:
         """`call()`, asked again while the API server blinks (operators/transient.py)."""
-        from operators.transient import call_with_retries
-
         return call_with_retries(
             call, deadline=time.monotonic() + LAUNCH_API_PATIENCE_SECONDS, what=what, log=self.log
         )
@@ -279,8 +277,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         Objects of another run that carry this run's key (a run id chosen to collide)
         are never deleted: the run fails, naming them (`RunObjects.find_foreign`)."""
-        from operators.transient import call_with_retries
-
         objects = RunObjects.of(self.client, run)
         foreign = call_with_retries(
             lambda: objects.find_foreign(run.dag_id, run.run_id),
@@ -303,8 +299,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         """No model or metrics of an earlier try may be archived or published as this one's."""
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-        from operators.runoutputs import clear_run_outputs
-
         cleared = clear_run_outputs(
             S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.layout, checkpoints=True
         )
@@ -316,9 +310,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         pushed to XCom `warm_start` (no credential); before anything is created, so a
         warm start that cannot be had fails the run with nothing launched."""
         from airflow.sdk.exceptions import AirflowFailException
-
-        from operators.restore import WarmStartError, stage_warm_start
-        from tfjob.checkpoints import RestoreTooLarge
 
         if run.request.warm_start is None:
             return None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.errors import PipelineError
+from operators.kubeobjects import exec_in_container
 from operators.replicas import container_state
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
@@ -82,8 +83,6 @@ def exec_keeper(
     timeout: float = MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS,
 ) -> str:
     """stdout of `python3 -m runtime.keeper <args>` in the pod's keeper container."""
-    from operators.kubeobjects import exec_in_container
-
     done = exec_in_container(
         api, namespace, pod, KEEPER_CONTAINER, [*KEEPER_COMMAND, *args], timeout
     )

@@ -61,7 +61,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from operators import gang
+from operators.delivery import deliver_run_cluster_spec
+from operators.grants import plan_grants
+from operators.restore import stage_run_checkpoints, write_restore
+from operators.runoutputs import clear_run_outputs
+from operators.settings import UPLOAD_PATIENCE_SECONDS
 from tfjob.attempts import Attempt, AttemptOutcome
+from tfjob.manifests import build_pod_manifests
 from tfjob.naming import ANNOTATION_ATTEMPTS
 from tfjob.records.replicas import TrainingEvent
 from tfjob.restart_policy import (
@@ -196,16 +202,11 @@ def clear_attempt_outputs(run: Any) -> list[str]:
     """Delete the run prefix's `model/` and `metrics.json` (the run's tenant's S3 connection)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from operators.runoutputs import clear_run_outputs  # retries S3 itself
-
     return clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.layout)
 
 
 def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> list[str]:
     """Create every replica pod of `run`, annotated with `attempts`; return the pod names."""
-    from operators.settings import UPLOAD_PATIENCE_SECONDS
-    from tfjob.manifests import build_pod_manifests
-
     bodies = [
         annotate_attempts(manifest, attempts)
         for manifest in build_pod_manifests(run.request, run.identity(), UPLOAD_PATIENCE_SECONDS)
@@ -229,8 +230,6 @@ def stage_restore(
 ) -> list[Attempt]:
     """Hand the next gang the run's checkpoints (operators/restore.py); the attempts with
     the step restored on the last one."""
-    from operators.restore import stage_run_checkpoints, write_restore
-
     staged = stage_run_checkpoints(run, run.layout.checkpoints, expires)
     write_restore(api, run, staged)
     log.info("attempt %d: %s", attempts[-1].number, staged.describe())
@@ -246,9 +245,6 @@ def start_new_gang(api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, l
     was created), `gang.GangStartError`, `delivery.DeliveryError`, `RestoreTooLarge`,
     or an API error.
     """
-    from operators.delivery import deliver_run_cluster_spec
-    from operators.grants import plan_grants
-
     number = attempts[-1].number
     gang.stop_gang(api, run, log)  # the owner's last checkpoint sync runs in its grace period
     cleared = clear_attempt_outputs(run)

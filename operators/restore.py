@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.errors import PipelineError
+from operators.grants import find_presign_conn_id, make_presigning_client
+from operators.latest import read_latest
 from operators.s3retry import call_with_s3_retries
 from runtime.protocol import RESTORE_FILE
 from tfjob import naming
@@ -34,6 +36,7 @@ from tfjob.checkpoints import (
     parse_checkpoint_step,
     select_checkpoint_files,
 )
+from tfjob.request.recovery import WARM_START_LATEST
 from tfjob.runlayout import RunLayout, S3Path, locate_output_latest, locate_output_runs
 
 log = logging.getLogger("airflow.task")
@@ -114,8 +117,6 @@ def stage_run_checkpoints(run: Any, source: S3Path, expires: int) -> StagedResto
     """`stage_checkpoints` with the run's tenant's S3 connection (listing and signing)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from operators.grants import find_presign_conn_id, make_presigning_client
-
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
     return stage_checkpoints(s3, make_presigning_client(find_presign_conn_id(run)), source, expires)
 
@@ -131,9 +132,6 @@ def find_warm_start_source(s3: Any, run: Any) -> S3Path | None:
     `latest` is the run `<output>/latest` points to (operators/latest.py); it must lie
     under this output's `runs/`. A run id names a run of this DAG.
     """
-    from operators.latest import read_latest
-    from tfjob.request.recovery import WARM_START_LATEST
-
     wanted = run.request.warm_start
     if wanted is None:
         return None
@@ -158,9 +156,6 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
     when nothing is asked for or `latest` has nothing yet. WarmStartError when a run named
     by id has no checkpoints, RestoreTooLarge when they are over the limits."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-    from operators.grants import find_presign_conn_id, make_presigning_client
-    from tfjob.request.recovery import WARM_START_LATEST
 
     s3 = S3Hook(aws_conn_id=run.aws_conn_id).get_conn()
     source = find_warm_start_source(s3, run)

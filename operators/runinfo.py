@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfjob import naming
+from tfjob.manifests import RunIdentity
 from tfjob.pipeline_ids import VALIDATE_TASK
 from tfjob.records.run import RunDescription
 from tfjob.request.model import TrainingRequest
 from tfjob.runlayout import RunLayout
+from tfjob.tenants import derive_pod_user, load_tenants
 from tfjob.tenants.model import PodUser
 
 
@@ -62,8 +64,6 @@ class RunInfo:
         return [(r.value, i) for r, i in self.request.replicas_in_order()]
 
     def identity(self) -> Any:
-        from tfjob.manifests import RunIdentity
-
         return RunIdentity(
             job=self.request.name,
             run_id=self.run_id,
@@ -77,8 +77,6 @@ def read_tenant_pod_user(tenant: str) -> PodUser:
     """The uid/gid of `tenant`'s pods, from the tenants file; for a tenant the file no
     longer declares (validate refuses those: only a run described before its tenant was
     removed, or a test), the one the file would give an entry without `uid`."""
-    from tfjob.tenants import derive_pod_user, load_tenants
-
     found = load_tenants().find(tenant)
     return found.pod_user if found else derive_pod_user(tenant)
 

@@ -19,25 +19,42 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import get_current_context
 
+from operators.archive import archive_run
+from operators.bundlecheck import BundleMissing, snapshot_bundle
+from operators.delivery import deliver_run_cluster_spec
 from operators.grants import require_presign_connection
+from operators.latest import build_pointer, choose_run_order, publish_latest
+from operators.request_files import RequestNameError, check_request_name
 from operators.runinfo import RunInfo, describe_run, pull_run, read_run
 from operators.runobjects import RunObjects
+from operators.runoutputs import clear_run_outputs
 from operators.settings import (
     KUBERNETES_CONN_ID,
     MAX_BUNDLE_TOTAL_SIZE,
     TEARDOWN_GRACE_SECONDS,
     TEARDOWN_TIMEOUT_SECONDS,
 )
+from runtime.bundle import BundleError
+from tenancy import admission
+from tenancy.admission import TenancyRefusal
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
+    ATTEMPTS_KEY,
     CLUSTERSPEC_TASK,
     FETCH_BUNDLE_TASK,
+    LAUNCH_FAILURE_KEY,
     LAUNCH_TASK,
+    RESTARTED_CLUSTER_KEY,
     TRAIN_TASK,
     VALIDATE_TASK,
+    WARM_START_KEY,
     request_dag_id,
     tenant_of_tags,
 )
+from tfjob.request.model import RequestError, load_request
+from tfjob.runlayout import locate_output_latest
+from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, resolve_tenant
+from tfjob.tenants.policy import TenantPolicyError, check_request_policy
 
 if TYPE_CHECKING:
     from tfjob.request.model import TrainingRequest
@@ -77,8 +94,6 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tfjob.request.model import RequestError, load_request
-
     context = get_current_context()
     dag_id = context["dag"].dag_id
     try:
@@ -117,8 +132,6 @@ def check_request_source(request: TrainingRequest, request_file: str | None, dag
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.request_files import RequestNameError, check_request_name
-
     if not request_file:
         return
     try:
@@ -155,9 +168,6 @@ def hold_to_dag_tenant(
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, resolve_tenant
-    from tfjob.tenants.policy import TenantPolicyError, check_request_policy
-
     try:
         config = load_tenants()
         owner = resolve_tenant(config, tenant or request.tenant)
@@ -182,10 +192,8 @@ def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     """The whole gang must fit the remaining quota of its tenant (read from the cluster)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tenancy.admission import TenancyRefusal, admit_request
-
     try:
-        tenant, check = admit_request(_kube(), request, config)
+        tenant, check = admission.admit_request(_kube(), request, config)
     except TenancyRefusal as exc:
         raise AirflowFailException(str(exc)) from None
     _log().info("tenant %s admitted: %s", tenant.name, getattr(check, "message", "fits"))
@@ -199,10 +207,6 @@ def fetch_bundle() -> dict[str, Any]:
     that try can be archived or published as this one's.
     """
     from airflow.sdk.exceptions import AirflowFailException
-
-    from operators.bundlecheck import BundleMissing, snapshot_bundle
-    from operators.runoutputs import clear_run_outputs
-    from runtime.bundle import BundleError
 
     run = pull_run(get_current_context())
     s3 = _s3(run)
@@ -227,8 +231,6 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     Single mode: the replica does not wait for a ClusterSpec, so this is a
     no-op that succeeds (it is not skipped, which would skip train too).
     """
-    from operators.delivery import deliver_run_cluster_spec
-
     context = get_current_context()
     run = pull_run(context)
     if not run.request.is_distributed:
@@ -257,14 +259,6 @@ def archive() -> dict[str, Any]:
     A teardown task of fetch_bundle and launch: it runs after a failed launch
     too, so the logs of the replicas that did start are kept.
     """
-    from operators.archive import archive_run
-    from tfjob.pipeline_ids import (
-        ATTEMPTS_KEY,
-        LAUNCH_FAILURE_KEY,
-        RESTARTED_CLUSTER_KEY,
-        WARM_START_KEY,
-    )
-
     context = get_current_context()
     run = pull_run(context)
     ti = context["ti"]
@@ -345,9 +339,6 @@ def publish() -> dict[str, Any]:
     """
     from airflow.sdk import Asset, AssetAlias
     from airflow.sdk.exceptions import AirflowFailException
-
-    from operators.latest import build_pointer, choose_run_order, publish_latest
-    from tfjob.runlayout import locate_output_latest
 
     context = get_current_context()
     run = pull_run(context)

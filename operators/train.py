@@ -71,6 +71,7 @@ from operators.settings import (
     TRAIN_LOG_MAX_BYTES,
 )
 from operators.transient import call_with_retries, describe_api_error, is_transient
+from operators.triggers import TrainingTrigger, decide_training
 from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
 from tfjob.attempts import AttemptOutcome, describe_run_failure
 from tfjob.pipeline_ids import (
@@ -115,8 +116,6 @@ class TrainingWaitOperator(BaseOperator):
         return KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
 
     def execute(self, context: Any) -> dict[str, Any] | None:
-        from operators.triggers import decide_training
-
         run = self._run = pull_run(context)
         request = run.request
         deciding = deciding_replicas(
@@ -146,8 +145,6 @@ class TrainingWaitOperator(BaseOperator):
 
     def _defer(self, context: Any, run: RunInfo, attempts: list[dict[str, Any]] | None) -> None:
         """Hand the wait for the current gang to a fresh trigger; `finish` gets `attempts`."""
-        from operators.triggers import TrainingTrigger
-
         request = run.request
         deciding = deciding_replicas(
             request.success_policy, run.replica_ids(), single=not request.is_distributed

@@ -50,9 +50,11 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from operators.grants import grant_patches, sign_grants
 from operators.podlogs import LineSplitter, decode_log_line
 from operators.replicas import judge_training, read_replica_status
 from operators.settings import LIVE_LOG_MAX_BYTES
+from operators.transient import GONE_STATUS, Backoff, describe_api_error, is_transient
 from runtime.protocol import MAIN_CONTAINER
 from tfjob.records.replicas import TrainingEvent, TrainingState
 from tfjob.records.run import GrantPlan
@@ -169,8 +171,6 @@ class TrainingTrigger(BaseTrigger):
         """Sign the run's S3 grants now and every `refresh_every` seconds; rewrite the Secrets."""
         from asgiref.sync import sync_to_async
 
-        from operators.grants import grant_patches, sign_grants
-
         plan = GrantPlan.from_payload(self.grants or {})
         while True:
             try:
@@ -283,8 +283,6 @@ class TrainingTrigger(BaseTrigger):
         self, pods: dict[str, dict[str, Any]] | None, failure: BaseException
     ) -> TrainingEvent:
         """The event when the deadline came while the API was failing: the last pods seen."""
-        from operators.transient import describe_api_error
-
         decided = None  # never listed: nothing to judge, the deadline decides
         if pods is not None:
             decided = decide_training(pods, self.deciding, self.expected_pods, self.deadline)
@@ -306,8 +304,6 @@ class TrainingTrigger(BaseTrigger):
         any other API error (403, 404, ...) is final and fails the trigger.
         """
         from kubernetes_asyncio import watch
-
-        from operators.transient import GONE_STATUS, Backoff, describe_api_error, is_transient
 
         pods: dict[str, dict[str, Any]] | None = None  # the last pods seen
         backoff = Backoff()

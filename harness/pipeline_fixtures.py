@@ -1,16 +1,18 @@
 """A world for end-to-end pipeline tests: S3 server + localkube + a migrated Airflow home.
 
-A pytest plugin (tests/conftest.py registers it): any test takes the fixture by name.
+The fixture `pipeline_world` (harness/world_fixtures.py, a pytest plugin) gives each
+test file a view of one such world per test process:
 
     def test_x(pipeline_world):
         result = pipeline_world.run_request(request)   # dag.test() of tfjob__<name>
         assert result.state == "success"
         keys = pipeline_world.s3_keys(run_keys(result))  # outputs/<name>/runs/<dag>/<run>/
 
-`pipeline_world` (module-scoped) starts a moto S3 server process, localkube
+`start_pipeline_world` starts a moto S3 server process, localkube
 (its pods reach S3 through the forwarded loopback port, relayed to the S3
 server's pod-facing listener: presigned requests only), creates the tenant
-namespace, migrates an Airflow database in a temporary home, creates the
+namespace, gives a temporary Airflow home a migrated database (a copy of the test
+process's migrated template, harness/postgres_fixtures.py), creates the
 tenants' Airflow roles there (with the FAB auth manager, parsing a tenant DAG
 whose `access_control` names a missing role fails), and uploads the stand-in
 training bundle of harness/standin.py: a small Python program (no TensorFlow)
@@ -31,16 +33,14 @@ import textwrap
 import time
 import urllib.error
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from harness.localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
-from harness.postgres_fixtures import airflow_database_url
+from harness.postgres_fixtures import migrated_airflow_database_url
 from harness.repo_root import REPO_ROOT
 from harness.s3_fixtures import S3Server, add_pod_identities, start_s3_server, stop_s3_server
 from harness.standin import write_standin_bundle
@@ -273,20 +273,6 @@ def sync_tenant_roles(env: dict[str, str]) -> None:
         )
 
 
-def migrate_airflow_db(env: dict[str, str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-
-
 def write_tenants_file(folder: Path, s3: S3Server) -> Path:
     """deploy/tenants.yaml with `network.s3_port` at this S3 server's port: the runs'
     NetworkPolicies allow egress to the S3 port, and localkube enforces them, so pods
@@ -305,7 +291,7 @@ def airflow_env(
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=migrated_airflow_database_url(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
@@ -355,21 +341,11 @@ def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
         home = folder / "airflow"
         home.mkdir(exist_ok=True)
         env = airflow_env(home, s3, kube, requests_dir)
-        migrate_airflow_db(env)
         sync_tenant_roles(env)
     except BaseException:
         stop()
         raise
     return PipelineWorld(s3, kube, home, requests_dir, s3.bucket, env), stop
-
-
-@pytest.fixture(scope="module")
-def pipeline_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineWorld]:
-    world, stop = start_pipeline_world(tmp_path_factory.mktemp("pipeline"))
-    try:
-        yield world
-    finally:
-        stop()
 
 
 def create_tenant_pool(airflow: Any, slots: int = 8) -> None:

@@ -34,6 +34,7 @@ pytest_plugins = [
     "harness.s3_fixtures",
     "harness.airflow_fixtures",
     "harness.pipeline_fixtures",
+    "harness.world_fixtures",
 ]
 
 # Slowest first, as `make test --durations` shows them on 2 cores.

@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 from harness.hostile_program import write_hostile_bundle
 from harness.pipeline_fixtures import run_keys, wait_for
 from harness.repo_root import REPO_ROOT
+from harness.world_fixtures import start_own_pipeline_world
 from tfjob import naming
 from tfjob.manifests import build_container_security_context, build_pod_security_context
 from tfjob.tenants import (
@@ -42,6 +43,14 @@ VICTIM_RUN = f"victim-{secrets.token_hex(8)}"
 VICTIM_SECRET_TEXT = "the victim's private bytes"
 VICTIM_FILES = ("/dev/shm/victim.txt", "/var/tmp/victim.txt")
 TF_PORT = 2222
+
+
+@pytest.fixture(scope="module")
+def pipeline_world(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A world of this file's own: it applies the attacker's and the victim's tenant objects
+    (quota, NetworkPolicy) to the world's namespaces."""
+    yield from start_own_pipeline_world(tmp_path_factory)
+
 
 VICTIM_POD_PROGRAM = f"""
 import socket, sys, time

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from harness.pipeline_fixtures import NAMESPACE, TENANT, trigger, wait_for
+from harness.world_fixtures import start_own_pipeline_world
 from operators.cluster_policy import JOB_STEPS
 from tenancy.admission import preflight_quota
 from tenancy.apply import (
@@ -40,6 +41,14 @@ from tfjob.tenants import TENANTS_FILE_ENV, load_tenants, pool_name
 BUCKET = "tfjob-test"  # the world's (harness/s3_fixtures.py)
 
 pytestmark = [pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def pipeline_world(tmp_path_factory):
+    """A world of this file's own: it applies a tenants file with quotas and another tenant
+    to the world's localkube and gives that tenant pod identities in its S3."""
+    yield from start_own_pipeline_world(tmp_path_factory)
+
 
 OTHER = "other"
 OTHER_NAMESPACE = naming.tenant_namespace(OTHER)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import tshell
 from tshell.airflow_client import AirflowForbiddenError, AirflowNotFoundError
+from tshell.cli import build_parser
 from tshell.cli import run as run_tshell_cli
 from tshell.command import run_command
 from tshell.config import ConfigError, find_embedded_path, find_kubeconfig, load_config
@@ -106,3 +108,27 @@ def test_the_embedded_default_is_found_from_the_current_directory_up(tmp_path, m
     config = load_config({}, tmp_path / "missing.yaml")
     assert (config.airflow.url, config.airflow.password) == ("http://127.0.0.1:18080", "pw")
     assert config.kubeconfig == "/lk"
+
+
+def walk_commands(parser: argparse.ArgumentParser, path: str = "tshell"):
+    """(path, parser) of every command and subcommand the CLI offers."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{path} {name}", sub
+                yield from walk_commands(sub, f"{path} {name}")
+
+
+def test_every_command_is_set_through_the_command_layer():
+    commands = dict(walk_commands(build_parser()))
+    assert {"tshell pack", "tshell submit", "tshell tenants apply", "tshell completion"} <= set(
+        commands
+    )
+    for path, parser in commands.items():
+        assert {"func", "error_prefix"} <= set(parser._defaults), path
+
+
+def test_the_cli_knows_no_path_of_its_checkout():
+    package = Path(tshell.__file__).parent
+    for module in sorted(package.rglob("*.py")):
+        assert "__file__" not in module.read_text(), module

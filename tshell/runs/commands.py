@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from tfjob.pipeline_ids import ATTEMPTS_KEY, LAUNCH_TASK, TRAIN_TASK, VALIDATE_TASK
 from tshell.airflow_client import (
@@ -47,6 +47,9 @@ from tshell.runs.views import (
     short_time,
     summarize_run,
 )
+
+if TYPE_CHECKING:
+    from tfjob.records.run import RunDescription
 
 # apache-airflow-client (seconds to import) and the request model are imported
 # inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
@@ -122,10 +125,19 @@ def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, A
     return fetch_task_xcom(session, ref, LAUNCH_TASK)
 
 
-def fetch_run_description(session: AirflowSession, ref: RunRef) -> dict[str, Any] | None:
-    """What `validate` recorded about the run (request, namespace, run_key), once it ran."""
+def fetch_run_description(session: AirflowSession, ref: RunRef) -> RunDescription | None:
+    """What `validate` recorded about the run (request, namespace, run_key), once it ran;
+    None before, and for a description this tshell cannot read."""
+    # Lazy: the request's model (pydantic) only for the commands that read a run's pods.
+    from tfjob.records.run import RunDescription
+
     value = fetch_task_xcom(session, ref, VALIDATE_TASK)
-    return value if value is not None and "run_key" in value else None
+    if value is None:
+        return None
+    try:
+        return RunDescription.from_payload(value)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -162,7 +174,7 @@ class ReplicaWatcher:
 
     def __init__(self, config: TshellConfig, session: AirflowSession, ref: RunRef) -> None:
         self.config, self.session, self.ref = config, session, ref
-        self.described: dict[str, Any] | None = None
+        self.described: RunDescription | None = None
         self.core: Any = None
 
     def list_pods(self) -> list[Any] | None:
@@ -177,8 +189,8 @@ class ReplicaWatcher:
         try:
             if self.core is None:
                 self.core = make_core_api(self.config.kubeconfig)
-            namespace, run_key = self.described["namespace"], self.described["run_key"]
-            return list_replica_pods(self.core, namespace, run_key, None, None)
+            described = self.described
+            return list_replica_pods(self.core, described.namespace, described.run_key, None, None)
         except Exception:  # noqa: BLE001 - a cluster we cannot read just adds nothing
             return None
 

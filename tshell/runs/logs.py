@@ -16,7 +16,7 @@ import functools
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowSession
@@ -34,6 +34,9 @@ from tshell.runs.commands import (
 )
 from tshell.runs.files import write_archived_logs
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run, quote
+
+if TYPE_CHECKING:
+    from tfjob.records.run import RunDescription
 
 REPLICA_LOG_PREFIX = "[{role}-{index}]"
 
@@ -116,7 +119,7 @@ def write_pod_logs(
     config: TshellConfig,
     session: AirflowSession,
     ref: RunRef,
-    described: dict[str, Any],
+    described: RunDescription,
     args: argparse.Namespace,
     out: TextIO,
 ) -> bool:
@@ -128,7 +131,7 @@ def write_pod_logs(
         make_core_api,
     )
 
-    namespace, run_key = described["namespace"], described["run_key"]
+    namespace, run_key = described.namespace, described.run_key
     index = args.index if args.role is not None else None
     try:
         core = make_core_api(config.kubeconfig)

@@ -82,8 +82,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> ExitCode:
         return ExitCode.OK
     with explain_forbidden_on_run(session, "read", ref):
         tasks = list_task_instances(session, ref)
-        request = (fetch_run_description(session, ref) or {}).get("request") or {}
-        summary = summarize_run(run, request.get("tenant"))
+        described = fetch_run_description(session, ref)
+        summary = summarize_run(run, described.tenant if described else None)
         pods = ReplicaWatcher(config, session, ref).list_pods()
         attempts = fetch_attempts(session, ref)
         # A failed task's error is the reason, even while archive and teardown still run.

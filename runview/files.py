@@ -70,13 +70,16 @@ class RunStorageError(RunFilesError):
 class RunStorage:
     """Where a run's files are and which Airflow connection reads them."""
 
-    bucket: str
-    prefix: str  # the run's key prefix, ending in '/'
+    layout: RunLayout
     aws_conn_id: str
 
     @property
+    def bucket(self) -> str:
+        return self.layout.bucket
+
+    @property
     def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
+        return self.layout.root.uri
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
             f"run {run_id!r} of DAG {dag_id!r}: its description names {run_prefix!r}, which is "
             f"not <output>/{name_run_folder(dag_id, run_id)}; its files are not served"
         )
-    return RunStorage(bucket=layout.bucket, prefix=layout.root.key, aws_conn_id=conn_id)
+    return RunStorage(layout=layout, aws_conn_id=conn_id)
 
 
 def connect_run_storage(storage: RunStorage) -> Any:
@@ -222,14 +225,14 @@ def list_run_files(
     """The run's files under `under` (a directory of the run, "" for all), at most `limit`."""
     under = check_run_file_path(under, directory=True)
     files: list[RunFile] = []
-    params: dict[str, Any] = {"Bucket": storage.bucket, "Prefix": storage.prefix + under}
+    params: dict[str, Any] = {"Bucket": storage.bucket, "Prefix": storage.layout.file(under).key}
     truncated = False
     try:
         while True:
             params["MaxKeys"] = min(LIST_PAGE_SIZE, limit - len(files) + 1)
             page = s3.list_objects_v2(**params)
             for item in page.get("Contents", []):
-                path = item["Key"][len(storage.prefix) :]
+                path = storage.layout.path_of(item["Key"])
                 if not path or path.endswith("/"):
                     continue  # a "directory" placeholder, not a file
                 if len(files) == limit:
@@ -251,7 +254,7 @@ def open_run_file(s3: Any, storage: RunStorage, path: str) -> RunFileStream:
     """The object `path` of the run, opened for streaming; RunFileNotFoundError when absent."""
     path = check_run_file_path(path)
     try:
-        answer = s3.get_object(Bucket=storage.bucket, Key=storage.prefix + path)
+        answer = s3.get_object(Bucket=storage.bucket, Key=storage.layout.file(path).key)
     except Exception as error:  # noqa: BLE001 - translated below
         raise describe_storage_failure(storage, path, error) from None
     return RunFileStream(path=path, size=int(answer["ContentLength"]), body=answer["Body"])
@@ -262,7 +265,7 @@ def read_run_file_tail(s3: Any, storage: RunStorage, path: str, max_bytes: int) 
     path = check_run_file_path(path)
     try:
         answer = s3.get_object(
-            Bucket=storage.bucket, Key=storage.prefix + path, Range=f"bytes=-{max_bytes}"
+            Bucket=storage.bucket, Key=storage.layout.file(path).key, Range=f"bytes=-{max_bytes}"
         )
         data = answer["Body"].read(max_bytes)
     except Exception as error:  # noqa: BLE001 - translated below

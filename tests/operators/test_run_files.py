@@ -29,12 +29,13 @@ from runview.files import (
     locate_run_storage,
     open_run_file,
 )
+from tfjob.runlayout import RunLayout, S3Path
 
 BUCKET = "models"
 DAG = "tfjob_submit__team-a"
 RUN = "manual__2026-12-03T10:00:00+00:00"
 PREFIX = f"digits/runs/{DAG}/{RUN}/"
-STORAGE = RunStorage(bucket=BUCKET, prefix=PREFIX, aws_conn_id="team_a_s3")
+STORAGE = RunStorage(layout=RunLayout(S3Path(BUCKET, PREFIX)), aws_conn_id="team_a_s3")
 DESCRIBED = {
     "dag_id": DAG,
     "run_id": RUN,
@@ -191,7 +192,7 @@ def test_a_missing_object_is_a_404_naming_the_path(s3):
 
 
 def test_a_missing_bucket_is_a_404_naming_the_bucket(s3):
-    elsewhere = RunStorage(bucket="no-such-bucket", prefix=PREFIX, aws_conn_id="c")
+    elsewhere = RunStorage(layout=RunLayout(S3Path("no-such-bucket", PREFIX)), aws_conn_id="c")
     with pytest.raises(RunFileNotFoundError, match="bucket 'no-such-bucket'"):
         list_run_files(s3, elsewhere)
 

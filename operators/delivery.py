@@ -40,7 +40,8 @@ from operators.kubeobjects import exec_in_container
 from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
 from tfjob import naming
-from tfjob.clusterspec import build_cluster_files, build_cluster_spec, endpoints_from_mapping
+from tfjob.clusterspec import build_cluster_files, build_cluster_spec
+from tfjob.records.run import GangEndpoints
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
 log = logging.getLogger(__name__)
@@ -192,14 +193,14 @@ def _try_deliver(
 
 
 def deliver_run_cluster_spec(
-    api: k8s.CoreV1Api, run: Any, endpoints: Mapping[str, list[str]]
+    api: k8s.CoreV1Api, run: Any, endpoints: GangEndpoints
 ) -> dict[str, Any]:
-    """Build every replica's cluster.json from a gang's endpoints (`{role: ["ip:port"]}`,
-    as the gang start returns them) and deliver it; return the ClusterSpec.
+    """Build every replica's cluster.json from a gang's endpoints (as the gang start returns
+    them) and deliver it; return the ClusterSpec.
 
     `clusterspec` calls it for a run's first gang, `train` for a restarted one.
     """
-    found = endpoints_from_mapping(endpoints)
+    found = list(endpoints.endpoints)
     cluster = build_cluster_spec(run.request, found)
     files = build_cluster_files(run.request, found)
     contents = {

@@ -44,7 +44,8 @@ from operators.runobjects import RunObjects
 from operators.settings import LOG_TAIL_MAX_BYTES
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import INIT_CONTAINER
-from tfjob.clusterspec import Endpoint, endpoints_to_mapping
+from tfjob.clusterspec import Endpoint
+from tfjob.records.run import GangEndpoints
 
 T = TypeVar("T")
 
@@ -179,10 +180,10 @@ class GangStartTracker:
         )
 
 
-def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[str]]:
+def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> GangEndpoints:
     """Watch until every pod of `run` runs with an IP; fail with the reasons when not in time.
 
-    Returns the endpoints `{role: ["ip:port", ...]}`. Pods waiting long (for
+    Returns where each replica listens. Pods waiting long (for
     GPUs, for a node) still find valid grants: they are signed anew every
     `plan.refresh_every` seconds of the wait.
     """
@@ -215,8 +216,8 @@ def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> dict[str, list[
             )
     verdict = judge_gang_start(pods, expected)
     if verdict.state is GangState.READY:
-        return endpoints_to_mapping(
-            [Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready]
+        return GangEndpoints(
+            tuple(Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready)
         )
     problems = verdict.failed + verdict.waiting
     what = (

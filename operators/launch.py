@@ -92,6 +92,7 @@ from tfjob.manifests import (
     build_upload_secret,
 )
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
+from tfjob.records.run import GangEndpoints
 from tfjob.tenants import load_tenants, resolve_tenant
 
 # Each create or count of the launch rides out a blinking API server this long.
@@ -198,7 +199,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             )
             made += [f"Pod/{name}" for name in pods]
             self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
-            endpoints = self.await_gang_start(run, plan)
+            endpoints = self.await_gang_start(run, plan).to_payload()
         except Exception as exc:
             # The objects stay: archive keeps the logs of the replicas that did start,
             # teardown removes everything, and a retry removes them first (remove_leftovers).
@@ -338,7 +339,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         return staged
 
-    def await_gang_start(self, run: RunInfo, plan: Any) -> dict[str, list[str]]:
+    def await_gang_start(self, run: RunInfo, plan: Any) -> GangEndpoints:
         """Watch until every pod runs with an IP; fail with the reasons when not in time."""
         return gang.await_gang_start(self.client, run, plan, self.log)
 

@@ -255,7 +255,7 @@ def start_new_gang(api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, l
     made = create_gang(api, run, attempts, log)
     log.info("attempt %d: created %s", number, ", ".join(made))
     endpoints = gang.await_gang_start(api, run, plan, log)
-    log.info("attempt %d: every replica runs: %s", number, endpoints)
+    log.info("attempt %d: every replica runs: %s", number, endpoints.to_payload())
     if not run.request.is_distributed:
         return NewGang(attempts, None)
     return NewGang(attempts, deliver_run_cluster_spec(api, run, endpoints))

@@ -51,6 +51,7 @@ from tfjob.pipeline_ids import (
     request_dag_id,
     tenant_of_tags,
 )
+from tfjob.records.run import GangEndpoints
 from tfjob.request.model import RequestError, load_request
 from tfjob.runlayout import locate_output_latest
 from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, resolve_tenant
@@ -236,8 +237,8 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     if not run.request.is_distributed:
         _log().info("single mode: no ClusterSpec to deliver")
         return None
-    mapping = context["ti"].xcom_pull(task_ids=LAUNCH_TASK)
-    cluster = deliver_run_cluster_spec(_kube(), run, mapping)
+    endpoints = GangEndpoints.from_payload(context["ti"].xcom_pull(task_ids=LAUNCH_TASK))
+    cluster = deliver_run_cluster_spec(_kube(), run, endpoints)
     return {"cluster": cluster}
 
 

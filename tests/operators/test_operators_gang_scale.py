@@ -190,7 +190,7 @@ def test_a_gang_on_simulated_nodes_starts_gets_its_clusterspec_and_stops_with_gr
         )
         assert sorted(names) == sorted(run.pod_names())
         endpoints = gang.await_gang_start(core, run, None, log)
-        assert sum(len(v) for v in endpoints.values()) == 24
+        assert len(endpoints.endpoints) == 24
         deliver_run_cluster_spec(core, run, endpoints)
         for pod in core.list_namespaced_pod(run.namespace, label_selector=run.selector).items:
             path = (

@@ -26,6 +26,7 @@ from operators import delivery, gang, kubeobjects, restart
 from operators.runinfo import describe_run
 from operators.train import TrainingFailed, TrainingWaitOperator
 from tfjob.naming import ANNOTATION_ATTEMPTS
+from tfjob.records.run import GangEndpoints
 from tfjob.request.model import load_request
 
 REQUEST = REPO_ROOT / "dags" / "requests" / "digits-ps.yaml"
@@ -122,7 +123,7 @@ def cluster(monkeypatch) -> FakeCluster:
         for pod in pods:
             labels = pod["metadata"]["labels"]
             by_role.setdefault(labels["tfjob.io/role"], []).append(f"{pod['status']['podIP']}:2222")
-        return by_role
+        return GangEndpoints.from_payload(by_role)
 
     def deliver(api, namespace, contents, *args, **kwargs):
         for pod in contents:

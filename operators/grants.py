@@ -32,9 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
-from tfjob.tenants import load_tenants, resolve_tenant
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 if TYPE_CHECKING:
     from operators.runinfo import RunInfo
@@ -46,6 +45,7 @@ from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
 from tfjob.records.run import GrantPlan
+from tfjob.tenants import load_tenants, resolve_tenant
 
 
 def plan_grants(run: RunInfo, snapshot_uri: str) -> GrantPlan:
@@ -97,9 +97,6 @@ class PresignConnectionMissing(PipelineError, AirflowFailException):
 
 def require_presign_connection(conn_id: str, whose: str) -> None:
     """PresignConnectionMissing, saying what to do, unless Airflow knows `conn_id`."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
     try:
         BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:

@@ -59,7 +59,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+)
 
 import runtime
 from operators import gang, kubeobjects
@@ -216,8 +220,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
     def admit(self, run: RunInfo, ticket: dict[str, Any], context: Any) -> None:
         """Create the run's ticket and start only within the tenant's job cap (step 2)."""
-        from airflow.sdk.exceptions import AirflowRescheduleException
-
         tenant = run.request.tenant
         max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
         api = self.client
@@ -286,8 +288,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             log=self.log,
         )
         if foreign:
-            from airflow.sdk.exceptions import AirflowFailException
-
             raise AirflowFailException(str(kubeobjects.ForeignObjectError(run.run_key, foreign)))
         removal = objects.remove(self.log, doing="removing leftovers of an earlier try")
         if removal.left:
@@ -310,8 +310,6 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         """The checkpoints the first gang restores for `warm_start` (operators/restore.py),
         pushed to XCom `warm_start` (no credential); before anything is created, so a
         warm start that cannot be had fails the run with nothing launched."""
-        from airflow.sdk.exceptions import AirflowFailException
-
         if run.request.warm_start is None:
             return None
         try:

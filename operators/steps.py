@@ -13,11 +13,13 @@ and every S3 call of the run then uses that tenant's AWS connection.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import get_current_context
+from airflow.sdk import Asset, AssetAlias, get_current_context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators.archive import archive_run
 from operators.bundlecheck import BundleMissing, snapshot_bundle
@@ -76,8 +78,6 @@ def _kube() -> Any:
 
 
 def _log() -> Any:
-    import logging
-
     return logging.getLogger("airflow.task")
 
 
@@ -93,8 +93,6 @@ def validate(request_file: str | None = None, tenant: str | None = None) -> dict
     `tenant` is the DAG's, fixed when it was built; None only for the INVALID DAG of a
     request file that could not be built (this then fails with the file's error).
     """
-    from airflow.sdk.exceptions import AirflowFailException
-
     context = get_current_context()
     dag_id = context["dag"].dag_id
     try:
@@ -131,8 +129,6 @@ def check_request_source(request: TrainingRequest, request_file: str | None, dag
     (operators/request_files.py); this holds a run to it too, so a run never
     records a request that is not its DAG's.
     """
-    from airflow.sdk.exceptions import AirflowFailException
-
     if not request_file:
         return
     try:
@@ -148,8 +144,6 @@ def check_request_source(request: TrainingRequest, request_file: str | None, dag
 
 def check_dag_tags(dag: Any, tenant: str) -> None:
     """The DAG's `tenant:` tag (what the UI and the TFJob tab hold runs to) names `tenant`."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     tagged = tenant_of_tags(dag.tags or ())
     if tagged != tenant:
         raise AirflowFailException(
@@ -167,8 +161,6 @@ def hold_to_dag_tenant(
     a bundle, output, image, node selector or toleration its tenant does not
     allow, fails here, before any S3 or Kubernetes call.
     """
-    from airflow.sdk.exceptions import AirflowFailException
-
     try:
         config = load_tenants()
         owner = resolve_tenant(config, tenant or request.tenant)
@@ -191,8 +183,6 @@ def hold_to_dag_tenant(
 
 def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     """The whole gang must fit the remaining quota of its tenant (read from the cluster)."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     try:
         tenant, check = admission.admit_request(_kube(), request, config)
     except TenancyRefusal as exc:
@@ -207,8 +197,6 @@ def fetch_bundle() -> dict[str, Any]:
     metrics an earlier try left under the run's prefix go first, so nothing of
     that try can be archived or published as this one's.
     """
-    from airflow.sdk.exceptions import AirflowFailException
-
     run = pull_run(get_current_context())
     s3 = _s3(run)
     clear_run_outputs(s3, run.layout, checkpoints=True)
@@ -303,8 +291,6 @@ def archive() -> dict[str, Any]:
 
 def teardown() -> list[str]:
     """Delete every object of the run by label, wait until none is left, say what went."""
-    from airflow.sdk.exceptions import AirflowException
-
     context = get_current_context()
     described = context["ti"].xcom_pull(task_ids=VALIDATE_TASK)
     if not described:
@@ -338,9 +324,6 @@ def publish() -> dict[str, Any]:
     event fires (consumers of the asset would otherwise retrain on, or deploy,
     an older model).
     """
-    from airflow.sdk import Asset, AssetAlias
-    from airflow.sdk.exceptions import AirflowFailException
-
     context = get_current_context()
     run = pull_run(context)
     archived = context["ti"].xcom_pull(task_ids=ARCHIVE_TASK) or {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -166,6 +166,105 @@ def test_no_import_circle_among_the_product_modules():
 )
 def test_the_circle_finder_finds_circles_and_only_circles(graph, expected):
     assert find_cycles(graph) == expected
+
+
+# Imports sit at module top. A function may import, when it runs, only what is named here:
+# heavy third-party modules, each with the price its laziness avoids (issue 28 item 7).
+LAZY_IMPORTS = {
+    "airflow": "Airflow's models, hooks, providers and API server: tshell and tenancy's "
+    "scripts run without Airflow, the plugin is loaded by every Airflow process, and S3Hook "
+    "would bring boto3 into every DAG parse",
+    "airflow_client": "the Airflow REST client: `tshell --help` imports every command module",
+    "kubernetes": "the Kubernetes client (about 1 s): `tshell --help` and S3-only commands",
+    "kubernetes_asyncio": "the asyncio Kubernetes client: only the trigger uses it",
+    "boto3": "the AWS SDK (about 0.3 s): only S3 work uses it",
+    "botocore": "the AWS SDK (about 0.3 s): only S3 work uses it",
+    "s3transfer": "the AWS SDK's transfer manager: only uploads use it",
+    "sqlalchemy": "Airflow's database layer: imported with Airflow's models",
+    "urllib3": "the HTTP layer of the Kubernetes and Airflow clients: imported with them",
+    "aiohttp": "an optional transport: transient.py recognises its errors when it is installed",
+    "websocket": "an optional transport: transient.py recognises its errors when it is installed",
+    "asgiref": "Airflow's sync-to-async bridge: only the trigger uses it",
+    "werkzeug": "FAB's password hashing: imported with Airflow's FAB provider",
+}
+TSHELL_HELP = (
+    "pydantic or the Kubernetes client on every `tshell --help` (tshell/cli.py imports "
+    "every command module)"
+)
+# The project's own modules a package may import lazily, each for its price to that package.
+LAZY_OWN_IMPORTS = {
+    "plugins": {
+        "runview.api": "FastAPI and Airflow's API server: every Airflow process loads the "
+        "plugin, only the API server builds the app"
+    },
+    "tshell": {
+        "tfjob.request.model": TSHELL_HELP,
+        "tfjob.tenants": TSHELL_HELP,
+        "tfjob.quota": TSHELL_HELP,
+        "tfjob.records": TSHELL_HELP,
+        "tshell.replica_logs": TSHELL_HELP,
+        "tenancy": TSHELL_HELP,
+    },
+}
+TOP_IMPORT_FOLDERS = ("operators", "tenancy", "runview", "tfjob", "tshell", "dags", "plugins")
+
+
+def is_named(module: str, names: Iterable[str]) -> bool:
+    return any(module == name or module.startswith(f"{name}.") for name in names)
+
+
+def function_level_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import inside a function, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    )
+    seen = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if node in seen or not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            seen.add(node)
+            if isinstance(node, ast.Import):
+                yield from ((node.lineno, alias.name) for alias in node.names)
+            elif node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                yield node.lineno, ".".join([*anchor, node.module] if node.module else anchor)
+            else:
+                yield node.lineno, node.module or ""
+
+
+def test_functions_import_only_the_named_heavy_modules():
+    lazy = []
+    for path in iter_modules(TOP_IMPORT_FOLDERS):
+        importer = path.relative_to(REPO).parts[0]
+        for line, name in function_level_imports(path):
+            own = LAZY_OWN_IMPORTS.get(importer, {})
+            if is_named(name, LAZY_IMPORTS) and name.split(".")[0] not in FIRST_PARTY:
+                continue
+            if not is_named(name, own):
+                lazy.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not lazy, (
+        "import at module top (or name the module in LAZY_IMPORTS, with why):\n" + "\n".join(lazy)
+    )
+
+
+def test_the_lazy_import_lists_name_only_what_is_imported_lazily():
+    used = {
+        (path.relative_to(REPO).parts[0], name)
+        for path in iter_modules(TOP_IMPORT_FOLDERS)
+        for _, name in function_level_imports(path)
+    }
+    stale = [name for name in LAZY_IMPORTS if not any(is_named(n, [name]) for _, n in used)]
+    stale += [
+        f"{importer}: {name}"
+        for importer, names in LAZY_OWN_IMPORTS.items()
+        for name in names
+        if not any(i == importer and is_named(n, [name]) for i, n in used)
+    ]
+    assert not stale, f"no function imports these any more: {stale}"
 
 
 # Folders whose every module docs/architecture.md lists, each under its folder's own line

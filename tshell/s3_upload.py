@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,8 +185,6 @@ class StreamingUpload:
         concurrency: int,
         progress: ProgressBar | None = None,
     ) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.client, self.bucket, self.key = client, bucket, key
         self.part_size = part_size
         self.progress = progress

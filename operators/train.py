@@ -150,7 +150,7 @@ class TrainingWaitOperator(BaseOperator):
             request.success_policy, run.replica_ids(), single=not request.is_distributed
         )
         wait = request.active_deadline + TRAIN_DEADLINE_MARGIN_SECONDS
-        number = attempts[-1]["number"] if attempts else 1
+        number = restart.attempts_from_payload(attempts)[-1].number if attempts else 1
         self.log.info(
             "waiting for training of run %s (attempt %d of %d): success when %s exit 0 "
             "(ps never count); deadline %ss",

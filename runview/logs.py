@@ -22,6 +22,7 @@ from operators.settings import LOG_LINE_MAX_BYTES
 from runtime.metric_lines import MetricPoint, collect_metric_points
 from runview.errors import RunViewError
 from tfjob.pipeline_ids import ARCHIVE_TASK
+from tfjob.request.model import Role
 from tfjob.runlayout import REPLICA_LOG_SUFFIX
 
 MAX_FILTER_CHARS = 200
@@ -33,7 +34,8 @@ MAX_PANE_LOG_BYTES = 1024 * 1024  # of an archived log's end, read for the log p
 # try and end, so a new archive is read at once; the TTL only bounds staleness).
 ARCHIVED_CURVES_TTL_S = 300.0
 MAX_POINTS_PER_REPLICA = 500
-_REPLICA = re.compile(r"^(chief|master|ps|worker|evaluator)-[0-9]{1,4}$")
+_ROLES = ", ".join(role.value for role in Role)
+_REPLICA = re.compile(rf"^({'|'.join(role.value for role in Role)})-[0-9]{{1,4}}$")
 
 
 class LogRequestError(RunViewError, ValueError):
@@ -44,7 +46,7 @@ def check_replica_id(replica: str) -> str:
     if len(replica) > 32 or not _REPLICA.match(replica):
         raise LogRequestError(
             f"replica {replica[:40]!r}: expected <role>-<index>, role one of "
-            "chief, master, ps, worker, evaluator (e.g. worker-0)"
+            f"{_ROLES} (e.g. worker-0)"
         )
     return replica
 

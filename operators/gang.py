@@ -45,7 +45,7 @@ from operators.settings import LOG_TAIL_MAX_BYTES
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import INIT_CONTAINER
 from tfjob.clusterspec import Endpoint
-from tfjob.records.run import GangEndpoints
+from tfjob.records.run import GangEndpoints, GrantPlan
 
 T = TypeVar("T")
 
@@ -180,7 +180,7 @@ class GangStartTracker:
         )
 
 
-def await_gang_start(api: Any, run: Any, plan: Any, log: Any) -> GangEndpoints:
+def await_gang_start(api: Any, run: Any, plan: GrantPlan | None, log: Any) -> GangEndpoints:
     """Watch until every pod of `run` runs with an IP; fail with the reasons when not in time.
 
     Returns where each replica listens. Pods waiting long (for

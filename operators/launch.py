@@ -96,7 +96,7 @@ from tfjob.manifests import (
     build_upload_secret,
 )
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
-from tfjob.records.run import GangEndpoints
+from tfjob.records.run import GangEndpoints, GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
 
 # Each create or count of the launch rides out a blinking API server this long.
@@ -337,7 +337,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         return staged
 
-    def await_gang_start(self, run: RunInfo, plan: Any) -> GangEndpoints:
+    def await_gang_start(self, run: RunInfo, plan: GrantPlan) -> GangEndpoints:
         """Watch until every pod runs with an IP; fail with the reasons when not in time."""
         return gang.await_gang_start(self.client, run, plan, self.log)
 

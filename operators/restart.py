@@ -70,6 +70,7 @@ from tfjob.attempts import Attempt, AttemptOutcome
 from tfjob.manifests import build_pod_manifests
 from tfjob.naming import ANNOTATION_ATTEMPTS
 from tfjob.records.replicas import TrainingEvent
+from tfjob.records.run import GrantPlan
 from tfjob.restart_policy import (
     INFRASTRUCTURE_KINDS,
     Decision,
@@ -237,7 +238,9 @@ def stage_restore(
     return [*earlier, replace(current, restored_checkpoint_step=staged.step)]
 
 
-def start_new_gang(api: Any, run: Any, attempts: Sequence[Attempt], plan: Any, log: Any) -> NewGang:
+def start_new_gang(
+    api: Any, run: Any, attempts: Sequence[Attempt], plan: GrantPlan | None, log: Any
+) -> NewGang:
     """Stop the failed gang, start the next (the last of `attempts`) from the run's
     checkpoints, give it its ClusterSpec (see the module docstring).
 

@@ -75,7 +75,7 @@ def log_files_argument(text: str) -> int:
 
 
 def grace_period_argument(text: str) -> float:
-    from localkube.kubelet.agent import HEARTBEAT_S
+    from localkube.kubelet.nodeagent import HEARTBEAT_S
 
     try:
         seconds = float(text)

@@ -19,19 +19,12 @@ import os
 import shutil
 import signal
 
-import aiohttp
-
 from localkube.credentials import read_credentials
 from localkube.hollow.pod import HollowPod, PodOrigin
-from localkube.kubelet.apiclient import ApiClient, ApiRequestError
+from localkube.kubelet.apiclient import ApiClient
 from localkube.kubelet.network import AddressPool, node_gateway
-from localkube.kubelet.podwatch import follow_node_pods
-from localkube.kubelet.status import now_rfc3339
+from localkube.kubelet.nodeagent import NodeAgent, NodeIdentity
 
-log = logging.getLogger("localkube.hollow")
-
-HEARTBEAT_S = 10
-PARALLEL_EVENTS = 8
 KUBELET_VERSION = "v1.30.0-localkube-hollow"
 
 
@@ -49,118 +42,28 @@ def find_node_index(state_dir: str, node: str) -> int:
     return names.index(node) + 1
 
 
-class HollowNodeAgent:
-    """One simulated node: heartbeat, pod watch, a HollowPod per pod."""
+class HollowNodeAgent(NodeAgent):
+    """One simulated node: heartbeat, pod watch (nodeagent.py), a HollowPod per pod."""
+
+    identity = NodeIdentity(
+        kubelet_version=KUBELET_VERSION,
+        runtime_version="localkube-hollow://0.1",
+        os_image="localkube (simulated)",
+        ready_message="kubelet is posting ready status (simulated node)",
+    )
 
     def __init__(self, api_url: str, state_dir: str, node: str, node_index: int) -> None:
-        self.node, self.state_dir = node, state_dir
-        self.host_ip = node_gateway(node_index)
+        api = ApiClient(api_url, read_credentials(state_dir))
+        super().__init__(api, node, node_gateway(node_index))
+        self.state_dir = state_dir
         self.addresses = AddressPool(node_index)
-        self.api = ApiClient(api_url, read_credentials(state_dir))
         self.pods: dict[str, HollowPod] = {}
         self.finished: set[str] = set()
-        self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)
-        self.background: set[asyncio.Task] = set()
-        self.started_at = now_rfc3339()
         self.first_sync = True
 
     def forget(self, uid: str) -> None:
         if self.pods.pop(uid, None) is not None:
             self.finished.add(uid)
-
-    def record_event(
-        self, pod: dict, kind: str, reason: str, message: str, container: str | None = None
-    ) -> None:
-        meta, now = pod["metadata"], now_rfc3339()
-        involved = {
-            "kind": "Pod",
-            "apiVersion": "v1",
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-        }
-        if container:
-            involved["fieldPath"] = f"spec.containers{{{container}}}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": "kubelet", "host": self.node},
-            "reportingComponent": "kubelet",
-            "reportingInstance": self.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-
-        async def post() -> None:
-            async with self.event_slots:
-                await self.api.post_event(meta["namespace"], event)
-
-        task = asyncio.create_task(post())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-
-    def node_status(self) -> dict:
-        now = now_rfc3339()
-        conditions = [
-            (
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-            ),
-            ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            (
-                "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-            ),
-            ("Ready", "True", "KubeletReady", "kubelet is posting ready status (simulated node)"),
-        ]
-        return {
-            "conditions": [
-                {
-                    "type": kind,
-                    "status": status,
-                    "reason": reason,
-                    "message": message,
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": self.started_at,
-                }
-                for kind, status, reason, message in conditions
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": self.host_ip},
-                {"type": "Hostname", "address": self.node},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
-            "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": KUBELET_VERSION,
-                "containerRuntimeVersion": "localkube-hollow://0.1",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "osImage": "localkube (simulated)",
-                "kernelVersion": os.uname().release,
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-            },
-        }
-
-    async def heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_S)
-            try:
-                await self.api.patch_node_status(self.node, self.node_status())
-            except (TimeoutError, ApiRequestError, aiohttp.ClientError) as exc:
-                log.warning("node %s: heartbeat failed: %s", self.node, exc)
 
     def handle_pod_event(self, kind: str, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
@@ -200,11 +103,6 @@ class HollowNodeAgent:
             self.handle_pod_event("ADDED", pod)
         self.first_sync = False
         return (listing.get("metadata") or {}).get("resourceVersion") or "0"
-
-    async def watch_pods(self) -> None:
-        await follow_node_pods(
-            self.api, self.node, self.sync_pods, self.handle_pod_event, self.node_status
-        )
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.api.open()

@@ -26,7 +26,7 @@ from localkube.forwarding import forwards_of_cluster
 from localkube.kubelet import cleanup, network
 from localkube.kubelet.apiclient import ApiClient, ApiRequestError
 from localkube.kubelet.images import load_image_rules
-from localkube.kubelet.podwatch import follow_node_pods
+from localkube.kubelet.nodeagent import NodeAgent, NodeIdentity
 from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.policyenforcer import PolicyEnforcer
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
@@ -37,12 +37,10 @@ from localkube.logrotation import log_rotation_of_cluster
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10
 # How often running pods' configMap/secret volumes are brought up to date (a real
 # kubelet: its sync period plus the object cache's TTL, about a minute).
 VOLUME_SYNC_S = 5
 PARALLEL_POD_STARTS = 8
-PARALLEL_EVENTS = 8
 # On shutdown, how long the container loops get to see their killed runs end.
 LIFECYCLE_END_WAIT_S = 5
 KUBELET_VERSION = "v1.30.0-localkube"
@@ -64,7 +62,17 @@ def find_node_index(cluster: dict, node: str) -> int | None:
     return None
 
 
-class Kubelet:
+class Kubelet(NodeAgent):
+    """The node's kubelet: its reporting (nodeagent.py), one PodWorker per pod, volume sync,
+    NetworkPolicies, and shutdown."""
+
+    identity = NodeIdentity(
+        kubelet_version=KUBELET_VERSION,
+        runtime_version="localkube://0.1",
+        os_image="localkube",
+        ready_message="kubelet is posting ready status",
+    )
+
     def __init__(
         self,
         api_url: str,
@@ -74,12 +82,13 @@ class Kubelet:
         node_index: int | None = None,
     ) -> None:
         self.api_url = api_url
-        self.node = node
         self.state_dir = os.path.abspath(state_dir)
         self.state_hash = network.state_hash(self.state_dir)
         cluster = read_cluster_file(self.state_dir)
         self.node_index = node_index or find_node_index(cluster, node) or 1
-        self.host_ip = network.node_gateway(self.node_index)
+        super().__init__(
+            ApiClient(api_url, credentials), node, network.node_gateway(self.node_index)
+        )
         self.addresses = network.AddressPool(self.node_index)
         self.api_port = urlparse(api_url).port
         # Forwards (localkube/forwarding.py), not bare ports: a pod port may be relayed to
@@ -87,14 +96,10 @@ class Kubelet:
         self.forward_ports = forwards_of_cluster(cluster, self.api_port)
         self.image_rules = load_image_rules()
         self.log_rotation = log_rotation_of_cluster(cluster)
-        self.api = ApiClient(api_url, credentials)
         simulated = set(cluster.get("simulated_nodes") or [])
         self.policies = PolicyEnforcer(self.api, self.forward_ports, simulated.__contains__)
         self.workers: dict[str, PodWorker] = {}
         self.start_slots = asyncio.Semaphore(PARALLEL_POD_STARTS)
-        self.event_slots = asyncio.Semaphore(PARALLEL_EVENTS)
-        self.background: set[asyncio.Task] = set()
-        self.started_at = now_rfc3339()  # set again when run() starts
         self.initial_sync = True  # until the first list of the node's pods is reconciled
         self.deleted_uids: set[str] = set()  # pods this kubelet deleted: not to be restarted
 
@@ -111,110 +116,7 @@ class Kubelet:
         if self.workers.pop(uid, None) is not None:
             self.deleted_uids.add(uid)
 
-    def spawn(self, coro) -> None:
-        task = asyncio.create_task(coro)
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-
-    def record_event(
-        self, pod: dict, kind: str, reason: str, message: str, container: str | None = None
-    ) -> None:
-        meta = pod["metadata"]
-        now = now_rfc3339()
-        involved = {
-            "kind": "Pod",
-            "apiVersion": "v1",
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-        }
-        if container:
-            involved["fieldPath"] = f"spec.containers{{{container}}}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": "kubelet", "host": self.node},
-            "reportingComponent": "kubelet",
-            "reportingInstance": self.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-
-        async def post() -> None:
-            async with self.event_slots:
-                await self.api.post_event(meta["namespace"], event)
-
-        self.spawn(post())
-
     # ---- node ------------------------------------------------------------------
-    def node_status(self) -> dict:
-        now = now_rfc3339()
-
-        def condition(kind: str, status: str, reason: str, message: str) -> dict:
-            return {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": self.started_at,
-            }
-
-        return {
-            "conditions": [
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure",
-                    "False",
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
-                condition(
-                    "PIDPressure",
-                    "False",
-                    "KubeletHasSufficientPID",
-                    "kubelet has sufficient PID available",
-                ),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": self.host_ip},
-                {"type": "Hostname", "address": self.node},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
-            "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": KUBELET_VERSION,
-                "containerRuntimeVersion": "localkube://0.1",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "osImage": "localkube",
-                "kernelVersion": os.uname().release,
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-            },
-        }
-
-    async def heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_S)
-            try:
-                await self.api.patch_node_status(self.node, self.node_status())
-            except (TimeoutError, ApiRequestError, aiohttp.ClientError) as exc:
-                log.warning("node heartbeat failed: %s", exc)
-
     async def sync_object_volumes(self) -> None:
         """Carry changed ConfigMaps and Secrets into the running pods' volumes."""
         while True:
@@ -297,11 +199,6 @@ class Kubelet:
             self.handle_pod_event("ADDED", pod)
         self.initial_sync = False
         return listing.get("metadata", {}).get("resourceVersion") or "0"
-
-    async def watch_pods(self) -> None:
-        await follow_node_pods(
-            self.api, self.node, self.sync_pods, self.handle_pod_event, self.node_status
-        )
 
     # ---- the whole kubelet -----------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:

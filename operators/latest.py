@@ -41,8 +41,7 @@ from typing import Any
 
 from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
-from tfjob.runlayout import RunLayout
-from tfjob.s3url import parse_s3_url
+from tfjob.runlayout import RunLayout, S3Path
 
 log = logging.getLogger("airflow.task")
 
@@ -162,9 +161,9 @@ def decide_latest(mine: Mapping[str, Any], current: Any) -> LatestDecision:
     return LatestDecision(LatestAction.KEEP, f"{describe_pointer(current)} is newer than this run")
 
 
-def read_latest(s3: Any, uri: str) -> tuple[Any, str | None]:
+def read_latest(s3: Any, latest: S3Path) -> tuple[Any, str | None]:
     """(parsed pointer or the raw text when not JSON, ETag); (None, None) when there is none."""
-    bucket, key = parse_s3_url(uri)
+    bucket, key, uri = latest.bucket, latest.key, latest.uri
 
     def get() -> tuple[bytes, str] | None:
         try:
@@ -194,14 +193,14 @@ def is_lost_race(exc: BaseException) -> bool:
 
 
 def publish_latest(
-    s3: Any, uri: str, pointer: Mapping[str, Any], attempts: int = LATEST_WRITE_ATTEMPTS
+    s3: Any, latest: S3Path, pointer: Mapping[str, Any], attempts: int = LATEST_WRITE_ATTEMPTS
 ) -> LatestOutcome:
-    """Write `pointer` to `uri` if it is newer than what is there (read, decide, write if
+    """Write `pointer` to `latest` if it is newer than what is there (read, decide, write if
     unchanged); LatestRaceLost when other publishes kept changing it."""
-    bucket, key = parse_s3_url(uri)
+    bucket, key, uri = latest.bucket, latest.key, latest.uri
     body = json.dumps(pointer, indent=2, sort_keys=True).encode("utf-8")
     for attempt in range(1, attempts + 1):
-        current, etag = read_latest(s3, uri)
+        current, etag = read_latest(s3, latest)
         decision = decide_latest(pointer, current)
         if decision.action is LatestAction.KEEP:
             return LatestOutcome(False, dict(current), decision.reason)

@@ -139,7 +139,7 @@ def find_warm_start_source(s3: Any, run: Any) -> S3Path | None:
     if wanted != WARM_START_LATEST:
         return RunLayout.for_run(output, run.dag_id, wanted).checkpoints
     latest, runs = locate_output_latest(output), locate_output_runs(output)
-    pointer, _ = read_latest(s3, latest.uri)
+    pointer, _ = read_latest(s3, latest)
     if pointer is None:
         return None
     published = pointer.get("run") if isinstance(pointer, dict) else None

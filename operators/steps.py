@@ -351,8 +351,9 @@ def publish() -> dict[str, Any]:
         ordered_by=ordered_by,
         published_at=time.time(),
     )
-    latest = locate_output_latest(run.request.output).uri
-    outcome = publish_latest(_s3(run), latest, pointer)
+    latest_path = locate_output_latest(run.request.output)
+    latest = latest_path.uri
+    outcome = publish_latest(_s3(run), latest_path, pointer)
     if outcome.moved:
         extra = {"dag_id": run.dag_id, "run_id": run.run_id, "model": model["uri"]}
         for outlet in context["task"].outlets:

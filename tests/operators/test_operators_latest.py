@@ -27,7 +27,7 @@ from operators.latest import (
 from operators.runinfo import describe_run
 from tfjob.pipeline_ids import ARCHIVE_TASK, VALIDATE_TASK
 from tfjob.request.model import load_request
-from tfjob.runlayout import RunLayout
+from tfjob.runlayout import RunLayout, S3Path
 
 UTC = dt.UTC
 
@@ -100,7 +100,7 @@ def read_pointer(s3: Any, bucket: str, key: str) -> dict[str, Any]:
 
 def test_an_older_run_finishing_after_a_newer_one_leaves_latest_on_the_newer(s3_server):
     s3, bucket = s3_server.client(), s3_server.bucket
-    uri = f"s3://{bucket}/outputs/order/latest"
+    uri = S3Path(bucket, "outputs/order/latest")
     first = publish_latest(s3, uri, pointer("new", NEW))
     assert first.moved and first.reason == "no pointer yet"
     second = publish_latest(s3, uri, pointer("old", OLD))
@@ -131,12 +131,12 @@ def test_a_publish_that_loses_the_race_to_a_newer_one_reads_again_and_keeps_it(
     s3_server, monkeypatch
 ):
     s3, bucket = s3_server.client(), s3_server.bucket
-    uri = f"s3://{bucket}/outputs/race/latest"
+    uri = S3Path(bucket, "outputs/race/latest")
     publish_latest(s3, uri, pointer("old", OLD))
     real_read = latest.read_latest
     reads = []
 
-    def read_then_a_newer_run_writes(s3: Any, uri: str) -> Any:
+    def read_then_a_newer_run_writes(s3: Any, uri: S3Path) -> Any:
         found = real_read(s3, uri)
         reads.append(found[0]["run_id"])
         if len(reads) == 1:  # between this publish's read and its write
@@ -153,12 +153,12 @@ def test_a_publish_that_loses_the_race_to_a_newer_one_reads_again_and_keeps_it(
 
 def test_a_publish_that_keeps_losing_its_race_fails_naming_the_pointer(s3_server, monkeypatch):
     s3, bucket = s3_server.client(), s3_server.bucket
-    uri = f"s3://{bucket}/outputs/busy/latest"
+    uri = S3Path(bucket, "outputs/busy/latest")
     publish_latest(s3, uri, pointer("old", OLD))
     real_read = latest.read_latest
     writes = []
 
-    def read_then_someone_writes(s3: Any, uri: str) -> Any:
+    def read_then_someone_writes(s3: Any, uri: S3Path) -> Any:
         found = real_read(s3, uri)
         writes.append(1)  # each write differs: same bytes would keep the ETag
         other = {**pointer("old", OLD), "published_at": float(len(writes))}

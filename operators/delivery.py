@@ -37,7 +37,8 @@ from kubernetes import client as k8s
 
 from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
-from operators.transient import Backoff, api_status_of, describe_api_error, is_transient
+from operators.transient import api_status_of, describe_api_error, is_transient
+from runtime.backoff import BackoffPolicy, LastDelay, RetryState, call_with_backoff
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
 from tfjob import naming
 from tfjob.clusterspec import build_cluster_files, build_cluster_spec
@@ -143,33 +144,58 @@ def deliver_cluster_files(
         )
 
 
+class _Undelivered(Exception):
+    """One try that did not write the file: why, and whether another try may succeed."""
+
+    def __init__(self, problem: str, retryable: bool) -> None:
+        super().__init__(problem)
+        self.problem, self.retryable = problem, retryable
+
+
 def _deliver_with_retries(
     api: k8s.CoreV1Api, namespace: str, pod: str, content: str, attempts: int, deadline: float
 ) -> str | None:
     """None once delivered; else why the last try failed (and how many tries were made)."""
-    backoff = Backoff(DELIVERY_FIRST_DELAY_SECONDS, DELIVERY_LONGEST_DELAY_SECONDS)
+    policy = BackoffPolicy(
+        first_delay=DELIVERY_FIRST_DELAY_SECONDS,
+        max_delay=DELIVERY_LONGEST_DELAY_SECONDS,
+        jitter=0.5,
+        attempts=attempts,
+        last_delay=LastDelay.WHOLE_OR_NONE,
+    )
     tries = 0
-    while True:
+
+    def attempt() -> None:
+        nonlocal tries
         tries += 1
         problem, retryable = _try_deliver(api, namespace, pod, content)
-        if problem is None:
-            if tries > 1:
-                log.info("pod %s: cluster.json delivered at try %d", pod, tries)
-            return None
-        delay = backoff.next_delay()
-        # A new try must be able to finish (its exec timeout) before the deadline.
-        in_time = time.monotonic() + delay + EXEC_TIMEOUT_SECONDS <= deadline
-        if not retryable or tries >= attempts or not in_time:
-            return problem + (f" (after {tries} tries)" if tries > 1 else "")
+        if problem is not None:
+            raise _Undelivered(problem, retryable)
+
+    def note(state: RetryState) -> None:
         log.warning(
             "pod %s: delivery try %d of %d failed: %s; trying again in %.1fs",
             pod,
-            tries,
+            state.attempt,
             attempts,
-            problem,
-            delay,
+            state.error,
+            state.delay,
         )
-        time.sleep(delay)
+
+    try:
+        call_with_backoff(
+            attempt,
+            policy,
+            on=lambda exc: isinstance(exc, _Undelivered) and exc.retryable,
+            # A new try must be able to finish (its exec timeout) before the deadline.
+            deadline=deadline - EXEC_TIMEOUT_SECONDS,
+            on_retry=note,
+        )
+    except _Undelivered as failed:
+        return failed.problem + (f" (after {tries} tries)" if tries > 1 else "")
+    if tries > 1:
+        log.info("pod %s: cluster.json delivered at try %d", pod, tries)
+    return None
 
 
 def _try_deliver(

@@ -41,7 +41,7 @@ from operators.replicas import (
     read_replica_status,
 )
 from operators.runobjects import RunObjects
-from operators.settings import LOG_TAIL_MAX_BYTES
+from operators.settings import GRANT_RETRY_SECONDS, LOG_TAIL_MAX_BYTES
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import INIT_CONTAINER
 from tfjob.clusterspec import Endpoint
@@ -50,8 +50,6 @@ from tfjob.records.run import GangEndpoints, GrantPlan
 T = TypeVar("T")
 
 INIT_LOG_LINES = 20
-# A refresh of the grants that met a blinking API server is tried again this soon.
-GRANT_RETRY_SECONDS = 15.0
 # Each create of a gang rides out a blinking API server this long.
 GANG_API_PATIENCE_SECONDS = 120.0
 # A gang's pods are created this many at once: one after another, a 1,024-pod gang waited

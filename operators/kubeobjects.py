@@ -29,12 +29,13 @@ from kubernetes.client.exceptions import ApiException
 
 from operators.errors import PipelineError
 from operators.transient import (
+    API_BACKOFF,
     GONE_STATUS,
-    Backoff,
     call_with_retries,
     describe_api_error,
     is_transient,
 )
+from runtime.backoff import Backoff
 from tfjob import naming
 
 log = logging.getLogger(__name__)
@@ -182,13 +183,13 @@ def longest_grace_period(pods: Iterable[dict[str, Any]]) -> int:
 
 def _pause_after(exc: BaseException, backoff: Backoff, deadline: float, what: str) -> bool:
     """Sleep before the next try after a transient `exc`; False when the deadline has come."""
-    left = deadline - time.monotonic()
+    left = deadline - backoff.policy.now()
     if left <= 0:
         log.warning("%s: %s at the deadline; giving up", what, describe_api_error(exc))
         return False
     delay = min(backoff.next_delay(), left)
     log.warning("%s: %s (transient); relisting in %.1fs", what, describe_api_error(exc), delay)
-    time.sleep(delay)
+    backoff.policy.pause(delay)
     return True
 
 
@@ -209,7 +210,7 @@ def await_run_objects_gone(
     """
     kinds = None if kinds is None else tuple(kinds)
     deadline = time.monotonic() + timeout
-    backoff = Backoff()
+    backoff = API_BACKOFF.schedule()
     what = f"waiting for the objects of {selector} to go"
     while True:
         try:
@@ -263,7 +264,7 @@ def watch_run_pods(
     leaves the last pods seen as the answer.
     """
     pods: dict[str, dict[str, Any]] = {}
-    backoff = Backoff()
+    backoff = API_BACKOFF.schedule()
     while True:
         try:
             listing = api.list_namespaced_pod(namespace, label_selector=selector)

@@ -17,7 +17,6 @@ whole file), so a retry starts it again from the beginning.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -30,6 +29,7 @@ from operators.settings import (
     S3_RETRY_FIRST_DELAY_SECONDS,
     S3_RETRY_MAX_DELAY_SECONDS,
 )
+from runtime.backoff import BackoffPolicy, RetryState, call_with_backoff
 
 log = logging.getLogger("airflow.task")
 
@@ -84,35 +84,34 @@ def call_with_s3_retries(
     (chained to the last error) when the budget runs out. `sleep` and `clock`
     (time.sleep, time.monotonic) are for tests.
     """
-    sleep = sleep or time.sleep
-    clock = clock or time.monotonic
-    started = clock()
-    delay = first_delay_s
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return action()
-        except Exception as exc:
-            if not is_transient_s3_error(exc):
-                raise
-            spent = clock() - started
-            left = budget_s - spent
-            if left <= 0:
-                raise S3Unavailable(
-                    f"{what}: S3 still failing after {attempt} attempt(s) in {spent:.0f}s "
-                    f"(retry budget {budget_s:g}s): {type(exc).__name__}: {exc}"
-                ) from exc
-            wait = min(delay, left)  # the last wait ends at the budget: one more try then
-            log.warning(
-                "%s failed (%s: %s); attempt %d, retrying in %.1fs (%.0fs of %gs left)",
-                what,
-                type(exc).__name__,
-                exc,
-                attempt,
-                wait,
-                left,
-                budget_s,
-            )
-            sleep(wait)
-            delay = min(delay * 2, max_delay_s)
+    policy = BackoffPolicy(
+        first_delay=first_delay_s,
+        max_delay=max_delay_s,
+        budget=budget_s,
+        sleep=sleep,
+        clock=clock,
+    )
+
+    def note(state: RetryState) -> None:
+        log.warning(
+            "%s failed (%s: %s); attempt %d, retrying in %.1fs (%.0fs of %gs left)",
+            what,
+            type(state.error).__name__,
+            state.error,
+            state.attempt,
+            state.delay,
+            state.left,
+            budget_s,
+        )
+
+    def give_up(state: RetryState) -> None:
+        exc = state.error
+        raise S3Unavailable(
+            f"{what}: S3 still failing after {state.attempt} attempt(s) in {state.elapsed:.0f}s "
+            f"(retry budget {budget_s:g}s): {type(exc).__name__}: {exc}"
+        ) from exc
+
+    # The last wait ends at the budget: one more try then.
+    return call_with_backoff(
+        action, policy, on=is_transient_s3_error, on_retry=note, on_give_up=give_up
+    )

@@ -19,6 +19,9 @@ KUBERNETES_CONN_ID = "kubernetes_default"
 # e.g. 3600), and the longest time between two refreshes of a live run's grants.
 GRANT_LIFETIME_SECONDS = int(os.environ.get("TFJOB_GRANT_LIFETIME_SECONDS", MAX_GRANT_SECONDS))
 GRANT_REFRESH_SECONDS = 1800
+# A refresh of the grants that failed (a blinking API server, S3 signing) is tried again
+# this soon, or at the next refresh when that comes first.
+GRANT_RETRY_SECONDS = 15.0
 # How long the model owner's bootstrap retries its upload (S3 down, a grant that
 # expired before its refresh arrived) before it exits 74 and archive copies the
 # model out of the pod instead.

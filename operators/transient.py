@@ -20,19 +20,18 @@ The rule, in one place:
   now" (no back-off), 409 Conflict on a delete with preconditions means "not
   ours any more".
 
-`Backoff` is bounded exponential back-off with jitter (0.5 s doubling to
-10 s, each delay drawn in [½, 1] of its step, so clients that failed
-together do not come back together).
+`API_BACKOFF` is the policy (runtime/backoff.py) for Kubernetes calls:
+0.5 s doubling to 10 s, each delay drawn in [½, 1] of its step, so clients
+that failed together do not come back together.
 """
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from runtime.backoff import BackoffPolicy, RetryState, call_with_backoff
 
 # The API answers that say "ask again later" (Kubernetes sends Retry-After with most).
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -42,6 +41,9 @@ GONE_STATUS = 410
 # Back-off between two tries of a Kubernetes call, in seconds.
 API_FIRST_DELAY_SECONDS = 0.5
 API_LONGEST_DELAY_SECONDS = 10.0
+API_BACKOFF = BackoffPolicy(
+    first_delay=API_FIRST_DELAY_SECONDS, max_delay=API_LONGEST_DELAY_SECONDS, jitter=0.5
+)
 
 # kubernetes.stream reports a refused exec upgrade as ApiException(status=0,
 # reason="Handshake status 503 Service Unavailable -+-+- {...}").
@@ -111,51 +113,26 @@ def describe_api_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-@dataclass
-class Backoff:
-    """Bounded exponential back-off with jitter; `reset()` after a call that got through."""
-
-    first: float = field(default_factory=lambda: API_FIRST_DELAY_SECONDS)
-    longest: float = field(default_factory=lambda: API_LONGEST_DELAY_SECONDS)
-    draw: Callable[[], float] = random.random
-    failures: int = 0
-
-    def next_delay(self) -> float:
-        """The pause before the next try: first·2ⁿ, capped at `longest`, times [½, 1]."""
-        step = min(self.longest, self.first * (2 ** min(self.failures, 32)))
-        self.failures += 1
-        return step * (0.5 + 0.5 * self.draw())
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
 def call_with_retries(
     call: Callable[[], T],
     *,
     deadline: float,
     what: str,
     log: Any,
-    backoff: Backoff | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    policy: BackoffPolicy = API_BACKOFF,
 ) -> T:
-    """`call()`, asked again after each transient failure until the monotonic `deadline`.
+    """`call()`, asked again after each transient failure until `deadline` (of the policy's
+    clock, time.monotonic by default).
 
     A final error, or a transient one at the deadline, is raised as it came.
     """
-    backoff = backoff or Backoff()
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            left = deadline - clock()
-            if left <= 0:
-                raise
-            delay = min(backoff.next_delay(), left)
-            log.warning(
-                "%s: %s (transient); asking again in %.1fs", what, describe_api_error(exc), delay
-            )
-            sleep(delay)
+
+    def note(state: RetryState) -> None:
+        log.warning(
+            "%s: %s (transient); asking again in %.1fs",
+            what,
+            describe_api_error(state.error),
+            state.delay,
+        )
+
+    return call_with_backoff(call, policy, on=is_transient, deadline=deadline, on_retry=note)

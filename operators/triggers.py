@@ -53,8 +53,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from operators.grants import grant_patches, sign_grants
 from operators.podlogs import LineSplitter, decode_log_line
 from operators.replicas import judge_training, read_replica_status
-from operators.settings import LIVE_LOG_MAX_BYTES
-from operators.transient import GONE_STATUS, Backoff, describe_api_error, is_transient
+from operators.settings import GRANT_RETRY_SECONDS, LIVE_LOG_MAX_BYTES
+from operators.transient import API_BACKOFF, GONE_STATUS, describe_api_error, is_transient
 from runtime.protocol import MAIN_CONTAINER
 from tfjob.records.replicas import TrainingEvent, TrainingState
 from tfjob.records.run import GrantPlan
@@ -62,8 +62,6 @@ from tfjob.records.run import GrantPlan
 WATCH_CHUNK_SECONDS = 60
 # Replicas whose log the trigger follows live: the first of `deciding` (see the docstring).
 LIVE_LOG_REPLICAS = 2
-# After a failed refresh of the grants: try again this soon (or at the next refresh).
-GRANT_RETRY_SECONDS = 15.0
 # The live follower lets the loop's other coroutines run after every chunk of a log
 # stream and after this many lines logged (logging a line is the costly part).
 LIVE_LOG_LINES_PER_TURN = 128
@@ -306,7 +304,7 @@ class TrainingTrigger(BaseTrigger):
         from kubernetes_asyncio import watch
 
         pods: dict[str, dict[str, Any]] | None = None  # the last pods seen
-        backoff = Backoff()
+        backoff = API_BACKOFF.schedule()
         while True:
             try:
                 listing = await core.list_namespaced_pod(

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import socket
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.backoff import BackoffPolicy, RetryState, call_with_backoff
 from runtime.errors import PodError
 
 DEFAULT_RETRIES = 5
@@ -34,6 +34,9 @@ DEFAULT_TIMEOUT_S = 60.0
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 MAX_PATIENT_BACKOFF_S = 30.0
+# Between two tries of one request; and of a patient upload (S3 down for minutes).
+TRANSFER_BACKOFF = BackoffPolicy(first_delay=FIRST_BACKOFF_S, max_delay=MAX_BACKOFF_S)
+PATIENT_BACKOFF = BackoffPolicy(first_delay=FIRST_BACKOFF_S, max_delay=MAX_PATIENT_BACKOFF_S)
 CHUNK_BYTES = 1024 * 1024
 
 ProgressCallback = Callable[[int, int], None]
@@ -159,30 +162,27 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _with_retries(action: Callable[[], object], what: str, retries: int) -> object:
-    delay = FIRST_BACKOFF_S
-    for attempt in range(retries + 1):
-        try:
-            return action()
-        except urllib.error.HTTPError as exc:
-            code, message = describe_http_error(exc)
-            if not _is_transient(exc) or attempt == retries:
-                raise TransferError(
-                    f"{what}: HTTP {exc.code} {code or ''}: {message}".replace("  ", " "),
-                    exc.code,
-                    code,
-                    transient=_is_transient(exc),
-                ) from None
-        except Exception as exc:  # noqa: BLE001 - classified below
-            if not _is_transient(exc) or attempt == retries:
-                if isinstance(exc, TransferError):
-                    raise
-                reason = getattr(exc, "reason", exc)
-                raise TransferError(
-                    f"{what}: {type(exc).__name__}: {reason}", transient=_is_transient(exc)
-                ) from None
-        time.sleep(delay)
-        delay = min(delay * 2, MAX_BACKOFF_S)
-    raise AssertionError("unreachable")
+    """`action()` with up to `retries` more tries after transient failures; every
+    failure that ends the tries becomes a TransferError naming `what`."""
+    try:
+        return call_with_backoff(
+            action, TRANSFER_BACKOFF.with_changes(attempts=retries + 1), on=_is_transient
+        )
+    except TransferError:
+        raise
+    except urllib.error.HTTPError as exc:
+        code, message = describe_http_error(exc)
+        raise TransferError(
+            f"{what}: HTTP {exc.code} {code or ''}: {message}".replace("  ", " "),
+            exc.code,
+            code,
+            transient=_is_transient(exc),
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - classified by _is_transient
+        reason = getattr(exc, "reason", exc)
+        raise TransferError(
+            f"{what}: {type(exc).__name__}: {reason}", transient=_is_transient(exc)
+        ) from None
 
 
 def download_to_file(
@@ -305,29 +305,33 @@ def post_file_patiently(
     other refusal is final), with back-off from FIRST_BACKOFF_S to
     MAX_PATIENT_BACKOFF_S, and each retry is logged.
     """
-    deadline = time.monotonic() + patience_s
-    delay = FIRST_BACKOFF_S
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            post_file(load_policy(), key, file_path, retries=0, timeout=timeout)
-            return
-        except TransferError as exc:
-            retryable = is_worth_retrying(exc)
-            left = deadline - time.monotonic()
-            if not retryable or left <= 0:
-                raise TransferError(
-                    f"{exc} (gave up after {attempt} attempt(s) in {patience_s - left:.0f}s)"
-                    if retryable
-                    else str(exc),
-                    exc.status,
-                    exc.code,
-                ) from None
-            wait = min(delay, left)
-            log(f"{exc}; attempt {attempt} failed, retrying in {wait:.1f}s ({left:.0f}s left)")
-            time.sleep(wait)
-            delay = min(delay * 2, MAX_PATIENT_BACKOFF_S)
+    policy = PATIENT_BACKOFF.with_changes(budget=patience_s)
+
+    def attempt() -> None:
+        post_file(load_policy(), key, file_path, retries=0, timeout=timeout)
+
+    def note(state: RetryState) -> None:
+        log(
+            f"{state.error}; attempt {state.attempt} failed, "
+            f"retrying in {state.delay:.1f}s ({state.left:.0f}s left)"
+        )
+
+    def give_up(state: RetryState) -> None:
+        exc = state.error
+        assert isinstance(exc, TransferError)
+        raise TransferError(
+            f"{exc} (gave up after {state.attempt} attempt(s) in {state.elapsed:.0f}s)",
+            exc.status,
+            exc.code,
+        ) from None
+
+    call_with_backoff(
+        attempt,
+        policy,
+        on=lambda exc: isinstance(exc, TransferError) and is_worth_retrying(exc),
+        on_retry=note,
+        on_give_up=give_up,
+    )
 
 
 def is_worth_retrying(exc: TransferError) -> bool:

@@ -136,6 +136,6 @@ def test_only_errors_that_waiting_can_cure_are_transient(error, transient):
 def test_archive_puts_ride_out_an_outage(monkeypatch):
     """archive's own helper (used for logs, run.json and `latest`) goes through the retries."""
     s3, clock = FlakyS3(failures=2), FakeClock()
-    monkeypatch.setattr("operators.s3retry.time.sleep", clock.sleep)
+    monkeypatch.setattr("runtime.backoff.time.sleep", clock.sleep)
     archive.put_text(s3, S3Path("b", "runs/r/run.json"), "{}", "application/json")
     assert s3.calls == 3 and s3.stored == {("b", "runs/r/run.json"): b"{}"}

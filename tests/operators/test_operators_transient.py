@@ -8,7 +8,7 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from operators.transient import Backoff, call_with_retries, describe_api_error, is_transient
+from operators.transient import API_BACKOFF, call_with_retries, describe_api_error, is_transient
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
@@ -53,8 +53,8 @@ def test_a_programming_error_is_not_transient():
 
 
 def test_the_back_off_doubles_with_jitter_up_to_its_bound():
-    lowest = Backoff(first=0.5, longest=10.0, draw=lambda: 0.0)
-    highest = Backoff(first=0.5, longest=10.0, draw=lambda: 1.0)
+    lowest = API_BACKOFF.with_changes(draw=lambda: 0.0).schedule()
+    highest = API_BACKOFF.with_changes(draw=lambda: 1.0).schedule()
     assert [lowest.next_delay() for _ in range(7)] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert [highest.next_delay() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
     highest.reset()
@@ -100,9 +100,9 @@ def test_a_call_is_asked_again_after_transient_failures_until_it_answers():
             deadline=60.0,
             what="listing pods",
             log=log,
-            backoff=Backoff(draw=lambda: 1.0),
-            clock=lambda: clock.now,
-            sleep=clock.sleep,
+            policy=API_BACKOFF.with_changes(
+                draw=lambda: 1.0, clock=lambda: clock.now, sleep=clock.sleep
+            ),
         )
         == "pods"
     )
@@ -118,7 +118,11 @@ def test_a_final_error_or_the_deadline_ends_the_retries():
 
     with pytest.raises(ApiException) as error:
         call_with_retries(
-            forbidden, deadline=60.0, what="x", log=log, clock=lambda: clock.now, sleep=clock.sleep
+            forbidden,
+            deadline=60.0,
+            what="x",
+            log=log,
+            policy=API_BACKOFF.with_changes(clock=lambda: clock.now, sleep=clock.sleep),
         )
     assert error.value.status == 403 and clock.slept == []
 
@@ -131,8 +135,8 @@ def test_a_final_error_or_the_deadline_ends_the_retries():
             deadline=5.0,
             what="x",
             log=log,
-            backoff=Backoff(draw=lambda: 1.0),
-            clock=lambda: clock.now,
-            sleep=clock.sleep,
+            policy=API_BACKOFF.with_changes(
+                draw=lambda: 1.0, clock=lambda: clock.now, sleep=clock.sleep
+            ),
         )
     assert sum(clock.slept) == pytest.approx(5.0)  # the last pause ends at the deadline

@@ -333,16 +333,16 @@ def test_an_event_of_no_decided_state_is_refused(state, problem):
 @pytest.fixture
 def backoffs(monkeypatch):
     """Every back-off the trigger takes before it relists."""
-    from operators import transient
+    from runtime import backoff
 
     taken = []
-    original = transient.Backoff.next_delay
+    original = backoff.Backoff.next_delay
 
     def next_delay(self):
         taken.append(delay := original(self))
         return delay
 
-    monkeypatch.setattr(transient.Backoff, "next_delay", next_delay)
+    monkeypatch.setattr(backoff.Backoff, "next_delay", next_delay)
     return taken
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from runtime.backoff import BackoffPolicy, LastDelay, RetryState, call_with_backoff
 from tfjob.pipeline_ids import ATTEMPTS_KEY, LAUNCH_TASK, TRAIN_TASK, VALIDATE_TASK
 from tshell.airflow_client import (
     AirflowClientError,
@@ -150,18 +151,21 @@ def call_patiently(operation: Callable[[], T], patience: float = UNREACHABLE_PAT
     Following a run takes minutes; one slow or failed answer of a busy API server should
     not end it.
     """
-    first_failure: float | None = None
-    while True:
-        try:
-            return operation()
-        except (AirflowUnreachableError, AirflowServerError) as error:
-            now = time.monotonic()
-            if first_failure is None:
-                first_failure = now
-                sys.stderr.write(f"note: {error}; retrying for {patience:.0f} s\n")
-            if now - first_failure > patience:
-                raise
-            time.sleep(POLL_INTERVAL_S)
+    policy = BackoffPolicy(
+        first_delay=POLL_INTERVAL_S,
+        factor=1.0,
+        budget=patience,
+        budget_from_first_failure=True,
+        last_delay=LastDelay.WHOLE,
+    )
+
+    def note(state: RetryState) -> None:
+        if state.attempt == 1:
+            sys.stderr.write(f"note: {state.error}; retrying for {patience:.0f} s\n")
+
+    return call_with_backoff(
+        operation, policy, on=(AirflowUnreachableError, AirflowServerError), on_retry=note
+    )
 
 
 class ReplicaWatcher:

@@ -47,6 +47,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from runtime.backoff import BackoffPolicy, retry
+from tfjob.jsontypes import JsonObject
 from tshell.config import AirflowConfig
 from tshell.errors import TshellError
 
@@ -145,19 +147,15 @@ def read_token_expiry(token: str) -> float | None:
 
 
 TOKEN_ATTEMPTS = 3
+# A login is safe to repeat: asked again after 2 s, then 4 s.
+TOKEN_BACKOFF = BackoffPolicy(first_delay=2.0, attempts=TOKEN_ATTEMPTS)
 
 
+@retry(TOKEN_BACKOFF, on=(AirflowUnreachableError, AirflowServerError))
 def fetch_token(config: AirflowConfig, timeout: float = REQUEST_TIMEOUT_S) -> str:
-    """A fresh access token for config's user; a login is safe to repeat, so it is asked
-    again when no answer comes or the answer is 502/503/504."""
-    for attempt in range(1, TOKEN_ATTEMPTS + 1):
-        try:
-            return request_token(config, timeout)
-        except (AirflowUnreachableError, AirflowServerError):
-            if attempt == TOKEN_ATTEMPTS:
-                raise
-            time.sleep(2.0 * attempt)
-    raise AssertionError("unreachable")
+    """A fresh access token for config's user; asked again when no answer comes or the
+    answer is 502/503/504."""
+    return request_token(config, timeout)
 
 
 def request_token(config: AirflowConfig, timeout: float) -> str:
@@ -273,7 +271,7 @@ class AirflowSession:
             return failure(f"{subject}Airflow answered HTTP {status}: {detail}", detail)
         return AirflowClientError(f"{subject}Airflow answered HTTP {status}: {detail}")
 
-    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+    def get_json(self, path: str, params: JsonObject | None = None) -> Any:
         """GET a REST API path (query `params` may hold lists); the decoded JSON answer."""
         return self.send_json("GET", path, params)
 
@@ -285,7 +283,7 @@ class AirflowSession:
         self,
         method: str,
         path: str,
-        params: dict[str, Any] | None = None,
+        params: JsonObject | None = None,
         data: bytes | None = None,
     ) -> Any:
         """One call on the standard library; its JSON answer, read up to MAX_JSON_BYTES."""
@@ -303,7 +301,7 @@ class AirflowSession:
 
     @contextlib.contextmanager
     def open_stream(
-        self, path: str, params: dict[str, Any] | None = None
+        self, path: str, params: JsonObject | None = None
     ) -> Iterator[http.client.HTTPResponse]:
         """GET `path` for its bytes (a file the /tfjob API serves); read them in chunks."""
         with self.send("GET", path, params, accept="application/octet-stream") as response:
@@ -313,7 +311,7 @@ class AirflowSession:
         self,
         method: str,
         path: str,
-        params: dict[str, Any] | None = None,
+        params: JsonObject | None = None,
         data: bytes | None = None,
         accept: str = "application/json",
     ) -> http.client.HTTPResponse:

@@ -31,7 +31,9 @@ import io
 import json
 import logging
 import tempfile
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
 
 from operators import kubeobjects
 from operators.logreads import copy_log, read_newest_lines
@@ -53,7 +55,11 @@ from operators.settings import (
 )
 from runtime.protocol import INIT_CONTAINER, MAIN_CONTAINER
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import S3Path
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 log = logging.getLogger("airflow.task")
 
@@ -72,7 +78,7 @@ def describe_cut_log(kept_bytes: int) -> bytes:
 
 
 def spool_container_log(
-    api: Any, namespace: str, pod: str, container: str, out: IO[bytes], max_bytes: int
+    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, out: IO[bytes], max_bytes: int
 ) -> int:
     """Append the container's log, under a header line, to `out`: at most `max_bytes` of it,
     then (when it goes on) the cut line and its last lines. Returns the log bytes written."""
@@ -94,7 +100,9 @@ def spool_container_log(
     return written
 
 
-def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, target: S3Path) -> bool:
+def archive_replica_log(
+    api: k8s.CoreV1Api, s3: BaseClient, namespace: str, pod: str, target: S3Path
+) -> bool:
     """Copy the pod's init and main container logs into the S3 object `target`, through a
     temporary file (memory stays bounded whatever the log's size); False when both are empty
     (nothing is written then)."""
@@ -118,7 +126,7 @@ def archive_replica_log(api: Any, s3: Any, namespace: str, pod: str, target: S3P
     return True
 
 
-def summarise_prefix(s3: Any, folder: S3Path) -> dict[str, Any]:
+def summarise_prefix(s3: BaseClient, folder: S3Path) -> JsonObject:
     """Object count and bytes under an S3 folder."""
     bucket, key = folder.prefix.bucket, folder.prefix.key
 
@@ -134,7 +142,7 @@ def summarise_prefix(s3: Any, folder: S3Path) -> dict[str, Any]:
     return {"uri": f"s3://{bucket}/{key}", "objects": count, "bytes": size}
 
 
-def read_json_object(s3: Any, path: S3Path) -> Any:
+def read_json_object(s3: BaseClient, path: S3Path) -> Any:
     bucket, key, uri = path.bucket, path.key, path.uri
     try:
         body = call_with_s3_retries(
@@ -148,7 +156,7 @@ def read_json_object(s3: Any, path: S3Path) -> Any:
         return None
 
 
-def put_text(s3: Any, target: S3Path, text: str, content_type: str = "text/plain") -> None:
+def put_text(s3: BaseClient, target: S3Path, text: str, content_type: str = "text/plain") -> None:
     body = text.encode("utf-8")
     call_with_s3_retries(
         lambda: s3.put_object(
@@ -159,8 +167,12 @@ def put_text(s3: Any, target: S3Path, text: str, content_type: str = "text/plain
 
 
 def recover_model(
-    api: Any, s3: Any, run: RunInfo, pods: dict[str, dict[str, Any]], model_objects: int
-) -> dict[str, Any]:
+    api: k8s.CoreV1Api,
+    s3: BaseClient,
+    run: RunInfo,
+    pods: dict[str, JsonObject],
+    model_objects: int,
+) -> JsonObject:
     """Copy the model out of the owner pod's keeper when its upload failed; say what happened.
 
     Returns run.json's additions to `model`: `recovered_from_pod` (bool), and
@@ -208,19 +220,19 @@ def recover_model(
 
 
 def archive_run(
-    api: Any,
-    s3: Any,
+    api: k8s.CoreV1Api,
+    s3: BaseClient,
     run: RunInfo,
     *,
-    bundle: dict[str, Any] | None,
-    cluster_spec: dict[str, Any] | None,
-    train_replicas: list[dict[str, Any]] | None,
-    metrics: dict[str, Any] | None,
-    timings: dict[str, Any],
-    launch: dict[str, Any] | None = None,
-    attempts: list[dict[str, Any]] | None = None,
-    warm_start: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    bundle: JsonObject | None,
+    cluster_spec: JsonObject | None,
+    train_replicas: list[JsonObject] | None,
+    metrics: JsonObject | None,
+    timings: JsonObject,
+    launch: JsonObject | None = None,
+    attempts: list[JsonObject] | None = None,
+    warm_start: JsonObject | None = None,
+) -> JsonObject:
     """Write logs and run.json under the run's prefix; return the run manifest.
 
     `attempts` are train's (XCom); without them (train killed, or never

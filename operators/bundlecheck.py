@@ -15,13 +15,17 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from operators import settings
 from operators.errors import PipelineError
 from runtime.bundle import BundleError, Refusal, verify_bundle
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import BUNDLE_SNAPSHOT_FILE, RunLayout
 from tfjob.s3url import parse_s3_url
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 
 class BundleMissing(PipelineError, FileNotFoundError):
@@ -39,12 +43,12 @@ def hash_archive(path: Path) -> tuple[int, str]:
 
 
 def snapshot_bundle(
-    s3: Any,
+    s3: BaseClient,
     bundle_uri: str,
     layout: RunLayout,
     max_total_size: int,
     max_compressed_size: int | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Check the bundle and copy it to the run's snapshot; return its identity (XCom-safe).
 
     `max_compressed_size` defaults to settings.MAX_BUNDLE_COMPRESSED_SIZE.

@@ -44,7 +44,6 @@ from __future__ import annotations
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from airflow.sdk import DAG, AssetAlias, Param, task
 
@@ -52,6 +51,7 @@ from operators import steps
 from operators.launch import TrainingLaunchOperator
 from operators.request_files import RequestSource, check_request_name
 from operators.train import TrainingWaitOperator
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     CLUSTERSPEC_TASK,
@@ -89,7 +89,7 @@ INVALID_DAG_MAX_ACTIVE_RUNS = 1
 ACCESS_CONTROL_WARNING = "The airflow.security.permissions module is deprecated"
 
 
-def build_request_params(specs: dict[str, dict[str, Any]]) -> dict[str, Param]:
+def build_request_params(specs: dict[str, JsonObject]) -> dict[str, Param]:
     """Airflow Params from `tfjob.schema.airflow_param_specs()`: the form shows every field."""
     params = {}
     for name, spec in specs.items():
@@ -124,8 +124,8 @@ def build_training_dag(
         raise ValueError(f"dag {dag_id}: give exactly one of request_file and params")
     # The tenant's pool caps its concurrent jobs: the steps during which the run's objects may
     # exist use it; later steps outrank earlier ones (a started job keeps the freed slot).
-    pooled: dict[str, Any] = {"weight_rule": "upstream"}
-    tenancy: dict[str, Any] = {"max_active_runs": INVALID_DAG_MAX_ACTIVE_RUNS}
+    pooled: JsonObject = {"weight_rule": "upstream"}
+    tenancy: JsonObject = {"max_active_runs": INVALID_DAG_MAX_ACTIVE_RUNS}
     tenant_tags: list[str] = []
     if tenant is not None:
         pooled["pool"] = tenant.pool

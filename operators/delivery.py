@@ -31,17 +31,18 @@ import queue
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from kubernetes import client as k8s
 
 from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
+from operators.runinfo import RunInfo
 from operators.transient import api_status_of, describe_api_error, is_transient
 from runtime.backoff import BackoffPolicy, LastDelay, RetryState, call_with_backoff
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR, MAIN_CONTAINER
 from tfjob import naming
 from tfjob.clusterspec import build_cluster_files, build_cluster_spec
+from tfjob.jsontypes import JsonObject
 from tfjob.records.run import GangEndpoints
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
@@ -219,8 +220,8 @@ def _try_deliver(
 
 
 def deliver_run_cluster_spec(
-    api: k8s.CoreV1Api, run: Any, endpoints: GangEndpoints
-) -> dict[str, Any]:
+    api: k8s.CoreV1Api, run: RunInfo, endpoints: GangEndpoints
+) -> JsonObject:
     """Build every replica's cluster.json from a gang's endpoints (as the gang start returns
     them) and deliver it; return the ClusterSpec.
 

@@ -22,12 +22,14 @@ gang mounts the same ones.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
+from kubernetes import client as k8s
 
 from operators import kubeobjects
 from operators.errors import PipelineError
@@ -40,11 +42,13 @@ from operators.replicas import (
     judge_replica_start,
     read_replica_status,
 )
+from operators.runinfo import RunInfo
 from operators.runobjects import RunObjects
 from operators.settings import GRANT_RETRY_SECONDS, LOG_TAIL_MAX_BYTES
 from operators.transient import call_with_retries, describe_api_error, is_transient
 from runtime.protocol import INIT_CONTAINER
 from tfjob.clusterspec import Endpoint
+from tfjob.jsontypes import JsonObject
 from tfjob.records.run import GangEndpoints, GrantPlan
 
 T = TypeVar("T")
@@ -67,13 +71,16 @@ class GangStopError(PipelineError, AirflowException):
 
 
 def patiently(
-    call: Callable[[], T], what: str, log: Any, patience: float = GANG_API_PATIENCE_SECONDS
+    call: Callable[[], T],
+    what: str,
+    log: logging.Logger,
+    patience: float = GANG_API_PATIENCE_SECONDS,
 ) -> T:
     """`call()`, asked again while the API server blinks (operators/transient.py)."""
     return call_with_retries(call, deadline=time.monotonic() + patience, what=what, log=log)
 
 
-def create_replica_pod(create: Callable[[], Any], name: str, log: Any) -> None:
+def create_replica_pod(create: Callable[[], Any], name: str, log: logging.Logger) -> None:
     """`create()` one replica pod, asked again while the API server blinks.
 
     A 409 after a try whose answer was lost means that try made the pod: the
@@ -102,9 +109,9 @@ def create_replica_pod(create: Callable[[], Any], name: str, log: Any) -> None:
 
 
 def create_replica_pods(
-    create: Callable[[dict[str, Any]], Any],
-    manifests: Iterable[dict[str, Any]],
-    log: Any,
+    create: Callable[[JsonObject], Any],
+    manifests: Iterable[JsonObject],
+    log: logging.Logger,
     workers: int = CREATE_WORKERS,
 ) -> list[str]:
     """`create(manifest)` each replica pod as `create_replica_pod` does, up to `workers` at
@@ -118,7 +125,7 @@ def create_replica_pods(
     bodies = list(manifests)
     names = [body["metadata"]["name"] for body in bodies]
 
-    def make(body: dict[str, Any]) -> BaseException | None:
+    def make(body: JsonObject) -> BaseException | None:
         try:
             create_replica_pod(lambda: create(body), body["metadata"]["name"], log)
         except Exception as exc:
@@ -157,7 +164,7 @@ class GangStartTracker:
             self.known[name] = entry
             self.counts[entry[1]] += 1
 
-    def settled(self, pods: list[Mapping[str, Any]]) -> bool:
+    def settled(self, pods: list[Mapping[str, object]]) -> bool:
         present = 0
         for pod in pods:
             meta = pod.get("metadata") or {}
@@ -178,7 +185,9 @@ class GangStartTracker:
         )
 
 
-def await_gang_start(api: Any, run: Any, plan: GrantPlan | None, log: Any) -> GangEndpoints:
+def await_gang_start(
+    api: k8s.CoreV1Api, run: RunInfo, plan: GrantPlan | None, log: logging.Logger
+) -> GangEndpoints:
     """Watch until every pod of `run` runs with an IP; fail with the reasons when not in time.
 
     Returns where each replica listens. Pods waiting long (for
@@ -227,9 +236,9 @@ def await_gang_start(api: Any, run: Any, plan: GrantPlan | None, log: Any) -> Ga
     raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
 
 
-def explain_pod(api: Any, run: Any, replica: Any, log: Any) -> str:
+def explain_pod(api: k8s.CoreV1Api, run: RunInfo, replica: Any, log: logging.Logger) -> str:
     """Why this pod did not start: its reason, Warning events, the init container's last lines."""
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     init_log = None
     try:
         events = kubeobjects.list_pod_events(api, run.namespace, replica.pod)
@@ -242,7 +251,7 @@ def explain_pod(api: Any, run: Any, replica: Any, log: Any) -> str:
     return describe_startup_failure(replica, events, init_log)
 
 
-def stop_gang(api: Any, run: Any, log: Any) -> list[str]:
+def stop_gang(api: k8s.CoreV1Api, run: RunInfo, log: logging.Logger) -> list[str]:
     """Delete the run's pods with their own grace period and return once they are gone.
 
     Returns `Pod/name` of each pod deleted. Raises GangStopError naming the

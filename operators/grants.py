@@ -30,12 +30,17 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+from kubernetes import client as k8s
+
+from tfjob.jsontypes import JsonObject
 
 if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
     from operators.runinfo import RunInfo
 
 from operators.errors import PipelineError
@@ -73,7 +78,7 @@ class Grants:
     """Freshly signed grants: the values of the two Secrets."""
 
     bundle_url: str
-    upload: dict[str, Any]
+    upload: JsonObject
 
     def secret_data(self) -> dict[str, dict[str, str]]:
         """Secret name suffix -> its data (base64, as the API's `data` field holds it)."""
@@ -83,7 +88,7 @@ class Grants:
         }
 
 
-def find_presign_conn_id(run: Any) -> str:
+def find_presign_conn_id(run: RunInfo) -> str:
     """The pods-only presigning connection of the run's tenant (its `pods_conn_id`)."""
     known = getattr(run, "pods_conn_id", None)  # a run that carries it (tests' stand-ins)
     if isinstance(known, str):
@@ -109,7 +114,7 @@ def require_presign_connection(conn_id: str, whose: str) -> None:
         ) from None
 
 
-def make_presigning_client(presign_conn_id: str) -> Any:
+def make_presigning_client(presign_conn_id: str) -> BaseClient:
     """Airflow's S3 client for `presign_conn_id`, set to sign with SigV4 whatever the region."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
     from botocore.config import Config
@@ -119,7 +124,7 @@ def make_presigning_client(presign_conn_id: str) -> Any:
     return hook.get_client_type(config=hook.config.merge(Config(signature_version="s3v4")))
 
 
-def sign_grants(plan: GrantPlan, client: Any | None = None) -> Grants:
+def sign_grants(plan: GrantPlan, client: BaseClient | None = None) -> Grants:
     """Sign the run's bundle URL and upload policies, valid for `plan.lifetime` seconds."""
     s3 = client if client is not None else make_presigning_client(plan.presign_conn_id)
     return Grants(
@@ -128,7 +133,7 @@ def sign_grants(plan: GrantPlan, client: Any | None = None) -> Grants:
     )
 
 
-def grant_patches(plan: GrantPlan, grants: Grants) -> list[tuple[str, dict[str, Any]]]:
+def grant_patches(plan: GrantPlan, grants: Grants) -> list[tuple[str, JsonObject]]:
     """(Secret name, merge patch) for each of the run's two Secrets."""
     names = {
         "access": naming.secret_name(plan.run_key),
@@ -137,7 +142,7 @@ def grant_patches(plan: GrantPlan, grants: Grants) -> list[tuple[str, dict[str, 
     return [(names[kind], {"data": data}) for kind, data in grants.secret_data().items()]
 
 
-def write_grants(api: Any, plan: GrantPlan, grants: Grants) -> None:
+def write_grants(api: k8s.CoreV1Api, plan: GrantPlan, grants: Grants) -> None:
     """Rewrite both Secrets with new grants (sync client)."""
     for name, patch in grant_patches(plan, grants):
         api.patch_namespaced_secret(name, plan.namespace, patch)

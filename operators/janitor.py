@@ -138,7 +138,7 @@ class RunStateLookup(Protocol):
     def __call__(self, dag_id: str, run_id: str) -> RunState: ...
 
 
-def _list_kind(clients: Clients, run_kind: RunKind, namespace: str | None) -> list[Any]:
+def _list_kind(clients: Clients, run_kind: RunKind, namespace: str | None) -> list[object]:
     api = getattr(clients, run_kind.api)
     kind = run_kind.kind
     try:

@@ -37,6 +37,7 @@ from operators.transient import (
 )
 from runtime.backoff import Backoff
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +101,14 @@ LAST_LOOK_SECONDS = 30.0
 DEFAULT_GRACE_SECONDS = 30
 
 
-def to_plain(api: k8s.CoreV1Api, obj: Any) -> dict[str, Any]:
+def to_plain(api: k8s.CoreV1Api, obj: Any) -> JsonObject:
     """A client model as the API's camelCase dict."""
     if isinstance(obj, dict):
         return obj
     return api.api_client.sanitize_for_serialization(obj)
 
 
-def list_run_pods(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[dict[str, Any]]:
+def list_run_pods(api: k8s.CoreV1Api, namespace: str, selector: str) -> list[JsonObject]:
     pods = api.list_namespaced_pod(namespace, label_selector=selector).items
     return [to_plain(api, p) for p in pods]
 
@@ -159,7 +160,7 @@ def delete_run_objects(
     for run_kind in SELECTOR_KINDS:
         if wanted is not None and run_kind.kind not in wanted:
             continue
-        kwargs: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
+        kwargs: dict[str, object] = {"label_selector": selector, "_preload_content": False}
         if run_kind.kind == "Pod" and grace_period_seconds is not None:
             kwargs["grace_period_seconds"] = grace_period_seconds
         answer = getattr(api, run_kind.delete_collection)(namespace, **kwargs)
@@ -169,7 +170,7 @@ def delete_run_objects(
     return deleted
 
 
-def longest_grace_period(pods: Iterable[dict[str, Any]]) -> int:
+def longest_grace_period(pods: Iterable[JsonObject]) -> int:
     """The longest grace period (seconds) the kubelet gives any of these pods to end."""
     longest = 0
     for pod in pods:
@@ -255,15 +256,15 @@ def watch_run_pods(
     namespace: str,
     selector: str,
     deadline: float,
-    is_done: Callable[[list[dict[str, Any]]], bool],
-) -> list[dict[str, Any]]:
+    is_done: Callable[[list[JsonObject]], bool],
+) -> list[JsonObject]:
     """Watch the run's pods until `is_done(pods)` or the monotonic `deadline`.
 
     Returns the last pods seen. A transient API failure (operators/transient.py)
     is followed by a back-off and a relist; one still failing at the deadline
     leaves the last pods seen as the answer.
     """
-    pods: dict[str, dict[str, Any]] = {}
+    pods: dict[str, JsonObject] = {}
     backoff = API_BACKOFF.schedule()
     while True:
         try:
@@ -306,7 +307,7 @@ def watch_run_pods(
                 return list(pods.values())
 
 
-def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[str, Any]]:
+def list_pod_events(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[JsonObject]:
     events = api.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
     return [to_plain(api, e) for e in events]
 
@@ -358,9 +359,7 @@ def find_foreign_objects(
     return sorted(foreign)
 
 
-def create_objects(
-    api: k8s.CoreV1Api, namespace: str, bodies: Iterable[dict[str, Any]]
-) -> list[str]:
+def create_objects(api: k8s.CoreV1Api, namespace: str, bodies: Iterable[JsonObject]) -> list[str]:
     """Create ConfigMaps and Secrets given as dicts; an existing one of the same run is
     replaced, one of another run (same name: a run key collision) refused with
     ForeignObjectError."""

@@ -37,11 +37,15 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import RunLayout, S3Path
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 log = logging.getLogger("airflow.task")
 
@@ -72,7 +76,7 @@ class LatestOutcome:
     """What publishing did: `moved`, and the pointer `latest` now holds."""
 
     moved: bool
-    current: dict[str, Any]
+    current: JsonObject
     reason: str
 
 
@@ -104,7 +108,7 @@ def build_pointer(
     run_after: str,
     ordered_by: str,
     published_at: float,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The content of `<output>/latest` for a run (JSON)."""
     return {
         "version": LATEST_POINTER_VERSION,
@@ -142,7 +146,7 @@ def describe_pointer(pointer: Any) -> str:
     )
 
 
-def decide_latest(mine: Mapping[str, Any], current: Any) -> LatestDecision:
+def decide_latest(mine: Mapping[str, object], current: Any) -> LatestDecision:
     """Should `mine` replace the `current` pointer (None: there is none)? Pure; see the module."""
     if current is None:
         return LatestDecision(LatestAction.MOVE, "no pointer yet")
@@ -161,7 +165,7 @@ def decide_latest(mine: Mapping[str, Any], current: Any) -> LatestDecision:
     return LatestDecision(LatestAction.KEEP, f"{describe_pointer(current)} is newer than this run")
 
 
-def read_latest(s3: Any, latest: S3Path) -> tuple[Any, str | None]:
+def read_latest(s3: BaseClient, latest: S3Path) -> tuple[Any, str | None]:
     """(parsed pointer or the raw text when not JSON, ETag); (None, None) when there is none."""
     bucket, key, uri = latest.bucket, latest.key, latest.uri
 
@@ -193,7 +197,10 @@ def is_lost_race(exc: BaseException) -> bool:
 
 
 def publish_latest(
-    s3: Any, latest: S3Path, pointer: Mapping[str, Any], attempts: int = LATEST_WRITE_ATTEMPTS
+    s3: BaseClient,
+    latest: S3Path,
+    pointer: Mapping[str, object],
+    attempts: int = LATEST_WRITE_ATTEMPTS,
 ) -> LatestOutcome:
     """Write `pointer` to `latest` if it is newer than what is there (read, decide, write if
     unchanged); LatestRaceLost when other publishes kept changing it."""

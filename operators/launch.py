@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import Context
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowFailException,
@@ -89,6 +90,7 @@ from operators.settings import (
 from operators.transient import call_with_retries
 from tenancy.apply import create_run_network_policy
 from tfjob.checkpoints import RestoreTooLarge
+from tfjob.jsontypes import JsonObject
 from tfjob.manifests import (
     build_access_secret,
     build_pod_manifests,
@@ -151,7 +153,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         self._run: RunInfo | None = None
 
-    def execute(self, context: Any) -> dict[str, list[str]]:
+    def execute(self, context: Context) -> dict[str, list[str]]:
         run = self._run = pull_run(context)
         request = run.request
         self.namespace = run.namespace
@@ -218,7 +220,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         context["ti"].xcom_push(key="ready_at", value=time.time())
         return endpoints
 
-    def admit(self, run: RunInfo, ticket: dict[str, Any], context: Any) -> None:
+    def admit(self, run: RunInfo, ticket: JsonObject, context: Context) -> None:
         """Create the run's ticket and start only within the tenant's job cap (step 2)."""
         tenant = run.request.tenant
         max_jobs = resolve_tenant(load_tenants(), tenant).max_concurrent_jobs
@@ -306,7 +308,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 
-    def stage_warm_start(self, run: RunInfo, expires: int, context: Any) -> Any:
+    def stage_warm_start(self, run: RunInfo, expires: int, context: Context) -> Any:
         """The checkpoints the first gang restores for `warm_start` (operators/restore.py),
         pushed to XCom `warm_start` (no credential); before anything is created, so a
         warm start that cannot be had fails the run with nothing launched."""

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 COPY_PIECE_BYTES = 1024 * 1024
@@ -36,7 +37,7 @@ class LogRead:
 
 
 def iter_log_pieces(
-    api: Any,
+    api: k8s.CoreV1Api,
     namespace: str,
     pod: str,
     container: str,
@@ -44,7 +45,7 @@ def iter_log_pieces(
     tail_lines: int | None = None,
 ) -> Iterator[bytes]:
     """The log's first `max_bytes + 1` bytes at most (one more says it goes on), in pieces."""
-    kwargs: dict[str, Any] = {"container": container, "limit_bytes": max_bytes + 1}
+    kwargs: dict[str, object] = {"container": container, "limit_bytes": max_bytes + 1}
     if tail_lines is not None:
         kwargs["tail_lines"] = tail_lines
     try:
@@ -67,14 +68,16 @@ def iter_log_pieces(
         response.close()
 
 
-def read_log_head(api: Any, namespace: str, pod: str, container: str, max_bytes: int) -> LogRead:
+def read_log_head(
+    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, max_bytes: int
+) -> LogRead:
     """The first `max_bytes` of the container's log."""
     data = b"".join(iter_log_pieces(api, namespace, pod, container, max_bytes))
     return LogRead(data[:max_bytes], len(data) > max_bytes)
 
 
 def read_newest_lines(
-    api: Any, namespace: str, pod: str, container: str, lines: int, max_bytes: int
+    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, lines: int, max_bytes: int
 ) -> str:
     """The log's last `lines` lines, or fewer of them when they exceed `max_bytes`.
 
@@ -93,7 +96,7 @@ def read_newest_lines(
 
 
 def copy_log(
-    api: Any, namespace: str, pod: str, container: str, out: IO[bytes], max_bytes: int
+    api: k8s.CoreV1Api, namespace: str, pod: str, container: str, out: IO[bytes], max_bytes: int
 ) -> tuple[int, bool]:
     """Write the log's first `max_bytes` into `out`; (bytes written, whether the log goes on)."""
     written = 0

@@ -24,7 +24,9 @@ import logging
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
 
 from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
@@ -32,7 +34,11 @@ from operators.replicas import container_state
 from operators.s3retry import call_with_s3_retries
 from operators.settings import MODEL_RECOVERY_CHUNK_BYTES, MODEL_RECOVERY_EXEC_TIMEOUT_SECONDS
 from runtime.protocol import EXIT_UPLOAD_FAILED, KEEPER_COMMAND, KEEPER_CONTAINER, MAIN_CONTAINER
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import METRICS_FILE, MODEL_DIR, RunLayout
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 log = logging.getLogger("airflow.task")
 
@@ -52,7 +58,7 @@ class RecoveryDecision:
     reason: str
 
 
-def decide_recovery(owner_pod: Mapping[str, Any] | None, model_objects: int) -> RecoveryDecision:
+def decide_recovery(owner_pod: Mapping[str, object] | None, model_objects: int) -> RecoveryDecision:
     """Should archive copy the model out of the owner pod?
 
     Yes when its `tensorflow` container exited 74 (the upload failed, maybe
@@ -76,7 +82,7 @@ def decide_recovery(owner_pod: Mapping[str, Any] | None, model_objects: int) -> 
 
 
 def exec_keeper(
-    api: Any,
+    api: k8s.CoreV1Api,
     namespace: str,
     pod: str,
     args: list[str],
@@ -95,7 +101,7 @@ def exec_keeper(
     return out
 
 
-def list_keeper_files(api: Any, namespace: str, pod: str) -> list[dict[str, Any]]:
+def list_keeper_files(api: k8s.CoreV1Api, namespace: str, pod: str) -> list[JsonObject]:
     """The keeper's `list`: [{"path", "size", "sha256"}], paths relative to the workspace."""
     text = exec_keeper(api, namespace, pod, ["list"])
     try:
@@ -114,10 +120,10 @@ def list_keeper_files(api: Any, namespace: str, pod: str) -> list[dict[str, Any]
 
 
 def copy_keeper_file(
-    api: Any,
+    api: k8s.CoreV1Api,
     namespace: str,
     pod: str,
-    entry: Mapping[str, Any],
+    entry: Mapping[str, object],
     sink: Any,
     chunk_bytes: int = MODEL_RECOVERY_CHUNK_BYTES,
 ) -> None:
@@ -147,13 +153,13 @@ def copy_keeper_file(
 
 
 def recover_model_from_pod(
-    api: Any,
-    s3: Any,
+    api: k8s.CoreV1Api,
+    s3: BaseClient,
     namespace: str,
     pod: str,
     layout: RunLayout,
     chunk_bytes: int = MODEL_RECOVERY_CHUNK_BYTES,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Copy every file the keeper lists to `<run prefix>/<path>`; return {"files", "bytes", "keys"}.
 
     One file at a time goes through a temporary file on the worker's disk

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from operators.settings import LOG_LINE_MAX_BYTES
 from runtime.protocol import METRICS_MARKER
+from tfjob.jsontypes import JsonObject
 
 TAIL_LINES = 20
 
@@ -120,7 +120,7 @@ def tail_lines(text: str, count: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-count:])
 
 
-def extract_metrics(text: str) -> dict[str, Any] | None:
+def extract_metrics(text: str) -> JsonObject | None:
     """The last `TFJOB_METRICS <json>` object in a log; None when there is none or not JSON."""
     found = None
     for line in text.splitlines():
@@ -137,8 +137,8 @@ def extract_metrics(text: str) -> dict[str, Any] | None:
 
 
 def merge_metrics(
-    per_replica: Iterable[tuple[str, dict[str, Any] | None]],
-) -> dict[str, Any] | None:
+    per_replica: Iterable[tuple[str, JsonObject | None]],
+) -> JsonObject | None:
     """The metrics of the first replica that has some (the model owner prints them)."""
     for _replica_id, metrics in per_replica:
         if metrics is not None:

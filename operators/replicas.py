@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from runtime.protocol import INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
@@ -52,20 +51,22 @@ class TrainingVerdict:
     replicas: tuple[ReplicaStatus, ...] = field(default_factory=tuple)
 
 
-def _container_status(statuses: Iterable[Mapping[str, Any]] | None, name: str) -> Mapping[str, Any]:
+def _container_status(
+    statuses: Iterable[Mapping[str, object]] | None, name: str
+) -> Mapping[str, object]:
     for status in statuses or ():
         if status.get("name") == name:
             return status
     return {}
 
 
-def container_state(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def container_state(pod: Mapping[str, object], name: str) -> Mapping[str, object]:
     """The `state` of the pod's container `name` ({"running": ...}, ...), {} when unknown."""
     statuses = (pod.get("status") or {}).get("containerStatuses")
     return _container_status(statuses, name).get("state") or {}
 
 
-def read_replica_status(pod: Mapping[str, Any]) -> ReplicaStatus:
+def read_replica_status(pod: Mapping[str, object]) -> ReplicaStatus:
     """Summarise one pod dict as the replica it runs: its `tensorflow` container.
 
     A pod whose main container ended while another container (the model
@@ -135,7 +136,7 @@ def judge_replica_start(replica: ReplicaStatus) -> GangState:
     return GangState.STARTING
 
 
-def judge_gang_start(pods: Iterable[Mapping[str, Any]], expected: Iterable[str]) -> GangVerdict:
+def judge_gang_start(pods: Iterable[Mapping[str, object]], expected: Iterable[str]) -> GangVerdict:
     """Decide whether every expected pod (by name) runs with an IP, still starts, or failed.
 
     A pod that already finished successfully counts as started (a single
@@ -185,7 +186,7 @@ def deciding_replicas(
 
 
 def judge_training(
-    pods: Iterable[Mapping[str, Any]], deciding: Iterable[str], expected: Iterable[str]
+    pods: Iterable[Mapping[str, object]], deciding: Iterable[str], expected: Iterable[str]
 ) -> TrainingVerdict:
     """Decide whether training succeeded, failed, or still runs.
 
@@ -228,7 +229,7 @@ def judge_training(
 
 
 def describe_startup_failure(
-    replica: ReplicaStatus, events: Iterable[Mapping[str, Any]], init_log_tail: str | None = None
+    replica: ReplicaStatus, events: Iterable[Mapping[str, object]], init_log_tail: str | None = None
 ) -> str:
     """One line per cause: why this pod did not start (scheduler, kubelet, init container)."""
     lines = [f"pod {replica.pod} ({replica.replica_id}): phase {replica.phase.value}"]

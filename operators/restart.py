@@ -55,18 +55,22 @@ restarts its programs from scratch.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+
+from kubernetes import client as k8s
 
 from operators import gang
 from operators.delivery import deliver_run_cluster_spec
 from operators.grants import plan_grants
 from operators.restore import stage_run_checkpoints, write_restore
+from operators.runinfo import RunInfo
 from operators.runoutputs import clear_run_outputs
 from operators.settings import UPLOAD_PATIENCE_SECONDS
 from tfjob.attempts import Attempt, AttemptOutcome
+from tfjob.jsontypes import JsonObject
 from tfjob.manifests import build_pod_manifests
 from tfjob.naming import ANNOTATION_ATTEMPTS
 from tfjob.records.replicas import TrainingEvent
@@ -95,16 +99,16 @@ def first_attempt(started_at: float | None, restored_step: int | None = None) ->
     return [Attempt(1, started=started, restored_checkpoint_step=restored_step)]
 
 
-def attempts_to_payload(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
+def attempts_to_payload(attempts: Sequence[Attempt]) -> list[JsonObject]:
     """JSON-ready, for XCom, next_kwargs, the pods' annotation and run.json."""
     return [attempt.to_payload() for attempt in attempts]
 
 
-def attempts_from_payload(payload: Iterable[Mapping[str, Any]]) -> list[Attempt]:
+def attempts_from_payload(payload: Iterable[Mapping[str, object]]) -> list[Attempt]:
     return [Attempt.from_payload(item) for item in payload]
 
 
-def recall_attempts(pods: Iterable[Mapping[str, Any]]) -> list[Attempt] | None:
+def recall_attempts(pods: Iterable[Mapping[str, object]]) -> list[Attempt] | None:
     """The history a restarted gang's pods carry; None for a first gang (no annotation).
 
     Every pod of a gang carries the same history; the longest is taken, so a
@@ -124,7 +128,7 @@ def recall_attempts(pods: Iterable[Mapping[str, Any]]) -> list[Attempt] | None:
     return best
 
 
-def annotate_attempts(manifest: dict[str, Any], attempts: Sequence[Attempt]) -> dict[str, Any]:
+def annotate_attempts(manifest: JsonObject, attempts: Sequence[Attempt]) -> JsonObject:
     """`manifest` (a pod) with the run's attempts so far in its annotations."""
     metadata = manifest.setdefault("metadata", {})
     annotations = metadata.setdefault("annotations", {})
@@ -199,14 +203,16 @@ def judge_failed_attempt(
 # --- the new gang: I/O ----------------------------------------------------------------------
 
 
-def clear_attempt_outputs(run: Any) -> list[str]:
+def clear_attempt_outputs(run: RunInfo) -> list[str]:
     """Delete the run prefix's `model/` and `metrics.json` (the run's tenant's S3 connection)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
     return clear_run_outputs(S3Hook(aws_conn_id=run.aws_conn_id).get_conn(), run.layout)
 
 
-def create_gang(api: Any, run: Any, attempts: Sequence[Attempt], log: Any) -> list[str]:
+def create_gang(
+    api: k8s.CoreV1Api, run: RunInfo, attempts: Sequence[Attempt], log: logging.Logger
+) -> list[str]:
     """Create every replica pod of `run`, annotated with `attempts`; return the pod names."""
     bodies = [
         annotate_attempts(manifest, attempts)
@@ -223,11 +229,11 @@ class NewGang:
     its ClusterSpec (None in single mode)."""
 
     attempts: list[Attempt]
-    cluster: dict[str, Any] | None
+    cluster: JsonObject | None
 
 
 def stage_restore(
-    api: Any, run: Any, attempts: Sequence[Attempt], expires: int, log: Any
+    api: k8s.CoreV1Api, run: RunInfo, attempts: Sequence[Attempt], expires: int, log: logging.Logger
 ) -> list[Attempt]:
     """Hand the next gang the run's checkpoints (operators/restore.py); the attempts with
     the step restored on the last one."""
@@ -239,7 +245,11 @@ def stage_restore(
 
 
 def start_new_gang(
-    api: Any, run: Any, attempts: Sequence[Attempt], plan: GrantPlan | None, log: Any
+    api: k8s.CoreV1Api,
+    run: RunInfo,
+    attempts: Sequence[Attempt],
+    plan: GrantPlan | None,
+    log: logging.Logger,
 ) -> NewGang:
     """Stop the failed gang, start the next (the last of `attempts`) from the run's
     checkpoints, give it its ClusterSpec (see the module docstring).

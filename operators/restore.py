@@ -19,11 +19,14 @@ import base64
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
 
 from operators.errors import PipelineError
 from operators.grants import find_presign_conn_id, make_presigning_client
 from operators.latest import read_latest
+from operators.runinfo import RunInfo
 from operators.s3retry import call_with_s3_retries
 from runtime.protocol import RESTORE_FILE
 from tfjob import naming
@@ -36,8 +39,12 @@ from tfjob.checkpoints import (
     parse_checkpoint_step,
     select_checkpoint_files,
 )
+from tfjob.jsontypes import JsonObject
 from tfjob.request.recovery import WARM_START_LATEST
 from tfjob.runlayout import RunLayout, S3Path, locate_output_latest, locate_output_runs
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 log = logging.getLogger("airflow.task")
 
@@ -46,7 +53,7 @@ log = logging.getLogger("airflow.task")
 class StagedRestore:
     """What a gang will restore: restore.json's content, and what to say about it."""
 
-    document: dict[str, Any]
+    document: JsonObject
     source: str | None  # s3:// URI of the checkpoints prefix; None when nothing to restore
     step: int | None
     files: int
@@ -62,7 +69,7 @@ class StagedRestore:
         )
 
 
-def list_objects(s3: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
+def list_objects(s3: BaseClient, bucket: str, prefix: str) -> list[tuple[str, int]]:
     """(key, size) under prefix; stops one past MAX_RESTORE_FILES (enough to refuse)."""
 
     def page_through() -> list[tuple[str, int]]:
@@ -76,7 +83,7 @@ def list_objects(s3: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
     return call_with_s3_retries(page_through, f"list s3://{bucket}/{prefix}")
 
 
-def read_pointer_step(s3: Any, bucket: str, key: str, size: int) -> int | None:
+def read_pointer_step(s3: BaseClient, bucket: str, key: str, size: int) -> int | None:
     """The step the `checkpoint` pointer names; None when it is too large or names none."""
     if size > MAX_POINTER_BYTES:
         return None
@@ -87,7 +94,7 @@ def read_pointer_step(s3: Any, bucket: str, key: str, size: int) -> int | None:
     return parse_checkpoint_step(body[:MAX_POINTER_BYTES].decode("utf-8", "replace"))
 
 
-def stage_checkpoints(s3: Any, signer: Any, source: S3Path, expires: int) -> StagedRestore:
+def stage_checkpoints(s3: BaseClient, signer: Any, source: S3Path, expires: int) -> StagedRestore:
     """restore.json for the checkpoints under the folder `source`.
 
     RestoreTooLarge (tfjob.checkpoints) when they are over the limits.
@@ -113,7 +120,7 @@ def stage_checkpoints(s3: Any, signer: Any, source: S3Path, expires: int) -> Sta
     )
 
 
-def stage_run_checkpoints(run: Any, source: S3Path, expires: int) -> StagedRestore:
+def stage_run_checkpoints(run: RunInfo, source: S3Path, expires: int) -> StagedRestore:
     """`stage_checkpoints` with the run's tenant's S3 connection (listing and signing)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
@@ -125,7 +132,7 @@ class WarmStartError(PipelineError, ValueError):
     """The warm start the request names cannot be had; the run starts nothing."""
 
 
-def find_warm_start_source(s3: Any, run: Any) -> S3Path | None:
+def find_warm_start_source(s3: BaseClient, run: RunInfo) -> S3Path | None:
     """The checkpoints folder the request's `warm_start` names; None when none is asked
     for, or for `latest` when the output has no published run yet.
 
@@ -151,7 +158,7 @@ def find_warm_start_source(s3: Any, run: Any) -> S3Path | None:
     return RunLayout.parse(published).checkpoints
 
 
-def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
+def stage_warm_start(run: RunInfo, expires: int) -> StagedRestore | None:
     """What the first gang restores for `warm_start` (the tenant's S3 connection); None
     when nothing is asked for or `latest` has nothing yet. WarmStartError when a run named
     by id has no checkpoints, RestoreTooLarge when they are over the limits."""
@@ -171,7 +178,7 @@ def stage_warm_start(run: Any, expires: int) -> StagedRestore | None:
     return staged
 
 
-def write_restore(api: Any, run: Any, staged: StagedRestore) -> None:
+def write_restore(api: k8s.CoreV1Api, run: RunInfo, staged: StagedRestore) -> None:
     """Put restore.json into the run's access Secret (the next gang's init containers read it)."""
     text = json.dumps(staged.document, sort_keys=True)
     patch = {"data": {RESTORE_FILE: base64.b64encode(text.encode()).decode("ascii")}}

@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk import Context
+
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.manifests import RunIdentity
 from tfjob.pipeline_ids import VALIDATE_TASK
 from tfjob.records.run import RunDescription
@@ -81,7 +84,7 @@ def read_tenant_pod_user(tenant: str) -> PodUser:
     return found.pod_user if found else derive_pod_user(tenant)
 
 
-def request_as_dict(request: TrainingRequest) -> dict[str, Any]:
+def request_as_dict(request: TrainingRequest) -> JsonObject:
     """The request as plain JSON data, loadable again with `load_request`."""
     return request.model_dump(mode="json")
 
@@ -92,7 +95,7 @@ def describe_run(
     dag_id: str,
     aws_conn_id: str,
     run_as: PodUser | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The XCom `validate` pushes: a `RunDescription`'s payload. `run_prefix` is there for
     readers outside the pipeline (tshell, the run view); the tasks derive it from the same
     fields (`RunInfo.layout`). `run_as` (None: read from the tenants file) is fixed here for
@@ -111,7 +114,7 @@ def describe_run(
     return described.to_payload()
 
 
-def read_run(described: Mapping[str, Any]) -> RunInfo:
+def read_run(described: Mapping[str, object]) -> RunInfo:
     """The run of a description's payload; a run described before pods had their tenant's
     uid has `run_as` None, read from the tenants file when needed."""
     record = RunDescription.from_payload(described)
@@ -126,7 +129,7 @@ def read_run(described: Mapping[str, Any]) -> RunInfo:
     )
 
 
-def pull_run(context: Any) -> RunInfo:
+def pull_run(context: Context) -> RunInfo:
     """The run as `validate` described it; fails clearly when validate has not run."""
     described = context["ti"].xcom_pull(task_ids=VALIDATE_TASK)
     if not described:

@@ -20,16 +20,18 @@ long the wait may last; `RunObjects` holds the rest:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubernetes import client as k8s
 
 from operators import kubeobjects
 from operators.settings import LEFTOVER_TIMEOUT_SECONDS, TEARDOWN_GRACE_SECONDS
 from operators.transient import call_with_retries
+from tfjob.jsontypes import JsonObject
 
 # Pods being deleted get their own grace period to end, and the wait allows that much
 # more than the longest grace of any of them.
@@ -37,7 +39,7 @@ LEFTOVER_GRACE_MARGIN_SECONDS = 60
 POD_KINDS = ("Pod",)
 
 
-def leftover_wait_seconds(pods: Iterable[dict[str, Any]]) -> int:
+def leftover_wait_seconds(pods: Iterable[JsonObject]) -> int:
     """How long to wait for deleted pods (and their containers) to be gone."""
     return max(
         LEFTOVER_TIMEOUT_SECONDS,
@@ -86,7 +88,7 @@ class RunObjects:
         """The run's gang: its pods, not the ConfigMap and Secrets a next gang mounts."""
         return replace(self, kinds=POD_KINDS)
 
-    def list_pods(self) -> list[dict[str, Any]]:
+    def list_pods(self) -> list[JsonObject]:
         return kubeobjects.list_run_pods(self.api, self.namespace, self.selector)
 
     def find_foreign(self, dag_id: str, run_id: str) -> list[str]:
@@ -113,7 +115,7 @@ class RunObjects:
 
     def remove(
         self,
-        log: Any,
+        log: logging.Logger,
         *,
         doing: str | None = None,
         grace_seconds: int | None = None,
@@ -155,7 +157,7 @@ class RunObjects:
 
 
 def delete_when_killed(
-    connect: Callable[[], k8s.CoreV1Api], run: RunAddress, log: Any, reason: str
+    connect: Callable[[], k8s.CoreV1Api], run: RunAddress, log: logging.Logger, reason: str
 ) -> None:
     """What a killed task does: delete the run's objects with teardown's grace, without
     waiting, say so, and never raise (the kill goes on; teardown or the janitor removes

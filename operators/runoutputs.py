@@ -17,11 +17,15 @@ again right before it creates pods, once an earlier try's pods are gone.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from operators.errors import PipelineError
 from operators.s3retry import call_with_s3_retries
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import CHECKPOINTS_DIR, METRICS_FILE, MODEL_DIR, RunLayout
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 log = logging.getLogger("airflow.task")
 
@@ -33,7 +37,7 @@ class ClearFailed(PipelineError, RuntimeError):
     """S3 refused to delete some of an earlier try's outputs."""
 
 
-def clear_run_outputs(s3: Any, layout: RunLayout, *, checkpoints: bool = False) -> list[str]:
+def clear_run_outputs(s3: BaseClient, layout: RunLayout, *, checkpoints: bool = False) -> list[str]:
     """Delete `<run_prefix>/model/` and `<run_prefix>/metrics.json`, and with `checkpoints`
     also `<run_prefix>/checkpoints/` (a new try's, not a gang restart's); return the
     deleted keys.
@@ -64,7 +68,7 @@ def clear_run_outputs(s3: Any, layout: RunLayout, *, checkpoints: bool = False) 
     for start in range(0, len(keys), DELETE_BATCH):
         batch = keys[start : start + DELETE_BATCH]
 
-        def delete(batch: list[str] = batch) -> dict[str, Any]:
+        def delete(batch: list[str] = batch) -> JsonObject:
             return s3.delete_objects(
                 Bucket=bucket,
                 Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},

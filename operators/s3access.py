@@ -22,10 +22,14 @@ log line or an XCom. Nothing here imports Airflow.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING
 
+from tfjob.jsontypes import JsonObject
 from tfjob.runlayout import CHECKPOINTS_DIR, METRICS_FILE, MODEL_DIR, RunLayout
 from tfjob.s3url import parse_s3_url
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 UPLOAD_POLICY_VERSION = 2
 DEFAULT_MAX_UPLOAD_FILE_BYTES = 5 * 1024**3  # S3's limit for a single POST
@@ -33,7 +37,7 @@ SIGNATURE_VERSION = "s3v4"
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned request
 
 
-def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
+def presign_bundle_url(s3_client: BaseClient, bundle_uri: str, expires: int) -> str:
     """A presigned GET URL for the bundle at `bundle_uri`, valid for `expires` seconds."""
     bucket, key = parse_s3_url(bundle_uri)
     if not key or key.endswith("/"):
@@ -50,13 +54,13 @@ def presign_bundle_url(s3_client: Any, bundle_uri: str, expires: int) -> str:
 
 
 def presign_upload(
-    s3_client: Any,
+    s3_client: BaseClient,
     output_uri: str,
     dag_id: str,
     run_id: str,
     expires: int,
     max_file_bytes: int = DEFAULT_MAX_UPLOAD_FILE_BYTES,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The content of upload.json: the model owner's presigned POST policies.
 
     {"version": 2, "method": "POST", "url", "bucket", "prefix", "expires_at",

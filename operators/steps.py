@@ -39,6 +39,7 @@ from operators.settings import (
 from runtime.bundle import BundleError
 from tenancy import admission
 from tenancy.admission import TenancyRefusal
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     ATTEMPTS_KEY,
@@ -81,12 +82,12 @@ def _log() -> Any:
     return logging.getLogger("airflow.task")
 
 
-def conf_to_request_data(params: dict[str, Any]) -> dict[str, Any]:
+def conf_to_request_data(params: JsonObject) -> JsonObject:
     """The request fields of a trigger's params; unset optional fields (None) are left out."""
     return {key: value for key, value in params.items() if value is not None}
 
 
-def validate(request_file: str | None = None, tenant: str | None = None) -> dict[str, Any]:
+def validate(request_file: str | None = None, tenant: str | None = None) -> JsonObject:
     """Load the request (the DAG's file, else the trigger's params), hold it to the DAG's
     tenant and that tenant's policy, check its quota, and name the run.
 
@@ -190,7 +191,7 @@ def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     _log().info("tenant %s admitted: %s", tenant.name, getattr(check, "message", "fits"))
 
 
-def fetch_bundle() -> dict[str, Any]:
+def fetch_bundle() -> JsonObject:
     """Clear an earlier try's outputs, check the bundle and snapshot it under the run's prefix.
 
     A cleared DAG run keeps its run_id and re-runs this task: the model and
@@ -214,7 +215,7 @@ def fetch_bundle() -> dict[str, Any]:
     return identity
 
 
-def deliver_cluster_spec() -> dict[str, Any] | None:
+def deliver_cluster_spec() -> JsonObject | None:
     """Build every replica's cluster.json from the launch endpoints and exec it into the pod.
 
     Single mode: the replica does not wait for a ClusterSpec, so this is a
@@ -230,7 +231,7 @@ def deliver_cluster_spec() -> dict[str, Any] | None:
     return {"cluster": cluster}
 
 
-def describe_launch(failure: dict[str, Any] | None, ready_at: float | None) -> dict[str, Any]:
+def describe_launch(failure: JsonObject | None, ready_at: float | None) -> JsonObject:
     """run.json's `launch`: ready (with the time), failed (with why), or neither (killed)."""
     if failure:
         return {"state": "failed", **failure}
@@ -239,7 +240,7 @@ def describe_launch(failure: dict[str, Any] | None, ready_at: float | None) -> d
     return {"state": "not ready", "message": "launch did not finish (killed or not run)"}
 
 
-def archive() -> dict[str, Any]:
+def archive() -> JsonObject:
     """Logs, model check (recovered from the owner pod if its upload failed), run.json to S3.
 
     Runs whenever fetch_bundle succeeded; S3 calls ride out a short outage
@@ -315,7 +316,7 @@ def teardown() -> list[str]:
     return removal.deleted
 
 
-def publish() -> dict[str, Any]:
+def publish() -> JsonObject:
     """On success: move `<output>/latest` forward to this run's model (operators.latest)
     and, only when it moved, emit the Asset event of `<output>/latest`.
 

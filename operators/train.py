@@ -50,8 +50,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
+from kubernetes import client as k8s
 
 from operators import kubeobjects, restart
 from operators.errors import PipelineError
@@ -74,6 +75,7 @@ from operators.transient import call_with_retries, describe_api_error, is_transi
 from operators.triggers import TrainingTrigger, decide_training
 from runtime.protocol import EXIT_UPLOAD_FAILED, MAIN_CONTAINER
 from tfjob.attempts import AttemptOutcome, describe_run_failure
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import (
     ATTEMPTS_KEY,
     GRANTS_KEY,
@@ -94,7 +96,7 @@ class LogEnd:
     """What `finish` keeps of a replica's log: its last lines and its metrics line."""
 
     tail: str
-    metrics: dict[str, Any] | None
+    metrics: JsonObject | None
 
 
 class TrainingFailed(PipelineError, AirflowFailException):
@@ -115,7 +117,7 @@ class TrainingWaitOperator(BaseOperator):
 
         return KubernetesHook(conn_id=self.kubernetes_conn_id).core_v1_client
 
-    def execute(self, context: Any) -> dict[str, Any] | None:
+    def execute(self, context: Context) -> JsonObject | None:
         run = self._run = pull_run(context)
         request = run.request
         deciding = deciding_replicas(
@@ -143,7 +145,7 @@ class TrainingWaitOperator(BaseOperator):
             return self.finish(context, decided.to_payload(), attempts=attempts)
         self._defer(context, run, attempts)
 
-    def _defer(self, context: Any, run: RunInfo, attempts: list[dict[str, Any]] | None) -> None:
+    def _defer(self, context: Context, run: RunInfo, attempts: list[JsonObject] | None) -> None:
         """Hand the wait for the current gang to a fresh trigger; `finish` gets `attempts`."""
         request = run.request
         deciding = deciding_replicas(
@@ -178,7 +180,7 @@ class TrainingWaitOperator(BaseOperator):
             timeout=timedelta(seconds=wait + TRAIN_DEADLINE_MARGIN_SECONDS),
         )
 
-    def _recall_attempts(self, context: Any, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _recall_attempts(self, context: Context, pods: list[JsonObject]) -> list[JsonObject]:
         """The run's attempts: those a restarted gang's pods carry, else the first gang's."""
         found = restart.recall_attempts(pods)
         if found is None:
@@ -189,7 +191,9 @@ class TrainingWaitOperator(BaseOperator):
             )
         return restart.attempts_to_payload(found)
 
-    def _read_logs(self, run: RunInfo, api: Any, event: TrainingEvent) -> dict[str, LogEnd]:
+    def _read_logs(
+        self, run: RunInfo, api: k8s.CoreV1Api, event: TrainingEvent
+    ) -> dict[str, LogEnd]:
         """Each replica's log end; the lines the trigger did not stream go into this task's log.
 
         At most TRAIN_LOG_MAX_BYTES of each log is read and copied (lines cut at
@@ -236,10 +240,10 @@ class TrainingWaitOperator(BaseOperator):
 
     def finish(
         self,
-        context: Any,
-        event: dict[str, Any],
-        attempts: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any] | None:
+        context: Context,
+        event: JsonObject,
+        attempts: list[JsonObject] | None = None,
+    ) -> JsonObject | None:
         """Where the wait ends: `event` is a `TrainingEvent`'s payload (from the triggerer)."""
         result = TrainingEvent.from_payload(event)
         self._decided = True
@@ -318,7 +322,12 @@ class TrainingWaitOperator(BaseOperator):
         )
 
     def _restart(
-        self, context: Any, run: RunInfo, api: Any, history: list[Any], verdict: Any
+        self,
+        context: Context,
+        run: RunInfo,
+        api: k8s.CoreV1Api,
+        history: list[object],
+        verdict: Any,
     ) -> None:
         """Stop the failed gang, start the next with its ClusterSpec, defer again.
 

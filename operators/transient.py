@@ -27,9 +27,10 @@ that failed together do not come back together.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from runtime.backoff import BackoffPolicy, RetryState, call_with_backoff
 
@@ -118,7 +119,7 @@ def call_with_retries(
     *,
     deadline: float,
     what: str,
-    log: Any,
+    log: logging.Logger,
     policy: BackoffPolicy = API_BACKOFF,
 ) -> T:
     """`call()`, asked again after each transient failure until `deadline` (of the policy's

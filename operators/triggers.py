@@ -46,7 +46,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -56,8 +56,12 @@ from operators.replicas import judge_training, read_replica_status
 from operators.settings import GRANT_RETRY_SECONDS, LIVE_LOG_MAX_BYTES
 from operators.transient import API_BACKOFF, GONE_STATUS, describe_api_error, is_transient
 from runtime.protocol import MAIN_CONTAINER
+from tfjob.jsontypes import JsonObject
 from tfjob.records.replicas import TrainingEvent, TrainingState
 from tfjob.records.run import GrantPlan
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client as async_k8s
 
 WATCH_CHUNK_SECONDS = 60
 # Replicas whose log the trigger follows live: the first of `deciding` (see the docstring).
@@ -70,7 +74,7 @@ LIVE_LOG_LINES_PER_TURN = 128
 LOG_DRAIN_SECONDS = 5.0
 
 
-def has_main_container_started(pod: dict[str, Any]) -> bool:
+def has_main_container_started(pod: JsonObject) -> bool:
     """The main container runs or ran: its log can be followed."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == MAIN_CONTAINER:
@@ -79,7 +83,7 @@ def has_main_container_started(pod: dict[str, Any]) -> bool:
     return False
 
 
-def has_main_container_ended(pod: dict[str, Any]) -> bool:
+def has_main_container_ended(pod: JsonObject) -> bool:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == MAIN_CONTAINER:
             return (status.get("state") or {}).get("terminated") is not None
@@ -87,7 +91,7 @@ def has_main_container_ended(pod: dict[str, Any]) -> bool:
 
 
 def decide_training(
-    pods: dict[str, dict[str, Any]], deciding: list[str], expected_pods: list[str], deadline: float
+    pods: dict[str, JsonObject], deciding: list[str], expected_pods: list[str], deadline: float
 ) -> TrainingEvent | None:
     """The trigger's event for these pods (nothing streamed yet), or None while training runs."""
     verdict = judge_training(pods.values(), deciding, expected_pods)
@@ -115,7 +119,7 @@ class TrainingTrigger(BaseTrigger):
         deadline: float,
         kubernetes_conn_id: str,
         not_before: float = 0.0,
-        grants: dict[str, Any] | None = None,
+        grants: JsonObject | None = None,
     ) -> None:
         super().__init__()
         self.namespace = namespace
@@ -127,7 +131,7 @@ class TrainingTrigger(BaseTrigger):
         self.not_before = not_before  # wall-clock epoch seconds: never fire sooner
         self.grants = grants  # a GrantPlan's payload: keep the pods' S3 grants valid
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
+    def serialize(self) -> tuple[str, JsonObject]:
         return (
             "operators.triggers.TrainingTrigger",
             {
@@ -142,7 +146,7 @@ class TrainingTrigger(BaseTrigger):
             },
         )
 
-    def _event_if_decided(self, pods: dict[str, dict[str, Any]]) -> TrainingEvent | None:
+    def _event_if_decided(self, pods: dict[str, JsonObject]) -> TrainingEvent | None:
         return decide_training(pods, self.deciding, self.expected_pods, self.deadline)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -165,7 +169,7 @@ class TrainingTrigger(BaseTrigger):
                 await asyncio.gather(*followers.values(), *helpers, return_exceptions=True)
             yield TriggerEvent(replace(decided, streamed=dict(streamed)).to_payload())
 
-    async def _keep_grants_valid(self, core: Any) -> None:
+    async def _keep_grants_valid(self, core: async_k8s.CoreV1Api) -> None:
         """Sign the run's S3 grants now and every `refresh_every` seconds; rewrite the Secrets."""
         from asgiref.sync import sync_to_async
 
@@ -197,8 +201,8 @@ class TrainingTrigger(BaseTrigger):
 
     def _follow_started_replicas(
         self,
-        core: Any,
-        pods: dict[str, dict[str, Any]],
+        core: async_k8s.CoreV1Api,
+        pods: dict[str, JsonObject],
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
     ) -> None:
@@ -213,7 +217,7 @@ class TrainingTrigger(BaseTrigger):
                 )
 
     async def _follow_log(
-        self, core: Any, pod: str, replica_id: str, streamed: dict[str, int]
+        self, core: async_k8s.CoreV1Api, pod: str, replica_id: str, streamed: dict[str, int]
     ) -> None:
         """Log every line of the replica's main container as `[role-index] line`, as it comes."""
         streamed.setdefault(replica_id, 0)
@@ -266,7 +270,7 @@ class TrainingTrigger(BaseTrigger):
         return received
 
     async def _drain_followers(
-        self, pods: dict[str, dict[str, Any]], followers: dict[str, asyncio.Task]
+        self, pods: dict[str, JsonObject], followers: dict[str, asyncio.Task]
     ) -> None:
         """Let the streams of containers that ended deliver their last lines (bounded)."""
         ending = [
@@ -278,7 +282,7 @@ class TrainingTrigger(BaseTrigger):
             await asyncio.wait(ending, timeout=LOG_DRAIN_SECONDS)
 
     def _event_at_deadline(
-        self, pods: dict[str, dict[str, Any]] | None, failure: BaseException
+        self, pods: dict[str, JsonObject] | None, failure: BaseException
     ) -> TrainingEvent:
         """The event when the deadline came while the API was failing: the last pods seen."""
         decided = None  # never listed: nothing to judge, the deadline decides
@@ -289,11 +293,11 @@ class TrainingTrigger(BaseTrigger):
 
     async def _await_decision(
         self,
-        api_client: Any,
-        core: Any,
+        api_client: async_k8s.ApiClient,
+        core: async_k8s.CoreV1Api,
         followers: dict[str, asyncio.Task],
         streamed: dict[str, int],
-    ) -> tuple[dict[str, dict[str, Any]], TrainingEvent]:
+    ) -> tuple[dict[str, JsonObject], TrainingEvent]:
         """List, then watch from the list's resourceVersion, until the training is decided.
 
         A transient failure of the list or the watch (5xx, 429, a dropped
@@ -303,7 +307,7 @@ class TrainingTrigger(BaseTrigger):
         """
         from kubernetes_asyncio import watch
 
-        pods: dict[str, dict[str, Any]] | None = None  # the last pods seen
+        pods: dict[str, JsonObject] | None = None  # the last pods seen
         backoff = API_BACKOFF.schedule()
         while True:
             try:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
+from tfjob.jsontypes import JsonObject
 from tfjob.restart_policy import Decision, FailureKind, ReplicaFailure, RestartVerdict
 
 
@@ -77,7 +77,7 @@ class Attempt:
             restored_checkpoint_step,
         )
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JsonObject:
         """JSON-ready: times as ISO 8601 text, enums as their values."""
         return {
             "number": self.number,
@@ -92,7 +92,7 @@ class Attempt:
         }
 
     @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> Attempt:
+    def from_payload(cls, data: Mapping[str, object]) -> Attempt:
         """The inverse of `to_payload`; keys it does not know are ignored (newer writers)."""
         if not isinstance(data, Mapping) or "number" not in data:
             raise ValueError(f"attempt: {data!r} given; a mapping with at least a number")

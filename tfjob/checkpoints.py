@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tfjob.errors import TfjobError
+from tfjob.jsontypes import JsonObject
 
 POINTER_NAME = "checkpoint"  # TensorFlow's pointer to the latest checkpoint
 RESTORE_VERSION = 1
@@ -87,7 +87,7 @@ def parse_checkpoint_step(pointer_text: str) -> int | None:
 
 def build_restore_document(
     source: str | None, step: int | None, files: Sequence[CheckpointFile], urls: Mapping[str, str]
-) -> dict[str, Any]:
+) -> JsonObject:
     """restore.json: each file with its presigned GET (`urls` by key)."""
     return {
         "version": RESTORE_VERSION,
@@ -97,7 +97,7 @@ def build_restore_document(
     }
 
 
-def build_empty_restore() -> dict[str, Any]:
+def build_empty_restore() -> JsonObject:
     """restore.json of a gang that starts from scratch."""
     return build_restore_document(None, None, [], {})
 

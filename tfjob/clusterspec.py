@@ -18,10 +18,10 @@ cluster (CHIEF_HOSTS too when there is a chief), never the evaluator.
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.clusterenv import derive_legacy_env
 from tfjob.errors import TfjobError
+from tfjob.jsontypes import JsonObject
 from tfjob.request.model import Role, TrainingRequest
 
 # Roles that form the training cluster in TF_CONFIG["cluster"].
@@ -140,7 +140,7 @@ def _check_task(cluster: Mapping[str, list[str]], role: Role, index: int) -> Rol
     return role
 
 
-def build_tf_config(cluster: Mapping[str, list[str]], role: Role, index: int) -> dict[str, Any]:
+def build_tf_config(cluster: Mapping[str, list[str]], role: Role, index: int) -> JsonObject:
     """TF_CONFIG of one replica: the training cluster and this replica's task."""
     role = _check_task(cluster, role, index)
     training = {r.value: list(cluster[r.value]) for r in TRAINING_ROLES if cluster.get(r.value)}
@@ -163,7 +163,7 @@ def build_legacy_env(cluster: Mapping[str, list[str]], role: Role, index: int) -
 
 def build_cluster_files(
     request: TrainingRequest, endpoints: Iterable[Endpoint]
-) -> dict[tuple[Role, int], dict[str, Any]]:
+) -> dict[tuple[Role, int], JsonObject]:
     """Per replica, the content of its cluster.json: {"tf_config": ...}.
 
     The TF1-style variables are not sent: the pod derives them from TF_CONFIG

@@ -14,7 +14,6 @@ OpenAPI schema without a server, and keeps operators free of dict plumbing.
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from runtime import protocol
 from runtime.expansion import escape
@@ -36,6 +35,7 @@ from runtime.protocol import (
 )
 from tfjob import naming
 from tfjob.checkpoints import build_empty_restore
+from tfjob.jsontypes import JsonObject
 from tfjob.request.model import Mode, Placement, Role, TrainingRequest
 from tfjob.tenants.model import SERVICE_ACCOUNT_NAME, PodUser, derive_pod_user
 from tfjob.timeline import clusterspec_wait_seconds
@@ -69,7 +69,7 @@ SECRET_FILE_MODE = 0o400
 CONFIG_FILE_MODE = 0o444
 
 
-def build_pod_security_context(user: PodUser) -> dict[str, Any]:
+def build_pod_security_context(user: PodUser) -> JsonObject:
     """The pod's securityContext: the tenant's uid/gid (also fsGroup), RuntimeDefault seccomp."""
     return {
         "runAsNonRoot": True,
@@ -80,7 +80,7 @@ def build_pod_security_context(user: PodUser) -> dict[str, Any]:
     }
 
 
-def build_container_security_context() -> dict[str, Any]:
+def build_container_security_context() -> JsonObject:
     """Every container's securityContext: no privilege escalation, no capabilities."""
     return {
         "allowPrivilegeEscalation": False,
@@ -123,7 +123,7 @@ class RunIdentity:
         return naming.run_labels(self.job, self.run_key, tenant, self.run_hash)
 
 
-def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> JsonObject:
     return {
         "name": name,
         "namespace": run.namespace,
@@ -134,11 +134,11 @@ def _metadata(run: RunIdentity, name: str, labels: dict[str, str]) -> dict[str, 
 
 def build_replica_env(
     request: TrainingRequest, role: Role, index: int, upload_patience: int = UPLOAD_PATIENCE_SECONDS
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The `tensorflow` container's environment, TFJOB_* first, then the request's."""
     distributed = request.mode is Mode.DISTRIBUTED
     owner = request.model_owner() == (role, index)
-    env: list[dict[str, Any]] = [
+    env: list[JsonObject] = [
         {"name": protocol.ENV_ROLE, "value": role.value},
         {"name": protocol.ENV_INDEX, "value": str(index)},
         {"name": protocol.ENV_WAIT_CLUSTERSPEC, "value": "1" if distributed else "0"},
@@ -196,7 +196,7 @@ def build_resources(request: TrainingRequest, role: Role, *, with_gpu: bool = Tr
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
-def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:
+def build_affinity(request: TrainingRequest, run_key: str) -> JsonObject:
     """spread: prefer nodes without the run's pods; pack: prefer nodes with them."""
     term = {
         "weight": PLACEMENT_WEIGHT,
@@ -209,7 +209,7 @@ def build_affinity(request: TrainingRequest, run_key: str) -> dict[str, Any]:
     return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
-def build_volumes(run_key: str, *, owner: bool) -> list[dict[str, Any]]:
+def build_volumes(run_key: str, *, owner: bool) -> list[JsonObject]:
     """The pod's volumes; only the model owner's pod has the upload grants."""
     upload = (
         [
@@ -257,7 +257,7 @@ KEEPER_RESOURCES = {
 }
 
 
-def build_keeper_container(request: TrainingRequest) -> dict[str, Any]:
+def build_keeper_container(request: TrainingRequest) -> JsonObject:
     """The model owner's second container: keeps the workspace readable after `tensorflow` ends.
 
     Same image, `runtime/keeper.py`, the workspace read-only, no credentials and
@@ -282,7 +282,7 @@ def build_pod_manifest(
     role: Role,
     index: int,
     upload_patience: int = UPLOAD_PATIENCE_SECONDS,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The pod of one replica, following the pod protocol of docs/architecture.md."""
     role = Role(role)
     count = request.replica_count(role)
@@ -295,7 +295,7 @@ def build_pod_manifest(
         node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
     labels = naming.replica_labels(run.job, run_key, request.tenant, run.run_hash, role, index)
     owner = request.model_owner() == (role, index)
-    spec: dict[str, Any] = {
+    spec: JsonObject = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": request.active_deadline,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -361,7 +361,7 @@ def build_pod_manifest(
 
 def build_pod_manifests(
     request: TrainingRequest, run: RunIdentity, upload_patience: int = UPLOAD_PATIENCE_SECONDS
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """One pod per replica, in Role order, then index order."""
     return [
         build_pod_manifest(request, run, role, index, upload_patience)
@@ -383,9 +383,7 @@ def _check_object_data(kind: str, data: Mapping[str, str]) -> None:
         )
 
 
-def build_runtime_configmap(
-    run: RunIdentity, files: Mapping[str, str], tenant: str
-) -> dict[str, Any]:
+def build_runtime_configmap(run: RunIdentity, files: Mapping[str, str], tenant: str) -> JsonObject:
     """The run's ConfigMap with the runtime package's files (one key per file name)."""
     _check_object_data("ConfigMap", files)
     run_key = run.run_key
@@ -398,8 +396,8 @@ def build_runtime_configmap(
 
 
 def build_access_secret(
-    run: RunIdentity, bundle_url: str, tenant: str, restore: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    run: RunIdentity, bundle_url: str, tenant: str, restore: Mapping[str, object] | None = None
+) -> JsonObject:
     """The Secret every init container mounts: the presigned GET URL of the bundle, and
     the checkpoint files to restore (tfjob/checkpoints.py; none by default)."""
     document = dict(restore) if restore is not None else build_empty_restore()
@@ -411,7 +409,7 @@ def build_access_secret(
     )
 
 
-def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any], tenant: str) -> dict[str, Any]:
+def build_upload_secret(run: RunIdentity, upload: Mapping[str, object], tenant: str) -> JsonObject:
     """The Secret only the model owner's main container mounts: its upload grants."""
     return _build_secret(
         run,
@@ -421,7 +419,7 @@ def build_upload_secret(run: RunIdentity, upload: Mapping[str, Any], tenant: str
     )
 
 
-def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str) -> dict[str, Any]:
+def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str) -> JsonObject:
     _check_object_data("Secret", data)
     return {
         "apiVersion": "v1",

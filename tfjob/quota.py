@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
 
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.manifests import RunIdentity, build_pod_manifests
 from tfjob.quantity import parse_quantity
 from tfjob.request.model import TrainingRequest
@@ -142,8 +142,8 @@ def _trim(value: Decimal) -> str:
 
 
 def apply_limit_range_defaults(
-    container: Mapping[str, Any], defaults: Mapping[str, str], default_limits: Mapping[str, str]
-) -> dict[str, Any]:
+    container: Mapping[str, object], defaults: Mapping[str, str], default_limits: Mapping[str, str]
+) -> JsonObject:
     """The container's resources as Kubernetes admits them: a limit the container sets is
     also its missing request (the API server's defaulting, before admission); then
     LimitRanger fills missing requests from `defaults` and missing limits from
@@ -163,7 +163,9 @@ def apply_limit_range_defaults(
 
 
 def _container_problems(
-    pod: Mapping[str, Any], container: Mapping[str, Any], resources: Mapping[str, Mapping[str, str]]
+    pod: Mapping[str, object],
+    container: Mapping[str, object],
+    resources: Mapping[str, Mapping[str, str]],
 ) -> list[str]:
     role = (pod["metadata"].get("labels") or {}).get(naming.LABEL_ROLE, "?")
     problems = []
@@ -179,14 +181,14 @@ def _container_problems(
 
 
 def pod_usage(
-    pod: Mapping[str, Any],
+    pod: Mapping[str, object],
     defaults: Mapping[str, str] | None = None,
     default_limits: Mapping[str, str] | None = None,
 ) -> dict[str, Decimal]:
     """What one pod counts against a quota, per CHECKED_RESOURCES (requests; pods = 1)."""
     spec = pod.get("spec") or {}
 
-    def requests_of(containers: Iterable[Mapping[str, Any]]) -> list[dict[str, Decimal]]:
+    def requests_of(containers: Iterable[Mapping[str, object]]) -> list[dict[str, Decimal]]:
         found = []
         for container in containers:
             resources = apply_limit_range_defaults(container, defaults or {}, default_limits or {})
@@ -207,7 +209,7 @@ def pod_usage(
 
 
 def sum_usage(
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, object]],
     defaults: Mapping[str, str] | None = None,
     default_limits: Mapping[str, str] | None = None,
     skip_terminal: bool = True,
@@ -222,7 +224,7 @@ def sum_usage(
     return total
 
 
-def build_gang_pods(request: TrainingRequest) -> list[dict[str, Any]]:
+def build_gang_pods(request: TrainingRequest) -> list[JsonObject]:
     """The pod manifests of the request's gang (names are stand-ins; resources are real)."""
     return build_pod_manifests(request, _PREFLIGHT_RUN)
 
@@ -234,7 +236,7 @@ def gang_usage(request: TrainingRequest, tenant: Tenant) -> dict[str, Decimal]:
     )
 
 
-def read_quota_amounts(values: Mapping[str, Any]) -> dict[str, Decimal]:
+def read_quota_amounts(values: Mapping[str, object]) -> dict[str, Decimal]:
     """A ResourceQuota's hard/used map as CHECKED_RESOURCES amounts (missing keys left out).
 
     `requests.cpu` and bare `cpu` mean the same in Kubernetes; the smaller wins.
@@ -249,7 +251,10 @@ def read_quota_amounts(values: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def check_gang_fits(
-    request: TrainingRequest, tenant: Tenant, hard: Mapping[str, Any], used: Mapping[str, Decimal]
+    request: TrainingRequest,
+    tenant: Tenant,
+    hard: Mapping[str, object],
+    used: Mapping[str, Decimal],
 ) -> QuotaCheck:
     """Compare the gang's usage with `hard` (a quota's spec.hard) minus `used`.
 

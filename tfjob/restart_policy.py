@@ -90,7 +90,7 @@ class Decision(StrEnum):
     FAIL = "fail"
 
 
-def find_exit_code_problem(codes: Sequence[Any]) -> tuple[int | None, str] | None:
+def find_exit_code_problem(codes: Sequence[object]) -> tuple[int | None, str] | None:
     """(index, what is allowed) of the first bad item of a `restart_on` list; None when fine.
 
     The index is None when the list itself is wrong (empty). The one rule for

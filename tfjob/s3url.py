@@ -10,7 +10,6 @@ bucket name, a key. Standard library only: tshell imports it to start quickly.
 """
 
 import re
-from typing import Any
 
 from tfjob.errors import TfjobError
 
@@ -24,18 +23,18 @@ S3_URL_SHAPE = "s3://<bucket>/<key>"
 class S3UrlError(TfjobError):
     """Not an S3 URL: which field, what was given, what is expected."""
 
-    def __init__(self, field: str, given: Any, expected: str) -> None:
+    def __init__(self, field: str, given: object, expected: str) -> None:
         self.field = field
         self.given = given
         self.expected = expected
         super().__init__(f"{field}: {given!r} given; {expected}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         # ValueError pickles only the message; keep the parts (processes pass errors on).
         return (type(self), (self.field, self.given, self.expected))
 
 
-def split_s3_url(url: Any) -> tuple[str, str] | None:
+def split_s3_url(url: object) -> tuple[str, str] | None:
     """(bucket, key) of `s3://bucket/key`, either part maybe empty; None when not s3://."""
     if not isinstance(url, str) or not url.startswith(S3_SCHEME):
         return None
@@ -43,7 +42,7 @@ def split_s3_url(url: Any) -> tuple[str, str] | None:
     return bucket, key
 
 
-def parse_s3_url(url: Any, field: str = "S3 URL", shape: str = S3_URL_SHAPE) -> tuple[str, str]:
+def parse_s3_url(url: object, field: str = "S3 URL", shape: str = S3_URL_SHAPE) -> tuple[str, str]:
     """(bucket, key) of `s3://bucket/key`; the key may be empty.
 
     S3UrlError naming `field` and the `shape` expected when `url` is not an

@@ -9,8 +9,8 @@ because Airflow validates each Param on its own), and
 
 import copy
 import json
-from typing import Any
 
+from tfjob.jsontypes import JsonObject
 from tfjob.request.checks import DNS_LABEL_PATTERN
 from tfjob.request.model import (
     MAX_NAME_LENGTH,
@@ -23,7 +23,7 @@ from tfjob.request.recovery import WARM_START_SCHEMA
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 # Checks the model does in code, repeated as schema keywords so forms catch them early.
-_EXTRA_KEYWORDS: dict[str, dict[str, Any]] = {
+_EXTRA_KEYWORDS: dict[str, JsonObject] = {
     "name": {"pattern": DNS_LABEL_PATTERN.pattern, "maxLength": MAX_NAME_LENGTH},
     "tenant": {"pattern": DNS_LABEL_PATTERN.pattern, "maxLength": MAX_TENANT_LENGTH},
     "entrypoint": {"minItems": 1},
@@ -55,7 +55,7 @@ _PARAM_KEYWORDS = (
 )
 
 
-def _default_of(name: str) -> tuple[bool, Any]:
+def _default_of(name: str) -> tuple[bool, object]:
     """(has_default, JSON default) of a top-level field, including default factories."""
     field = TrainingRequest.model_fields[name]
     if field.is_required():
@@ -64,7 +64,7 @@ def _default_of(name: str) -> tuple[bool, Any]:
     return True, _to_json(value)
 
 
-def _to_json(value: Any) -> Any:
+def _to_json(value: object) -> object:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json", by_alias=True)
     if isinstance(value, dict):
@@ -74,7 +74,7 @@ def _to_json(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
-def request_json_schema() -> dict[str, Any]:
+def request_json_schema() -> JsonObject:
     """JSON Schema (draft 2020-12) of a training request, with descriptions and defaults."""
     schema = TrainingRequest.model_json_schema(mode="validation", by_alias=True)
     schema["$schema"] = JSON_SCHEMA_DIALECT
@@ -88,7 +88,7 @@ def request_json_schema() -> dict[str, Any]:
     return schema
 
 
-def _resolve_refs(node: Any, definitions: dict[str, Any]) -> Any:
+def _resolve_refs(node: object, definitions: JsonObject) -> object:
     """`node` with every local `$ref` replaced by its definition (the model has no cycles)."""
     if isinstance(node, dict):
         if "$ref" in node:
@@ -104,7 +104,7 @@ def _resolve_refs(node: Any, definitions: dict[str, Any]) -> Any:
     return node
 
 
-def _flatten_optional(prop: dict[str, Any]) -> dict[str, Any]:
+def _flatten_optional(prop: JsonObject) -> JsonObject:
     """`anyOf: [X, {type: null}]` as X with `type: [X.type, "null"]` (forms render it)."""
     options = prop.get("anyOf")
     if not options or len(options) != 2 or {"type": "null"} not in options:
@@ -119,7 +119,7 @@ def _flatten_optional(prop: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def airflow_param_specs(request: TrainingRequest | None = None) -> dict[str, dict[str, Any]]:
+def airflow_param_specs(request: TrainingRequest | None = None) -> dict[str, JsonObject]:
     """Per top-level field, a spec for `Param(spec.pop("default"), **spec)`.
 
     Defaults come from `request` when given (e.g. a bundle's request.yaml),
@@ -130,10 +130,10 @@ def airflow_param_specs(request: TrainingRequest | None = None) -> dict[str, dic
     schema = request_json_schema()
     definitions = schema.get("$defs", {})
     values = request.model_dump(mode="json", by_alias=True) if request is not None else {}
-    specs: dict[str, dict[str, Any]] = {}
+    specs: dict[str, JsonObject] = {}
     for name, raw in schema["properties"].items():
         prop = _flatten_optional(_resolve_refs(copy.deepcopy(raw), definitions))
-        spec: dict[str, Any] = {key: prop[key] for key in _PARAM_KEYWORDS if key in prop}
+        spec: JsonObject = {key: prop[key] for key in _PARAM_KEYWORDS if key in prop}
         spec["title"] = raw.get("title") or name
         spec["description"] = prop.get("description", "")
         if name in values:
@@ -153,7 +153,7 @@ def airflow_param_specs(request: TrainingRequest | None = None) -> dict[str, dic
     return specs
 
 
-def _describe_type(prop: dict[str, Any], definitions: dict[str, Any]) -> str:
+def _describe_type(prop: JsonObject, definitions: JsonObject) -> str:
     prop = _flatten_optional(_resolve_refs(prop, definitions))
     if "anyOf" in prop:  # a choice of kinds, e.g. restart_on: a name or a list of exit codes
         return " or ".join(_describe_type(option, definitions) for option in prop["anyOf"])
@@ -198,7 +198,7 @@ def render_request_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _to_compact(value: Any) -> str:
+def _to_compact(value: object) -> str:
     text = json.dumps(value, separators=(",", ":"))
     return text if len(text) <= 60 else text[:57] + "..."
 

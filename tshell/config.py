@@ -38,10 +38,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from tfjob.jsontypes import JsonObject
 from tshell.errors import TshellError
 
 DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
@@ -73,7 +73,7 @@ class TshellConfig:
     kubeconfig: str | None = None
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def read_config_file(path: Path) -> JsonObject:
     """The config file as a dict; {} when it does not exist."""
     path = path.expanduser()
     if not path.exists():
@@ -121,7 +121,7 @@ def read_embedded_password(airflow_home: Path, username: str) -> str | None:
     return str(users[username])
 
 
-def read_services_file(path: Path) -> dict[str, Any]:
+def read_services_file(path: Path) -> JsonObject:
     """What `make up` recorded about the embedded default; {} when it is not up."""
     try:
         data = json.loads(path.read_text())
@@ -142,8 +142,8 @@ def find_embedded_path(relative: Path, start: Path | None = None) -> Path:
 
 def find_kubeconfig(
     env: Mapping[str, str],
-    file_data: Mapping[str, Any],
-    services: Mapping[str, Any],
+    file_data: Mapping[str, object],
+    services: Mapping[str, object],
     given: str | None = None,
 ) -> str | None:
     """The cluster's kubeconfig, first found wins (the module's docstring); None when none."""
@@ -159,7 +159,7 @@ def find_kubeconfig(
 
 def read_sources(
     env: Mapping[str, str], config_path: Path | None
-) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+) -> tuple[Path, JsonObject, JsonObject]:
     """The config file's path and contents, and the embedded default's services record."""
     path = config_path or Path(env.get("TSHELL_CONFIG", str(DEFAULT_CONFIG_PATH)))
     services_path = env.get("TSHELL_SERVICES_FILE") or find_embedded_path(SERVICES_FILE)

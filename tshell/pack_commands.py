@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from runtime.bundle import LARGE_FILE_BYTES, BundleError, BundleInfo, write_bundle
 from tshell.command import set_command
@@ -37,6 +37,8 @@ from tshell.s3_upload import (
 )
 
 if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
     from tshell.command import Subparsers
 
 # The prefix of these commands' error messages (tshell/command.py).
@@ -80,7 +82,7 @@ def pack_directory(
 
 
 def push_directory(
-    client: Any,
+    client: BaseClient,
     src: str | os.PathLike[str],
     dest: str,
     name: str | None,

@@ -16,11 +16,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.protocol import MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE, LABEL_RUN
 from tshell.errors import TshellError
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 # A followed pod may still be starting (bundle fetch, image): wait this long for its container.
 CONTAINER_START_TIMEOUT_S = 300.0
@@ -44,7 +47,7 @@ class ReplicaPod:
         return f"{self.role}-{self.index}"
 
 
-def make_core_api(kubeconfig: str) -> Any:
+def make_core_api(kubeconfig: str) -> k8s.CoreV1Api:
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(config_file=kubeconfig)
@@ -52,7 +55,7 @@ def make_core_api(kubeconfig: str) -> Any:
 
 
 def list_replica_pods(
-    core: Any, namespace: str, run_key: str, role: str | None, index: int | None
+    core: k8s.CoreV1Api, namespace: str, run_key: str, role: str | None, index: int | None
 ) -> list[ReplicaPod]:
     """The run's replica pods, optionally only one role (and index), in a stable order."""
     from kubernetes.client.exceptions import ApiException
@@ -93,7 +96,7 @@ def replica_phase(pod: Any) -> str:
     return phase
 
 
-def _open_log(core: Any, namespace: str, pod: ReplicaPod, follow: bool) -> Any | None:
+def _open_log(core: k8s.CoreV1Api, namespace: str, pod: ReplicaPod, follow: bool) -> Any | None:
     """The log stream of the pod's main container; None when it has not started and not `follow`."""
     from kubernetes.client.exceptions import ApiException
 
@@ -119,7 +122,9 @@ def _open_log(core: Any, namespace: str, pod: ReplicaPod, follow: bool) -> Any |
             time.sleep(START_POLL_S)
 
 
-def _read_lines(core: Any, namespace: str, pod: ReplicaPod, follow: bool) -> Iterator[str]:
+def _read_lines(
+    core: k8s.CoreV1Api, namespace: str, pod: ReplicaPod, follow: bool
+) -> Iterator[str]:
     response = _open_log(core, namespace, pod, follow)
     if response is None:
         yield "(no log yet: the container has not started)"
@@ -138,7 +143,7 @@ def _read_lines(core: Any, namespace: str, pod: ReplicaPod, follow: bool) -> Ite
 
 
 def iter_replica_logs(
-    core: Any, namespace: str, pods: list[ReplicaPod], follow: bool
+    core: k8s.CoreV1Api, namespace: str, pods: list[ReplicaPod], follow: bool
 ) -> Iterator[str]:
     """Lines of every pod's main container; prefixed `[role-index]` when several pods."""
     prefix = len(pods) > 1

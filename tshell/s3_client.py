@@ -11,9 +11,12 @@ when a client is made, so `tshell --help` stays fast.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tfjob.s3url import parse_s3_url
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 ENDPOINT_VARIABLES = ("TSHELL_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 DESTINATION_SHAPE = "s3://bucket/prefix/ or s3://bucket/key"
@@ -27,7 +30,7 @@ def s3_destination(dest: str, file_name: str) -> tuple[str, str]:
     return bucket, key
 
 
-def make_s3_client(aws_conn_id: str | None = None) -> Any:
+def make_s3_client(aws_conn_id: str | None = None) -> BaseClient:
     """A boto3 S3 client from the usual places (or an Airflow connection)."""
     if aws_conn_id:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook

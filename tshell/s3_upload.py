@@ -17,11 +17,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from tfjob.jsontypes import JsonObject
 from tshell.errors import TshellError
 from tshell.progress import ProgressBar
 from tshell.s3_client import s3_destination
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 MIB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MIB
@@ -71,7 +75,7 @@ def expected_etag(path: Path, threshold: int, part_size: int) -> tuple[str, str,
 
 
 def upload_file(
-    client: Any,
+    client: BaseClient,
     path: str | os.PathLike[str],
     dest: str,
     part_size: int = DEFAULT_PART_SIZE,
@@ -92,7 +96,7 @@ def upload_file(
         use_threads=True,
     )
     # Hash while the upload runs: both read the same (cached) file.
-    hashed: dict[str, Any] = {}
+    hashed: JsonObject = {}
     hasher = threading.Thread(
         target=lambda: hashed.update(
             zip(
@@ -134,7 +138,7 @@ def upload_file(
 
 
 def verify_uploaded(
-    client: Any, bucket: str, key: str, size: int, expected: str, parts: int, sha256: str
+    client: BaseClient, bucket: str, key: str, size: int, expected: str, parts: int, sha256: str
 ) -> str:
     """Check that S3 holds `size` bytes whose ETag is `expected`; say how it was verified."""
     head = client.head_object(Bucket=bucket, Key=key)
@@ -153,7 +157,7 @@ def verify_uploaded(
     )
 
 
-def verify_by_download(client: Any, bucket: str, key: str, sha256: str) -> str:
+def verify_by_download(client: BaseClient, bucket: str, key: str, sha256: str) -> str:
     digest = hashlib.sha256()
     body = client.get_object(Bucket=bucket, Key=key)["Body"]
     for chunk in iter(lambda: body.read(MIB), b""):
@@ -178,7 +182,7 @@ class StreamingUpload:
 
     def __init__(
         self,
-        client: Any,
+        client: BaseClient,
         bucket: str,
         key: str,
         part_size: int,
@@ -193,7 +197,7 @@ class StreamingUpload:
         self.slots = threading.BoundedSemaphore(concurrency + 2)
         self.buffer = bytearray()
         self.part_md5s: list[bytes] = []
-        self.futures: list[Any] = []
+        self.futures: list[object] = []
         self.upload_id: str | None = None
         self.size = 0
 
@@ -217,7 +221,7 @@ class StreamingUpload:
         self.slots.acquire()
         self.futures.append(self.pool.submit(self._upload_part, number, part))
 
-    def _upload_part(self, number: int, part: bytes) -> dict[str, Any]:
+    def _upload_part(self, number: int, part: bytes) -> JsonObject:
         try:
             answer = self.client.upload_part(
                 Bucket=self.bucket,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from runtime.protocol import EXIT_UPLOAD_FAILED
+from tfjob.jsontypes import JsonObject
 from tfjob.request.fields import Role
 
 # A JSON object as Airflow stores it.
-Payload = dict[str, Any]
+Payload = JsonObject
 
 
 class PodPhase(enum.StrEnum):
@@ -114,7 +114,7 @@ class ReplicaStatus:
         }
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> ReplicaStatus:
+    def from_payload(cls, payload: Mapping[str, object]) -> ReplicaStatus:
         """The inverse of `to_payload`; a field an earlier writer left out takes its default."""
         try:
             phase = PodPhase(payload.get("phase", PodPhase.UNKNOWN.value))
@@ -144,7 +144,7 @@ def replicas_to_payload(replicas: Iterable[ReplicaStatus]) -> list[Payload]:
     return [replica.to_payload() for replica in replicas]
 
 
-def replicas_from_payload(payload: Iterable[Mapping[str, Any]] | None) -> list[ReplicaStatus]:
+def replicas_from_payload(payload: Iterable[Mapping[str, object]] | None) -> list[ReplicaStatus]:
     return [ReplicaStatus.from_payload(item) for item in payload or ()]
 
 
@@ -175,7 +175,7 @@ class TrainingEvent:
         return payload
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> TrainingEvent:
+    def from_payload(cls, payload: Mapping[str, object]) -> TrainingEvent:
         state = TrainingState(payload["state"])
         if state is TrainingState.RUNNING:
             raise ValueError(

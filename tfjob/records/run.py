@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from tfjob.clusterspec import Endpoint, endpoints_from_mapping, endpoints_to_mapping
 from tfjob.naming import NAMESPACE_PREFIX
@@ -50,7 +49,7 @@ class RunDescription:
         return payload
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> RunDescription:
+    def from_payload(cls, payload: Mapping[str, object]) -> RunDescription:
         run_as = payload.get("run_as")
         return cls(
             request=load_request(payload["request"]),
@@ -98,7 +97,7 @@ class GrantPlan:
         return dict(self.__dict__)
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> GrantPlan:
+    def from_payload(cls, payload: Mapping[str, object]) -> GrantPlan:
         if "presign_conn_id" not in payload:  # a plan serialised before pods identities
             tenant = str(payload["namespace"]).removeprefix(NAMESPACE_PREFIX)
             payload = {**payload, "presign_conn_id": default_presign_conn_id(tenant)}

@@ -10,7 +10,6 @@ reads anything else, and stops counting as soon as a cap is passed.
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic_core import PydanticCustomError
 
@@ -57,7 +56,7 @@ def check_dns_label(value: str, max_len: int) -> str:
     return value
 
 
-def check_quantity(value: Any) -> Any:
+def check_quantity(value: object) -> object:
     if isinstance(value, bool):
         raise invalid("a Kubernetes quantity such as 500m, 2, 1Gi is allowed", value)
     if isinstance(value, int | float):
@@ -67,7 +66,7 @@ def check_quantity(value: Any) -> Any:
     return value
 
 
-def check_label_map(value: Any, what: str) -> Any:
+def check_label_map(value: object, what: str) -> object:
     if not isinstance(value, Mapping):
         return value
     for key, item in value.items():
@@ -101,7 +100,7 @@ def check_s3_url(value: str, shape: str) -> tuple[str, str]:
     return bucket, key
 
 
-def check_argv(value: Any, field_name: str) -> list[str]:
+def check_argv(value: object, field_name: str) -> list[str]:
     """An argv list (entrypoint: non-empty, of non-empty strings) or args."""
     if isinstance(value, str):
         raise invalid(
@@ -125,7 +124,7 @@ def check_argv(value: Any, field_name: str) -> list[str]:
     return list(value)
 
 
-def check_env(value: Any) -> Any:
+def check_env(value: object) -> object:
     """Extra environment variables: valid names, none reserved, string values."""
     if not isinstance(value, Mapping):
         raise invalid("a mapping of variable names to strings is allowed", value)
@@ -155,7 +154,7 @@ def encoded_size(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
 
-def check_argv_size(value: Any, field_name: str) -> None:
+def check_argv_size(value: object, field_name: str) -> None:
     """At most MAX_ARGS items of at most MAX_ARG_BYTES each (non-strings are left to check_argv)."""
     if not isinstance(value, list | tuple):
         return
@@ -173,7 +172,7 @@ def check_argv_size(value: Any, field_name: str) -> None:
                 )
 
 
-def check_env_size(value: Any) -> None:
+def check_env_size(value: object) -> None:
     """At most MAX_ENV_ENTRIES variables whose values hold at most MAX_ENV_VALUE_BYTES each."""
     if not isinstance(value, Mapping):
         return
@@ -206,7 +205,7 @@ def check_text_size(size: int) -> None:
         _raise_request_too_large(size, " of text")
 
 
-def measure_json_size(data: Any, limit: int) -> int:
+def measure_json_size(data: object, limit: int) -> int:
     """The size of `data` as compact JSON, counted only up to just past `limit`: a value
     built with repeated references (a YAML alias bomb) costs no more than `limit` to reject."""
     total, stack = 0, [data]
@@ -227,7 +226,7 @@ def measure_json_size(data: Any, limit: int) -> int:
     return total
 
 
-def check_request_size(data: Mapping[str, Any]) -> None:
+def check_request_size(data: Mapping[str, object]) -> None:
     """The caps on env, entrypoint and args (naming the field), then the whole request's size.
 
     Raises RequestError; run on the raw mapping before the model reads any value."""

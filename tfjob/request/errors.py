@@ -10,7 +10,6 @@ first error, ours or pydantic's own (missing, unknown field, bounds), into a
 import json
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
@@ -38,18 +37,18 @@ class Unquoted(str):
 class RequestError(TfjobError):
     """One invalid request field: where, what was given, what is allowed."""
 
-    def __init__(self, field: str, given: Any, allowed: str) -> None:
+    def __init__(self, field: str, given: object, allowed: str) -> None:
         self.field = field
         self.given = given
         self.allowed = allowed
         super().__init__(format_request_error(field, given, allowed))
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         # ValueError pickles only the message; keep the parts (processes pass errors on).
         return (type(self), (self.field, self.given, self.allowed))
 
 
-def describe_value(value: Any) -> str:
+def describe_value(value: object) -> str:
     """A short rendering of a given value for error messages."""
     if value is NOTHING:
         return "nothing"
@@ -64,19 +63,19 @@ def describe_value(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def format_request_error(field: str, given: Any, allowed: str) -> str:
+def format_request_error(field: str, given: object, allowed: str) -> str:
     where = f"request.{field}" if field else "request"
     return f"{where}: {describe_value(given)} given; {allowed}"
 
 
-def invalid(allowed: str, given: Any = NOTHING, field: str = "") -> PydanticCustomError:
+def invalid(allowed: str, given: object = NOTHING, field: str = "") -> PydanticCustomError:
     """A validation failure carrying our message parts through pydantic."""
     return PydanticCustomError(
         "tfjob_invalid", "{allowed}", {"allowed": allowed, "given": given, "field": field}
     )
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
+def _nested_model(annotation: object) -> type[BaseModel] | None:
     """The BaseModel inside an annotation like Foo, list[Foo], dict[K, Foo], Foo | None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -87,7 +86,7 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _model_at(root: type[BaseModel], location: tuple[Any, ...]) -> type[BaseModel]:
+def _model_at(root: type[BaseModel], location: tuple[object, ...]) -> type[BaseModel]:
     """The model whose field set applies at `location` (for unknown-field errors)."""
     model = root
     for part in location:
@@ -101,7 +100,7 @@ def _model_at(root: type[BaseModel], location: tuple[Any, ...]) -> type[BaseMode
     return model
 
 
-def _field_path(location: tuple[Any, ...]) -> str:
+def _field_path(location: tuple[object, ...]) -> str:
     path = ""
     for part in location:
         if part == "[key]":
@@ -115,7 +114,7 @@ def _field_path(location: tuple[Any, ...]) -> str:
     return path
 
 
-def _allowed_for(error: Mapping[str, Any]) -> str:
+def _allowed_for(error: Mapping[str, object]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind in ("enum", "literal_error"):

@@ -105,7 +105,7 @@ class RoleResources(StrictModel):
 
     @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
     @classmethod
-    def _check_quantities(cls, value: Any) -> Any:
+    def _check_quantities(cls, value: object) -> object:
         return value if value is None else check_quantity(value)
 
     @model_validator(mode="after")

@@ -159,27 +159,27 @@ class TrainingRequest(StrictModel):
 
     @field_validator("name", mode="before")
     @classmethod
-    def _check_name(cls, value: Any) -> Any:
+    def _check_name(cls, value: object) -> object:
         return check_dns_label(value, MAX_NAME_LENGTH)
 
     @field_validator("tenant", mode="before")
     @classmethod
-    def _check_tenant(cls, value: Any) -> Any:
+    def _check_tenant(cls, value: object) -> object:
         return check_dns_label(value, MAX_TENANT_LENGTH)
 
     @field_validator("entrypoint", "args", mode="before")
     @classmethod
-    def _check_argv(cls, value: Any, info: Any) -> Any:
+    def _check_argv(cls, value: object, info: Any) -> object:
         return check_argv(value, info.field_name)
 
     @field_validator("env", mode="before")
     @classmethod
-    def _check_env(cls, value: Any) -> Any:
+    def _check_env(cls, value: object) -> object:
         return check_env(value)
 
     @field_validator("resources", mode="before")
     @classmethod
-    def _fill_default_resources(cls, value: Any) -> Any:
+    def _fill_default_resources(cls, value: object) -> object:
         if not isinstance(value, Mapping):
             raise invalid(
                 "a mapping of role (chief, ps, worker, evaluator) to "
@@ -220,7 +220,7 @@ class TrainingRequest(StrictModel):
 
     @field_validator("schedule", mode="before")
     @classmethod
-    def _check_schedule(cls, value: Any) -> Any:
+    def _check_schedule(cls, value: object) -> object:
         if value is None:
             return None
         if not isinstance(value, str):
@@ -236,12 +236,12 @@ class TrainingRequest(StrictModel):
 
     @field_validator("node_selector", mode="before")
     @classmethod
-    def _check_node_selector(cls, value: Any) -> Any:
+    def _check_node_selector(cls, value: object) -> object:
         return check_label_map(value, "node_selector")
 
     @model_validator(mode="before")
     @classmethod
-    def _require_mapping(cls, data: Any) -> Any:
+    def _require_mapping(cls, data: object) -> object:
         if not isinstance(data, Mapping):
             raise invalid("a mapping of request fields is allowed", data)
         # A required field given as null (e.g. an empty Airflow form field) is missing.
@@ -343,7 +343,7 @@ REQUEST_FORMATS = ("yaml", "json")
 _SUFFIX_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 
 
-def validate_request(data: Any) -> TrainingRequest:
+def validate_request(data: object) -> TrainingRequest:
     """A TrainingRequest from already-parsed data; RequestError when invalid."""
     if not isinstance(data, Mapping):
         raise RequestError(
@@ -374,7 +374,7 @@ def parse_request(text: str, fmt: str) -> TrainingRequest:
     return validate_request(data)
 
 
-def _load_yaml(text: str) -> Any:
+def _load_yaml(text: str) -> object:
     try:
         return yaml.load(text, Loader=YAML_LOADER)
     except yaml.YAMLError:
@@ -393,7 +393,7 @@ def _describe_parse_error(exc: Exception) -> str:
     return problem
 
 
-def load_request(source: "str | os.PathLike[str] | Mapping[str, Any]") -> TrainingRequest:
+def load_request(source: "str | os.PathLike[str] | Mapping[str, object]") -> TrainingRequest:
     """A TrainingRequest from a .yaml/.yml/.json file or a dict (Airflow dag_run.conf)."""
     if isinstance(source, Mapping):
         return validate_request(source)

@@ -14,7 +14,7 @@ names what the first gang restores (operators/restore.py).
 """
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
@@ -55,7 +55,7 @@ _WARM_START_ALLOWED = (
 )
 
 
-def check_restart_on(value: Any) -> Any:
+def check_restart_on(value: object) -> object:
     """`retryable`, `any_failure`, or a non-empty list of distinct exit codes 1-255."""
     if isinstance(value, str):
         try:
@@ -73,7 +73,7 @@ def check_restart_on(value: Any) -> Any:
     return list(value)
 
 
-def check_warm_start(value: Any) -> Any:
+def check_warm_start(value: object) -> object:
     """None, `latest`, or the shape of an Airflow run id; whether the run exists is for run time."""
     if value is None:
         return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from tfjob.quantity import is_quantity, parse_quantity
 from tfjob.request.checks import LABEL_NAME_PATTERN
@@ -34,7 +33,7 @@ MIN_POD_ID = 10000
 MAX_POD_ID = 2**31 - 1
 RESERVED_POD_IDS = (65534, 65535)
 
-Fail = Callable[[str, Any, str], TenantsFileError]
+Fail = Callable[[str, object, str], TenantsFileError]
 
 
 def check_known_keys(fail: Fail, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
@@ -46,19 +45,19 @@ def check_known_keys(fail: Fail, where: str, data: Mapping, allowed: tuple[str, 
             )
 
 
-def read_whole(fail: Fail, where: str, value: Any, low: int, high: int, what: str) -> int:
+def read_whole(fail: Fail, where: str, value: object, low: int, high: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise fail(where, value, f"a whole number from {low} to {high} is required{what}")
     return value
 
 
-def read_port(fail: Fail, where: str, value: Any) -> int:
+def read_port(fail: Fail, where: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise fail(where, value, "a port number from 1 to 65535 is allowed")
     return value
 
 
-def read_quantity(fail: Fail, where: str, value: Any, whole: bool = False) -> str:
+def read_quantity(fail: Fail, where: str, value: object, whole: bool = False) -> str:
     if isinstance(value, bool) or value is None:
         raise fail(where, value, "a Kubernetes quantity such as 500m, 4, 16Gi is required")
     text = str(value)
@@ -70,7 +69,7 @@ def read_quantity(fail: Fail, where: str, value: Any, whole: bool = False) -> st
 
 
 def read_resources(
-    fail: Fail, where: str, data: Any, allowed: tuple[str, ...], required: bool
+    fail: Fail, where: str, data: object, allowed: tuple[str, ...], required: bool
 ) -> dict[str, str]:
     if data is None and not required:
         return {}
@@ -93,7 +92,7 @@ def read_resources(
     return values
 
 
-def read_string_list(fail: Fail, where: str, value: Any, allowed: str) -> list[str]:
+def read_string_list(fail: Fail, where: str, value: object, allowed: str) -> list[str]:
     """A non-empty list of strings (each still to be checked by the caller)."""
     if not isinstance(value, list) or not value:
         raise fail(where, value, f"a non-empty list is required: {allowed}")
@@ -126,7 +125,7 @@ def read_roles(fail: Fail, where: str, data: Mapping, name: str) -> tuple[str, .
     return tuple(roles)
 
 
-def read_prefixes(fail: Fail, where: str, value: Any, example: str) -> tuple[str, ...]:
+def read_prefixes(fail: Fail, where: str, value: object, example: str) -> tuple[str, ...]:
     shape = f"s3://<bucket>/<prefix>/ URLs, e.g. [{example}]"
     if value is None:
         raise fail(where, None, f"the field is required: a list of {shape}")
@@ -138,7 +137,7 @@ def read_prefixes(fail: Fail, where: str, value: Any, example: str) -> tuple[str
     return tuple(prefixes)
 
 
-def read_conn_id(fail: Fail, where: str, value: Any) -> str | None:
+def read_conn_id(fail: Fail, where: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not _CONN_ID.match(value)):
         raise fail(
             where,
@@ -149,7 +148,7 @@ def read_conn_id(fail: Fail, where: str, value: Any) -> str | None:
     return value
 
 
-def read_patterns(fail: Fail, where: str, value: Any, allowed: str) -> tuple[str, ...]:
+def read_patterns(fail: Fail, where: str, value: object, allowed: str) -> tuple[str, ...]:
     patterns = read_string_list(fail, where, value, allowed)
     for index, pattern in enumerate(patterns):
         if not pattern or any(char.isspace() for char in pattern):
@@ -157,7 +156,7 @@ def read_patterns(fail: Fail, where: str, value: Any, allowed: str) -> tuple[str
     return tuple(patterns)
 
 
-def read_node_selectors(fail: Fail, where: str, value: Any) -> dict[str, tuple[str, ...]]:
+def read_node_selectors(fail: Fail, where: str, value: object) -> dict[str, tuple[str, ...]]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -182,7 +181,7 @@ def read_node_selectors(fail: Fail, where: str, value: Any) -> dict[str, tuple[s
     return selectors
 
 
-def read_toleration(fail: Fail, where: str, value: Any) -> dict[str, str]:
+def read_toleration(fail: Fail, where: str, value: object) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise fail(
             where, value, "a mapping of key and optional operator, value, effect is required"
@@ -216,7 +215,7 @@ def read_toleration(fail: Fail, where: str, value: Any) -> dict[str, str]:
     return entry
 
 
-def read_tolerations(fail: Fail, where: str, value: Any) -> tuple[dict[str, str], ...]:
+def read_tolerations(fail: Fail, where: str, value: object) -> tuple[dict[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -226,7 +225,7 @@ def read_tolerations(fail: Fail, where: str, value: Any) -> tuple[dict[str, str]
     )
 
 
-def read_pod_id(fail: Fail, where: str, value: Any) -> int:
+def read_pod_id(fail: Fail, where: str, value: object) -> int:
     """A uid or gid a tenant's pods may run as."""
     allowed = (
         f"a whole number from {MIN_POD_ID} to {MAX_POD_ID}, not "

@@ -29,7 +29,6 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -145,10 +144,10 @@ def parse_tenants(text: str, source: str = "tenants file") -> TenantsConfig:
     return validate_tenants(data, source)
 
 
-def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
+def validate_tenants(data: object, source: str = "tenants file") -> TenantsConfig:
     """A TenantsConfig from parsed data; TenantsFileError naming the first problem."""
 
-    def fail(where: str, given: Any, allowed: str) -> TenantsFileError:
+    def fail(where: str, given: object, allowed: str) -> TenantsFileError:
         return TenantsFileError(source, where, given, allowed)
 
     if not isinstance(data, Mapping):
@@ -173,7 +172,7 @@ def validate_tenants(data: Any, source: str = "tenants file") -> TenantsConfig:
     return TenantsConfig(tuple(tenants), network, source)
 
 
-def _read_network(fail: Fail, data: Any) -> NetworkSettings:
+def _read_network(fail: Fail, data: object) -> NetworkSettings:
     if not isinstance(data, Mapping):
         raise fail("network", data, "a mapping of s3_port, s3_cidr, dns_port is allowed")
     check_known_keys(fail, "network", data, _NETWORK_FIELDS)
@@ -187,7 +186,7 @@ def _read_network(fail: Fail, data: Any) -> NetworkSettings:
     )
 
 
-def _read_tenant(fail: Fail, where: str, data: Any) -> Tenant:
+def _read_tenant(fail: Fail, where: str, data: object) -> Tenant:
     if not isinstance(data, Mapping):
         raise fail(where, data, "a mapping of " + ", ".join(TENANT_FIELDS) + " is required")
     check_known_keys(fail, where, data, TENANT_FIELDS)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from tfjob import naming
 from tfjob.errors import TfjobError
@@ -53,7 +52,7 @@ QUOTA_FIELDS: dict[str, str] = {
 class TenantsFileError(TfjobError):
     """The tenants file is invalid: where, what was given, what is allowed."""
 
-    def __init__(self, source: str, where: str, given: Any, allowed: str) -> None:
+    def __init__(self, source: str, where: str, given: object, allowed: str) -> None:
         self.source = source
         self.where = where
         self.given = given

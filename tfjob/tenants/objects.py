@@ -11,9 +11,9 @@ builds (`tfjob.manifests`) meet it. Import these names from `tfjob.tenants`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.tenants.model import SERVICE_ACCOUNT_NAME, NetworkSettings, Tenant
 
 QUOTA_NAME = "tfjob-quota"
@@ -43,14 +43,14 @@ def tenant_labels(tenant: Tenant) -> dict[str, str]:
     }
 
 
-def _metadata(tenant: Tenant, name: str) -> dict[str, Any]:
+def _metadata(tenant: Tenant, name: str) -> JsonObject:
     return {"name": name, "namespace": tenant.namespace, "labels": tenant_labels(tenant)}
 
 
-def build_namespace(tenant: Tenant) -> dict[str, Any]:
+def build_namespace(tenant: Tenant) -> JsonObject:
     """The tenant's namespace, enforcing the `restricted` Pod Security Standard and
     annotated with the uid/gid of the tenant's pods."""
-    metadata: dict[str, Any] = {
+    metadata: JsonObject = {
         "name": tenant.namespace,
         "labels": {**tenant_labels(tenant), **POD_SECURITY_LABELS},
     }
@@ -62,7 +62,7 @@ def build_namespace(tenant: Tenant) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
-def build_resource_quota(tenant: Tenant) -> dict[str, Any]:
+def build_resource_quota(tenant: Tenant) -> JsonObject:
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
@@ -71,9 +71,9 @@ def build_resource_quota(tenant: Tenant) -> dict[str, Any]:
     }
 
 
-def build_limit_range(tenant: Tenant) -> dict[str, Any]:
+def build_limit_range(tenant: Tenant) -> JsonObject:
     """Container defaults: `defaults` become defaultRequest, `default_limits` default."""
-    item: dict[str, Any] = {"type": "Container", "defaultRequest": dict(tenant.defaults)}
+    item: JsonObject = {"type": "Container", "defaultRequest": dict(tenant.defaults)}
     if tenant.default_limits:
         item["default"] = dict(tenant.default_limits)
     return {
@@ -84,7 +84,7 @@ def build_limit_range(tenant: Tenant) -> dict[str, Any]:
     }
 
 
-def build_service_account(tenant: Tenant) -> dict[str, Any]:
+def build_service_account(tenant: Tenant) -> JsonObject:
     """The account training pods run as: no RoleBinding names it, so it has no API rights."""
     return {
         "apiVersion": "v1",
@@ -94,7 +94,7 @@ def build_service_account(tenant: Tenant) -> dict[str, Any]:
     }
 
 
-def build_egress_rules(network: NetworkSettings) -> list[dict[str, Any]]:
+def build_egress_rules(network: NetworkSettings) -> list[JsonObject]:
     """Egress every training pod needs outside its run: DNS (UDP and TCP) and the S3 port."""
     dns = {
         "ports": [
@@ -102,13 +102,13 @@ def build_egress_rules(network: NetworkSettings) -> list[dict[str, Any]]:
             {"protocol": "TCP", "port": network.dns_port},
         ]
     }
-    s3: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": network.s3_port}]}
+    s3: JsonObject = {"ports": [{"protocol": "TCP", "port": network.s3_port}]}
     if network.s3_cidr:
         s3["to"] = [{"ipBlock": {"cidr": network.s3_cidr}}]
     return [dns, s3]
 
 
-def build_tenant_network_policy(tenant: Tenant, network: NetworkSettings) -> dict[str, Any]:
+def build_tenant_network_policy(tenant: Tenant, network: NetworkSettings) -> JsonObject:
     """Default deny for the namespace: no ingress, egress only to DNS and S3.
 
     Policies add up: each run's own policy (`build_run_network_policy`) then
@@ -138,8 +138,8 @@ def build_run_network_policy(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     network: NetworkSettings,
-    owner: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    owner: Mapping[str, object] | None = None,
+) -> JsonObject:
     """The run's pods accept traffic only from each other and reach only each other, DNS, S3.
 
     `labels`/`annotations` are the run's (naming.run_labels and the run-id/dag-id
@@ -152,7 +152,7 @@ def build_run_network_policy(
     if naming.LABEL_RUN_HASH in labels:
         run_pods[naming.LABEL_RUN_HASH] = labels[naming.LABEL_RUN_HASH]
     same_run = {"podSelector": {"matchLabels": run_pods}}
-    metadata: dict[str, Any] = {
+    metadata: JsonObject = {
         "name": run_network_policy_name(run_key),
         "namespace": namespace,
         "labels": dict(labels),
@@ -181,7 +181,7 @@ def build_run_network_policy(
     }
 
 
-def build_tenant_manifests(tenant: Tenant, network: NetworkSettings) -> list[dict[str, Any]]:
+def build_tenant_manifests(tenant: Tenant, network: NetworkSettings) -> list[JsonObject]:
     """Every object of a tenant, the Namespace first (the others live in it)."""
     return [
         build_namespace(tenant),

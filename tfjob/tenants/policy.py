@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
 
 from tfjob.errors import TfjobError
 from tfjob.request.model import Toleration, TrainingRequest
@@ -43,13 +42,13 @@ class TenantPolicyError(TfjobError):
     names the full field (`request.output`) and depends on the tenant.
     """
 
-    def __init__(self, field: str, given: Any, allowed: str) -> None:
+    def __init__(self, field: str, given: object, allowed: str) -> None:
         self.field = field
         self.given = given
         self.allowed = allowed
         super().__init__(f"{field}: {given!r} given; {allowed}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         # ValueError pickles only the message; keep the parts (processes pass errors on).
         return (type(self), (self.field, self.given, self.allowed))
 
@@ -57,7 +56,7 @@ class TenantPolicyError(TfjobError):
 # --- S3 locations -------------------------------------------------------------------------
 
 
-def locate_in_s3(url: Any) -> tuple[str, str] | None:
+def locate_in_s3(url: object) -> tuple[str, str] | None:
     """(bucket, key) of an s3:// URL with a valid bucket name; None for anything else."""
     parts = split_s3_url(url)
     return parts if parts is not None and is_valid_bucket_name(parts[0]) else None
@@ -71,7 +70,7 @@ def find_unsafe_segment(key: str) -> str | None:
     return next((segment for segment in segments if segment in UNSAFE_SEGMENTS), None)
 
 
-def describe_prefix_problem(prefix: Any) -> str | None:
+def describe_prefix_problem(prefix: object) -> str | None:
     """Why `prefix` is not an `s3://<bucket>/<prefix>/` of the tenants file; None if it is."""
     parts = locate_in_s3(prefix)
     if parts is None:

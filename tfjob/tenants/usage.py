@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.quota import CHECKED_RESOURCES, format_amount, read_quota_amounts
 from tfjob.tenants.model import GPU_RESOURCE, Tenant
 
@@ -44,7 +44,7 @@ class ActiveRun:
     started: str | None = None  # ISO time, None while queued
 
 
-def count_pod_gpus(pod: Mapping[str, Any]) -> int:
+def count_pod_gpus(pod: Mapping[str, object]) -> int:
     """GPUs the pod's containers ask for (limits, as Kubernetes schedules extended resources)."""
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
@@ -56,20 +56,20 @@ def count_pod_gpus(pod: Mapping[str, Any]) -> int:
     return total
 
 
-def _phase(pod: Mapping[str, Any]) -> str:
+def _phase(pod: Mapping[str, object]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
-def _meta(pod: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _meta(pod: Mapping[str, object]) -> tuple[JsonObject, JsonObject]:
     meta = pod.get("metadata") or {}
     return meta.get("labels") or {}, meta.get("annotations") or {}
 
 
-def is_live(pod: Mapping[str, Any]) -> bool:
+def is_live(pod: Mapping[str, object]) -> bool:
     return _phase(pod) in LIVE_PHASES and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
-def summarize_quota(quota: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def summarize_quota(quota: Mapping[str, object] | None) -> list[JsonObject]:
     """used vs hard per checked resource of a ResourceQuota object (none: [])."""
     if not quota:
         return []
@@ -93,9 +93,9 @@ def summarize_quota(quota: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return lines
 
 
-def summarize_placements(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summarize_placements(pods: Iterable[Mapping[str, object]]) -> list[JsonObject]:
     """Per node (name order; unscheduled pods under ""), the live pods there and their GPUs."""
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, JsonObject] = {}
     for pod in pods:
         if not is_live(pod):
             continue
@@ -112,10 +112,10 @@ def summarize_placements(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, An
 
 
 def summarize_runs(
-    runs: Iterable[ActiveRun], pods: Iterable[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+    runs: Iterable[ActiveRun], pods: Iterable[Mapping[str, object]]
+) -> list[JsonObject]:
     """The active runs (oldest first), each with its pods' counts and GPUs."""
-    by_run: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    by_run: dict[tuple[str, str], list[Mapping[str, object]]] = {}
     for pod in pods:
         _, annotations = _meta(pod)
         key = (
@@ -143,7 +143,7 @@ def summarize_runs(
     return rows
 
 
-def count_running_jobs(pods: Iterable[Mapping[str, Any]]) -> int:
+def count_running_jobs(pods: Iterable[Mapping[str, object]]) -> int:
     """Runs (by run key) with a Pending or Running pod."""
     return len(
         {
@@ -156,10 +156,10 @@ def count_running_jobs(pods: Iterable[Mapping[str, Any]]) -> int:
 
 def summarize_tenant(
     tenant: Tenant,
-    quota: Mapping[str, Any] | None,
-    pods: Iterable[Mapping[str, Any]],
+    quota: Mapping[str, object] | None,
+    pods: Iterable[Mapping[str, object]],
     runs: Iterable[ActiveRun],
-) -> dict[str, Any]:
+) -> JsonObject:
     """One tenant's card on the tenants page. `pods` are the tfjob pods of its namespace."""
     pods = [
         pod

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import PIPELINE_TASKS
 from tshell.airflow_client import AirflowClientError, AirflowSession
 from tshell.runs.lookup import RunRef, quote
@@ -36,7 +36,7 @@ class RunFailure:
     message: str | None
     unread_because: str | None = None
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JsonObject:
         return {
             "task": self.task_id,
             "try": self.try_number,
@@ -63,7 +63,7 @@ class RunFailure:
         ]
 
 
-def find_failed_task(tasks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def find_failed_task(tasks: Sequence[JsonObject]) -> JsonObject | None:
     """The first task of the pipeline in state `failed` (any other failed task after them)."""
     failed = [t for t in tasks if t.get("state") == "failed"]
     # The first failed task in the pipeline's order is the cause; the tasks after it
@@ -73,7 +73,7 @@ def find_failed_task(tasks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return failed[0] if failed else None
 
 
-def pick_raised_error(content: Sequence[Any]) -> tuple[str, str] | None:
+def pick_raised_error(content: Sequence[object]) -> tuple[str, str] | None:
     """(type, message) of the last exception a structured task log records; None if none."""
     for item in reversed(content):
         if not isinstance(item, dict):
@@ -86,7 +86,7 @@ def pick_raised_error(content: Sequence[Any]) -> tuple[str, str] | None:
 
 
 def read_run_failure(
-    session: AirflowSession, ref: RunRef, tasks: Sequence[dict[str, Any]]
+    session: AirflowSession, ref: RunRef, tasks: Sequence[JsonObject]
 ) -> RunFailure | None:
     """Why the run failed: its first failed task's error; None when no task failed."""
     task = find_failed_task(tasks)

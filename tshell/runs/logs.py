@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowSession
 from tshell.command import open_session, set_command
@@ -57,7 +58,7 @@ def fetch_task_log(
     land before entries already returned. Entries whose (timestamp, text) is
     in `seen` are skipped and new ones added, so a follower prints each once.
     """
-    params: dict[str, Any] = {"full_content": "false"}
+    params: JsonObject = {"full_content": "false"}
     if continuation_token:
         params["token"] = continuation_token
     body = session.get_json(f"{ref.path}/taskInstances/{quote(task_id)}/logs/{try_number}", params)

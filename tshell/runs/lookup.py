@@ -21,8 +21,8 @@ import contextlib
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import REQUEST_DAG_PREFIX, SUBMIT_DAG_PREFIX, tenant_of_tags
 from tshell.airflow_client import (
     AirflowClientError,
@@ -86,7 +86,7 @@ def explain_forbidden_on_run(
 
 def find_run(
     session: AirflowSession, run_id: str, dag_id: str | None = None, deed: str = "read"
-) -> dict[str, Any]:
+) -> JsonObject:
     """The DAG run `run_id` of `dag_id`, or of whichever TF-on-K8s DAG the user may read has it.
 
     `deed` ("read", "cancel") is what a 403 says the user may not do.
@@ -132,7 +132,7 @@ def list_training_dags(session: AirflowSession) -> dict[str, str | None]:
     """Every TF-on-K8s DAG the user may read, stale ones included (their runs remain), with
     the tenant its `tenant:<name>` tag names (None when it names none)."""
     dags: dict[str, str | None] = {}
-    params: dict[str, Any] = {
+    params: JsonObject = {
         "dag_id_prefix_pattern": "|".join(list_training_dag_prefixes()),
         "exclude_stale": "false",
         "limit": PAGE_LIMIT,
@@ -160,11 +160,11 @@ def read_dag_tenant(session: AirflowSession, dag_id: str) -> str | None:
 
 def list_training_runs(
     session: AirflowSession, dag_id: str | None, state: str | None, limit: int
-) -> tuple[list[dict[str, Any]], dict[str, str | None]]:
+) -> tuple[list[JsonObject], dict[str, str | None]]:
     """The newest `limit` runs of `dag_id`, or of every TF-on-K8s DAG the user may read, and
     the tenant of each DAG they belong to (from the DAGs' tags)."""
     if dag_id:
-        params: dict[str, Any] = {"limit": limit, "order_by": "-run_after"}
+        params: JsonObject = {"limit": limit, "order_by": "-run_after"}
         if state:
             params["state"] = state
         with explain_forbidden(session, f"list the runs of DAG {dag_id}", f"DAG {dag_id}"):
@@ -175,7 +175,7 @@ def list_training_runs(
         if not dags:
             return [], {}
         # One call for all of them: the batch read takes a list of dag_ids, the GET does not.
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "dag_ids": list(dags),
             "order_by": "-run_after",
             "page_limit": limit,

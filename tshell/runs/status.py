@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from runtime.metric_lines import MetricPoint, parse_metric_line
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import TRAIN_TASK
 from tshell.airflow_client import AirflowClientError, AirflowSession
 from tshell.command import open_session, set_command
@@ -147,7 +148,7 @@ class CurveReader:
         self._token: str | None = None
         self._seen: set[tuple[str, str]] = set()
 
-    def read(self, train: Mapping[str, Any] | None) -> dict[str, MetricPoint]:
+    def read(self, train: Mapping[str, object] | None) -> dict[str, MetricPoint]:
         if train is None or train.get("state") in (None, "none", "scheduled", "queued"):
             return self.latest
         try_number = int(train.get("try_number") or 1)
@@ -190,11 +191,11 @@ def format_metric(value: float | None) -> str:
 
 
 def render_watch_frame(
-    run: Mapping[str, Any],
-    tasks: Sequence[dict[str, Any]],
+    run: Mapping[str, object],
+    tasks: Sequence[JsonObject],
     replicas: Sequence[tuple[str, str, str]],
     points: Mapping[str, MetricPoint],
-    attempts: Sequence[dict[str, Any]] | None,
+    attempts: Sequence[JsonObject] | None,
     now: str,
 ) -> str:
     """One frame of `--watch`: the run, its tasks, and one row per replica (`replicas`: (id,
@@ -232,7 +233,7 @@ def watch_run(
     out: TextIO,
     poll_interval: float,
     redraw: bool,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Draw frames until the run ends (see the module docstring); return the finished run."""
     curves = CurveReader(session, ref)
     shown = None

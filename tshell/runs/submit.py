@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import submit_dag_id
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
 from tshell.command import open_session, set_command
@@ -48,7 +49,7 @@ def parse_set_value(text: str) -> Any:
         return text
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(data: JsonObject, overrides: Sequence[str]) -> JsonObject:
     """`data` with each `dotted.key=value` of `overrides` set (a copy; nested maps created).
 
     Values read as YAML (3 is a number, [a, b] a list), except under `env`, which
@@ -77,7 +78,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return result
 
 
-def read_request_file(path: Path) -> dict[str, Any]:
+def read_request_file(path: Path) -> JsonObject:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -96,7 +97,7 @@ def read_request_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def build_conf(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
+def build_conf(path: Path, overrides: Sequence[str]) -> JsonObject:
     """The validated request of `path` with `overrides`, as the DAG run's conf."""
     from tfjob.request.model import RequestError, load_request
 
@@ -111,7 +112,7 @@ def build_conf(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
 # --- trigger ------------------------------------------------------------------------------
 
 
-def trigger_submit_run(session: AirflowSession, conf: dict[str, Any]) -> tuple[RunRef, str]:
+def trigger_submit_run(session: AirflowSession, conf: JsonObject) -> tuple[RunRef, str]:
     """Trigger the submit DAG of the request's tenant with `conf`; the run and its state."""
     from airflow_client.client.api.dag_run_api import DagRunApi
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody

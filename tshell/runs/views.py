@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import request_name_of_dag, tenant_of_submit_dag
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
@@ -32,7 +33,7 @@ def format_duration(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
-def summarize_run(run: dict[str, Any], dag_tenant: str | None = None) -> dict[str, Any]:
+def summarize_run(run: JsonObject, dag_tenant: str | None = None) -> JsonObject:
     """The run's line of `tshell list`. A run of a request-file DAG has no conf (a scheduled
     one never has): its name comes from the DAG id, its tenant from the DAG's tag
     (`dag_tenant`); a submit DAG's tenant is in its id."""
@@ -50,7 +51,7 @@ def summarize_run(run: dict[str, Any], dag_tenant: str | None = None) -> dict[st
     }
 
 
-def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
+def task_rows(tasks: Sequence[JsonObject]) -> list[list[object]]:
     return [
         [
             t["task_id"],
@@ -76,7 +77,7 @@ ATTEMPT_HEADERS = (
 )
 
 
-def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:
+def attempt_rows(attempts: Sequence[JsonObject]) -> list[list[object]]:
     """One row per gang of the run (train's XCom `attempts`, as run.json lists them)."""
     return [
         [
@@ -93,5 +94,5 @@ def attempt_rows(attempts: Sequence[dict[str, Any]]) -> list[list[Any]]:
     ]
 
 
-def emit_json(value: Any, out: TextIO) -> None:
+def emit_json(value: object, out: TextIO) -> None:
     out.write(json.dumps(value, indent=2, default=str) + "\n")

@@ -10,7 +10,8 @@ of its own), and otherwise raises the last error as it came. Loops that retry
 more than one call (a list, then a watch) walk a `Backoff` schedule of the
 same policy and `reset()` it after a call that got through.
 
-Delays: `first_delay · factorⁿ` capped at `max_delay`, each drawn in
+Delays: `first_delay · factorⁿ + increment · n` capped at `max_delay` (a
+factor of 1 with an increment walks a linear 1 s, 2 s, 3 s), each drawn in
 [1 - jitter, 1] of its step so that clients that failed together do not come
 back together. Limits: at most `attempts` tries, within `budget` seconds
 counted from the first try (or from the first failure), or before an
@@ -69,6 +70,7 @@ class BackoffPolicy:
     first_delay: float
     max_delay: float = math.inf
     factor: float = 2.0
+    increment: float = 0.0
     jitter: float = 0.0
     attempts: int | None = None
     budget: float | None = None
@@ -82,6 +84,8 @@ class BackoffPolicy:
     def __post_init__(self) -> None:
         if self.first_delay < 0 or self.max_delay < 0:
             raise ValueError(f"delays: {self.first_delay}, {self.max_delay} given; need ≥ 0")
+        if self.increment < 0:
+            raise ValueError(f"increment: {self.increment} given; need ≥ 0")
         if self.factor < 1:
             raise ValueError(f"factor: {self.factor} given; at least 1 is needed")
         if not 0 <= self.jitter <= 1:
@@ -95,7 +99,8 @@ class BackoffPolicy:
 
     def step(self, failures: int) -> float:
         """The pause after `failures` earlier failures, before jitter."""
-        return min(self.max_delay, self.first_delay * self.factor ** min(failures, 64))
+        grown = self.first_delay * self.factor ** min(failures, 64)
+        return min(self.max_delay, grown + self.increment * failures)
 
     def delay(self, failures: int) -> float:
         """The pause after `failures` earlier failures, jitter drawn."""

@@ -25,7 +25,6 @@ error) is raised at once with the server's detail:
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runtime.backoff import BackoffPolicy, call_with_backoff
 from tenancy.errors import TenancyError
 
 POOLS_PATH = "/api/v2/pools"
@@ -40,6 +40,7 @@ POOLS_PATH = "/api/v2/pools"
 POOL_REQUEST_TIMEOUT_S = 60.0
 # Tries of one call that gets no answer or 502/503/504 (waiting 1 s, 2 s, 3 s between).
 POOL_REQUEST_ATTEMPTS = 4
+POOL_BACKOFF = BackoffPolicy(first_delay=1.0, factor=1.0, increment=1.0)
 # A proxy that cannot reach Airflow (502, 504) or a server not ready or shedding load (503).
 UNAVAILABLE_STATUSES = (502, 503, 504)
 # Deferred tasks (a waiting train trigger) keep their slot: the pool caps running jobs.
@@ -82,14 +83,11 @@ class RestPoolClient:
         self.timeout = timeout
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
-        for attempt in range(1, POOL_REQUEST_ATTEMPTS + 1):
-            try:
-                return self._request_once(method, path, body)
-            except PoolUnavailableError:
-                if attempt == POOL_REQUEST_ATTEMPTS:
-                    raise
-                time.sleep(1.0 * attempt)
-        raise AssertionError("unreachable")
+        return call_with_backoff(
+            lambda: self._request_once(method, path, body),
+            POOL_BACKOFF.with_changes(attempts=POOL_REQUEST_ATTEMPTS),
+            on=PoolUnavailableError,
+        )
 
     def _request_once(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()

@@ -48,6 +48,25 @@ def test_delays_grow_by_the_factor_up_to_the_largest_delay():
     assert BackoffPolicy(first_delay=2.0, factor=1.0).step(10) == 2.0
 
 
+def test_an_increment_adds_a_linear_step_to_each_delay():
+    linear = BackoffPolicy(first_delay=1.0, factor=1.0, increment=1.0)
+    schedule = linear.schedule()
+    assert [schedule.next_delay() for _ in range(4)] == [1.0, 2.0, 3.0, 4.0]
+    assert BackoffPolicy(first_delay=1.0, factor=1.0, increment=1.0, max_delay=2.5).step(5) == 2.5
+    with pytest.raises(ValueError, match="increment: -1 given"):
+        BackoffPolicy(first_delay=1.0, increment=-1)
+
+
+def test_a_linear_policy_waits_one_two_three_seconds_between_four_tries():
+    clock = FakeClock()
+    action = Flaky(*[ConnectionError()] * 4)
+    linear = policy(clock, factor=1.0, increment=1.0, attempts=4)
+    with pytest.raises(ConnectionError):
+        call_with_backoff(action, linear, on=ConnectionError)
+    assert action.calls == 4
+    assert clock.slept == [1.0, 2.0, 3.0]
+
+
 def test_jitter_draws_each_delay_within_its_fraction_of_the_step():
     lowest = BackoffPolicy(first_delay=1.0, max_delay=10.0, jitter=0.5, draw=lambda: 0.0)
     highest = BackoffPolicy(first_delay=1.0, max_delay=10.0, jitter=0.5, draw=lambda: 1.0)

@@ -12,6 +12,7 @@ are what existing `except` clauses catch.
     ├── TrainingFailed (AirflowFailException)   training failed or ran out of time; no
     │                                            retry (train.py)
     ├── DeliveryError (RuntimeError)            cluster.json did not reach a pod (delivery.py)
+    │   └── _Undelivered                         one try of it failed; never leaves delivery.py
     ├── RecoveryError (RuntimeError)            the model could not be copied out of the
     │                                            keeper (modelrecovery.py)
     ├── S3Unavailable (RuntimeError)            S3 failed past the retry budget (s3retry.py)

@@ -145,8 +145,9 @@ def deliver_cluster_files(
         )
 
 
-class _Undelivered(Exception):
-    """One try that did not write the file: why, and whether another try may succeed."""
+class _Undelivered(DeliveryError):
+    """One try that did not write the file: why, and whether another try may succeed
+    (caught inside this module; only its `problem` leaves it)."""
 
     def __init__(self, problem: str, retryable: bool) -> None:
         super().__init__(problem)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from operators import settings
 from operators.errors import PipelineError
 from runtime.bundle import BundleError, Refusal, verify_bundle
-from tfjob.jsontypes import JsonObject
+from tfjob.records.outcomes import BundleIdentity
 from tfjob.runlayout import BUNDLE_SNAPSHOT_FILE, RunLayout
 from tfjob.s3url import parse_s3_url
 
@@ -48,8 +48,8 @@ def snapshot_bundle(
     layout: RunLayout,
     max_total_size: int,
     max_compressed_size: int | None = None,
-) -> JsonObject:
-    """Check the bundle and copy it to the run's snapshot; return its identity (XCom-safe).
+) -> BundleIdentity:
+    """Check the bundle and copy it to the run's snapshot; return its identity.
 
     `max_compressed_size` defaults to settings.MAX_BUNDLE_COMPRESSED_SIZE.
     BundleMissing when the key is absent, BundleError when the bundle is refused.
@@ -100,14 +100,14 @@ def snapshot_bundle(
         snapshot = layout.bundle_snapshot
         # Upload the bytes we checked (not a server-side copy of the key, which could have changed).
         s3.upload_file(str(local), snapshot.bucket, snapshot.key)
-    return {
-        "source": bundle_uri,
-        "source_etag": head.get("ETag", "").strip('"'),
-        "snapshot": snapshot.uri,
-        "size": size,
-        "sha256": sha256,
-        "name": manifest.name,
-        "created": manifest.created,
-        "files": len(manifest.files),
-        "total_size": manifest.total_size,
-    }
+    return BundleIdentity(
+        source=bundle_uri,
+        source_etag=head.get("ETag", "").strip('"'),
+        snapshot=snapshot.uri,
+        size=size,
+        sha256=sha256,
+        name=manifest.name,
+        created=manifest.created,
+        files=len(manifest.files),
+        total_size=manifest.total_size,
+    )

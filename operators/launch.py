@@ -98,6 +98,7 @@ from tfjob.manifests import (
     build_upload_secret,
 )
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
+from tfjob.records.outcomes import BundleIdentity, LaunchFailure, StagedWarmStart
 from tfjob.records.run import GangEndpoints, GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
 
@@ -117,11 +118,6 @@ __all__ = [
 def is_admitted(holders: set[str], run_key: str, max_jobs: int) -> bool:
     """Whether a run whose ticket exists may start, given the runs holding objects."""
     return len(holders | {run_key}) <= max_jobs
-
-
-def describe_launch_failure(exc: BaseException) -> dict[str, str]:
-    """What run.json says about a launch that failed: the error's kind and message."""
-    return {"error": type(exc).__name__, "message": str(exc)}
 
 
 def read_runtime_files() -> dict[str, str]:
@@ -164,10 +160,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
-        bundle = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
-        if not bundle.get("snapshot"):
+        pushed = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
+        if not pushed.get("snapshot"):
             raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        plan = plan_grants(run, bundle["snapshot"])  # signed as the tenant's pods identity
+        bundle = BundleIdentity.from_payload(pushed)
+        plan = plan_grants(run, bundle.snapshot)  # signed as the tenant's pods identity
         warm = self.stage_warm_start(run, plan.lifetime, context)
 
         identity = run.identity()
@@ -210,7 +207,8 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             # The objects stay: archive keeps the logs of the replicas that did start,
             # teardown removes everything, and a retry removes them first (remove_leftovers).
             try:
-                context["ti"].xcom_push(key=LAUNCH_FAILURE_KEY, value=describe_launch_failure(exc))
+                failure = LaunchFailure.of(exc).to_payload()
+                context["ti"].xcom_push(key=LAUNCH_FAILURE_KEY, value=failure)
             except Exception:  # the manifest's detail must not hide the failure itself
                 self.log.exception("could not push the launch failure to XCom")
             raise
@@ -327,16 +325,14 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             )
             return None
         self.log.info("warm_start %r: %s", run.request.warm_start, staged.describe())
-        context["ti"].xcom_push(
-            key=WARM_START_KEY,
-            value={
-                "requested": run.request.warm_start,
-                "source": staged.source,
-                "step": staged.step,
-                "files": staged.files,
-                "bytes": staged.size,
-            },
+        warm = StagedWarmStart(
+            requested=run.request.warm_start,
+            source=staged.source,
+            step=staged.step,
+            files=staged.files,
+            bytes=staged.size,
         )
+        context["ti"].xcom_push(key=WARM_START_KEY, value=warm.to_payload())
         return staged
 
     def await_gang_start(self, run: RunInfo, plan: GrantPlan) -> GangEndpoints:

@@ -54,6 +54,7 @@ from tfjob.pipeline_ids import (
     request_dag_id,
     tenant_of_tags,
 )
+from tfjob.records.outcomes import LaunchFailure, LaunchOutcome
 from tfjob.records.run import GangEndpoints
 from tfjob.request.model import RequestError, load_request
 from tfjob.runlayout import locate_output_latest
@@ -207,12 +208,12 @@ def fetch_bundle() -> JsonObject:
         raise AirflowFailException(str(exc)) from None
     _log().info(
         "bundle %s: %s bytes, sha256 %s, snapshot %s",
-        identity["source"],
-        identity["size"],
-        identity["sha256"],
-        identity["snapshot"],
+        identity.source,
+        identity.size,
+        identity.sha256,
+        identity.snapshot,
     )
-    return identity
+    return identity.to_payload()
 
 
 def deliver_cluster_spec() -> JsonObject | None:
@@ -229,15 +230,6 @@ def deliver_cluster_spec() -> JsonObject | None:
     endpoints = GangEndpoints.from_payload(context["ti"].xcom_pull(task_ids=LAUNCH_TASK))
     cluster = deliver_run_cluster_spec(_kube(), run, endpoints)
     return {"cluster": cluster}
-
-
-def describe_launch(failure: JsonObject | None, ready_at: float | None) -> JsonObject:
-    """run.json's `launch`: ready (with the time), failed (with why), or neither (killed)."""
-    if failure:
-        return {"state": "failed", **failure}
-    if ready_at is not None:
-        return {"state": "ready", "ready_at": ready_at}
-    return {"state": "not ready", "message": "launch did not finish (killed or not run)"}
 
 
 def archive() -> JsonObject:
@@ -262,7 +254,10 @@ def archive() -> JsonObject:
         "launch_ready_at": ready_at,
         "train_finished_at": ti.xcom_pull(task_ids=TRAIN_TASK, key="finished_at"),
     }
-    launch = describe_launch(ti.xcom_pull(task_ids=LAUNCH_TASK, key=LAUNCH_FAILURE_KEY), ready_at)
+    failure = ti.xcom_pull(task_ids=LAUNCH_TASK, key=LAUNCH_FAILURE_KEY)
+    launch = LaunchOutcome.judge(
+        LaunchFailure.from_payload(failure) if failure else None, ready_at
+    ).to_payload()
     manifest = archive_run(
         _kube(),
         _s3(run),

@@ -83,6 +83,7 @@ from tfjob.pipeline_ids import (
     RESTARTED_CLUSTER_KEY,
     WARM_START_KEY,
 )
+from tfjob.records.outcomes import StagedWarmStart
 from tfjob.records.replicas import TrainingEvent, TrainingState, replicas_to_payload
 from tfjob.records.run import GrantPlan
 from tfjob.restart_policy import Decision, RestartPolicy
@@ -185,9 +186,10 @@ class TrainingWaitOperator(BaseOperator):
         found = restart.recall_attempts(pods)
         if found is None:
             ti = context["ti"]
-            warm = ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY) or {}
+            warm = ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY)
             found = restart.first_attempt(
-                ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"), restored_step=warm.get("step")
+                ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"),
+                restored_step=StagedWarmStart.from_payload(warm).step if warm else None,
             )
         return restart.attempts_to_payload(found)
 

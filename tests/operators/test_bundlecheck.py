@@ -76,7 +76,7 @@ def test_a_bundle_within_the_limit_is_checked_and_snapshotted(tmp_path: Path) ->
     good = build_good(tmp_path / "good.tar.gz")
     s3 = RecordingS3(good)
     identity = snapshot_bundle(s3, URI, RUN, 1024**3, max_compressed_size=good.stat().st_size)
-    assert identity["size"] == good.stat().st_size and identity["files"] == 2
+    assert identity.size == good.stat().st_size and identity.files == 2
     assert s3.calls == ["head_object", "download_file", "upload_file out/runs/r1/bundle.tar.gz"]
 
 

@@ -122,6 +122,21 @@ class Attempt:
             raise ValueError(f"attempt {data.get('number')!r}: {exc}") from None
 
 
+def read_attempt_outcome(data: object) -> AttemptOutcome | None:
+    """How a listed attempt ended, read leniently: None when it names no outcome we know.
+
+    For readers that only count outcomes (the TFJob tab's restarts) and serve whatever a
+    record holds, partial or not an attempt at all, where `Attempt.from_payload` refuses
+    it; an attempt without an outcome is RUNNING, as there.
+    """
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return AttemptOutcome(data.get("outcome", AttemptOutcome.RUNNING.value))
+    except ValueError:
+        return None
+
+
 def describe_run_failure(attempts: Sequence[Attempt], verdict: RestartVerdict | None = None) -> str:
     """The final failure message: every attempt's cause, then why the last one ended the run.
 

@@ -10,7 +10,7 @@ import pytest
 from harness.tfjob_fixtures import distributed_request_data
 from tfjob.clusterspec import ClusterSpecError, Endpoint
 from tfjob.records.replicas import PodPhase, ReplicaStatus, TrainingEvent, TrainingState
-from tfjob.records.run import GangEndpoints, GrantPlan, RunDescription
+from tfjob.records.run import GangEndpoints, GrantPlan, PartialRunDescription, RunDescription
 from tfjob.request.model import Role, load_request
 from tfjob.tenants.model import PodUser
 
@@ -149,3 +149,14 @@ def test_the_grants_plan_round_trips_and_reads_a_plan_older_than_pods_identities
     assert as_stored(GrantPlan.from_payload(written).to_payload()) == as_stored(written)
     older = {key: value for key, value in written.items() if key != "presign_conn_id"}
     assert GrantPlan.from_payload(older).presign_conn_id == "tfjob_pods_team_a"
+
+
+def test_a_partial_description_reads_what_is_there_and_none_for_the_rest():
+    full = PartialRunDescription.from_payload(described_payload())
+    assert (full.namespace, full.run_key) == ("tfjob-demo", "digits-1234abcd")
+    assert full.tenant == described_payload()["request"]["tenant"]
+    assert full.request == described_payload()["request"]  # as stored, not validated again
+    partial = PartialRunDescription.from_payload({"run_prefix": "s3://b/x", "dag_id": 7})
+    assert partial.run_prefix == "s3://b/x" and partial.dag_id is None
+    assert partial.request == {} and partial.tenant is None and partial.aws_conn_id is None
+    assert PartialRunDescription.from_payload({"request": {"tenant": ["demo"]}}).tenant is None

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from harness.tfjob_fixtures import valid_request_data
 from operators.replicas import judge_training, read_replica_status
-from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure
+from tfjob.attempts import Attempt, AttemptOutcome, describe_run_failure, read_attempt_outcome
 from tfjob.records.replicas import ReplicaStatus
 from tfjob.request.model import load_request
 from tfjob.restart_policy import (
@@ -457,3 +457,10 @@ def test_attempt_records_round_trip(policy, attempt, failure, step):
         attempt, verdict, failure, started=START, ended=END, restored_checkpoint_step=step
     )
     assert Attempt.from_payload(json.loads(json.dumps(record.to_payload()))) == record
+
+
+def test_an_attempts_outcome_reads_leniently_where_the_record_would_refuse_it():
+    assert read_attempt_outcome({"outcome": "restarted"}) is AttemptOutcome.RESTARTED  # no number
+    assert read_attempt_outcome({"number": 1}) is AttemptOutcome.RUNNING
+    assert read_attempt_outcome({"outcome": "exploded"}) is None
+    assert read_attempt_outcome("junk") is None

@@ -2,13 +2,14 @@
 
 `validate` pushes the description once for every later task and for the readers
 outside the pipeline (tshell, the TFJob tab); `launch` returns the endpoints (the
-ClusterSpec's input) and pushes the grants plan, which the trigger keeps valid.
+ClusterSpec's input) and pushes the grants plan, which the trigger keeps valid. The TFJob
+tab reads a stored description leniently (`PartialRunDescription`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tfjob.clusterspec import Endpoint, endpoints_from_mapping, endpoints_to_mapping
 from tfjob.naming import NAMESPACE_PREFIX
@@ -60,6 +61,47 @@ class RunDescription:
             run_prefix=payload["run_prefix"],
             aws_conn_id=payload["aws_conn_id"],
             run_as=PodUser(uid=run_as["uid"], gid=run_as["gid"]) if run_as else None,
+        )
+
+
+@dataclass(frozen=True)
+class PartialRunDescription:
+    """A stored run description read leniently: each part None when missing or not text.
+
+    The TFJob tab serves what was stored, partial or older than `RunDescription`, and a run
+    whose validate has not run yet (its conf as the request), where `from_payload` refuses
+    it; the request is the JSON as stored, not validated again. Read-only: the pipeline
+    writes `RunDescription`.
+    """
+
+    request: Mapping[str, object] = field(default_factory=dict)
+    run_id: str | None = None
+    dag_id: str | None = None
+    namespace: str | None = None
+    run_key: str | None = None
+    run_prefix: str | None = None
+    aws_conn_id: str | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        tenant = self.request.get("tenant")
+        return tenant if isinstance(tenant, str) else None
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, object]) -> PartialRunDescription:
+        def text(key: str) -> str | None:
+            value = payload.get(key)
+            return value if isinstance(value, str) else None
+
+        request = payload.get("request")
+        return cls(
+            request=request if isinstance(request, Mapping) else {},
+            run_id=text("run_id"),
+            dag_id=text("dag_id"),
+            namespace=text("namespace"),
+            run_key=text("run_key"),
+            run_prefix=text("run_prefix"),
+            aws_conn_id=text("aws_conn_id"),
         )
 
 

@@ -42,6 +42,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Streamin
 
 from operators.kubeobjects import list_run_pods
 from operators.logreads import read_newest_lines
+from operators.replicas import read_replica_status
 from operators.settings import KUBERNETES_CONN_ID, LOG_TAIL_MAX_BYTES
 from runtime.protocol import MAIN_CONTAINER
 from runview import db as run_view_db
@@ -72,6 +73,7 @@ from runview.logs import (
 )
 from runview.run import order_replicas
 from runview.tenants import add_tenant_routes
+from tfjob.request.model import Role
 from tfjob.runlayout import replica_log_path
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
@@ -147,9 +149,9 @@ class RunView:
     def read_log_text(self, session: Any, summary: dict[str, Any], replica: str) -> tuple[str, str]:
         """(source, text) of a replica's log: its live pod's tail, else its archived log."""
         pods = self.live_pods(summary)
-        for row in describe_live_replicas(pods or []):
-            if f"{row['role']}-{row['index']}" == replica:
-                return "live", self.live.read_log_tail(summary["job"]["namespace"], row["pod"])
+        for status in map(read_replica_status, pods or []):
+            if status.replica_id == replica:
+                return "live", self.live.read_log_tail(summary["job"]["namespace"], status.pod)
         storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
         try:
             text = read_run_file_tail(
@@ -167,9 +169,9 @@ class RunView:
 
             def read_live() -> dict[str, Any]:
                 logs = {
-                    f"{r['role']}-{r['index']}": self.live.read_log_tail(namespace, r["pod"])
-                    for r in describe_live_replicas(pods)
-                    if r["role"] != "ps"
+                    status.replica_id: self.live.read_log_tail(namespace, status.pod)
+                    for status in map(read_replica_status, pods)
+                    if status.role is not Role.PS
                 }
                 return {"source": "live", "curves": collect_curves(logs)}
 

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from runview.files import RunStorage, locate_run_storage
 from runview.run import RETURN_VALUE, RunTimes, TaskTimes, summarize_run
 from tfjob.pipeline_ids import VALIDATE_TASK, tenant_of_submit_dag, tenant_of_tags
+from tfjob.records.run import PartialRunDescription
 
 MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns
 
@@ -57,7 +58,7 @@ def read_dag_tenant(session: Any, dag_id: str) -> str | None:
     return None if by_id is not None and by_id != tenant else tenant
 
 
-def read_run_description(session: Any, dag_id: str, run_id: str) -> dict[str, Any] | None:
+def read_run_description(session: Any, dag_id: str, run_id: str) -> PartialRunDescription | None:
     """The run description validate pushed (operators/runinfo.py), None when there is none."""
     from airflow.models.xcom import XComModel
 
@@ -71,17 +72,11 @@ def read_run_description(session: Any, dag_id: str, run_id: str) -> dict[str, An
         )
     ).first()
     described = XComModel.deserialize_value(row) if row is not None else None
-    return described if isinstance(described, dict) else None
-
-
-def recorded_tenant(described: dict[str, Any]) -> str | None:
-    request = described.get("request")
-    tenant = request.get("tenant") if isinstance(request, dict) else None
-    return tenant if isinstance(tenant, str) else None
+    return PartialRunDescription.from_payload(described) if isinstance(described, dict) else None
 
 
 def check_run_tenant(
-    dag_id: str, run_id: str, dag_tenant: str | None, described: dict[str, Any] | None
+    dag_id: str, run_id: str, dag_tenant: str | None, described: PartialRunDescription | None
 ) -> None:
     """403 unless the tenant recorded for the run is the DAG's tenant now.
 
@@ -90,7 +85,7 @@ def check_run_tenant(
     """
     if described is None:
         return
-    recorded = recorded_tenant(described)
+    recorded = described.tenant
     if recorded is not None and recorded == dag_tenant:
         return
     now = f"tenant {dag_tenant!r}" if dag_tenant else "no tenant"
@@ -101,7 +96,9 @@ def check_run_tenant(
     )
 
 
-def find_tenant_run(session: Any, dag_id: str, run_id: str) -> tuple[Any, dict[str, Any] | None]:
+def find_tenant_run(
+    session: Any, dag_id: str, run_id: str
+) -> tuple[Any, PartialRunDescription | None]:
     """(the DAG run, its description or None), held to the DAG's tenant; 404 or 403."""
     dag_run = find_dag_run(session, dag_id, run_id)
     described = read_run_description(session, dag_id, run_id)

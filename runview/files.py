@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from runview.errors import RunViewError
+from tfjob.records.run import PartialRunDescription
 from tfjob.runlayout import RunLayout, name_run_folder
 
 log = logging.getLogger(__name__)
@@ -188,10 +189,10 @@ def check_relative_path(path: str, given: str) -> None:
             )
 
 
-def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -> RunStorage:
+def locate_run_storage(described: PartialRunDescription, dag_id: str, run_id: str) -> RunStorage:
     """The run's prefix and connection from its description; it must be this run's prefix."""
-    run_prefix, conn_id = described.get("run_prefix"), described.get("aws_conn_id")
-    if not isinstance(run_prefix, str) or not isinstance(conn_id, str) or not conn_id:
+    run_prefix, conn_id = described.run_prefix, described.aws_conn_id
+    if run_prefix is None or not conn_id:
         raise RunNotArchivableError(
             f"run {run_id!r} of DAG {dag_id!r}: its run description names no run_prefix and "
             f"aws_conn_id (validate of an older pipeline?); its files are not served"
@@ -200,7 +201,7 @@ def locate_run_storage(described: Mapping[str, Any], dag_id: str, run_id: str) -
         layout = RunLayout.parse(run_prefix)
     except ValueError as error:
         raise RunNotArchivableError(f"run {run_id!r} of DAG {dag_id!r}: {error}") from None
-    this_run = (described.get("dag_id"), described.get("run_id")) == (dag_id, run_id)
+    this_run = (described.dag_id, described.run_id) == (dag_id, run_id)
     if not this_run or not layout.belongs_to(dag_id, run_id):
         raise RunNotArchivableError(
             f"run {run_id!r} of DAG {dag_id!r}: its description names {run_prefix!r}, which is "

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfjob.attempts import AttemptOutcome
+from tfjob.attempts import AttemptOutcome, read_attempt_outcome
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     ATTEMPTS_KEY,
@@ -28,7 +28,9 @@ from tfjob.pipeline_ids import (
     TRAIN_TASK,
     VALIDATE_TASK,
 )
-from tfjob.request.model import DEFAULT_GPU
+from tfjob.records.replicas import ReplicaStatus
+from tfjob.records.run import PartialRunDescription
+from tfjob.request.model import DEFAULT_GPU, Role
 
 PIPELINE = (
     VALIDATE_TASK,
@@ -45,7 +47,6 @@ RETURN_VALUE = "return_value"
 XComValues = Mapping[tuple[str, str], Any]
 
 
-FAILED_PHASES = ("Failed", "Unknown")
 ACTIVE_RUN_STATES = ("queued", "running")
 
 
@@ -74,11 +75,15 @@ def summarize_run(
 ) -> dict[str, Any] | None:
     """The run's job view; None when the run is not a training run (validate pushed nothing
     and the run has ended; an active run's validate may not have run yet)."""
-    described = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
-    if not described and run.state not in ACTIVE_RUN_STATES:
+    stored = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
+    if not stored and run.state not in ACTIVE_RUN_STATES:
         return None
-    described = described or {"request": run.conf or {}}
-    request = described.get("request") or {}
+    described = (
+        PartialRunDescription.from_payload(stored)
+        if stored
+        else PartialRunDescription(request=run.conf or {})
+    )
+    request = described.request
     archived = xcoms.get((ARCHIVE_TASK, RETURN_VALUE)) or {}
     attempts = xcoms.get((TRAIN_TASK, ATTEMPTS_KEY)) or []
     recorded = fill_recorded_replicas(xcoms.get((TRAIN_TASK, "replicas")) or [], request, attempts)
@@ -100,8 +105,8 @@ def summarize_run(
             "strategy": request.get("strategy"),
             "image": request.get("image"),
             "replicas": request.get("replicas"),
-            "namespace": described.get("namespace"),
-            "run_key": described.get("run_key"),
+            "namespace": described.namespace,
+            "run_key": described.run_key,
         },
         "tasks": [
             {
@@ -140,29 +145,27 @@ def list_cluster_rows(cluster_spec: Mapping[str, Any] | None) -> list[dict[str, 
 
 
 def order_replicas(replicas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Failed replicas first (a non-zero exit too), then by role and index."""
+    """Failed replicas first (a non-zero exit too), then by role and index; each row as given."""
 
-    def failed(replica: Mapping[str, Any]) -> bool:
-        return replica.get("phase") in FAILED_PHASES or replica.get("exit_code") not in (None, 0)
+    def rank(row: Mapping[str, Any]) -> tuple[bool, str, int]:
+        replica = ReplicaStatus.from_payload(row)
+        return (not replica.has_failed, str(row.get("role")), replica.index)
 
-    return sorted(
-        (dict(r) for r in replicas),
-        key=lambda r: (not failed(r), str(r.get("role")), r.get("index") or 0),
-    )
+    return sorted((dict(r) for r in replicas), key=rank)
 
 
-def count_gang_restarts(attempts: Sequence[Any]) -> int:
+def count_gang_restarts(attempts: Sequence[object]) -> int:
     """Restarts of every replica so far: each restarted attempt recreated the whole gang."""
     return sum(
-        1
-        for attempt in attempts
-        if isinstance(attempt, Mapping) and attempt.get("outcome") == AttemptOutcome.RESTARTED.value
+        1 for attempt in attempts if read_attempt_outcome(attempt) is AttemptOutcome.RESTARTED
     )
 
 
-def read_role_gpus(request: Mapping[str, Any], role: Any) -> int:
+def read_role_gpus(request: Mapping[str, Any], role: Role | None) -> int:
     """GPUs of one replica of `role` as the request (validated, so defaults filled) asks."""
-    spec = (request.get("resources") or {}).get(str(role)) or {}
+    if role is None:
+        return DEFAULT_GPU
+    spec = (request.get("resources") or {}).get(role.value) or {}
     gpus = spec.get("gpu", DEFAULT_GPU) if isinstance(spec, Mapping) else DEFAULT_GPU
     return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else DEFAULT_GPU
 
@@ -176,7 +179,7 @@ def fill_recorded_replicas(
     rows = []
     for replica in replicas:
         row = dict(replica)
-        row.setdefault("gpus", read_role_gpus(request, row.get("role")))
+        row.setdefault("gpus", read_role_gpus(request, ReplicaStatus.from_payload(row).role))
         row.setdefault("restarts", restarts)
         rows.append(row)
     return rows

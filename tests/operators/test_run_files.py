@@ -29,6 +29,7 @@ from runview.files import (
     locate_run_storage,
     open_run_file,
 )
+from tfjob.records.run import PartialRunDescription
 from tfjob.runlayout import RunLayout, S3Path
 
 BUCKET = "models"
@@ -119,7 +120,7 @@ def test_the_length_is_checked_before_anything_else_is_read():
 
 
 def test_the_storage_is_the_run_prefix_and_connection_validate_described():
-    storage = locate_run_storage(DESCRIBED, DAG, RUN)
+    storage = locate_run_storage(PartialRunDescription.from_payload(DESCRIBED), DAG, RUN)
     assert storage == STORAGE and storage.uri == f"s3://{BUCKET}/{PREFIX}"
 
 
@@ -135,7 +136,7 @@ def test_the_storage_is_the_run_prefix_and_connection_validate_described():
 )
 def test_a_description_without_this_run_s_prefix_or_connection_serves_nothing(change):
     with pytest.raises(RunNotArchivableError) as refused:
-        locate_run_storage({**DESCRIBED, **change}, DAG, RUN)
+        locate_run_storage(PartialRunDescription.from_payload({**DESCRIBED, **change}), DAG, RUN)
     assert refused.value.status == 404 and RUN in str(refused.value)
 
 
@@ -218,7 +219,7 @@ def api(s3, monkeypatch) -> Any:
     from runview import api as run_view_api
 
     def read_run_storage(_session, dag_id, run_id):
-        return locate_run_storage(DESCRIBED, dag_id, run_id)
+        return locate_run_storage(PartialRunDescription.from_payload(DESCRIBED), dag_id, run_id)
 
     monkeypatch.setattr(run_view_api, "read_run_storage", read_run_storage)
     monkeypatch.setattr(run_view_api, "connect_run_storage", lambda storage: s3)

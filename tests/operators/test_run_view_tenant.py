@@ -6,13 +6,16 @@ import pytest
 from fastapi import HTTPException
 
 from runview.db import check_run_tenant
+from tfjob.records.run import PartialRunDescription
 
 DAG = "tfjob__digits-single"
 RUN = "manual__1"
 
 
-def described(tenant: object) -> dict:
-    return {"request": {"name": "digits-single", "tenant": tenant}, "dag_id": DAG, "run_id": RUN}
+def described(tenant: object) -> PartialRunDescription:
+    return PartialRunDescription.from_payload(
+        {"request": {"name": "digits-single", "tenant": tenant}, "dag_id": DAG, "run_id": RUN}
+    )
 
 
 def test_a_run_recorded_for_the_dags_tenant_is_served():
@@ -46,5 +49,7 @@ def test_a_run_recorded_for_another_tenant_is_refused_naming_both(dag_tenant, re
 
 def test_a_description_without_a_request_is_refused():
     with pytest.raises(HTTPException) as refused:
-        check_run_tenant(DAG, RUN, "demo", {"run_prefix": "s3://b/x"})
+        check_run_tenant(
+            DAG, RUN, "demo", PartialRunDescription.from_payload({"run_prefix": "s3://b/x"})
+        )
     assert refused.value.status_code == 403

@@ -5,8 +5,7 @@ one instance instead of each starting their own. It runs with this repo's
 airflow.cfg (parallelism 16, LocalExecutor, the FAB auth manager; the
 launcher migrates the database and creates the tenants' roles and users) on
 a free port, with a home under pytest's temp dir, a database of its own in
-the test process's PostgreSQL (harness/postgres_fixtures.py: a copy of its
-migrated template, so the launcher's migration finds nothing to do), and with the AIRFLOW_CONN_*
+the test process's PostgreSQL (harness/postgres_fixtures.py), and with the AIRFLOW_CONN_*
 and other variables the caller passes. It is stopped, every
 process of it, when the session ends.
 
@@ -44,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from harness.postgres_fixtures import migrated_airflow_database_url
+from harness.postgres_fixtures import airflow_database_url
 from harness.repo_root import REPO_ROOT
 
 # How long a retried call keeps asking an API server that gives no answer or 502/503/504.
@@ -156,7 +155,7 @@ def start_airflow(
         dags_folder=Path(dags_folder),
         plugins_folder=Path(plugins_folder),
         extra_env=dict(extra_env or {}),
-        database_url=migrated_airflow_database_url(Path(home)),
+        database_url=airflow_database_url(Path(home)),
     )
     instance = airflow_server.start_airflow(settings)
     return AirflowHandle(

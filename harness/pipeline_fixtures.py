@@ -11,8 +11,7 @@ test file a view of one such world per test process:
 `start_pipeline_world` starts a moto S3 server process, localkube
 (its pods reach S3 through the forwarded loopback port, relayed to the S3
 server's pod-facing listener: presigned requests only), creates the tenant
-namespace, gives a temporary Airflow home a migrated database (a copy of the test
-process's migrated template, harness/postgres_fixtures.py), creates the
+namespace, migrates an Airflow database in a temporary home, creates the
 tenants' Airflow roles there (with the FAB auth manager, parsing a tenant DAG
 whose `access_control` names a missing role fails), and uploads the stand-in
 training bundle of harness/standin.py: a small Python program (no TensorFlow)
@@ -40,7 +39,7 @@ from typing import Any
 import yaml
 
 from harness.localkube_fixtures import LocalkubeHandle, start_localkube, stop_localkube
-from harness.postgres_fixtures import migrated_airflow_database_url
+from harness.postgres_fixtures import airflow_database_url
 from harness.repo_root import REPO_ROOT
 from harness.s3_fixtures import S3Server, add_pod_identities, start_s3_server, stop_s3_server
 from harness.standin import write_standin_bundle
@@ -273,6 +272,20 @@ def sync_tenant_roles(env: dict[str, str]) -> None:
         )
 
 
+def migrate_airflow_db(env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+
+
 def write_tenants_file(folder: Path, s3: S3Server) -> Path:
     """deploy/tenants.yaml with `network.s3_port` at this S3 server's port: the runs'
     NetworkPolicies allow egress to the S3 port, and localkube enforces them, so pods
@@ -291,7 +304,7 @@ def airflow_env(
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=migrated_airflow_database_url(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
@@ -341,6 +354,7 @@ def start_pipeline_world(folder: Path) -> tuple[PipelineWorld, Any]:
         home = folder / "airflow"
         home.mkdir(exist_ok=True)
         env = airflow_env(home, s3, kube, requests_dir)
+        migrate_airflow_db(env)
         sync_tenant_roles(env)
     except BaseException:
         stop()

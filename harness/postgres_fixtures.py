@@ -12,9 +12,7 @@ removed when the test session ends (tests/conftest.py).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,9 +23,6 @@ sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
 import postgres_server  # noqa: E402
 
 _started: list[Path] = []
-_template_homes: list[Path] = []  # the migrated database every Airflow home copies
-# On two cores shared with other test files, migrating takes up to a few minutes.
-MIGRATE_TIMEOUT_S = 300
 
 
 def start_test_postgres() -> postgres_server.PostgresCluster:
@@ -51,8 +46,9 @@ def airflow_database_url(home: Path) -> str:
 
 def copy_airflow_database(template_home: Path, home: Path) -> str:
     """The SQLAlchemy URL of the database of the Airflow at `home`, on first use a copy of the
-    one at `template_home`: copying a migrated database takes a second, migrating one a
-    minute. A home that has its database keeps it (an Airflow started again on its home).
+    one at `template_home` (migrated, with the tenants' roles): a copy takes a fraction of a
+    second, `airflow db migrate` and the roles' command each start Airflow's CLI (seconds
+    each on two busy cores). A home that has its database keeps it.
 
     Nothing may be connected to the template while it is copied (PostgreSQL refuses).
     """
@@ -77,46 +73,8 @@ def copy_airflow_database(template_home: Path, home: Path) -> str:
     return cluster.database_url(target)
 
 
-def migrated_airflow_database_url(home: Path) -> str:
-    """The SQLAlchemy URL of a new database for the Airflow at `home`, a copy of this
-    process's migrated template (migrated on first use, as `airflow db migrate` does it for
-    a fresh home): an Airflow then finds its schema current instead of migrating it."""
-    if not _template_homes:
-        template_home = start_test_postgres().root / "airflow-template"
-        template_home.mkdir(exist_ok=True)
-        migrate_airflow_database(template_home, airflow_database_url(template_home))
-        _template_homes.append(template_home)
-    return copy_airflow_database(_template_homes[0], home)
-
-
-def migrate_airflow_database(home: Path, database_url: str) -> None:
-    """`airflow db migrate` of the database at `database_url` with this repo's airflow.cfg."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW_CONFIG=str(REPO_ROOT / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=database_url,
-        AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
-        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO_ROOT / "plugins"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        PYTHONPATH=str(REPO_ROOT),
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=MIGRATE_TIMEOUT_S,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-
-
 def stop_test_postgres() -> None:
     """Stop and remove this process's cluster, if it was started."""
-    _template_homes.clear()
     while _started:
         root = _started.pop()
         postgres_server.stop_postgres(root)

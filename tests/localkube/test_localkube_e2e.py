@@ -15,7 +15,7 @@ import pytest
 from kubernetes.stream import stream
 
 from harness.localkube_fixtures import start_localkube, stop_localkube
-from harness.postgres_fixtures import migrated_airflow_database_url
+from harness.postgres_fixtures import airflow_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -185,9 +185,7 @@ def test_airflow_kubernetes_pod_operator_runs_unchanged(tmp_path):
         env = {
             **os.environ,
             "AIRFLOW_HOME": str(tmp_path / "airflow"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": migrated_airflow_database_url(
-                tmp_path / "airflow"
-            ),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database_url(tmp_path / "airflow"),
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "LOCALKUBE_KUBECONFIG": handle.kubeconfig,

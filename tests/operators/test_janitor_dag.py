@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from harness.localkube_fixtures import start_localkube, stop_localkube
-from harness.postgres_fixtures import migrated_airflow_database_url
+from harness.postgres_fixtures import airflow_database_url
 from harness.repo_root import REPO_ROOT
 from harness.tfjob_fixtures import tenant_storage
 from tfjob import naming
@@ -37,7 +37,7 @@ def airflow_env(home: Path, kubeconfig: str, tenants_file: Path) -> dict[str, st
     env.update(
         AIRFLOW_HOME=str(home),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=migrated_airflow_database_url(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__UNIT_TEST_MODE="False",

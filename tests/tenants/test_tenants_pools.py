@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.postgres_fixtures import migrated_airflow_database_url
+from harness.postgres_fixtures import airflow_database_url
 from harness.repo_root import REPO_ROOT
 from tenancy.apply import build_pool_specs
 from tfjob.tenants import validate_tenants
@@ -84,7 +84,7 @@ def test_pools_are_created_once_then_left_or_resized(tmp_path):
     env.update(
         AIRFLOW_HOME=str(tmp_path / "airflow"),
         AIRFLOW_CONFIG=str(REPO / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=migrated_airflow_database_url(tmp_path / "airflow"),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow_database_url(tmp_path / "airflow"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         PYTHONPATH=str(REPO),
     )

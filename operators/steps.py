@@ -54,7 +54,13 @@ from tfjob.pipeline_ids import (
     request_dag_id,
     tenant_of_tags,
 )
-from tfjob.records.outcomes import LaunchFailure, LaunchOutcome
+from tfjob.records.outcomes import (
+    ArchivedRun,
+    LaunchFailure,
+    LaunchOutcome,
+    ModelSummary,
+    PublishedLatest,
+)
 from tfjob.records.run import GangEndpoints
 from tfjob.request.model import RequestError, load_request
 from tfjob.runlayout import locate_output_latest
@@ -278,11 +284,11 @@ def archive() -> JsonObject:
         manifest["model"]["objects"],
         run.layout.manifest,
     )
-    return {
-        "model": manifest["model"],
-        "logs": manifest["logs"],
-        "run_json": run.layout.manifest.uri,
-    }
+    return ArchivedRun(
+        model=ModelSummary.from_payload(manifest["model"]),
+        logs=tuple(manifest["logs"]),
+        run_json=run.layout.manifest.uri,
+    ).to_payload()
 
 
 def teardown() -> list[str]:
@@ -322,18 +328,17 @@ def publish() -> JsonObject:
     """
     context = get_current_context()
     run = pull_run(context)
-    archived = context["ti"].xcom_pull(task_ids=ARCHIVE_TASK) or {}
-    model = archived.get("model") or {}
-    if not model.get("objects"):
+    archived = context["ti"].xcom_pull(task_ids=ARCHIVE_TASK)
+    model = ArchivedRun.from_payload(archived).model if archived else None
+    if model is None or not model.objects:
         raise AirflowFailException(
             f"nothing to publish: no model under {run.layout.model} "
             "(the program must write its model to $MODEL_DIR)"
         )
-    failed_recovery = (model.get("recovery") or {}).get("error")
-    if failed_recovery:
+    if model.recovery is not None and model.recovery.error:
         raise AirflowFailException(
-            f"not publishing {model.get('uri')}: copying the model out of pod "
-            f"{model['recovery'].get('pod')} failed, so it may be incomplete: {failed_recovery}"
+            f"not publishing {model.uri}: copying the model out of pod "
+            f"{model.recovery.pod} failed, so it may be incomplete: {model.recovery.error}"
         )
     run_after, ordered_by = choose_run_order(context["dag_run"])
     pointer = build_pointer(
@@ -341,7 +346,7 @@ def publish() -> JsonObject:
         run_id=run.run_id,
         run_key=run.run_key,
         layout=run.layout,
-        model=model["uri"],
+        model=model.uri,
         metrics=context["ti"].xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
         run_after=run_after,
         ordered_by=ordered_by,
@@ -351,22 +356,22 @@ def publish() -> JsonObject:
     latest = latest_path.uri
     outcome = publish_latest(_s3(run), latest_path, pointer)
     if outcome.moved:
-        extra = {"dag_id": run.dag_id, "run_id": run.run_id, "model": model["uri"]}
+        extra = {"dag_id": run.dag_id, "run_id": run.run_id, "model": model.uri}
         for outlet in context["task"].outlets:
             if isinstance(outlet, AssetAlias):
                 context["outlet_events"][outlet].add(Asset(uri=latest), extra=extra)
-        _log().info("published %s -> %s (%s)", latest, model["uri"], outcome.reason)
+        _log().info("published %s -> %s (%s)", latest, model.uri, outcome.reason)
     else:
         _log().info(
             "%s left as it is, no Asset event: %s; this run's model stays at %s",
             latest,
             outcome.reason,
-            model["uri"],
+            model.uri,
         )
-    return {
-        "latest": latest,
-        "moved": outcome.moved,
-        "reason": outcome.reason,
-        "pointer": pointer,
-        "current": None if outcome.moved else outcome.current,
-    }
+    return PublishedLatest(
+        latest=latest,
+        moved=outcome.moved,
+        reason=outcome.reason,
+        pointer=pointer,
+        current=None if outcome.moved else outcome.current,
+    ).to_payload()

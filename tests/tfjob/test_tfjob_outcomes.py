@@ -8,10 +8,13 @@ import json
 import pytest
 
 from tfjob.records.outcomes import (
+    ArchivedRun,
     BundleIdentity,
     LaunchFailure,
     LaunchOutcome,
     LaunchState,
+    ModelSummary,
+    PublishedLatest,
     StagedWarmStart,
 )
 
@@ -79,3 +82,69 @@ def test_the_launch_outcome_says_failed_before_ready_and_not_ready_without_eithe
     assert LaunchOutcome.judge(failure, 12.5).state is LaunchState.FAILED
     assert LaunchOutcome.judge(None, 12.5) == LaunchOutcome(LaunchState.READY, ready_at=12.5)
     assert LaunchOutcome.judge(None, None).state is LaunchState.NOT_READY
+
+
+MODEL = {
+    "uri": "s3://tfjob-output/digits/runs/train_digits/manual__1/model/",
+    "objects": 4,
+    "bytes": 9000,
+    "recovered_from_pod": False,
+}
+RECOVERED = {
+    **MODEL,
+    "recovered_from_pod": True,
+    "recovery": {"pod": "r-worker-0", "reason": "tensorflow exited 74", "files": 4, "bytes": 9000},
+}
+NOT_RECOVERED = {
+    **MODEL,
+    "recovery": {"pod": "r-worker-0", "reason": "tensorflow exited 74", "error": "exec: 500"},
+}
+POINTER = {"version": 1, "run_id": "manual__1", "model": MODEL["uri"], "metrics": {"loss": 0.1}}
+
+
+@pytest.mark.parametrize("model", [MODEL, RECOVERED, NOT_RECOVERED])
+def test_archive_s_return_value_reads_typed_and_writes_back_the_same(model):
+    payload = {
+        "model": model,
+        "logs": ["s3://b/o/logs/worker-0.log"],
+        "run_json": "s3://b/o/run.json",
+    }
+    read = ArchivedRun.from_payload(payload)
+    assert same_bytes(read.to_payload(), payload)
+    assert ArchivedRun.from_payload(read.to_payload()) == read
+
+
+def test_a_model_summary_says_whether_its_copy_out_of_the_pod_failed():
+    assert ModelSummary.from_payload(NOT_RECOVERED).recovery.error == "exec: 500"
+    assert ModelSummary.from_payload(RECOVERED).recovery.error is None
+    assert ModelSummary.from_payload(MODEL).recovery is None
+
+
+def test_archive_s_value_with_the_model_alone_reads_as_a_model_without_logs():
+    read = ArchivedRun.from_payload({"model": {"uri": MODEL["uri"], "objects": 1}})
+    assert read.model.objects == 1 and read.logs == () and read.run_json is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {
+            "latest": "s3://b/o/latest",
+            "moved": True,
+            "reason": "first",
+            "pointer": POINTER,
+            "current": None,
+        },
+        {
+            "latest": "s3://b/o/latest",
+            "moved": False,
+            "reason": "a newer run holds it",
+            "pointer": POINTER,
+            "current": {**POINTER, "run_id": "manual__2"},
+        },
+    ],
+)
+def test_publish_s_return_value_reads_typed_and_writes_back_the_same(payload):
+    read = PublishedLatest.from_payload(payload)
+    assert same_bytes(read.to_payload(), payload)
+    assert PublishedLatest.from_payload(read.to_payload()) == read

@@ -6,8 +6,8 @@ here, with `to_payload()` (the JSON stored) and `from_payload()` (its reader), s
 pipeline that writes them (operators/) and the readers (operators/, runview/, tshell/)
 share one shape instead of string keys:
 
-- `outcomes.py`: fetch_bundle's bundle identity, launch's warm start and failure, and
-  run.json's `launch` outcome;
+- `outcomes.py`: fetch_bundle's bundle identity, launch's warm start and failure,
+  run.json's `launch` outcome, archive's and publish's return values;
 - `replicas.py`: a replica's status, the trigger's `TrainingEvent`, train's `replicas`;
 - `run.py`: the run's description (validate's), the gang's endpoints (launch's), the
   grants plan (launch's, kept by the trigger).

@@ -97,7 +97,13 @@ from tfjob.manifests import (
     build_runtime_configmap,
     build_upload_secret,
 )
-from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, GRANTS_KEY, LAUNCH_FAILURE_KEY, WARM_START_KEY
+from tfjob.pipeline_ids import (
+    FETCH_BUNDLE_TASK,
+    GRANTS_KEY,
+    LAUNCH_FAILURE_KEY,
+    READY_AT_KEY,
+    WARM_START_KEY,
+)
 from tfjob.records.outcomes import BundleIdentity, LaunchFailure, StagedWarmStart
 from tfjob.records.run import GangEndpoints, GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
@@ -215,7 +221,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         self.log.info(
             "all %d replicas running after %.1fs", len(run.pod_names()), time.time() - started
         )
-        context["ti"].xcom_push(key="ready_at", value=time.time())
+        context["ti"].xcom_push(key=READY_AT_KEY, value=time.time())
         return endpoints
 
     def admit(self, run: RunInfo, ticket: JsonObject, context: Context) -> None:

@@ -45,8 +45,11 @@ from tfjob.pipeline_ids import (
     ATTEMPTS_KEY,
     CLUSTERSPEC_TASK,
     FETCH_BUNDLE_TASK,
+    FINISHED_AT_KEY,
     LAUNCH_FAILURE_KEY,
     LAUNCH_TASK,
+    METRICS_KEY,
+    READY_AT_KEY,
     RESTARTED_CLUSTER_KEY,
     TRAIN_TASK,
     VALIDATE_TASK,
@@ -254,11 +257,11 @@ def archive() -> JsonObject:
     # A restarted gang's ClusterSpec (train's) replaces the first gang's (clusterspec's).
     restarted_cluster = ti.xcom_pull(task_ids=TRAIN_TASK, key=RESTARTED_CLUSTER_KEY)
     clusterspec = ti.xcom_pull(task_ids=CLUSTERSPEC_TASK)
-    ready_at = ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at")
+    ready_at = ti.xcom_pull(task_ids=LAUNCH_TASK, key=READY_AT_KEY)
     timings = {
         "run_started_at": dag_run.start_date.isoformat() if dag_run.start_date else None,
         "launch_ready_at": ready_at,
-        "train_finished_at": ti.xcom_pull(task_ids=TRAIN_TASK, key="finished_at"),
+        "train_finished_at": ti.xcom_pull(task_ids=TRAIN_TASK, key=FINISHED_AT_KEY),
     }
     failure = ti.xcom_pull(task_ids=LAUNCH_TASK, key=LAUNCH_FAILURE_KEY)
     launch = LaunchOutcome.judge(
@@ -271,7 +274,7 @@ def archive() -> JsonObject:
         bundle=ti.xcom_pull(task_ids=FETCH_BUNDLE_TASK),
         cluster_spec=restarted_cluster or (clusterspec or {}).get("cluster"),
         train_replicas=ti.xcom_pull(task_ids=TRAIN_TASK, key="replicas"),
-        metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
+        metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key=METRICS_KEY),
         timings=timings,
         launch=launch,
         attempts=ti.xcom_pull(task_ids=TRAIN_TASK, key=ATTEMPTS_KEY),
@@ -347,7 +350,7 @@ def publish() -> JsonObject:
         run_key=run.run_key,
         layout=run.layout,
         model=model.uri,
-        metrics=context["ti"].xcom_pull(task_ids=TRAIN_TASK, key="metrics"),
+        metrics=context["ti"].xcom_pull(task_ids=TRAIN_TASK, key=METRICS_KEY),
         run_after=run_after,
         ordered_by=ordered_by,
         published_at=time.time(),

@@ -78,8 +78,11 @@ from tfjob.attempts import AttemptOutcome, describe_run_failure
 from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import (
     ATTEMPTS_KEY,
+    FINISHED_AT_KEY,
     GRANTS_KEY,
     LAUNCH_TASK,
+    METRICS_KEY,
+    READY_AT_KEY,
     RESTARTED_CLUSTER_KEY,
     WARM_START_KEY,
 )
@@ -188,7 +191,7 @@ class TrainingWaitOperator(BaseOperator):
             ti = context["ti"]
             warm = ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY)
             found = restart.first_attempt(
-                ti.xcom_pull(task_ids=LAUNCH_TASK, key="ready_at"),
+                ti.xcom_pull(task_ids=LAUNCH_TASK, key=READY_AT_KEY),
                 restored_step=StagedWarmStart.from_payload(warm).step if warm else None,
             )
         return restart.attempts_to_payload(found)
@@ -280,10 +283,10 @@ class TrainingWaitOperator(BaseOperator):
             )
         metrics = next((end.metrics for end in ends.values() if end.metrics is not None), None)
         ti.xcom_push(key="replicas", value=replicas_to_payload(result.replicas))
-        ti.xcom_push(key="finished_at", value=time.time())
+        ti.xcom_push(key=FINISHED_AT_KEY, value=time.time())
         ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if metrics is not None:
-            ti.xcom_push(key="metrics", value=metrics)
+            ti.xcom_push(key=METRICS_KEY, value=metrics)
             self.log.info("metrics: %s", metrics)
 
         if result.state is TrainingState.SUCCEEDED:

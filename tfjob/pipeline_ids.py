@@ -52,6 +52,11 @@ GRANTS_KEY = "grants"
 ATTEMPTS_KEY = "attempts"
 WARM_START_KEY = "warm_start"  # launch's: what the first gang restored (no credential)
 RESTARTED_CLUSTER_KEY = "cluster"
+# Bare XCom values: when launch saw the gang ready and train saw it end (time.time()), and
+# the metrics of the program's TFJOB_METRICS line (its own JSON, train's).
+READY_AT_KEY = "ready_at"
+FINISHED_AT_KEY = "finished_at"
+METRICS_KEY = "metrics"
 
 
 def submit_dag_id(tenant: str) -> str:

@@ -25,7 +25,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from harness.bundle_fixtures import write_header_bomb  # noqa: E402
 from runtime.bundle import write_bundle  # noqa: E402

@@ -33,10 +33,8 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
 
-from airflow_runs import (  # noqa: E402
+from bench.airflow_runs import (  # noqa: E402
     FINISHED,
     SUBMIT_DAG_ID,
     parse_time,
@@ -44,9 +42,8 @@ from airflow_runs import (  # noqa: E402
     read_task_instances,
     trigger_run,
 )
-from stats import summarise  # noqa: E402
-from world import airflow_parallelism, load_airflow, load_world  # noqa: E402
-
+from bench.stats import summarise  # noqa: E402
+from bench.world import airflow_parallelism, load_airflow, load_world  # noqa: E402
 from tfjob.pipeline_ids import TRAIN_TASK  # noqa: E402
 
 SAMPLE_INTERVAL_S = 1.0

@@ -39,21 +39,20 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
-import procprobe  # noqa: E402
-import scale_world  # noqa: E402
-from airflow_runs import (  # noqa: E402
+from bench import (  # noqa: E402
+    procprobe,  # noqa: E402
+    scale_world,  # noqa: E402
+)
+from bench.airflow_runs import (  # noqa: E402
     FINISHED,
     parse_time,
     read_dag_runs,
     read_task_instances,
     trigger_run,
 )
-from stats import summarise  # noqa: E402
-from world import find_leftovers, load_airflow, load_world, stop_world  # noqa: E402
-
+from bench.stats import summarise  # noqa: E402
+from bench.world import find_leftovers, load_airflow, load_world, stop_world  # noqa: E402
 from runtime.protocol import CLUSTERSPEC_FILE, CONFIG_DIR  # noqa: E402
 from tfjob import naming  # noqa: E402
 from tfjob.pipeline_ids import (  # noqa: E402

@@ -34,10 +34,8 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
 
-from stats import summarise  # noqa: E402
+from bench.stats import summarise  # noqa: E402
 
 MIB = 1024 * 1024
 OLD_COMMIT = "71c72db"  # the last commit before the bounded follower

@@ -36,13 +36,10 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
-from apicount import ApiCounter, find_span  # noqa: E402
-from bench_startup import replica_shape, summarise_present  # noqa: E402
-from world import load_world  # noqa: E402
-
+from bench.apicount import ApiCounter, find_span  # noqa: E402
+from bench.bench_startup import replica_shape, summarise_present  # noqa: E402
+from bench.world import load_world  # noqa: E402
 from tfjob.pipeline_ids import FETCH_BUNDLE_TASK, VALIDATE_TASK, request_dag_id  # noqa: E402
 
 RUNNING_TIMEOUT_S = 240
@@ -64,9 +61,8 @@ class NaiveTaskInstance:
 
 def prepare_run(world: Any, name: str, count: int) -> Any:
     """Validate and snapshot the request, and create the run's ConfigMap and Secret (untimed)."""
-    import driver
-    from bench_startup import build_request
-
+    from bench import driver
+    from bench.bench_startup import build_request
     from operators import kubeobjects
     from operators.grants import plan_grants, sign_grants
     from operators.launch import read_runtime_files

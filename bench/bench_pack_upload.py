@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from harness.s3_fixtures import start_s3_server, stop_s3_server  # noqa: E402
 from tshell.pack_commands import push_directory  # noqa: E402

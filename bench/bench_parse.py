@@ -31,9 +31,8 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(BENCH))
 
-from stats import summarise  # noqa: E402
+from bench.stats import summarise  # noqa: E402
 
 PARSE_SCRIPT = r"""
 import json, sys, time

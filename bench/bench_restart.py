@@ -49,12 +49,9 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
-from stats import summarise  # noqa: E402
-from world import load_world  # noqa: E402
-
+from bench.stats import summarise  # noqa: E402
+from bench.world import load_world  # noqa: E402
 from tfjob.pipeline_ids import GRANTS_KEY, LAUNCH_TASK, VALIDATE_TASK, request_dag_id  # noqa: E402
 
 TRAIN_TIMEOUT_S = 600
@@ -202,9 +199,9 @@ def await_resumed(api: Any, namespace: str, pod: str, step: int | None) -> None:
 
 
 def measure_job(world: Any, case: Case, attempt: int, rng: random.Random) -> dict[str, Any]:
-    import driver
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
+    from bench import driver
     from operators import restart
     from operators.runinfo import read_run
     from operators.settings import KUBERNETES_CONN_ID

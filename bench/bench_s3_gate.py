@@ -30,21 +30,19 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from s3_checks import PresignChecker  # noqa: E402
-from s3_gate import CheckingMiddleware  # noqa: E402
-from s3_identities import (  # noqa: E402
+from bench.stats import summarise  # noqa: E402
+from scripts.s3_checks import PresignChecker  # noqa: E402
+from scripts.s3_gate import CheckingMiddleware  # noqa: E402
+from scripts.s3_identities import (  # noqa: E402
     POD_IDENTITIES_FILE,
     Keyring,
     ensure_admin_credentials,
     write_pod_identities,
 )
-from s3_persist import PersistingMiddleware  # noqa: E402
-from s3_store import locate_data_dir, open_store  # noqa: E402
-from s3_sync import BackendMirror, install_change_tracking  # noqa: E402
-from stats import summarise  # noqa: E402
+from scripts.s3_persist import PersistingMiddleware  # noqa: E402
+from scripts.s3_store import locate_data_dir, open_store  # noqa: E402
+from scripts.s3_sync import BackendMirror, install_change_tracking  # noqa: E402
 
 MIB = 1024 * 1024
 BUCKET = "bench"

@@ -39,12 +39,9 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
-from apicount import ApiCall, ApiCounter  # noqa: E402
-from stats import summarise  # noqa: E402
-
+from bench.apicount import ApiCall, ApiCounter  # noqa: E402
+from bench.stats import summarise  # noqa: E402
 from localkube.apiserver.requestcount import classify_request  # noqa: E402
 
 TENANT = "scale"

@@ -26,14 +26,11 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
-from airflow_runs import parse_time  # noqa: E402
-from apicount import ApiCounter, find_span, summarise_calls  # noqa: E402
-from stats import fit_line, summarise  # noqa: E402
-from world import load_world  # noqa: E402
-
+from bench.airflow_runs import parse_time  # noqa: E402
+from bench.apicount import ApiCounter, find_span, summarise_calls  # noqa: E402
+from bench.stats import fit_line, summarise  # noqa: E402
+from bench.world import load_world  # noqa: E402
 from tfjob.pipeline_ids import VALIDATE_TASK, request_dag_id  # noqa: E402
 
 TRAIN_TIMEOUT_S = 300
@@ -71,7 +68,7 @@ def build_request(world: Any, name: str, count: int) -> dict[str, Any]:
 def measure_job(
     world: Any, counter: ApiCounter, count: int, attempt: int, profiled: bool = False
 ) -> dict[str, Any]:
-    import driver
+    from bench import driver
 
     name = f"startup-n{count}-r{attempt}"
     path = world.write_request(build_request(world, name, count))

@@ -31,10 +31,8 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
 
-from airflow_runs import (  # noqa: E402
+from bench.airflow_runs import (  # noqa: E402
     SUBMIT_DAG_ID,
     await_run,
     parse_time,
@@ -42,9 +40,8 @@ from airflow_runs import (  # noqa: E402
     task_spans,
     trigger_run,
 )
-from stats import summarise  # noqa: E402
-from world import load_airflow, load_world  # noqa: E402
-
+from bench.stats import summarise  # noqa: E402
+from bench.world import load_airflow, load_world  # noqa: E402
 from runtime.protocol import MAIN_CONTAINER  # noqa: E402
 from tfjob import naming  # noqa: E402
 from tfjob.pipeline_ids import (  # noqa: E402

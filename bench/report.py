@@ -20,18 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from report_concurrency import section_concurrency
-from report_concurrent_scale import section_concurrent_scale
-from report_log_follow import section_log_follow
-from report_naive import section_naive
-from report_pack_upload import section_pack
-from report_parse import section_parse
-from report_restart import section_restart
-from report_s3_gate import section_s3_gate
-from report_scale import section_scale
-from report_startup import section_startup
-from report_wholerun import section_wholerun
-from stats import markdown_table, verdict
+from bench.report_concurrency import section_concurrency
+from bench.report_concurrent_scale import section_concurrent_scale
+from bench.report_log_follow import section_log_follow
+from bench.report_naive import section_naive
+from bench.report_pack_upload import section_pack
+from bench.report_parse import section_parse
+from bench.report_restart import section_restart
+from bench.report_s3_gate import section_s3_gate
+from bench.report_scale import section_scale
+from bench.report_startup import section_startup
+from bench.report_wholerun import section_wholerun
+from bench.stats import markdown_table, verdict
 
 # Each measurement's section starts with a line beginning with its heading.
 SECTION_HEADINGS = {

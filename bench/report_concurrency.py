@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_ratio, format_summary, markdown_table, ratio, verdict
+from bench.stats import format_ratio, format_summary, markdown_table, ratio, verdict
 
 # The last concurrency run on SQLite (bench/RESULTS.md of 2026-12-02 17:41 UTC, before the
 # metadata database moved to PostgreSQL): the baseline of the jobs-per-minute ratio.

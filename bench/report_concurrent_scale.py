@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, verdict
+from bench.stats import format_summary, markdown_table, verdict
 
 HEADING = "### 7b. Concurrent jobs through Airflow"
 TRIGGERER_LIMIT_MIB = 1024.0

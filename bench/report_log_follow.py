@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_ratio, format_summary, markdown_table, ratio, verdict
+from bench.stats import format_ratio, format_summary, markdown_table, ratio, verdict
 
 # Issue 27: a 32 MiB line must cost the triggerer's loop less than this (its longest stall).
 STALL_TARGET_MS = 100.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_ratio, format_summary, markdown_table, ratio
+from bench.stats import format_ratio, format_summary, markdown_table, ratio
 
 
 def section_naive(

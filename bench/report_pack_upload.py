@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import markdown_table
+from bench.stats import markdown_table
 
 
 def section_pack(data: Mapping[str, Any], note: str) -> list[str]:

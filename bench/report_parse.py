@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_ratio, format_summary, markdown_table, ratio, verdict
+from bench.stats import format_ratio, format_summary, markdown_table, ratio, verdict
 
 PROFILE_PARTS = {  # name: (a fragment of the file, the function)
     "build_all": ("", "(build_all)"),

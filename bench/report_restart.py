@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, ratio
+from bench.stats import format_summary, markdown_table, ratio
 
 HOW_WORDS = {
     "drain": "a worker deleted with its grace period (drain, eviction)",

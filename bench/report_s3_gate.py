@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, verdict
+from bench.stats import format_summary, markdown_table, verdict
 
 HEADING = "## 9. The local S3 gate's cost per request (issue 26)"
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, verdict
+from bench.stats import format_summary, markdown_table, verdict
 
 # Issue 18's targets at 1,024 replicas.
 TARGETS = {

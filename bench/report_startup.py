@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, ratio, verdict
+from bench.stats import format_summary, markdown_table, ratio, verdict
 
 # Requests a replica costs at the least: create, exec (ClusterSpec), log stream, delete.
 REQUESTS_PER_REPLICA_FLOOR = 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stats import format_summary, markdown_table, verdict
+from bench.stats import format_summary, markdown_table, verdict
 
 PHASE_TITLES = {
     "airflow_scheduling": "Airflow scheduling (trigger → first task, gaps between tasks)",

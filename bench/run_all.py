@@ -65,17 +65,16 @@ REPO = BENCH.parent
 OUT = BENCH / "out"
 QUICK_OUT = OUT / "quick"
 RESULTS = BENCH / "RESULTS.md"
-sys.path.insert(0, str(BENCH))
 
-from measurement_process import (  # noqa: E402
+from bench.measurement_process import (  # noqa: E402
     STEP_TIMEOUT_S,
     describe_machine,
     load_text,
     read_result,
     run_measurement,
 )
-from report import build_report, merge_report  # noqa: E402
-from world import (  # noqa: E402
+from bench.report import build_report, merge_report  # noqa: E402
+from bench.world import (  # noqa: E402
     airflow_parallelism,
     find_leftovers,
     load_world,

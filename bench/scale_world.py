@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
 
 import yaml  # noqa: E402
-from world import (  # noqa: E402
+
+from bench.world import (  # noqa: E402
     WORLD_FILE,
     load_airflow,
     load_world,
     start_world,
     start_world_airflow,
 )
-
 from harness import pipeline_fixtures  # noqa: E402
 from harness.localkube_fixtures import start_localkube  # noqa: E402
 from harness.s3_fixtures import BUCKETS  # noqa: E402

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from harness import postgres_fixtures  # noqa: E402
 from harness.localkube_fixtures import LocalkubeHandle, stop_localkube  # noqa: E402
@@ -159,7 +158,7 @@ def start_world_airflow(folder: Path) -> dict[str, Any]:
 
 def load_airflow(folder: Path) -> Any:
     """A REST client of the recorded Airflow (bench/airflow_runs.AirflowClient)."""
-    from airflow_runs import AirflowClient
+    from bench.airflow_runs import AirflowClient
 
     record = json.loads((Path(folder) / AIRFLOW_FILE).read_text())
     return AirflowClient(record["url"], record["username"], record["password"])

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
-import postgres_server  # noqa: E402
+from scripts import postgres_server  # noqa: E402
 
 _started: list[Path] = []
 

@@ -40,8 +40,7 @@ from tfjob.tenants.model import default_presign_conn_id
 
 REPO = REPO_ROOT
 SERVER_SCRIPT = REPO / "scripts" / "s3_server.py"
-sys.path.insert(0, str(REPO / "scripts"))  # scripts/ is not a package
-from s3_identities import ensure_admin_credentials, write_pod_identities  # noqa: E402
+from scripts.s3_identities import ensure_admin_credentials, write_pod_identities  # noqa: E402
 
 REGION = "us-east-1"
 BUCKETS = ("tfjob-test", "tfjob-other")

@@ -50,16 +50,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-import postgres_server  # noqa: E402
-from airflow_probes import (  # noqa: E402
+from scripts import postgres_server  # noqa: E402
+from scripts.airflow_probes import (  # noqa: E402
     fetch_health,
     fetch_token,
     is_healthy,
     list_dag_files,
     list_parsed_files,
 )
-from background_server import (  # noqa: E402
+from scripts.background_server import (  # noqa: E402
     PRIVATE_FILE_MODE,
     StartOutcome,
     await_port_free,
@@ -73,7 +72,7 @@ from background_server import (  # noqa: E402
     stop_processes,
     write_private,
 )
-from instance_processes import INSTANCE_MARKER, find_instance_pids  # noqa: E402
+from scripts.instance_processes import INSTANCE_MARKER, find_instance_pids  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = REPO_ROOT / ".state" / "airflow"

@@ -13,8 +13,8 @@ services.json, ready.json) are written through `open_private`/`write_private`:
 0600 from the first byte, then renamed into place, never world-readable even
 briefly.
 
-scripts/ is not a package: the launchers put this folder on sys.path to import
-this module, whether they run as scripts or are loaded by path in tests.
+The launchers import it as `scripts.background_server` (scripts/ is an installed
+package), whether they run as scripts or are imported by the tests' harness.
 """
 
 from __future__ import annotations

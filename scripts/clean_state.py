@@ -20,9 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-from s3_store import StoreError, locate_data_dir  # noqa: E402
-from s3_store_upkeep import find_store_holder, measure_store, remove_store  # noqa: E402
+from scripts.s3_store import StoreError, locate_data_dir  # noqa: E402
+from scripts.s3_store_upkeep import find_store_holder, measure_store, remove_store  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state"

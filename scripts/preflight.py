@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-from background_server import LOOPBACK, is_alive, is_port_free  # noqa: E402
+from scripts.background_server import LOOPBACK, is_alive, is_port_free  # noqa: E402
 
 TCP_LISTEN = "0A"
 S3_SERVICE = "S3 server"  # scripts/services.py's name of the S3 server's port
@@ -130,7 +128,7 @@ def read_json(path: Path) -> dict:
 
 def check_postgres_installed() -> list[str]:
     """Airflow's database server (scripts/postgres_server.py) and the user it runs as."""
-    import postgres_server
+    from scripts import postgres_server
 
     try:
         postgres_server.find_bin_dir()

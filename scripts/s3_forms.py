@@ -17,7 +17,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from s3_checks import POST_V2_FIELDS, SIGV2_REFUSED, Refused
+from scripts.s3_checks import POST_V2_FIELDS, SIGV2_REFUSED, Refused
 
 # How much of the body the decoder takes at a time: fewer, larger steps cost less.
 PARSE_BUFFER_BYTES = 1024 * 1024

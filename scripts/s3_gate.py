@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from s3_checks import (
+from scripts.s3_checks import (
     QUERY_V2_PARAMS,
     QUERY_V4_PARAMS,
     SIGV2_REFUSED,
@@ -32,10 +32,10 @@ from s3_checks import (
     WsgiApp,
     parse_query,
 )
-from s3_forms import read_upload_form
-from s3_header_auth import check_header_signature
-from s3_identities import Keyring
-from s3_reach import judge_pod_request
+from scripts.s3_forms import read_upload_form
+from scripts.s3_header_auth import check_header_signature
+from scripts.s3_identities import Keyring
+from scripts.s3_reach import judge_pod_request
 
 # The host's switch for tests: `POST /moto-api/tfjob/pod-outage?seconds=N` makes the
 # pod-facing listener answer 503 for N seconds, as an S3 that is down for the pods.

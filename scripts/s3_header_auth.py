@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from s3_checks import (
+from scripts.s3_checks import (
     ALGORITHM,
     CLOCK_SKEW_S,
     SIGV2_REFUSED,

@@ -24,10 +24,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from s3_checks import Refused, WsgiApp
-from s3_gate import answer_error
-from s3_store import StoreError
-from s3_sync import BackendMirror, collect_changes
+from scripts.s3_checks import Refused, WsgiApp
+from scripts.s3_gate import answer_error
+from scripts.s3_store import StoreError
+from scripts.s3_sync import BackendMirror, collect_changes
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -47,8 +47,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-from background_server import (  # noqa: E402
+from scripts.background_server import (  # noqa: E402
     StartOutcome,
     await_ready,
     is_alive,
@@ -57,17 +56,17 @@ from background_server import (  # noqa: E402
     stop_pid,
     write_private,
 )
-from s3_checks import PresignChecker  # noqa: E402
-from s3_gate import CheckingMiddleware, PodOutage  # noqa: E402
-from s3_identities import (  # noqa: E402
+from scripts.s3_checks import PresignChecker  # noqa: E402
+from scripts.s3_gate import CheckingMiddleware, PodOutage  # noqa: E402
+from scripts.s3_identities import (  # noqa: E402
     POD_IDENTITIES_FILE,
     IdentitiesError,
     Keyring,
     ensure_admin_credentials,
 )
-from s3_persist import PersistingMiddleware  # noqa: E402
-from s3_store import StoreError, locate_data_dir, open_store  # noqa: E402
-from s3_sync import BackendMirror, install_change_tracking  # noqa: E402
+from scripts.s3_persist import PersistingMiddleware  # noqa: E402
+from scripts.s3_store import StoreError, locate_data_dir, open_store  # noqa: E402
+from scripts.s3_sync import BackendMirror, install_change_tracking  # noqa: E402
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_POD_HOST = "127.0.0.2"  # any loopback address but the host's; see the docstring

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from s3_durable_files import (
+from scripts.s3_durable_files import (
     DIR_MODE,
     FILE_MODE,
     TMP_PREFIX,

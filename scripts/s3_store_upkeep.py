@@ -11,11 +11,9 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-from s3_store import (  # noqa: E402
+from scripts.s3_store import (  # noqa: E402
     BUCKET_FILE,
     BUCKETS_DIR,
     DATA_NAME,

@@ -41,7 +41,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from s3_store import CHUNK_BYTES, BucketRecord, DiskStore, ObjectRecord, StoreError, StoreSize
+from scripts.s3_store import (
+    CHUNK_BYTES,
+    BucketRecord,
+    DiskStore,
+    ObjectRecord,
+    StoreError,
+    StoreSize,
+)
 
 SAVE_ATTEMPTS = 5  # an object replaced while it is being copied is copied again
 

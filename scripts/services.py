@@ -50,11 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-import postgres_server  # noqa: E402
-import preflight  # noqa: E402
-from background_server import make_private_dir, write_private  # noqa: E402
-from s3_identities import (  # noqa: E402
+from scripts import (
+    postgres_server,  # noqa: E402
+    preflight,  # noqa: E402
+)
+from scripts.background_server import make_private_dir, write_private  # noqa: E402
+from scripts.s3_identities import (  # noqa: E402
     AdminCredentials,
     PodIdentity,
     ensure_admin_credentials,

@@ -32,6 +32,9 @@ ALLOWED_IMPORTS = {
     "plugins": {"runview", "operators", "tenancy", "tfjob", "runtime"},
     "tshell": {"tshell", "tenancy", "tfjob", "runtime"},
     "localkube": {"localkube"},
+    # The test harness (localkube, S3, Airflow worlds): tests and bench import it, the
+    # product never does.
+    "harness": {"harness", "tenancy", "tfjob", "runtime"},
 }
 FIRST_PARTY = set(ALLOWED_IMPORTS)
 ALLOWED_MODULES: dict[str, set[str]] = {}
@@ -151,6 +154,42 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# Scripts the kubelet runs as `python -I -S <file>` (isolated from the host's environment,
+# no site: the venv's editable install is not there), which find localkube by their path.
+SYS_PATH_EDITS_ALLOWED = {"localkube/kubelet/shim.py", "localkube/kubelet/enter.py", "tests/conftest.py"}
+SYS_PATH_FOLDERS = (*ALLOWED_IMPORTS, "scripts", "bench", "tests")
+
+
+def edits_sys_path(node: ast.AST) -> bool:
+    """`sys.path.insert(...)`, `.append`, `.extend`, `.remove`, or an assignment to it."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        target = node.func.value
+    elif isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(ast.unparse(t).startswith("sys.path") for t in targets)
+    else:
+        return False
+    return ast.unparse(target) == "sys.path" and node.func.attr in {
+        "insert",
+        "append",
+        "extend",
+        "remove",
+    }
+
+
+def test_nothing_edits_sys_path_but_the_tests_conftest():
+    """Every package is installed (editable), scripts/ and bench/ included, so imports name
+    packages; a child program's source held in a string is not read."""
+    edits = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in iter_modules(SYS_PATH_FOLDERS)
+        if str(path.relative_to(REPO)) not in SYS_PATH_EDITS_ALLOWED
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        if edits_sys_path(node)
+    ]
+    assert not edits, "import by package name instead of editing sys.path: " + ", ".join(edits)
 
 
 def test_no_import_circle_among_the_product_modules():

@@ -65,7 +65,9 @@ def processes_mentioning(text: str) -> list[str]:
 
 def list_session(session_id: int) -> list[int]:
     """Live (not zombie) processes of a session."""
-    from instance_processes import read_session_id  # scripts/, on sys.path by airflow_fixtures
+    from scripts.instance_processes import (
+        read_session_id,  # scripts/, on sys.path by airflow_fixtures
+    )
 
     return [
         pid
@@ -187,7 +189,9 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     ports = ["--s3-port", "0", "--kube-port", "0"]
     # Airflow comes back on its port after the crash below: a port of the ephemeral range
     # could meanwhile be any connection's source port (scripts/background_server.py).
-    from background_server import pick_port_below_ephemeral_range  # scripts/ (airflow_fixtures)
+    from scripts.background_server import (
+        pick_port_below_ephemeral_range,  # scripts/ (airflow_fixtures)
+    )
 
     ports += ["--airflow-port", str(pick_port_below_ephemeral_range())]
     try:

@@ -1,13 +1,8 @@
 """bench/airflow_runs.py reads every page of a REST listing: Airflow cuts `limit` to 100."""
 
-import sys
 from urllib.parse import parse_qs, urlsplit
 
-from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-import airflow_runs  # noqa: E402
+from bench import airflow_runs  # noqa: E402
 
 
 class PagedAirflow:

@@ -22,10 +22,11 @@ from harness.repo_root import REPO_ROOT
 BENCH = REPO_ROOT / "bench"
 # Long enough that `train` defers before the chief ends (its trigger's connections are seen).
 RUN_SECONDS = 30
-sys.path.insert(0, str(BENCH))
 
-import procprobe  # noqa: E402
-import report_concurrent_scale  # noqa: E402
+from bench import (  # noqa: E402
+    procprobe,  # noqa: E402
+    report_concurrent_scale,  # noqa: E402
+)
 
 
 def test_the_probe_counts_this_process_s_connections_to_a_port() -> None:

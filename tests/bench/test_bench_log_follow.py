@@ -8,15 +8,12 @@ git), not its figures.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-import bench_log_follow  # noqa: E402
-import report  # noqa: E402
-from report_log_follow import section_log_follow  # noqa: E402
+from bench import (
+    bench_log_follow,  # noqa: E402
+    report,  # noqa: E402
+)
+from bench.report_log_follow import section_log_follow  # noqa: E402
 
 
 def figures(median: float) -> dict:

@@ -6,15 +6,11 @@ The small run here checks the measurement still works, not its figures.
 
 from __future__ import annotations
 
-import sys
-
-from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-import bench_s3_gate  # noqa: E402
-import report  # noqa: E402
-from report_s3_gate import section_s3_gate  # noqa: E402
+from bench import (
+    bench_s3_gate,  # noqa: E402
+    report,  # noqa: E402
+)
+from bench.report_s3_gate import section_s3_gate  # noqa: E402
 
 
 def figures(median: float) -> dict:

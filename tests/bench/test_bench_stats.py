@@ -6,19 +6,19 @@ Not a timed test: nothing here starts a service or measures a clock.
 from __future__ import annotations
 
 import importlib
-import sys
 
 import pytest
 
 from harness.repo_root import REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
-sys.path.insert(0, str(BENCH))
 
-import apicount  # noqa: E402
-import report  # noqa: E402
-import report_parse  # noqa: E402
-import stats  # noqa: E402
+from bench import (  # noqa: E402
+    apicount,  # noqa: E402
+    report,  # noqa: E402
+    report_parse,  # noqa: E402
+    stats,  # noqa: E402
+)
 
 MODULES = [
     "apicount",
@@ -46,7 +46,7 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_benchmark_module_imports(name):
-    module = importlib.import_module(name)
+    module = importlib.import_module(f"bench.{name}")
     assert module.__doc__, f"bench/{name}.py needs a module docstring saying why it exists"
 
 
@@ -98,7 +98,7 @@ def test_api_calls_are_classified_by_verb_and_kind():
 
 
 def test_replica_shapes_add_up_and_tiny_jobs_are_refused():
-    import bench_startup
+    from bench import bench_startup
 
     for count in (2, 8, 32):
         replicas, policy, deciding = bench_startup.replica_shape(count)
@@ -126,7 +126,7 @@ def job(count, delivered, requests):
 
 
 def test_startup_summary_groups_by_replicas_and_fits_requests():
-    import bench_startup
+    from bench import bench_startup
 
     summary = bench_startup.summarise_startup(
         [job(2, 0.1, 26), job(2, 0.3, 26), job(8, 0.2, 44), job(32, 0.9, 116)]
@@ -138,7 +138,7 @@ def test_startup_summary_groups_by_replicas_and_fits_requests():
 
 
 def test_whole_run_phases_add_up_to_the_total():
-    import bench_wholerun
+    from bench import bench_wholerun
 
     spans = {
         task: {"queued": None, "start": start, "end": end}
@@ -167,7 +167,7 @@ def test_whole_run_phases_add_up_to_the_total():
 
 
 def test_timestamps_of_airflow_and_cri_logs_parse_to_the_same_clock():
-    from airflow_runs import parse_time
+    from bench.airflow_runs import parse_time
 
     assert parse_time("2026-12-02T13:30:23.579169Z") == pytest.approx(
         parse_time("2026-12-02T13:30:23.579169123Z")
@@ -179,7 +179,7 @@ def test_timestamps_of_airflow_and_cri_logs_parse_to_the_same_clock():
 
 
 def test_concurrency_counts_how_long_train_tasks_hold_slots():
-    import bench_concurrency
+    from bench import bench_concurrency
 
     samples = [
         {"t": 0, "running": ["validate"] * 4, "deferred": []},
@@ -220,7 +220,7 @@ def test_parse_profile_lines_give_the_shares_of_yaml_and_dag_building():
 
 
 def test_report_names_targets_met_and_missing_measurements():
-    import bench_startup
+    from bench import bench_startup
 
     startup = {
         "summary": bench_startup.summarise_startup([job(2, 0.1, 26), job(32, 2.0, 116)]),
@@ -251,7 +251,7 @@ def test_report_names_targets_met_and_missing_measurements():
 
 
 def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
-    import bench_parse
+    from bench import bench_parse
 
     text = "\n".join(
         [
@@ -268,7 +268,7 @@ def test_importtime_lines_give_cumulative_seconds_of_the_first_import():
 
 
 def test_whole_runs_get_what_is_left_of_the_budget_after_concurrency():
-    import run_all
+    from bench import run_all
 
     assert run_all.plan_wholerun_budget(300) == pytest.approx(480)  # capped by the step timeout
     assert run_all.plan_wholerun_budget(1300) == pytest.approx(
@@ -279,7 +279,7 @@ def test_whole_runs_get_what_is_left_of_the_budget_after_concurrency():
 
 
 def test_concurrency_reads_structured_and_plain_task_logs():
-    import bench_concurrency
+    from bench import bench_concurrency
 
     structured = {
         "content": [
@@ -294,7 +294,7 @@ def test_concurrency_reads_structured_and_plain_task_logs():
 
 
 def test_the_restart_section_tables_each_case_and_says_how_latency_and_loss_behave():
-    import bench_restart
+    from bench import bench_restart
 
     def restart_job(case: str, latency: float, at: int, restored: int | None) -> dict:
         how, replicas, interval = case.split(":")
@@ -337,7 +337,7 @@ def test_the_restart_section_tables_each_case_and_says_how_latency_and_loss_beha
 
 
 def test_a_restart_case_names_what_is_wrong_with_it():
-    import bench_restart
+    from bench import bench_restart
 
     assert bench_restart.Case.parse("kill:16:60") == bench_restart.Case("kill", 16, 60)
     for bad in ("kill:16", "evict:4:10", "drain:2:10", "drain:4:x"):
@@ -364,7 +364,7 @@ def scale_job(replicas: int, running_s: float, gone_s: float) -> dict:
 
 
 def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targets():
-    import report_scale
+    from bench import report_scale
 
     jobs = [scale_job(128, 2.0, 1.0), scale_job(1024, 40.0, 8.0)]
     keys = (
@@ -415,7 +415,7 @@ def test_scale_section_says_what_grows_faster_than_linearly_and_checks_the_targe
 
 
 def test_scale_section_shows_what_one_delivery_exec_costs_when_measured():
-    import report_scale
+    from bench import report_scale
 
     jobs = [scale_job(128, 2.0, 1.0), scale_job(1024, 20.0, 8.0)]
     figures = {128: (4.6 * 1024, 1.9, 1.4), 1024: (18.0 * 1024, 2.6, 1.7)}

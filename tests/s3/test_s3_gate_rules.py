@@ -14,7 +14,6 @@ import io
 import json
 import secrets
 import stat
-import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,11 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))  # scripts/ is not a package
-import s3_identities  # noqa: E402
-from s3_checks import PresignChecker, Refused, parse_amz_date  # noqa: E402
-from s3_forms import read_upload_form  # noqa: E402
-from s3_header_auth import check_header_signature  # noqa: E402
-from s3_reach import judge_pod_request  # noqa: E402
+from scripts import s3_identities  # noqa: E402
+from scripts.s3_checks import PresignChecker, Refused, parse_amz_date  # noqa: E402
+from scripts.s3_forms import read_upload_form  # noqa: E402
+from scripts.s3_header_auth import check_header_signature  # noqa: E402
+from scripts.s3_reach import judge_pod_request  # noqa: E402
 
 KEY = "tfjob-admin-" + secrets.token_hex(4)
 SECRET = secrets.token_urlsafe(30)

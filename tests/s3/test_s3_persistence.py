@@ -30,11 +30,12 @@ from operators.s3access import presign_upload
 from runtime import transfer
 
 REPO = REPO_ROOT
-sys.path.insert(0, str(REPO / "scripts"))
-import s3_persist  # noqa: E402
-import s3_store  # noqa: E402
-import s3_store_upkeep  # noqa: E402
-import s3_sync  # noqa: E402
+from scripts import (  # noqa: E402
+    s3_persist,  # noqa: E402
+    s3_store,  # noqa: E402
+    s3_store_upkeep,  # noqa: E402
+    s3_sync,  # noqa: E402
+)
 
 SERVER = REPO / "scripts" / "s3_server.py"
 CLEAN = REPO / "scripts" / "clean_state.py"

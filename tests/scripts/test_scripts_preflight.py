@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 
 from harness.repo_root import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-
-import demo  # noqa: E402
-import preflight  # noqa: E402
-import services  # noqa: E402
+from scripts import (
+    demo,  # noqa: E402
+    preflight,  # noqa: E402
+    services,  # noqa: E402
+)
 
 
 @pytest.fixture
@@ -141,7 +140,7 @@ def test_the_port_of_this_state_dirs_crashed_airflow_is_left_to_its_restart(
 def test_await_port_free_returns_once_the_holder_lets_go_and_not_before(held_port: int) -> None:
     import threading
 
-    import background_server
+    from scripts import background_server
 
     assert background_server.await_port_free(held_port, timeout=0.3) is False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -19,9 +19,8 @@ from typing import Any
 from fastapi import HTTPException
 
 from runview.db import find_tenant_run
+from runview.run import ACTIVE_RUN_STATES
 from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
-
-ACTIVE_RUN_STATES = {"queued", "running"}
 
 
 def cancel_run(session: Any, dag_bag: Any, dag_id: str, run_id: str) -> dict[str, Any]:

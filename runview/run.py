@@ -22,9 +22,9 @@ from tfjob.pipeline_ids import (
     FETCH_BUNDLE_TASK,
     LAUNCH_FAILURE_KEY,
     LAUNCH_TASK,
+    PIPELINE_TASKS,
     PUBLISH_TASK,
     RESTARTED_CLUSTER_KEY,
-    TEARDOWN_TASK,
     TRAIN_TASK,
     VALIDATE_TASK,
 )
@@ -32,22 +32,11 @@ from tfjob.records.replicas import ReplicaStatus
 from tfjob.records.run import PartialRunDescription
 from tfjob.request.model import DEFAULT_GPU, Role
 
-PIPELINE = (
-    VALIDATE_TASK,
-    FETCH_BUNDLE_TASK,
-    LAUNCH_TASK,
-    CLUSTERSPEC_TASK,
-    TRAIN_TASK,
-    ARCHIVE_TASK,
-    TEARDOWN_TASK,
-    PUBLISH_TASK,
-)
 RETURN_VALUE = "return_value"
 
 XComValues = Mapping[tuple[str, str], Any]
-
-
-ACTIVE_RUN_STATES = ("queued", "running")
+# A DAG run that may still change: the tab polls it, Cancel may stop it.
+ACTIVE_RUN_STATES = frozenset({"queued", "running"})
 
 
 @dataclass(frozen=True)
@@ -116,7 +105,7 @@ def summarize_run(
                 "end": tasks[task].end,
                 "try_number": tasks[task].try_number,
             }
-            for task in PIPELINE
+            for task in PIPELINE_TASKS
             if task in tasks
         ],
         "bundle": xcoms.get((FETCH_BUNDLE_TASK, RETURN_VALUE)),

@@ -4,7 +4,6 @@ The page that draws it is checked in a real browser (tests/test_run_view_browser
 """
 
 from runview.run import (
-    PIPELINE,
     RunTimes,
     TaskTimes,
     count_gang_restarts,
@@ -13,6 +12,7 @@ from runview.run import (
     order_replicas,
     summarize_run,
 )
+from tfjob.pipeline_ids import PIPELINE_TASKS
 
 DESCRIBED = {
     "request": {
@@ -72,7 +72,7 @@ def times(states):
 
 
 def test_the_view_gathers_the_job_cluster_spec_replicas_and_outputs_in_pipeline_order():
-    states = {task: "success" for task in reversed(PIPELINE)} | {"publish": "upstream_failed"}
+    states = {task: "success" for task in reversed(PIPELINE_TASKS)} | {"publish": "upstream_failed"}
     summary = summarize_run(
         "tfjob__digits",
         "manual__1",
@@ -82,7 +82,7 @@ def test_the_view_gathers_the_job_cluster_spec_replicas_and_outputs_in_pipeline_
     )
     assert summary["job"]["namespace"] == "tfjob-team-a"
     assert summary["job"]["run_key"] == "digits-1234abcd"
-    assert [t["task_id"] for t in summary["tasks"]] == list(PIPELINE)
+    assert [t["task_id"] for t in summary["tasks"]] == list(PIPELINE_TASKS)
     assert summary["tasks"][-1] == {
         "task_id": "publish",
         "state": "upstream_failed",

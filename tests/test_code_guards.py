@@ -158,7 +158,11 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # Scripts the kubelet runs as `python -I -S <file>` (isolated from the host's environment,
 # no site: the venv's editable install is not there), which find localkube by their path.
-SYS_PATH_EDITS_ALLOWED = {"localkube/kubelet/shim.py", "localkube/kubelet/enter.py", "tests/conftest.py"}
+SYS_PATH_EDITS_ALLOWED = {
+    "localkube/kubelet/shim.py",
+    "localkube/kubelet/enter.py",
+    "tests/conftest.py",
+}
 SYS_PATH_FOLDERS = (*ALLOWED_IMPORTS, "scripts", "bench", "tests")
 
 

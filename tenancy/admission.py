@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from decimal import Decimal
-from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -38,7 +37,7 @@ class TenantNotAppliedError(TenancyError, RuntimeError):
 
 def read_tenant_quota(
     core: k8s.CoreV1Api, tenant: Tenant
-) -> tuple[dict[str, Any], dict[str, Decimal]]:
+) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
     """(hard, used) of the tenant's namespace as the preflight needs them.
 
     hard: the tightest of the namespace's ResourceQuotas, or the tenants file's
@@ -59,7 +58,7 @@ def read_tenant_quota(
         if exc.status != 403:
             raise
     quotas = core.list_namespaced_resource_quota(namespace).items
-    hard: dict[str, Any] = {}
+    hard: dict[str, Decimal] = {}
     used = {name: Decimal(0) for name in ("cpu", "memory", "nvidia.com/gpu", "pods")}
     for quota in quotas:
         for name, value in read_quota_amounts((quota.spec and quota.spec.hard) or {}).items():

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
 
 import kubernetes
 from kubernetes import client as k8s
@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tenancy.pools import PoolClient, PoolSpec, RestPoolClient
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.quantity import is_quantity, parse_quantity
 from tfjob.tenants import (
     Tenant,
@@ -39,6 +40,9 @@ from tfjob.tenants import (
     build_tenant_manifests,
     load_tenants,
 )
+
+if TYPE_CHECKING:
+    from tfjob.manifests import RunIdentity
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +99,18 @@ class Clients:
 
 
 def _call(
-    clients: Clients, kind: str, verb: str, manifest: Mapping[str, Any], *args: Any, **kwargs: Any
-) -> Any:
+    clients: Clients,
+    kind: str,
+    verb: str,
+    manifest: Mapping[str, object],
+    *args: object,
+    **kwargs: object,
+) -> object:
     info = _KINDS[kind]
     method = getattr(getattr(clients, info.api), f"{verb}_{info.suffix}")
     name = manifest["metadata"]["name"]
     namespace = manifest["metadata"].get("namespace")
-    positional: list[Any] = []
+    positional: list[object] = []
     if verb != "create":
         positional.append(name)
     if info.namespaced:
@@ -109,7 +118,7 @@ def _call(
     return method(*positional, *args, **kwargs)
 
 
-def _normalise(value: Any) -> Any:
+def _normalise(value: object) -> object:
     """Values as the API server may rewrite them: quantities by value ("1000m" == "1")."""
     if isinstance(value, Mapping):
         return {key: _normalise(item) for key, item in value.items()}
@@ -122,18 +131,18 @@ def _normalise(value: Any) -> Any:
     return value
 
 
-def _owned_fields(manifest: Mapping[str, Any]) -> list[str]:
+def _owned_fields(manifest: Mapping[str, object]) -> list[str]:
     return [key for key in manifest if key not in ("apiVersion", "kind", "metadata", "status")]
 
 
-def diff_manifest(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+def diff_manifest(desired: Mapping[str, object], live: Mapping[str, object]) -> JsonObject:
     """A JSON merge patch turning `live` into `desired` for the fields we own; {} if none.
 
     We own: the labels and annotations we set (others' are kept), and every other
     top-level field of the manifest (spec, automountServiceAccountToken) as a whole.
     """
-    patch: dict[str, Any] = {}
-    meta_patch: dict[str, Any] = {}
+    patch: JsonObject = {}
+    meta_patch: JsonObject = {}
     for key in ("labels", "annotations"):
         wanted = (desired.get("metadata") or {}).get(key) or {}
         have = (live.get("metadata") or {}).get(key) or {}
@@ -148,7 +157,7 @@ def diff_manifest(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[s
     return patch
 
 
-def _merge_replacement(wanted: Any, have: Any) -> Any:
+def _merge_replacement(wanted: object, have: object) -> object:
     """`wanted`, with None for map keys only `have` has (a merge patch then drops them)."""
     if not isinstance(wanted, Mapping) or not isinstance(have, Mapping):
         return wanted
@@ -169,7 +178,7 @@ def _is_unserved(exc: ApiException) -> bool:
     return exc.status == 404 and not details.get("name")
 
 
-def apply_manifest(clients: Clients, manifest: Mapping[str, Any]) -> ApplyResult:
+def apply_manifest(clients: Clients, manifest: Mapping[str, object]) -> ApplyResult:
     """Create `manifest`, or patch what differs, or leave it; say which."""
     kind = manifest["kind"]
     name = manifest["metadata"]["name"]
@@ -202,7 +211,7 @@ def apply_manifest(clients: Clients, manifest: Mapping[str, Any]) -> ApplyResult
     )
 
 
-def _flatten_keys(patch: Mapping[str, Any], prefix: str = "") -> list[str]:
+def _flatten_keys(patch: Mapping[str, object], prefix: str = "") -> list[str]:
     keys = []
     for key, value in patch.items():
         path = f"{prefix}{key}"
@@ -275,7 +284,7 @@ def apply_pools(pools: PoolClient, config: TenantsConfig) -> list[ApplyResult]:
 
 
 def create_run_network_policy(
-    api_client: k8s.ApiClient, run: Any, tenant: str, config: TenantsConfig | None = None
+    api_client: k8s.ApiClient, run: RunIdentity, tenant: str, config: TenantsConfig | None = None
 ) -> str | None:
     """Create the run's NetworkPolicy (its pods talk only to each other), owned by the run's
     ConfigMap so that deleting the run's objects deletes it too.

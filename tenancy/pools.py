@@ -30,10 +30,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from runtime.backoff import BackoffPolicy, call_with_backoff
 from tenancy.errors import TenancyError
+from tfjob.jsontypes import JsonObject
 
 POOLS_PATH = "/api/v2/pools"
 # The wait for each answer; longer is a hung server or a lost connection: asked again.
@@ -82,14 +83,14 @@ class RestPoolClient:
         self.token = token
         self.timeout = timeout
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
+    def _request(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject | None:
         return call_with_backoff(
             lambda: self._request_once(method, path, body),
             POOL_BACKOFF.with_changes(attempts=POOL_REQUEST_ATTEMPTS),
             on=PoolUnavailableError,
         )
 
-    def _request_once(self, method: str, path: str, body: Any) -> Any:
+    def _request_once(self, method: str, path: str, body: JsonObject | None) -> JsonObject | None:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.base_url + path,

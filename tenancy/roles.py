@@ -29,9 +29,14 @@ import secrets
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tfjob.tenants import TenantsConfig, load_tenants, tenant_user_name
+
+if TYPE_CHECKING:
+    from airflow.providers.fab.auth_manager.security_manager.override import (
+        FabAirflowSecurityManagerOverride,
+    )
 
 ADMIN_USER = "admin"
 ADMIN_ROLE = "Admin"
@@ -83,7 +88,11 @@ def list_tenant_roles(config: TenantsConfig) -> list[str]:
     return list(seen)
 
 
-def sync_tenant_role(security_manager: Any, name: str, wanted: Iterable[tuple[str, str]]) -> None:
+def sync_tenant_role(
+    security_manager: FabAirflowSecurityManagerOverride,
+    name: str,
+    wanted: Iterable[tuple[str, str]],
+) -> None:
     """Create role `name` if absent; give it exactly `wanted` besides its per-DAG rights."""
     from airflow.providers.fab.www.security import permissions
 
@@ -99,7 +108,12 @@ def sync_tenant_role(security_manager: Any, name: str, wanted: Iterable[tuple[st
         security_manager.add_permission_to_role(role, permission)
 
 
-def ensure_user(security_manager: Any, username: str, role_name: str, password: str) -> None:
+def ensure_user(
+    security_manager: FabAirflowSecurityManagerOverride,
+    username: str,
+    role_name: str,
+    password: str,
+) -> None:
     """User `username` with exactly role `role_name` and this password."""
     from werkzeug.security import generate_password_hash
 

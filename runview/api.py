@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import (
     DagAccessEntity,
@@ -38,7 +38,13 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
 
 from operators.kubeobjects import list_run_pods
 from operators.logreads import read_newest_lines
@@ -73,8 +79,15 @@ from runview.logs import (
 )
 from runview.run import order_replicas
 from runview.tenants import add_tenant_routes
+from tfjob.jsontypes import JsonObject
 from tfjob.request.model import Role
 from tfjob.runlayout import replica_log_path
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from airflow.models.dagbag import DBDagBag
+    from kubernetes import client as k8s
+    from sqlalchemy.orm import Session
 
 CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
 CAN_EDIT_RUN = [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
@@ -96,14 +109,14 @@ read_run_storage = run_view_db.read_run_storage
 
 
 @functools.cache
-def connect_kubernetes() -> Any:
+def connect_kubernetes() -> k8s.CoreV1Api:
     """One client for the API server's life, from the pipeline's Kubernetes connection."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     return KubernetesHook(conn_id=KUBERNETES_CONN_ID).core_v1_client
 
 
-def read_kubernetes_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+def read_kubernetes_pods(namespace: str, selector: str) -> list[JsonObject]:
     return list_run_pods(connect_kubernetes(), namespace, selector)
 
 
@@ -114,7 +127,7 @@ def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
     )
 
 
-def is_allowed(user: Any, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
+def is_allowed(user: BaseUser, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
 
     return get_auth_manager().is_authorized_dag(
@@ -128,7 +141,7 @@ class RunView:
     def __init__(self, live: LiveReads) -> None:
         self.live = live
 
-    def live_pods(self, summary: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def live_pods(self, summary: JsonObject) -> list[JsonObject] | None:
         """The run's pods while it is active (None when it is not, or Kubernetes failed)."""
         job = summary["job"]
         if not summary["active"] or not job.get("namespace") or not job.get("run_key"):
@@ -139,14 +152,14 @@ class RunView:
             summary["live_error"] = f"Kubernetes could not be read: {type(error).__name__}"
             return None
 
-    def answer_run(self, summary: dict[str, Any]) -> dict[str, Any]:
+    def answer_run(self, summary: JsonObject) -> JsonObject:
         pods = self.live_pods(summary)
         if pods:
             summary["replicas"] = order_replicas(describe_live_replicas(pods))
             summary["replicas_from"] = "kubernetes"
         return summary
 
-    def read_log_text(self, session: Any, summary: dict[str, Any], replica: str) -> tuple[str, str]:
+    def read_log_text(self, session: Session, summary: JsonObject, replica: str) -> tuple[str, str]:
         """(source, text) of a replica's log: its live pod's tail, else its archived log."""
         pods = self.live_pods(summary)
         for status in map(read_replica_status, pods or []):
@@ -161,13 +174,13 @@ class RunView:
             return "none", ""
         return "archive", text
 
-    def answer_curves(self, session: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    def answer_curves(self, session: Session, summary: JsonObject) -> JsonObject:
         """The run's curves, computed once per run for every tab (runview/live.py)."""
         pods = self.live_pods(summary)
         if pods:
             namespace = summary["job"]["namespace"]
 
-            def read_live() -> dict[str, Any]:
+            def read_live() -> JsonObject:
                 logs = {
                     status.replica_id: self.live.read_log_tail(namespace, status.pod)
                     for status in map(read_replica_status, pods)
@@ -180,7 +193,7 @@ class RunView:
         if not replicas:
             return {"source": "none", "curves": {}}
 
-        def read_archived() -> dict[str, Any]:
+        def read_archived() -> JsonObject:
             storage = read_run_storage(session, summary["dag_id"], summary["run_id"])
             s3 = connect_run_storage(storage)
             logs = {}
@@ -198,7 +211,7 @@ class RunView:
 
 
 @functools.cache
-def dag_bag() -> Any:
+def dag_bag() -> DBDagBag:
     """The serialized DAGs, as Airflow's own routes read them (cached, one per process)."""
     from airflow.api_fastapi.common.dagbag import create_dag_bag
 
@@ -215,7 +228,7 @@ def render_refusal_page(status: int, detail: str, css: str = "../../../static/ru
     )
 
 
-async def answer_http_error(request: Request, error: Exception) -> Any:
+async def answer_http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
         css = (
@@ -254,6 +267,8 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
             )
         return FileResponse(path, headers={"Cache-Control": "max-age=300"})
 
+    # The routes' annotations stay as they are: FastAPI reads them at runtime (parameters
+    # become query, path or body; a return type becomes the response model).
     @app.get("/runs/{dag_id}/{run_id}", dependencies=CAN_READ_XCOM)
     def get_run(dag_id: str, run_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
         summary = view.answer_run(read_run_summary(session, dag_id, run_id))

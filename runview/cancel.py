@@ -14,16 +14,21 @@ is refused (runview/db.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
 from runview.db import find_tenant_run
 from runview.run import ACTIVE_RUN_STATES
 from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
+from tfjob.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from airflow.models.dagbag import DBDagBag
+    from sqlalchemy.orm import Session
 
 
-def cancel_run(session: Any, dag_bag: Any, dag_id: str, run_id: str) -> dict[str, Any]:
+def cancel_run(session: Session, dag_bag: DBDagBag, dag_id: str, run_id: str) -> JsonObject:
     """Fail the run's active tasks but its cleanup; {"failed": [task ids], "spared": [...]}."""
     from airflow.api.common.mark_tasks import set_dag_run_state_to_failed
     from airflow.models.taskinstance import TaskInstance

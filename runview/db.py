@@ -15,15 +15,21 @@ tenant's prefixes and connection, and is answered 403, never served.
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 from sqlalchemy import select
 
 from runview.files import RunStorage, locate_run_storage
 from runview.run import RETURN_VALUE, RunTimes, TaskTimes, summarize_run
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import VALIDATE_TASK, tenant_of_submit_dag, tenant_of_tags
 from tfjob.records.run import PartialRunDescription
+
+if TYPE_CHECKING:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy.orm import Session
 
 MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns
 
@@ -38,7 +44,7 @@ def check_run_ids(dag_id: str, run_id: str) -> None:
             )
 
 
-def find_dag_run(session: Any, dag_id: str, run_id: str) -> Any:
+def find_dag_run(session: Session, dag_id: str, run_id: str) -> DagRun:
     """The DAG run; 404 naming both ids when there is none."""
     from airflow.models.dagrun import DagRun
 
@@ -49,7 +55,7 @@ def find_dag_run(session: Any, dag_id: str, run_id: str) -> Any:
     return dag_run
 
 
-def read_dag_tenant(session: Any, dag_id: str) -> str | None:
+def read_dag_tenant(session: Session, dag_id: str) -> str | None:
     """The tenant the DAG belongs to now: its `tenant:` tag (and its id, for a submit DAG)."""
     from airflow.models.dag import DagTag
 
@@ -58,7 +64,9 @@ def read_dag_tenant(session: Any, dag_id: str) -> str | None:
     return None if by_id is not None and by_id != tenant else tenant
 
 
-def read_run_description(session: Any, dag_id: str, run_id: str) -> PartialRunDescription | None:
+def read_run_description(
+    session: Session, dag_id: str, run_id: str
+) -> PartialRunDescription | None:
     """The run description validate pushed (operators/runinfo.py), None when there is none."""
     from airflow.models.xcom import XComModel
 
@@ -97,8 +105,8 @@ def check_run_tenant(
 
 
 def find_tenant_run(
-    session: Any, dag_id: str, run_id: str
-) -> tuple[Any, PartialRunDescription | None]:
+    session: Session, dag_id: str, run_id: str
+) -> tuple[DagRun, PartialRunDescription | None]:
     """(the DAG run, its description or None), held to the DAG's tenant; 404 or 403."""
     dag_run = find_dag_run(session, dag_id, run_id)
     described = read_run_description(session, dag_id, run_id)
@@ -106,11 +114,11 @@ def find_tenant_run(
     return dag_run, described
 
 
-def _iso(value: Any) -> str | None:
+def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def read_run_summary(session: Any, dag_id: str, run_id: str) -> dict[str, Any]:
+def read_run_summary(session: Session, dag_id: str, run_id: str) -> JsonObject:
     """The job view of one run from Airflow's database; 404 when there is none."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
@@ -155,7 +163,7 @@ def read_run_summary(session: Any, dag_id: str, run_id: str) -> dict[str, Any]:
     return summary
 
 
-def read_run_storage(session: Any, dag_id: str, run_id: str) -> RunStorage:
+def read_run_storage(session: Session, dag_id: str, run_id: str) -> RunStorage:
     """Where the run's files are, from the description its validate task pushed; else 404."""
     _dag_run, described = find_tenant_run(session, dag_id, run_id)
     if described is None:

@@ -30,11 +30,16 @@ import logging
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runview.errors import RunViewError
+from tfjob.jsontypes import JsonObject
 from tfjob.records.run import PartialRunDescription
 from tfjob.runlayout import RunLayout, name_run_folder
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from botocore.response import StreamingBody
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +94,7 @@ class RunFile:
     size: int
     last_modified: str  # ISO 8601
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"path": self.path, "size": self.size, "last_modified": self.last_modified}
 
 
@@ -101,8 +106,8 @@ class RunFileListing:
     truncated: bool
     limit: int
 
-    def as_json(self) -> dict[str, Any]:
-        answer: dict[str, Any] = {
+    def as_json(self) -> JsonObject:
+        answer: JsonObject = {
             "run_prefix": self.storage.uri,
             "under": self.under,
             "files": [f.as_json() for f in self.files],
@@ -123,7 +128,7 @@ class RunFileStream:
 
     path: str
     size: int
-    body: Any  # botocore StreamingBody
+    body: StreamingBody
 
     @property
     def filename(self) -> str:
@@ -210,7 +215,7 @@ def locate_run_storage(described: PartialRunDescription, dag_id: str, run_id: st
     return RunStorage(layout=layout, aws_conn_id=conn_id)
 
 
-def connect_run_storage(storage: RunStorage) -> Any:
+def connect_run_storage(storage: RunStorage) -> BaseClient:
     """A boto3 S3 client with the tenant's Airflow connection (the amazon provider's S3Hook)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
@@ -221,12 +226,12 @@ def connect_run_storage(storage: RunStorage) -> Any:
 
 
 def list_run_files(
-    s3: Any, storage: RunStorage, under: str = "", limit: int = LIST_LIMIT
+    s3: BaseClient, storage: RunStorage, under: str = "", limit: int = LIST_LIMIT
 ) -> RunFileListing:
     """The run's files under `under` (a directory of the run, "" for all), at most `limit`."""
     under = check_run_file_path(under, directory=True)
     files: list[RunFile] = []
-    params: dict[str, Any] = {"Bucket": storage.bucket, "Prefix": storage.layout.file(under).key}
+    params: JsonObject = {"Bucket": storage.bucket, "Prefix": storage.layout.file(under).key}
     truncated = False
     try:
         while True:
@@ -251,7 +256,7 @@ def list_run_files(
     return RunFileListing(storage, under, tuple(files), truncated, limit)
 
 
-def open_run_file(s3: Any, storage: RunStorage, path: str) -> RunFileStream:
+def open_run_file(s3: BaseClient, storage: RunStorage, path: str) -> RunFileStream:
     """The object `path` of the run, opened for streaming; RunFileNotFoundError when absent."""
     path = check_run_file_path(path)
     try:
@@ -261,7 +266,7 @@ def open_run_file(s3: Any, storage: RunStorage, path: str) -> RunFileStream:
     return RunFileStream(path=path, size=int(answer["ContentLength"]), body=answer["Body"])
 
 
-def read_run_file_tail(s3: Any, storage: RunStorage, path: str, max_bytes: int) -> str:
+def read_run_file_tail(s3: BaseClient, storage: RunStorage, path: str, max_bytes: int) -> str:
     """The last `max_bytes` of the run's object `path` as text (a log's end is what matters)."""
     path = check_run_file_path(path)
     try:

@@ -22,10 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from operators.replicas import read_replica_status
 from runview.run import count_gang_restarts
+from tfjob.jsontypes import JsonObject
 from tfjob.naming import ANNOTATION_ATTEMPTS, run_selector
 from tfjob.tenants.usage import count_pod_gpus
 
@@ -33,14 +34,15 @@ TTL_S = 2.0
 MAX_ENTRIES = 512
 LOG_TAIL_LINES = 2000  # a live tail's lines: the curves and the log pane read this many
 
-PodReader = Callable[[str, str], list[dict[str, Any]]]  # (namespace, selector) -> pods
+PodReader = Callable[[str, str], list[JsonObject]]  # (namespace, selector) -> pods
 LogReader = Callable[[str, str, int], str]  # (namespace, pod, tail lines) -> text
+Read = TypeVar("Read")
 
 
 @dataclass
 class _Entry:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    value: Any = None
+    value: object = None
     read_at: float | None = None
 
 
@@ -70,7 +72,9 @@ class LiveReads:
                 entry = self._entries[key] = _Entry()
             return entry
 
-    def share_read(self, key: Hashable, read: Callable[[], Any], ttl_s: float | None = None) -> Any:
+    def share_read(
+        self, key: Hashable, read: Callable[[], Read], ttl_s: float | None = None
+    ) -> Read:
         """`read()`'s answer for `key`, read at most once per `ttl_s` (this table's unless
         given: the tab's archived curves are kept longer, their key names the archive they
         were read from); the tenants page's cluster-wide listings go through here too."""
@@ -84,7 +88,7 @@ class LiveReads:
                 entry.read_at = self._clock()
             return entry.value
 
-    def list_pods(self, namespace: str, run_key: str) -> list[dict[str, Any]]:
+    def list_pods(self, namespace: str, run_key: str) -> list[JsonObject]:
         """The run's pods as the API's dicts, at most `ttl_s` old."""
         return self.share_read(
             ("pods", namespace, run_key), lambda: self._read_pods(namespace, run_selector(run_key))
@@ -97,7 +101,7 @@ class LiveReads:
         )
 
 
-def count_restarts(pod: dict[str, Any]) -> int:
+def count_restarts(pod: JsonObject) -> int:
     """The container's own restarts, plus the gang's restarts before this pod was made (the
     attempts record its pods carry): the same count the tab shows after the run."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -110,7 +114,7 @@ def count_restarts(pod: dict[str, Any]) -> int:
     return gang + sum(int(s.get("restartCount") or 0) for s in statuses)
 
 
-def describe_live_replicas(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def describe_live_replicas(pods: list[JsonObject]) -> list[JsonObject]:
     """One row per pod, in the shape of train's `replicas` XCom, plus GPUs and restarts."""
     rows = []
     for pod in pods:

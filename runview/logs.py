@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from operators.podlogs import describe_cut_line, split_log_lines
 from operators.settings import LOG_LINE_MAX_BYTES
@@ -75,7 +74,7 @@ def cut_long_line(line: str) -> str:
     return line[:LOG_LINE_MAX_BYTES] + describe_cut_line(LOG_LINE_MAX_BYTES).decode()
 
 
-def describe_archive_version(summary: Mapping[str, Any]) -> tuple[Any, ...]:
+def describe_archive_version(summary: Mapping[str, object]) -> tuple[object, ...]:
     """What names the archive a run's curves were read from: the archive task's try and
     end, and the logs it wrote (a cleared and rerun archive gives another)."""
     task = next((t for t in summary.get("tasks") or () if t.get("task_id") == ARCHIVE_TASK), {})

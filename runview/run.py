@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tfjob.attempts import AttemptOutcome, read_attempt_outcome
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import (
     ARCHIVE_TASK,
     ATTEMPTS_KEY,
@@ -34,7 +34,7 @@ from tfjob.request.model import DEFAULT_GPU, Role
 
 RETURN_VALUE = "return_value"
 
-XComValues = Mapping[tuple[str, str], Any]
+XComValues = Mapping[tuple[str, str], object]
 # A DAG run that may still change: the tab polls it, Cancel may stop it.
 ACTIVE_RUN_STATES = frozenset({"queued", "running"})
 
@@ -56,12 +56,12 @@ class RunTimes:
     state: str | None
     start: str | None = None
     end: str | None = None
-    conf: Mapping[str, Any] | None = None
+    conf: Mapping[str, object] | None = None
 
 
 def summarize_run(
     dag_id: str, run_id: str, run: RunTimes, xcoms: XComValues, tasks: Mapping[str, TaskTimes]
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """The run's job view; None when the run is not a training run (validate pushed nothing
     and the run has ended; an active run's validate may not have run yet)."""
     stored = xcoms.get((VALIDATE_TASK, RETURN_VALUE))
@@ -124,19 +124,19 @@ def summarize_run(
     }
 
 
-def list_cluster_rows(cluster_spec: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def list_cluster_rows(cluster_spec: Mapping[str, object] | None) -> list[JsonObject]:
     """The ClusterSpec as rows: role, index, address (host:port), in the spec's order."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for role, addresses in (cluster_spec or {}).items():
         if isinstance(addresses, list):
             rows += [{"role": role, "index": i, "address": a} for i, a in enumerate(addresses)]
     return rows
 
 
-def order_replicas(replicas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def order_replicas(replicas: Sequence[Mapping[str, object]]) -> list[JsonObject]:
     """Failed replicas first (a non-zero exit too), then by role and index; each row as given."""
 
-    def rank(row: Mapping[str, Any]) -> tuple[bool, str, int]:
+    def rank(row: Mapping[str, object]) -> tuple[bool, str, int]:
         replica = ReplicaStatus.from_payload(row)
         return (not replica.has_failed, str(row.get("role")), replica.index)
 
@@ -150,7 +150,7 @@ def count_gang_restarts(attempts: Sequence[object]) -> int:
     )
 
 
-def read_role_gpus(request: Mapping[str, Any], role: Role | None) -> int:
+def read_role_gpus(request: Mapping[str, object], role: Role | None) -> int:
     """GPUs of one replica of `role` as the request (validated, so defaults filled) asks."""
     if role is None:
         return DEFAULT_GPU
@@ -160,8 +160,10 @@ def read_role_gpus(request: Mapping[str, Any], role: Role | None) -> int:
 
 
 def fill_recorded_replicas(
-    replicas: Sequence[Mapping[str, Any]], request: Mapping[str, Any], attempts: Sequence[Any]
-) -> list[dict[str, Any]]:
+    replicas: Sequence[Mapping[str, object]],
+    request: Mapping[str, object],
+    attempts: Sequence[object],
+) -> list[JsonObject]:
     """train's `replicas` XCom with what it does not record: each replica's GPUs (from the
     request, as the manifests set them) and its restarts (from the attempts record)."""
     restarts = count_gang_restarts(attempts)

@@ -16,8 +16,9 @@ A caller who may see no tenant gets an empty list, not another tenant's card.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
@@ -28,17 +29,23 @@ from sqlalchemy import select
 from operators.kubeobjects import to_plain
 from runview.live import LiveReads
 from tfjob import naming
+from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import tenant_of_tags
 from tfjob.tenants import load_tenants
 from tfjob.tenants.objects import QUOTA_NAME
 from tfjob.tenants.usage import ActiveRun, summarize_tenant
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from kubernetes import client as k8s
+    from sqlalchemy.orm import Session
 
 PAGE = Path(__file__).resolve().parent.parent / "plugins" / "tfjob_view" / "tenants.html"
 ACTIVE_STATES = ("queued", "running")
 TFJOB_PODS = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
 
 
-def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
+def list_all_tfjob_pods(api: k8s.CoreV1Api) -> list[JsonObject]:
     """Every pod the pipeline made, in every namespace, as the API's dicts."""
     return [
         to_plain(api, pod)
@@ -46,7 +53,7 @@ def list_all_tfjob_pods(api: Any) -> list[dict[str, Any]]:
     ]
 
 
-def list_all_tenant_quotas(api: Any) -> dict[str, dict[str, Any]]:
+def list_all_tenant_quotas(api: k8s.CoreV1Api) -> dict[str, JsonObject]:
     """namespace -> the tenant ResourceQuota (`tfjob-quota`) there, as the API's dicts."""
     quotas = {}
     for quota in api.list_resource_quota_for_all_namespaces().items:
@@ -57,7 +64,7 @@ def list_all_tenant_quotas(api: Any) -> dict[str, dict[str, Any]]:
     return quotas
 
 
-def read_visible_tenant_dags(session: Any, user: Any) -> dict[str, set[str]]:
+def read_visible_tenant_dags(session: Session, user: BaseUser) -> dict[str, set[str]]:
     """tenant -> the DAG ids of that tenant the caller may read (Airflow's auth manager)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.dag import DagTag
@@ -78,7 +85,7 @@ def read_visible_tenant_dags(session: Any, user: Any) -> dict[str, set[str]]:
     return visible
 
 
-def read_active_runs(session: Any, dag_ids: set[str]) -> list[ActiveRun]:
+def read_active_runs(session: Session, dag_ids: set[str]) -> list[ActiveRun]:
     from airflow.models.dagrun import DagRun
 
     if not dag_ids:
@@ -102,10 +109,10 @@ def read_active_runs(session: Any, dag_ids: set[str]) -> list[ActiveRun]:
 class TenantsView:
     """The tenants page's answer, around the API server's shared `LiveReads`."""
 
-    def __init__(self, live: LiveReads, connect: Any) -> None:
+    def __init__(self, live: LiveReads, connect: Callable[[], k8s.CoreV1Api]) -> None:
         self.live, self.connect = live, connect
 
-    def read_cluster(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], str | None]:
+    def read_cluster(self) -> tuple[list[JsonObject], dict[str, JsonObject], str | None]:
         """(pods, quotas by namespace, error): at most one listing of each per 2 s."""
         try:
             pods = self.live.share_read(
@@ -118,7 +125,7 @@ class TenantsView:
             return [], {}, f"Kubernetes could not be read: {type(error).__name__}"
         return pods, quotas, None
 
-    def answer(self, session: Any, user: Any) -> dict[str, Any]:
+    def answer(self, session: Session, user: BaseUser) -> JsonObject:
         visible = read_visible_tenant_dags(session, user)
         config = load_tenants()
         tenants = [t for t in config.tenants if t.name in visible]
@@ -138,7 +145,9 @@ class TenantsView:
         return {"tenants": cards, "kubernetes_error": error}
 
 
-def add_tenant_routes(app: FastAPI, live: LiveReads, connect: Any) -> TenantsView:
+def add_tenant_routes(
+    app: FastAPI, live: LiveReads, connect: Callable[[], k8s.CoreV1Api]
+) -> TenantsView:
     """The tenants routes on the job view's app (runview/api.py)."""
     view = TenantsView(live, connect)
 

@@ -314,8 +314,15 @@ def test_the_lazy_import_lists_name_only_what_is_imported_lazily():
 # `Any` says nothing about a value: JSON is `JsonObject` (tfjob/jsontypes.py), a value
 # that crosses a package is a record (tfjob/records/), what anything may be is `object`.
 # The records take and return no Any at all; elsewhere a budget (Done-when of issue 28),
-# counted as `grep -ow Any` counts (imports and docstrings included).
-ANY_PER_1000_LINES = {"operators": 10, "tfjob": 10, "tshell": 10}
+# counted as `grep -ow Any` counts (imports and docstrings included). runview's routes keep
+# `dict[str, Any]`: FastAPI reads a route's annotations (the return type is its response model).
+ANY_PER_1000_LINES = {
+    "operators": 10,
+    "runview": 10,
+    "tenancy": 10,
+    "tfjob": 10,
+    "tshell": 10,
+}
 NO_ANY_IN_SIGNATURES = ("tfjob/records",)
 
 

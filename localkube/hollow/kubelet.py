@@ -104,18 +104,6 @@ class HollowNodeAgent(NodeAgent):
         self.first_sync = False
         return (listing.get("metadata") or {}).get("resourceVersion") or "0"
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await self.api.open()
-        try:
-            await self.api.patch_node_status(self.node, self.node_status())
-            tasks = [asyncio.create_task(self.watch_pods()), asyncio.create_task(self.heartbeat())]
-            await stop.wait()
-            for task in tasks:
-                task.cancel()
-            await self.shutdown()
-        finally:
-            await self.api.close()
-
     async def shutdown(self) -> None:
         """Stop reporting; the pods stay in the API; their directories go."""
         for hollow in list(self.pods.values()):

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
@@ -31,7 +33,7 @@ from localkube.kubelet.podworker import PodWorker
 from localkube.kubelet.policyenforcer import PolicyEnforcer
 from localkube.kubelet.recovery import PodOrigin, settle_previous_pod
 from localkube.kubelet.runtime import make_kubelet_dirs, pod_dir
-from localkube.kubelet.status import PodPhase, now_rfc3339
+from localkube.kubelet.status import PodPhase
 from localkube.kubelet.volumes import VolumeError, refresh_object_volumes
 from localkube.logrotation import log_rotation_of_cluster
 
@@ -201,25 +203,12 @@ class Kubelet(NodeAgent):
         return listing.get("metadata", {}).get("resourceVersion") or "0"
 
     # ---- the whole kubelet -----------------------------------------------------
-    async def run(self, stop: asyncio.Event) -> None:
-        self.started_at = now_rfc3339()
-        await self.api.open()
-        try:
-            make_kubelet_dirs(self.state_dir)
-            await asyncio.to_thread(network.ensure_cluster_network, self.state_dir, self.node_index)
-            await self.api.patch_node_status(self.node, self.node_status())
-            tasks = [
-                asyncio.create_task(self.watch_pods()),
-                asyncio.create_task(self.heartbeat()),
-                asyncio.create_task(self.sync_object_volumes()),
-                asyncio.create_task(self.policies.run()),
-            ]
-            await stop.wait()
-            for task in tasks:
-                task.cancel()
-            await self.shutdown()
-        finally:
-            await self.api.close()
+    async def prepare(self) -> None:
+        make_kubelet_dirs(self.state_dir)
+        await asyncio.to_thread(network.ensure_cluster_network, self.state_dir, self.node_index)
+
+    def side_loops(self) -> tuple[Coroutine[Any, Any, None], ...]:
+        return (self.sync_object_volumes(), self.policies.run())
 
     async def shutdown(self) -> None:
         """Kill every pod's processes and release their resources (pods stay in the API)."""

@@ -125,6 +125,32 @@ class NodeAgent:
         self.background: set[asyncio.Task] = set()
         self.started_at = now_rfc3339()
 
+    async def run(self, stop: asyncio.Event) -> None:
+        """Report the node, watch its pods and beat its heart until `stop`, then shut down."""
+        self.started_at = now_rfc3339()
+        await self.api.open()
+        try:
+            await self.prepare()
+            await self.api.patch_node_status(self.node, self.node_status())
+            loops = (self.watch_pods(), self.heartbeat(), *self.side_loops())
+            tasks = [asyncio.create_task(loop) for loop in loops]
+            await stop.wait()
+            for task in tasks:
+                task.cancel()
+            await self.shutdown()
+        finally:
+            await self.api.close()
+
+    async def prepare(self) -> None:
+        """What the node sets up before it reports itself Ready (nothing by default)."""
+
+    def side_loops(self) -> tuple[Coroutine[Any, Any, None], ...]:
+        """What else runs beside the pod watch and the heartbeat (nothing by default)."""
+        return ()
+
+    async def shutdown(self) -> None:
+        raise NotImplementedError
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run `coro` in the background, held until it ends."""
         task = asyncio.create_task(coro)

@@ -48,25 +48,9 @@ def copy_airflow_database(template_home: Path, home: Path) -> str:
 
     Nothing may be connected to the template while it is copied (PostgreSQL refuses).
     """
-    import psycopg2
-
-    cluster = start_test_postgres()
-    source, target = name_airflow_database(template_home), name_airflow_database(home)
-    connection = psycopg2.connect(
-        dbname="postgres",
-        user=postgres_server.SUPERUSER,
-        password=cluster.read_password(),
-        host=str(cluster.socket_dir),
+    return postgres_server.ensure_database(
+        start_test_postgres(), name_airflow_database(home), name_airflow_database(template_home)
     )
-    try:
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target,))
-            if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
-    finally:
-        connection.close()
-    return cluster.database_url(target)
 
 
 def stop_test_postgres() -> None:

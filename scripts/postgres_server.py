@@ -308,13 +308,15 @@ def stop_postgres(state_dir: Path) -> bool:
     return True
 
 
-def ensure_database(cluster: PostgresCluster, database: str) -> str:
-    """Create `database` unless it exists; its SQLAlchemy URL."""
-    if not DATABASE_NAME.match(database):
-        raise PostgresError(
-            f"database name {database!r}: use lower-case letters, digits and _, "
-            "starting with a letter, at most 63 characters"
-        )
+def ensure_database(cluster: PostgresCluster, database: str, template: str | None = None) -> str:
+    """Create `database` unless it exists, as a copy of the database `template` when one is
+    named (nothing may be connected to it meanwhile: PostgreSQL refuses); its SQLAlchemy URL."""
+    for name in (database, template or database):
+        if not DATABASE_NAME.match(name):
+            raise PostgresError(
+                f"database name {name!r}: use lower-case letters, digits and _, "
+                "starting with a letter, at most 63 characters"
+            )
     import psycopg2
 
     connection = psycopg2.connect(
@@ -328,7 +330,8 @@ def ensure_database(cluster: PostgresCluster, database: str) -> str:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
             if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{database}"')
+                copied = f' TEMPLATE "{template}"' if template else ""
+                cursor.execute(f'CREATE DATABASE "{database}"{copied}')
     finally:
         connection.close()
     return cluster.database_url(database)

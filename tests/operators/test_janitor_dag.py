@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from harness.localkube_fixtures import start_localkube, stop_localkube
+from harness.pipeline_fixtures import migrate_airflow_db
 from harness.postgres_fixtures import airflow_database_url
 from harness.repo_root import REPO_ROOT
 from harness.tfjob_fixtures import tenant_storage
@@ -143,14 +144,7 @@ def test_the_janitor_dag_removes_objects_of_ended_and_deleted_runs_only(tmp_path
             )
         )
         env = airflow_env(home, kube.kubeconfig, tenants_file)
-        migrated = subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        migrate_airflow_db(env)
 
         # A first janitor run: afterwards Airflow holds it as ended (success).
         state, ended_run_id, _ = run_janitor(env, FIRST_DATE)

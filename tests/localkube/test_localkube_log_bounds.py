@@ -4,14 +4,13 @@ the API server stays responsive while pods/log is polled, and nothing holds the 
 
 import http.client
 import json
-import statistics
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
+from harness.poller import Poller
 from localkube.logrotation import DEFAULT_LOG_ROTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow]
@@ -61,25 +60,6 @@ def log_dir_bytes(directory: Path) -> int:
     return sum(sizes.values())
 
 
-class Poller(threading.Thread):
-    """Calls `action` until stopped, recording how long each call took."""
-
-    def __init__(self, action) -> None:
-        super().__init__(daemon=True)
-        self.action, self.durations, self.errors = action, [], []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                self.action()
-            except Exception as error:  # noqa: BLE001 - reported by the test
-                self.errors.append(repr(error))
-            self.durations.append(time.monotonic() - started)
-            self.stop.wait(0.02)
-
-
 def test_a_pod_writing_a_gib_of_log_is_bounded_on_disk_and_in_the_api_server(localkube):
     core = localkube.core_v1()
     info = json.loads((Path(localkube.state_dir) / "localkube.json").read_text())
@@ -118,7 +98,7 @@ def test_a_pod_writing_a_gib_of_log_is_bounded_on_disk_and_in_the_api_server(loc
         assert response.status == 200 and len(body) <= 256 * 1024, (response.status, body[:200])
         served.append(len(body))
 
-    health, logs = Poller(check_health), Poller(poll_log)
+    health, logs = Poller(check_health, 0.02), Poller(poll_log, 0.02)
     peak_disk, peak_rss = 0, dict(rss_before)
     started = time.monotonic()
     health.start()
@@ -144,14 +124,14 @@ def test_a_pod_writing_a_gib_of_log_is_bounded_on_disk_and_in_the_api_server(loc
     assert tail.data == b"end\n"
     print(
         f"1 GiB of log in {elapsed:.1f} s; peak on disk {peak_disk / MIB:.1f} MiB; "
-        f"/healthz p95 {statistics.quantiles(health.durations, n=20)[-1] * 1000:.1f} ms over "
+        f"/healthz p95 {health.p95() * 1000:.1f} ms over "
         f"{len(health.durations)} calls; {len(logs.durations)} pods/log reads; RSS growth "
         + ", ".join(f"{n} {(peak_rss[n] - rss_before[n]) / MIB:.1f} MiB" for n in pids)
     )
     assert not health.errors and not logs.errors, (health.errors + logs.errors)[:3]
     assert peak_disk <= DISK_CAP
     assert log_dir_bytes(log_dir) <= DISK_CAP
-    assert statistics.quantiles(health.durations, n=20)[-1] < HEALTH_P95_S
+    assert health.p95() < HEALTH_P95_S
     for name in pids:
         assert peak_rss[name] - rss_before[name] <= RSS_GROWTH_LIMIT, name
     assert len(served) > 10 and max(served) == 256 * 1024  # tails of 1 MiB lines, cut

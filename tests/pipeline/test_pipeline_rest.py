@@ -12,8 +12,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-import statistics
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,6 +33,7 @@ from harness.pipeline_fixtures import (
     trigger,
     wait_for,
 )
+from harness.poller import Poller
 from tfjob import naming, pipeline_ids
 from tfjob.naming import job_selector
 
@@ -427,28 +426,6 @@ LOG_DISK_CAP = 10 * MIB * 5 + 64 * 1024
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "triggerer")
 # Time for the tab's first calls before the replica floods its log (the RSS baseline).
 FLOOD_AFTER_S = 25
-
-
-class Poller(threading.Thread):
-    """Calls `action` until stopped, recording how long each call took and what failed."""
-
-    def __init__(self, action, pause: float) -> None:
-        super().__init__(daemon=True)
-        self.action, self.pause, self.durations, self.errors = action, pause, [], []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                self.action()
-            except Exception as error:  # noqa: BLE001 - reported by the test
-                self.errors.append(repr(error))
-            self.durations.append(time.monotonic() - started)
-            self.stop.wait(self.pause)
-
-    def p95(self) -> float:
-        return statistics.quantiles(self.durations, n=20)[-1]
 
 
 def probe(connection: http.client.HTTPConnection, path: str) -> None:

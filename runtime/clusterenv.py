@@ -24,8 +24,9 @@ def derive_legacy_env(tf_config: Mapping[str, object]) -> dict[str, str]:
     only when the cluster has a chief, JOB_NAME and TASK_INDEX from the task.
 
     The evaluator's TF_CONFIG task is not in the cluster: it gets the training cluster's
-    host lists and JOB_NAME=evaluator, as TF_CONFIG gives it. Raises ValueError naming the
-    field when `tf_config` is not that shape.
+    host lists and JOB_NAME=evaluator, as TF_CONFIG gives it. A chief named `master` (the
+    request's chief_task_type, as Kubeflow TFJob names it) gives CHIEF_HOSTS too, and
+    JOB_NAME=master. Raises ValueError naming the field when `tf_config` is not that shape.
     """
     cluster = tf_config.get("cluster")
     task = tf_config.get("task")
@@ -36,7 +37,7 @@ def derive_legacy_env(tf_config: Mapping[str, object]) -> dict[str, str]:
     if not isinstance(task, dict):
         raise ValueError(f"tf_config.task: {type(task).__name__} given; an object is required")
     hosts = {}
-    for job in ("chief", "ps", "worker"):
+    for job in ("chief", "master", "ps", "worker"):
         addresses = cluster.get(job, [])
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise ValueError(
@@ -49,8 +50,8 @@ def derive_legacy_env(tf_config: Mapping[str, object]) -> dict[str, str]:
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"tf_config.task.index: {index!r} given; an integer >= 0 is required")
     env = {"PS_HOSTS": hosts["ps"], "WORKER_HOSTS": hosts["worker"]}
-    if hosts["chief"]:
-        env["CHIEF_HOSTS"] = hosts["chief"]
+    if hosts["chief"] or hosts["master"]:
+        env["CHIEF_HOSTS"] = hosts["chief"] or hosts["master"]
     return env | {"JOB_NAME": kind, "TASK_INDEX": str(index)}
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from runtime.clusterenv import derive_legacy_env
 from tfjob.errors import TfjobError
 from tfjob.jsontypes import JsonObject
-from tfjob.request.model import Role, TrainingRequest
+from tfjob.request.model import ChiefTaskType, Role, TrainingRequest
 
 # Roles that form the training cluster in TF_CONFIG["cluster"].
 TRAINING_ROLES = (Role.CHIEF, Role.PS, Role.WORKER)
@@ -140,11 +140,26 @@ def _check_task(cluster: Mapping[str, list[str]], role: Role, index: int) -> Rol
     return role
 
 
-def build_tf_config(cluster: Mapping[str, list[str]], role: Role, index: int) -> JsonObject:
-    """TF_CONFIG of one replica: the training cluster and this replica's task."""
+def build_tf_config(
+    cluster: Mapping[str, list[str]],
+    role: Role,
+    index: int,
+    chief_task_type: ChiefTaskType = ChiefTaskType.CHIEF,
+) -> JsonObject:
+    """TF_CONFIG of one replica: the training cluster and this replica's task.
+
+    The chief's cluster key and task type are `chief_task_type` (Kubeflow TFJob's
+    `Master` replicas are `master` in the TF_CONFIG its operator gives).
+    """
     role = _check_task(cluster, role, index)
-    training = {r.value: list(cluster[r.value]) for r in TRAINING_ROLES if cluster.get(r.value)}
-    return {"cluster": training, "task": {"type": role.value, "index": index}}
+
+    def task_type(r: Role) -> str:
+        return ChiefTaskType(chief_task_type).value if r is Role.CHIEF else r.value
+
+    training = {
+        task_type(r): list(cluster[r.value]) for r in TRAINING_ROLES if cluster.get(r.value)
+    }
+    return {"cluster": training, "task": {"type": task_type(role), "index": index}}
 
 
 def build_legacy_env(cluster: Mapping[str, list[str]], role: Role, index: int) -> dict[str, str]:
@@ -171,7 +186,7 @@ def build_cluster_files(
     """
     cluster = build_cluster_spec(request, endpoints)
     return {
-        (role, index): {"tf_config": build_tf_config(cluster, role, index)}
+        (role, index): {"tf_config": build_tf_config(cluster, role, index, request.chief_task_type)}
         for role, index in request.replicas_in_order()
     }
 

@@ -136,6 +136,17 @@ def test_the_pod_derives_from_each_file_the_legacy_variables_the_platform_builds
         assert env == build_legacy_env(cluster, role, index)
 
 
+def test_a_chief_named_master_is_master_in_every_tf_config_and_the_legacy_variables():
+    request = load_request(distributed_request_data(chief_task_type="master"))
+    files = build_cluster_files(request, endpoints_for(request))
+    chief = files[(Role.CHIEF, 0)]["tf_config"]
+    assert list(chief["cluster"]) == ["master", "ps", "worker"]
+    assert chief["task"] == {"type": "master", "index": 0}
+    assert files[(Role.WORKER, 2)]["tf_config"]["cluster"]["master"] == ["10.0.0.1:2222"]
+    env = cluster_environment(files[(Role.CHIEF, 0)])
+    assert (env["JOB_NAME"], env["CHIEF_HOSTS"]) == ("master", "10.0.0.1:2222")
+
+
 def test_ipv6_addresses_are_bracketed_and_parse_back():
     request = load_request(valid_request_data())
     endpoint = Endpoint(Role.WORKER, 0, "fd00::5", 2222)

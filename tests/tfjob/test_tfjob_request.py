@@ -89,7 +89,7 @@ ERROR_CASES = [
     ),
     pytest.param(
         {"replica": {"worker": 1}},
-        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, port',
+        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, port, chief_task_type',
         id="unknown_field",
     ),
     pytest.param(

@@ -45,6 +45,13 @@ class SuccessPolicy(StrEnum):
     ALL_WORKERS = "all_workers"
 
 
+class ChiefTaskType(StrEnum):
+    """The chief's name in TF_CONFIG (cluster key, task type); master is Kubeflow's old name."""
+
+    CHIEF = "chief"
+    MASTER = "master"
+
+
 class Placement(StrEnum):
     """Spread replicas over nodes, or pack them onto as few as possible."""
 

@@ -49,6 +49,7 @@ from tfjob.request.fields import (
     MAX_NAME_LENGTH,
     MAX_RETRIES,
     MAX_TENANT_LENGTH,
+    ChiefTaskType,
     Mode,
     Placement,
     Replicas,
@@ -155,6 +156,11 @@ class TrainingRequest(StrictModel):
     )
     port: int = Field(
         DEFAULT_PORT, ge=1024, le=65535, description="TensorFlow gRPC port of every replica."
+    )
+    chief_task_type: ChiefTaskType = Field(
+        ChiefTaskType.CHIEF,
+        description="The chief's cluster key and task type in TF_CONFIG: chief, or master "
+        "as a Kubeflow TFJob's Master replica has it.",
     )
 
     @field_validator("name", mode="before")
@@ -408,6 +414,7 @@ def load_request(source: "str | os.PathLike[str] | Mapping[str, object]") -> Tra
 
 
 __all__ = [
+    "ChiefTaskType",
     "Mode",
     "Placement",
     "Replicas",

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from airflow.sdk.exceptions import AirflowException
 from kubernetes import client as k8s
@@ -49,6 +49,7 @@ from operators.transient import call_with_retries, describe_api_error, is_transi
 from runtime.protocol import INIT_CONTAINER
 from tfjob.clusterspec import Endpoint
 from tfjob.jsontypes import JsonObject
+from tfjob.records.replicas import ReplicaStatus
 from tfjob.records.run import GangEndpoints, GrantPlan
 
 T = TypeVar("T")
@@ -80,7 +81,7 @@ def patiently(
     return call_with_retries(call, deadline=time.monotonic() + patience, what=what, log=log)
 
 
-def create_replica_pod(create: Callable[[], Any], name: str, log: logging.Logger) -> None:
+def create_replica_pod(create: Callable[[], object], name: str, log: logging.Logger) -> None:
     """`create()` one replica pod, asked again while the API server blinks.
 
     A 409 after a try whose answer was lost means that try made the pod: the
@@ -109,7 +110,7 @@ def create_replica_pod(create: Callable[[], Any], name: str, log: logging.Logger
 
 
 def create_replica_pods(
-    create: Callable[[JsonObject], Any],
+    create: Callable[[JsonObject], object],
     manifests: Iterable[JsonObject],
     log: logging.Logger,
     workers: int = CREATE_WORKERS,
@@ -236,7 +237,9 @@ def await_gang_start(
     raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
 
 
-def explain_pod(api: k8s.CoreV1Api, run: RunInfo, replica: Any, log: logging.Logger) -> str:
+def explain_pod(
+    api: k8s.CoreV1Api, run: RunInfo, replica: ReplicaStatus, log: logging.Logger
+) -> str:
     """Why this pod did not start: its reason, Warning events, the init container's last lines."""
     events: list[JsonObject] = []
     init_log = None

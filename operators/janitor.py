@@ -37,7 +37,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -47,6 +47,9 @@ from operators.settings import KUBERNETES_CONN_ID
 from tenancy.apply import Clients
 from tfjob import naming
 from tfjob.tenants import load_tenants
+
+if TYPE_CHECKING:  # the Task SDK: the janitor's DAG task only
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ ACTIVE_STATES = frozenset({"queued", "running"})
 ENDED_STATES = frozenset({"success", "failed"})
 
 
-def classify_dag_run_state(state: Any) -> RunState:
+def classify_dag_run_state(state: object) -> RunState:
     """A DagRun's state (None: no such run) as the janitor sees it."""
     if state is None:
         return RunState.MISSING
@@ -283,7 +286,7 @@ def sweep(
 # --- asking Airflow -----------------------------------------------------------------------
 
 
-def lookup_from_task_instance(ti: Any) -> RunStateLookup:
+def lookup_from_task_instance(ti: RuntimeTaskInstanceProtocol) -> RunStateLookup:
     """Inside an Airflow task: the Task SDK's DagRun queries (no database access needed)."""
 
     def lookup(dag_id: str, run_id: str) -> RunState:

@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import watch
@@ -101,7 +100,7 @@ LAST_LOOK_SECONDS = 30.0
 DEFAULT_GRACE_SECONDS = 30
 
 
-def to_plain(api: k8s.CoreV1Api, obj: Any) -> JsonObject:
+def to_plain(api: k8s.CoreV1Api, obj: object) -> JsonObject:
     """A client model as the API's camelCase dict."""
     if isinstance(obj, dict):
         return obj
@@ -325,7 +324,7 @@ class ForeignObjectError(PipelineError, RuntimeError):
         )
 
 
-def names_run(meta: Any, dag_id: str, run_id: str) -> bool:
+def names_run(meta: k8s.V1ObjectMeta | JsonObject, dag_id: str, run_id: str) -> bool:
     """Do an object's labels and annotations (a client model's metadata, or a dict) name
     this run: its `tfjob.io/run-hash` label and its dag-id and run-id annotations?"""
     read = meta.get if isinstance(meta, dict) else lambda key: getattr(meta, key, None)

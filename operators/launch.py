@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk import Context
@@ -70,7 +70,7 @@ import runtime
 from operators import gang, kubeobjects
 from operators.gang import GANG_API_PATIENCE_SECONDS, GangStartError
 from operators.grants import plan_grants, sign_grants
-from operators.restore import WarmStartError, stage_warm_start
+from operators.restore import StagedRestore, WarmStartError, stage_warm_start
 from operators.runinfo import RunInfo, pull_run
 from operators.runobjects import (
     LEFTOVER_GRACE_MARGIN_SECONDS,
@@ -110,6 +110,9 @@ from tfjob.tenants import load_tenants, resolve_tenant
 
 # Each create or count of the launch rides out a blinking API server this long.
 LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 T = TypeVar("T")
 # Kept importable from here: tests and callers named them before operators/runobjects.py.
@@ -273,7 +276,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             call, deadline=time.monotonic() + LAUNCH_API_PATIENCE_SECONDS, what=what, log=self.log
         )
 
-    def create_replica_pod(self, pod: Any) -> None:
+    def create_replica_pod(self, pod: k8s.V1Pod) -> None:
         """Create one replica pod with the provider's pod manager (it retries a few API
         errors itself), asked again while the API server blinks (operators/gang.py)."""
         gang.create_replica_pod(
@@ -312,7 +315,9 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         if cleared:
             self.log.info("cleared the outputs of an earlier try: %s", ", ".join(cleared))
 
-    def stage_warm_start(self, run: RunInfo, expires: int, context: Context) -> Any:
+    def stage_warm_start(
+        self, run: RunInfo, expires: int, context: Context
+    ) -> StagedRestore | None:
         """The checkpoints the first gang restores for `warm_start` (operators/restore.py),
         pushed to XCom `warm_start` (no credential); before anything is created, so a
         warm start that cannot be had fails the run with nothing launched."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from airflow.sdk import Context
 
@@ -66,7 +65,7 @@ class RunInfo:
     def replica_ids(self) -> list[tuple[str, int]]:
         return [(r.value, i) for r, i in self.request.replicas_in_order()]
 
-    def identity(self) -> Any:
+    def identity(self) -> RunIdentity:
         return RunIdentity(
             job=self.request.name,
             run_id=self.run_id,

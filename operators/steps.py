@@ -71,6 +71,8 @@ from tfjob.tenants import TenantsFileError, UnknownTenantError, load_tenants, re
 from tfjob.tenants.policy import TenantPolicyError, check_request_policy
 
 if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
     from tfjob.request.model import TrainingRequest
     from tfjob.tenants import Tenant, TenantsConfig
 
@@ -153,7 +155,7 @@ def check_request_source(request: TrainingRequest, request_file: str | None, dag
         )
 
 
-def check_dag_tags(dag: Any, tenant: str) -> None:
+def check_dag_tags(dag: DAG, tenant: str) -> None:
     """The DAG's `tenant:` tag (what the UI and the TFJob tab hold runs to) names `tenant`."""
     tagged = tenant_of_tags(dag.tags or ())
     if tagged != tenant:

@@ -35,7 +35,7 @@ import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Protocol
 
 from tfjob.records.replicas import PodPhase, ReplicaStatus
 
@@ -130,6 +130,16 @@ def check_exit_codes(codes: Iterable[int]) -> tuple[int, ...]:
     return result
 
 
+class DeclaresRestarts(Protocol):
+    """What `RestartPolicy.of` reads: a request (tfjob/request/model.py imports this module)."""
+
+    @property
+    def max_restarts(self) -> int: ...
+
+    @property
+    def restart_on(self) -> RestartOn | str | Sequence[int]: ...
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """`max_restarts` and `restart_on` of a request (`RestartPolicy.of(request)`)."""
@@ -153,7 +163,7 @@ class RestartPolicy:
             object.__setattr__(self, "restart_on", check_exit_codes(self.restart_on))
 
     @classmethod
-    def of(cls, request: Any) -> RestartPolicy:
+    def of(cls, request: DeclaresRestarts) -> RestartPolicy:
         """The policy of a request (anything with `max_restarts` and `restart_on`)."""
         return cls(request.max_restarts, request.restart_on)
 
@@ -358,6 +368,7 @@ def judge_restart(
 
 
 __all__ = [
+    "DeclaresRestarts",
     "Decision",
     "FailureKind",
     "ReplicaFailure",

@@ -20,6 +20,7 @@ from tshell.exitcodes import ExitCode
 COMMAND_MODULES: tuple[str, ...] = (
     "tshell.pack_commands",
     "tshell.runs.submit",
+    "tshell.kubeflow_commands",
     "tshell.runs.status",
     "tshell.runs.commands",
     "tshell.runs.logs",

@@ -24,10 +24,12 @@ from typing import Any, TextIO
 import yaml
 
 from tfjob.jsontypes import JsonObject
+from tfjob.kubeflow.convert import Destination
 from tfjob.pipeline_ids import submit_dag_id
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
 from tshell.command import open_session, set_command
 from tshell.exitcodes import CommandError, ExitCode
+from tshell.kubeflow_commands import add_destination_options, destination_of, tfjob_request_data
 from tshell.runs.commands import (
     POLL_INTERVAL_S,
     ReplicaWatcher,
@@ -97,11 +99,15 @@ def read_request_file(path: Path) -> JsonObject:
     return data
 
 
-def build_conf(path: Path, overrides: Sequence[str]) -> JsonObject:
-    """The validated request of `path` with `overrides`, as the DAG run's conf."""
+def build_conf(
+    path: Path, overrides: Sequence[str], destination: Destination | None = None
+) -> JsonObject:
+    """The validated request of `path` (a request, or a Kubeflow TFJob converted with
+    `destination`) with `overrides`, as the DAG run's conf."""
     from tfjob.request.model import RequestError, load_request
 
-    data = apply_overrides(read_request_file(path), overrides)
+    converted = tfjob_request_data(path, destination or Destination())
+    data = apply_overrides(read_request_file(path) if converted is None else converted, overrides)
     try:
         request = load_request(data)
     except RequestError as exc:
@@ -154,7 +160,7 @@ def trigger_submit_run(session: AirflowSession, conf: JsonObject) -> tuple[RunRe
 
 
 def cmd_submit(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    conf = build_conf(Path(args.request), args.set or [])
+    conf = build_conf(Path(args.request), args.set or [], destination_of(args))
     config, session = open_session()
     ref, state = trigger_submit_run(session, conf)
     if args.json and not args.wait:
@@ -189,7 +195,8 @@ def register(subparsers: Any) -> None:
     submit = subparsers.add_parser(
         "submit", help="validate a request and start a training run of its tenant"
     )
-    submit.add_argument("request", help="request file (.yaml or .json)")
+    submit.add_argument("request", help="request file, or Kubeflow TFJob file (.yaml or .json)")
+    add_destination_options(submit)
     submit.add_argument(
         "--set",
         action="append",

@@ -1,0 +1,260 @@
+"""Kubeflow TFJob manifests, shaped as Kubeflow documents them, become requests or are refused.
+
+The three shapes of the issue: a PS/worker job like Kubeflow's dist-mnist example, a
+MultiWorkerMirrored job, and a job with a Chief and an Evaluator; and every field that does
+not map refused with its path before anything starts.
+"""
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.repo_root import REPO_ROOT
+from tfjob.kubeflow.convert import Destination, convert_tfjob
+from tfjob.kubeflow.errors import TFJobRefused
+from tfjob.kubeflow.manifest import MAX_MANIFEST_BYTES, parse_tfjob, read_tfjob
+from tfjob.request.model import ChiefTaskType, Mode, Role, Strategy, SuccessPolicy, load_request
+from tfjob.restart_policy import MAX_RESTARTS, RestartOn
+
+PLACE = Destination(
+    bundle="s3://tfjob-bundles/mnist/bundle.tar.gz", output="s3://tfjob-output/mnist"
+)
+
+
+def replica(
+    replicas: int = 1, image: str = "tensorflow/tensorflow:2.21.0", **container: Any
+) -> dict[str, Any]:
+    spec = {"name": "tensorflow", "image": image, "command": ["python3", "train.py"]}
+    return {
+        "replicas": replicas,
+        "restartPolicy": "Never",
+        "template": {"spec": {"containers": [spec | container]}},
+    }
+
+
+def tfjob(specs: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "dist-mnist", "namespace": "team-a"},
+        "spec": {"tfReplicaSpecs": specs, **spec},
+    }
+
+
+def convert(data: dict[str, Any], destination: Destination = PLACE):
+    return convert_tfjob(read_tfjob(data), destination)
+
+
+def refusals(data: dict[str, Any], destination: Destination = PLACE) -> dict[str, str]:
+    with pytest.raises(TFJobRefused) as caught:
+        convert(data, destination)
+    return {refusal.path: str(refusal) for refusal in caught.value.refusals}
+
+
+def test_a_dist_mnist_like_ps_worker_job_becomes_a_parameter_server_request():
+    data = tfjob(
+        {
+            "PS": replica(2, resources={"requests": {"cpu": "1", "memory": "2Gi"}}),
+            "Worker": replica(4, resources={"limits": {"nvidia.com/gpu": 1, "memory": "4Gi"}}),
+        },
+        runPolicy={"backoffLimit": 3, "activeDeadlineSeconds": 1800},
+    )
+    request = convert(data).request
+    assert (request.mode, request.strategy) == (Mode.DISTRIBUTED, Strategy.PARAMETER_SERVER)
+    assert (request.replicas.ps, request.replicas.worker, request.replicas.chief) == (2, 4, 0)
+    assert request.resources_for(Role.PS).cpu == "1"
+    assert request.resources_for(Role.WORKER).gpu == 1
+    assert request.resources_for(Role.WORKER).memory_limit == "4Gi"
+    assert (request.name, request.tenant) == ("dist-mnist", "team-a")
+    assert request.entrypoint == ["python3", "train.py"]
+    assert request.active_deadline == 1800
+    assert request.success_policy is SuccessPolicy.WORKER0  # Kubeflow's default without a chief
+    assert request.max_restarts == 0  # restartPolicy Never
+
+
+def test_a_multi_worker_mirrored_job_with_all_workers_success_becomes_its_request():
+    data = tfjob(
+        {"Worker": replica(3, env=[{"name": "STEPS", "value": "300"}])},
+        successPolicy="AllWorkers",
+    )
+    request = convert(data).request
+    assert (request.mode, request.strategy) == (Mode.DISTRIBUTED, Strategy.MULTI_WORKER_MIRRORED)
+    assert (request.replicas.worker, request.replicas.ps) == (3, 0)
+    assert request.env == {"STEPS": "300"}
+    assert request.success_policy is SuccessPolicy.ALL_WORKERS
+
+
+def test_a_job_with_a_chief_and_an_evaluator_keeps_both_roles():
+    data = tfjob({"Chief": replica(), "Worker": replica(2), "Evaluator": replica()})
+    request = convert(data).request
+    assert (request.replicas.chief, request.replicas.worker, request.replicas.evaluator) == (
+        1,
+        2,
+        1,
+    )
+    assert request.chief_task_type is ChiefTaskType.CHIEF
+    assert request.success_policy is SuccessPolicy.CHIEF
+
+
+def test_a_master_keeps_its_name_and_replica_types_ignore_letter_case():
+    request = convert(tfjob({"master": replica(), "ps": replica(), "WORKER": replica(2)})).request
+    assert request.chief_task_type is ChiefTaskType.MASTER
+    assert (request.replicas.chief, request.replicas.ps, request.replicas.worker) == (1, 1, 2)
+
+
+def test_one_replica_runs_in_single_mode_as_kubeflow_gives_it_no_tf_config():
+    request = convert(tfjob({"Chief": replica()})).request
+    assert request.mode is Mode.SINGLE and request.replicas.worker == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "backoff", "restart_on", "max_restarts"),
+    [
+        ("ExitCode", 2, RestartOn.RETRYABLE, 2),
+        ("OnFailure", None, RestartOn.ANY_FAILURE, MAX_RESTARTS),
+    ],
+)
+def test_restart_policies_become_gang_restarts_with_a_note(
+    policy, backoff, restart_on, max_restarts
+):
+    specs = {"Worker": replica(2) | {"restartPolicy": policy}}
+    conversion = convert(tfjob(specs, runPolicy={"backoffLimit": backoff}))
+    assert conversion.request.restart_on == restart_on
+    assert conversion.request.max_restarts == max_restarts
+    assert any("restarts the whole gang" in note for note in conversion.notes)
+
+
+def test_the_examples_tfjob_files_convert_to_their_own_request_files():
+    for bundle in ("digits-ps", "digits-mwms"):
+        folder = REPO_ROOT / "bundles" / bundle
+        conversion = convert_tfjob(parse_tfjob((folder / "tfjob.yaml").read_text()))
+        expected = load_request(yaml.safe_load((folder / "request.yaml").read_text()))
+        assert conversion.request == expected, bundle
+        assert conversion.notes == ()
+        assert load_request(conversion.request_data()) == expected  # what convert prints
+
+
+def test_an_unsupported_field_is_refused_with_its_path_what_was_given_and_what_is_supported():
+    worker = replica(2)
+    worker["template"]["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    found = refusals(tfjob({"Worker": worker}))
+    path = "spec.tfReplicaSpecs.Worker.template.spec.volumes[0]"
+    assert list(found) == [path]
+    assert found[path].startswith(f'{path}: {{"name": "data", "emptyDir": {{}}}} given; volumes')
+
+
+def test_every_refused_field_of_a_manifest_is_named_at_once():
+    worker = replica(2, env=[{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s"}}}])
+    worker["template"]["spec"]["containers"].append({"name": "sidecar", "image": "envoy"})
+    worker["template"]["spec"]["affinity"] = {"podAntiAffinity": {}}
+    data = tfjob({"Worker": worker}, enableDynamicWorker=True)
+    data["spec"]["runPolicy"] = {"schedulingPolicy": {"queue": "gpu"}, "suspend": True}
+    base = "spec.tfReplicaSpecs.Worker.template.spec"
+    assert sorted(refusals(data)) == sorted(
+        [
+            "spec.enableDynamicWorker",
+            f"{base}.containers[0].env[0].valueFrom",
+            f"{base}.containers[1]",
+            f"{base}.affinity",
+            "spec.runPolicy.suspend",
+            "spec.runPolicy.schedulingPolicy.queue",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "allowed"),
+    [
+        (
+            lambda d: d["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
+                0
+            ].update(image="other:1"),
+            "spec.tfReplicaSpecs.Worker.template.spec.containers[0].image",
+            "the same as spec.tfReplicaSpecs.PS.template.spec.containers[0].image",
+        ),
+        (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"].update(restartPolicy="Always"),
+            "spec.tfReplicaSpecs.PS.restartPolicy",
+            "Always restarts replicas that succeeded too",
+        ),
+        (
+            lambda d: d["spec"].update(runPolicy={"cleanPodPolicy": "None"}),
+            "spec.runPolicy.cleanPodPolicy",
+            "a run's pods are removed when it ends",
+        ),
+        (
+            lambda d: d["spec"].update(runPolicy={"schedulingPolicy": {"minAvailable": 1}}),
+            "spec.runPolicy.schedulingPolicy.minAvailable",
+            "supported: 3 (every replica)",
+        ),
+        (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0].pop(
+                "command"
+            ),
+            "spec.tfReplicaSpecs.PS.template.spec.containers[0].command",
+            "a command is required",
+        ),
+        (
+            lambda d: d["spec"].update(tfReplicaSpecs={"PS": replica(2)}),
+            "spec.tfReplicaSpecs.Worker.replicas",
+            "a distributed parameter-server job needs at least 1 Worker",
+        ),
+        (
+            lambda d: d["metadata"].update(name="a" * 41),
+            "metadata.name",
+            "(the request's name)",
+        ),
+        (
+            lambda d: d["spec"].update(runPolicy={"backoffLimit": 11}),
+            "spec.runPolicy.backoffLimit",
+            "",
+        ),
+    ],
+)
+def test_what_does_not_map_is_refused_naming_the_tfjob_field(change, path, allowed):
+    data = tfjob({"PS": replica(), "Worker": replica(2)})
+    if path == "spec.runPolicy.backoffLimit":
+        data["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"] = "OnFailure"
+        data["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "OnFailure"
+    change(data)
+    found = refusals(data)
+    assert path in found, found
+    assert allowed in found[path]
+
+
+def test_a_missing_bundle_tenant_or_output_names_the_option_and_the_annotation():
+    data = tfjob({"Worker": replica()})
+    del data["metadata"]["namespace"]
+    found = refusals(data, Destination())
+    assert sorted(found) == [
+        f'metadata.annotations["tf-on-k8s.io/{name}"]' for name in ("bundle", "output", "tenant")
+    ]
+    assert "--bundle" in found['metadata.annotations["tf-on-k8s.io/bundle"]']
+
+
+def test_options_come_before_annotations_and_the_namespace():
+    data = tfjob({"Worker": replica()})
+    data["metadata"]["annotations"] = {"tf-on-k8s.io/tenant": "team-b", "owner": "x"}
+    conversion = convert(data)
+    assert conversion.request.tenant == "team-b"
+    assert conversion.request.bundle == PLACE.bundle
+    assert any("owner" in note for note in conversion.notes)  # not carried, and said so
+    assert convert(data, Destination(**vars(PLACE) | {"tenant": "team-c"})).request.tenant == (
+        "team-c"
+    )
+
+
+def test_a_manifest_over_the_size_limit_is_refused_before_it_is_parsed():
+    text = "# " + "x" * MAX_MANIFEST_BYTES + "\n"
+    with pytest.raises(TFJobRefused) as caught:
+        parse_tfjob(text)
+    assert caught.value.refusals[0].path == "manifest"
+    assert f"at most {MAX_MANIFEST_BYTES} bytes" in str(caught.value)
+
+
+def test_a_manifest_of_another_kind_is_refused():
+    data = copy.deepcopy(tfjob({"Worker": replica()}))
+    data["kind"] = "PyTorchJob"
+    assert "kind" in refusals(data)

@@ -18,5 +18,7 @@ the caller corrects the input the message names and tries again. One base
     ├── ClusterSpecError     endpoints that cannot form the requested ClusterSpec
     │                        (clusterspec.py)
     ├── RestoreTooLarge      checkpoints over what a pod may restore (checkpoints.py)
+    ├── TFJobRefused         a Kubeflow TFJob that cannot run here: every field's path,
+    │                        given, supported (kubeflow/errors.py)
     └── S3UrlError           not an s3://<bucket>/<key> URL (s3url.py)
 """

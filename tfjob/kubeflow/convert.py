@@ -26,6 +26,7 @@ from tfjob.kubeflow.manifest import (
     TFJobManifest,
 )
 from tfjob.kubeflow.podtemplate import GPU_RESOURCE
+from tfjob.request.errors import NOTHING
 from tfjob.request.model import RequestError, Role, TrainingRequest, validate_request
 from tfjob.restart_policy import MAX_RESTARTS, RestartOn
 
@@ -113,7 +114,7 @@ class _Mapping:
                 "tenant": "a tenant is required",
                 "output": "an output is required (where the run's model and logs go)",
             }[field]
-            self.refuse(where, None, f"{needed}: give --{field} or this annotation")
+            self.refuse(where, NOTHING, f"{needed}: give --{field} or this annotation")
 
     def map_shared(self, specs: tuple[ReplicaSpec, ...]) -> None:
         first = _shared_fields(specs[0])
@@ -126,7 +127,7 @@ class _Mapping:
         if container.command is None:
             self.refuse(
                 first["entrypoint"][0],
-                None,
+                NOTHING,
                 "a command is required: the program runs in the bundle's code/ directory, "
                 "e.g. [python3, train.py]; the image's own entrypoint is not supported yet",
             )

@@ -258,3 +258,10 @@ def test_a_manifest_of_another_kind_is_refused():
     data = copy.deepcopy(tfjob({"Worker": replica()}))
     data["kind"] = "PyTorchJob"
     assert "kind" in refusals(data)
+
+
+def test_a_chief_and_a_master_together_or_a_type_given_twice_are_refused():
+    both = refusals(tfjob({"Chief": replica(), "Master": replica(), "Worker": replica()}))
+    assert "a job has a Chief or a Master, not both" in both["spec.tfReplicaSpecs.Master"]
+    twice = refusals(tfjob({"Worker": replica(), "worker": replica()}))
+    assert "given twice" in twice["spec.tfReplicaSpecs.worker"]

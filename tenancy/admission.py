@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from decimal import Decimal
-
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING
 
 from tenancy.errors import TenancyError
 from tfjob.quota import QuotaCheck, check_gang_fits, read_quota_amounts, sum_usage
@@ -27,6 +25,9 @@ from tfjob.tenants import (
     load_tenants,
     resolve_tenant,
 )
+
+if TYPE_CHECKING:  # the Kubernetes client is imported when a call needs it: `tshell --help`
+    from kubernetes import client as k8s
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ def read_tenant_quota(
     quota when the namespace has none yet; used: the larger of the quotas'
     status.used and the sum over the namespace's live pods.
     """
+    from kubernetes.client.exceptions import ApiException
+
     namespace = tenant.namespace
     try:
         core.read_namespace(namespace)
@@ -91,6 +94,8 @@ def read_limit_range_defaults(core: k8s.CoreV1Api, tenant: Tenant) -> Tenant:
     LimitRange (or without the right to list them) the tenants file's
     `defaults` / `default_limits` stand in.
     """
+    from kubernetes.client.exceptions import ApiException
+
     try:
         ranges = core.list_namespaced_limit_range(tenant.namespace).items
     except ApiException as exc:

@@ -25,10 +25,6 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import kubernetes
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
 from tenancy.pools import PoolClient, PoolSpec, RestPoolClient
 from tfjob import naming
 from tfjob.jsontypes import JsonObject
@@ -41,7 +37,10 @@ from tfjob.tenants import (
     load_tenants,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the Kubernetes client is imported when a call needs it: `tshell --help`
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
     from tfjob.manifests import RunIdentity
 
 log = logging.getLogger(__name__)
@@ -95,6 +94,8 @@ class Clients:
 
     @classmethod
     def from_api_client(cls, api_client: k8s.ApiClient) -> Clients:
+        from kubernetes import client as k8s
+
         return cls(k8s.CoreV1Api(api_client), k8s.NetworkingV1Api(api_client))
 
 
@@ -180,6 +181,8 @@ def _is_unserved(exc: ApiException) -> bool:
 
 def apply_manifest(clients: Clients, manifest: Mapping[str, object]) -> ApplyResult:
     """Create `manifest`, or patch what differs, or leave it; say which."""
+    from kubernetes.client.exceptions import ApiException
+
     kind = manifest["kind"]
     name = manifest["metadata"]["name"]
     namespace = manifest["metadata"].get("namespace", "")
@@ -292,6 +295,9 @@ def create_run_network_policy(
     `run` is a `tfjob.manifests.RunIdentity`; call after the run's ConfigMap exists.
     Returns `NetworkPolicy/<name>`, or None when the cluster does not serve the kind.
     """
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
     config = config or load_tenants()
     core = k8s.CoreV1Api(api_client)
     networking = k8s.NetworkingV1Api(api_client)
@@ -333,6 +339,8 @@ def apply_everything(
 ) -> list[ApplyResult]:
     """Tenant objects on the cluster of `kubeconfig`, then pools in the Airflow at
     `airflow_url`: what a start-up script calls once both are up."""
+    import kubernetes
+
     config = config or load_tenants()
     api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     results = apply_tenants(Clients.from_api_client(api_client), config)

@@ -219,7 +219,8 @@ LAZY_IMPORTS = {
     "scripts run without Airflow, the plugin is loaded by every Airflow process, and S3Hook "
     "would bring boto3 into every DAG parse",
     "airflow_client": "the Airflow REST client: `tshell --help` imports every command module",
-    "kubernetes": "the Kubernetes client (about 1 s): `tshell --help` and S3-only commands",
+    "kubernetes": "the Kubernetes client (about 1 s): `tshell --help` (tshell imports tenancy) "
+    "and S3-only commands",
     "kubernetes_asyncio": "the asyncio Kubernetes client: only the trigger uses it",
     "boto3": "the AWS SDK (about 0.3 s): only S3 work uses it",
     "botocore": "the AWS SDK (about 0.3 s): only S3 work uses it",
@@ -231,23 +232,11 @@ LAZY_IMPORTS = {
     "asgiref": "Airflow's sync-to-async bridge: only the trigger uses it",
     "werkzeug": "FAB's password hashing: imported with Airflow's FAB provider",
 }
-TSHELL_HELP = (
-    "pydantic or the Kubernetes client on every `tshell --help` (tshell/cli.py imports "
-    "every command module)"
-)
 # The project's own modules a package may import lazily, each for its price to that package.
 LAZY_OWN_IMPORTS = {
     "plugins": {
         "runview.api": "FastAPI and Airflow's API server: every Airflow process loads the "
         "plugin, only the API server builds the app"
-    },
-    "tshell": {
-        "tfjob.request.model": TSHELL_HELP,
-        "tfjob.tenants": TSHELL_HELP,
-        "tfjob.quota": TSHELL_HELP,
-        "tfjob.records": TSHELL_HELP,
-        "tshell.replica_logs": TSHELL_HELP,
-        "tenancy": TSHELL_HELP,
     },
 }
 TOP_IMPORT_FOLDERS = ("operators", "tenancy", "runview", "tfjob", "tshell", "dags", "plugins")

@@ -21,6 +21,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from tenancy.admission import TenantNotAppliedError, read_tenant_quota
+from tenancy.apply import Clients, apply_pools, apply_tenants
+from tenancy.pools import PoolApiError, RestPoolClient
+from tfjob.quota import format_amount
+from tfjob.tenants import TenantsConfig, TenantsFileError, load_tenants
 from tshell.airflow_client import AirflowClientError
 from tshell.command import open_session, set_command
 from tshell.config import load_kubeconfig
@@ -31,9 +36,7 @@ from tshell.runs.commands import format_table
 ERROR_PREFIX = "tshell tenants: "
 HOME_KUBECONFIG = Path("~/.kube/config")
 
-if TYPE_CHECKING:  # kubernetes and the tenants model are imported when a command runs
-    from tenancy.apply import Clients
-    from tfjob.tenants import TenantsConfig
+if TYPE_CHECKING:  # argparse names the type of add_subparsers' result privately
     from tshell.command import Subparsers
 
 
@@ -44,8 +47,6 @@ def find_cluster_kubeconfig(given: str | None) -> Path:
 
 def make_clients(kubeconfig: Path) -> Clients:
     import kubernetes
-
-    from tenancy.apply import Clients
 
     if not kubeconfig.exists():
         raise FileNotFoundError(
@@ -63,10 +64,6 @@ def fail(message: str) -> CommandError:
 def cmd_apply(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
-
-    from tenancy.apply import apply_pools, apply_tenants
-    from tenancy.pools import PoolApiError, RestPoolClient
-    from tfjob.tenants import TenantsFileError, load_tenants
 
     try:
         config = load_tenants(args.file)
@@ -129,9 +126,6 @@ def _airflow_login() -> tuple[str, Callable[[], str]]:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from tfjob.quota import format_amount
-    from tfjob.tenants import TenantsFileError, load_tenants
-
     try:
         config = load_tenants(args.file)
     except TenantsFileError as exc:
@@ -189,8 +183,6 @@ def _read_usage(
     """Each tenant's used amounts, or a word saying why not ('not applied', unreachable)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
-
-    from tenancy.admission import TenantNotAppliedError, read_tenant_quota
 
     kubeconfig = find_cluster_kubeconfig(kubeconfig_arg)
     try:

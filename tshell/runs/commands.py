@@ -21,10 +21,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from runtime.backoff import BackoffPolicy, LastDelay, RetryState, call_with_backoff
 from tfjob.pipeline_ids import ATTEMPTS_KEY, LAUNCH_TASK, TRAIN_TASK, VALIDATE_TASK
+from tfjob.records.run import RunDescription
 from tshell.airflow_client import (
     AirflowClientError,
     AirflowServerError,
@@ -34,6 +35,7 @@ from tshell.airflow_client import (
 from tshell.command import open_session, set_command
 from tshell.config import TshellConfig
 from tshell.exitcodes import ExitCode
+from tshell.replica_logs import list_replica_pods, make_core_api
 from tshell.runs.files import describe_download, download_run_files
 from tshell.runs.lookup import (
     RunRef,
@@ -49,11 +51,8 @@ from tshell.runs.views import (
     summarize_run,
 )
 
-if TYPE_CHECKING:
-    from tfjob.records.run import RunDescription
-
-# apache-airflow-client (seconds to import) and the request model are imported
-# inside the commands that use them, so `tshell --help` and `tshell pack` stay fast.
+# apache-airflow-client (seconds to import) is imported inside the commands that use it,
+# so `tshell --help` and `tshell pack` stay fast (tests/test_code_guards.py LAZY_IMPORTS).
 
 T = TypeVar("T")
 POLL_INTERVAL_S = 2.0
@@ -129,9 +128,6 @@ def fetch_replica_endpoints(session: AirflowSession, ref: RunRef) -> dict[str, A
 def fetch_run_description(session: AirflowSession, ref: RunRef) -> RunDescription | None:
     """What `validate` recorded about the run (request, namespace, run_key), once it ran;
     None before, and for a description this tshell cannot read."""
-    # Lazy: the request's model (pydantic) only for the commands that read a run's pods.
-    from tfjob.records.run import RunDescription
-
     value = fetch_task_xcom(session, ref, VALIDATE_TASK)
     if value is None:
         return None
@@ -184,8 +180,6 @@ class ReplicaWatcher:
     def list_pods(self) -> list[Any] | None:
         if not self.config.kubeconfig:
             return None
-        from tshell.replica_logs import list_replica_pods, make_core_api
-
         if self.described is None:
             self.described = fetch_run_description(self.session, self.ref)
             if self.described is None:

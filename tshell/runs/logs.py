@@ -16,14 +16,21 @@ import functools
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from tfjob.jsontypes import JsonObject
 from tfjob.pipeline_ids import TRAIN_TASK
+from tfjob.records.run import RunDescription
 from tshell.airflow_client import AirflowSession
 from tshell.command import open_session, set_command
 from tshell.config import TshellConfig
 from tshell.exitcodes import CommandError, ExitCode
+from tshell.replica_logs import (
+    ReplicaLogError,
+    iter_replica_logs,
+    list_replica_pods,
+    make_core_api,
+)
 from tshell.runs.commands import (
     FINISHED_TASK_STATES,
     POLL_INTERVAL_S,
@@ -35,9 +42,6 @@ from tshell.runs.commands import (
 )
 from tshell.runs.files import write_archived_logs
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run, quote
-
-if TYPE_CHECKING:
-    from tfjob.records.run import RunDescription
 
 REPLICA_LOG_PREFIX = "[{role}-{index}]"
 
@@ -125,13 +129,6 @@ def write_pod_logs(
     out: TextIO,
 ) -> bool:
     """Print the replica pods' logs live from Kubernetes; False when there are no pods (yet)."""
-    from tshell.replica_logs import (
-        ReplicaLogError,
-        iter_replica_logs,
-        list_replica_pods,
-        make_core_api,
-    )
-
     namespace, run_key = described.namespace, described.run_key
     index = args.index if args.role is not None else None
     try:

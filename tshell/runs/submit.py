@@ -26,6 +26,7 @@ import yaml
 from tfjob.jsontypes import JsonObject
 from tfjob.kubeflow.convert import Destination
 from tfjob.pipeline_ids import submit_dag_id
+from tfjob.request.model import RequestError, load_request
 from tshell.airflow_client import AirflowNotFoundError, AirflowSession
 from tshell.command import open_session, set_command
 from tshell.exitcodes import CommandError, ExitCode
@@ -104,8 +105,6 @@ def build_conf(
 ) -> JsonObject:
     """The validated request of `path` (a request, or a Kubeflow TFJob converted with
     `destination`) with `overrides`, as the DAG run's conf."""
-    from tfjob.request.model import RequestError, load_request
-
     converted = tfjob_request_data(path, destination or Destination())
     data = apply_overrides(read_request_file(path) if converted is None else converted, overrides)
     try:

@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
-.PHONY: setup test test-fast lint demo up down bench bench-quick s3-up s3-down
+.PHONY: setup test test-fast lint demo up down status bench bench-quick s3-up s3-down
 
 # nftables: localkube's kubelets enforce NetworkPolicies with `nft` (localkube/README.md,
 # "Pod network"); checked at every setup, so a venv built before it came still gets it.
@@ -81,6 +81,11 @@ up: setup
 down:
 	@test -x $(PY) || { echo "nothing to stop: no .venv"; exit 0; }
 	$(PY) scripts/services.py down
+
+# What runs, since when, how many restarts (scripts/supervisor.py restarts what dies).
+status:
+	@test -x $(PY) || { echo "nothing runs: no .venv"; exit 0; }
+	@$(PY) scripts/services.py status
 
 s3-up: setup
 	$(PY) scripts/s3_server.py up --port 9000 --state-dir $(STATE)/s3 --bucket tfjob-demo

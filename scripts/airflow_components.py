@@ -8,8 +8,14 @@ the roles and users itself, then starts this supervisor in a session of its
 own. It runs the API server, scheduler, DAG processor and triggerer as its
 children, each in a process group of its own within that session, and:
 
-- when one of them exits, stops the others and exits 1 (a half-running
-  Airflow is worse than none: the launcher sees the exit and reports it);
+- when one of them dies, kills what is left of its group (a dead scheduler's
+  LocalExecutor workers) and starts it again after a back-off pause
+  (scripts/supervision.py: logged with the exit status, counted, bounded);
+- when one dies past that bound, stops the others and exits 1 (a half-running
+  Airflow is worse than none: the launcher sees the exit and reports it, and
+  scripts/supervisor.py restarts Airflow whole, within its own bound);
+- keeps the table of its components (pid, up since, restarts, last exit) in
+  <AIRFLOW_HOME>/components.json, which `make status` prints;
 - on SIGTERM or SIGINT, sends SIGTERM to every group, then SIGKILL to what is
   left after the grace period (the LocalExecutor's idle workers ignore SIGTERM).
 
@@ -25,6 +31,15 @@ import sys
 import time
 from pathlib import Path
 
+from scripts.supervision import (
+    ServiceState,
+    Watch,
+    check_all,
+    describe_returncode,
+    write_table,
+)
+
+COMPONENTS_FILE = "components.json"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STOP_GRACE_S = 15.0
 POLL_INTERVAL_S = 0.5
@@ -64,6 +79,29 @@ def stop_components(processes: list[subprocess.Popen], grace: float = STOP_GRACE
         process.wait()
 
 
+class Component:
+    """One Airflow component as scripts/supervision.py watches it: our child process."""
+
+    needs_previous = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.process = start_component(name)
+
+    def find_pid(self) -> int | None:
+        if self.process.poll() is None:
+            return self.process.pid
+        signal_groups([self.process], signal.SIGKILL)  # what it left: workers, serve-logs
+        return None
+
+    def describe_exit(self, pid: int) -> str:
+        return describe_returncode(self.process.returncode)
+
+    def start(self) -> int:
+        self.process = start_component(self.name)
+        return self.process.pid
+
+
 def main() -> int:
     stopping: list[int] = []
 
@@ -72,24 +110,27 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    processes = [start_component(name) for name in COMPONENTS]
-    started = zip(COMPONENTS, processes, strict=True)
-    print(f"components: {', '.join(f'{n} (pid {p.pid})' for n, p in started)}", flush=True)
-    exited = None
-    while not stopping and exited is None:
+    table = Path(os.environ.get("AIRFLOW_HOME", ".")) / COMPONENTS_FILE
+    since = time.time()
+    components = [Component(name) for name in COMPONENTS]
+    print(
+        f"components: {', '.join(f'{c.name} (pid {c.process.pid})' for c in components)}",
+        flush=True,
+    )
+    watches = [Watch(c, log=lambda line: print(f"airflow {line}", flush=True)) for c in components]
+    failed = False
+    while not stopping and not failed:
+        write_table(table, os.getpid(), since, [watch.status() for watch in watches])
         time.sleep(POLL_INTERVAL_S)
-        exited = next(
-            (
-                (name, p.returncode)
-                for name, p in zip(COMPONENTS, processes, strict=True)
-                if p.poll() is not None
-            ),
-            None,
-        )
-    if exited is not None:
-        print(f"airflow {exited[0]} exited with code {exited[1]}; stopping the others", flush=True)
-    stop_components(processes)
-    return 1 if exited is not None else 0
+        check_all(watches)
+        failed = any(watch.state is ServiceState.FAILED for watch in watches)
+    if failed:
+        print("airflow: a component failed past its restarts; stopping the others", flush=True)
+    stop_components([component.process for component in components])
+    for watch in watches:
+        watch.stop()
+    write_table(table, os.getpid(), since, [watch.status() for watch in watches])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

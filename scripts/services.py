@@ -4,6 +4,7 @@
                                     [--airflow-port 8080] [--bucket tfjob-demo]
     python scripts/services.py down [--state-dir .state]
     python scripts/services.py env  [--state-dir .state]   # export lines for tshell/boto3
+    python scripts/services.py status [--state-dir .state] # what runs, since when, restarts
 
 Why this exists: the services depend on each other in a fixed order.
 localkube forwards the S3 port into every pod, so S3 starts first; Airflow's
@@ -12,6 +13,12 @@ lives in PostgreSQL (scripts/postgres_server.py, a Unix socket under
 <state>/postgres), so Airflow starts last. Stopping goes the other way: Airflow
 first (no task creates a pod while the cluster goes away), then PostgreSQL,
 localkube (its kubelets remove every pod, network namespace and mount), and S3.
+Once all run, `up` starts scripts/supervisor.py, which restarts any of them
+that dies (with bounded back-off; Airflow's components are restarted one by
+one by scripts/airflow_components.py); `down` stops it before anything else,
+so nothing it stops is restarted; `status` prints what runs, since when, how
+many restarts and how each last ended (scripts/supervision.py's table).
+A second `up` replaces the supervisor (its counts start over).
 Each step is idempotent, so `up` twice and `down` twice are both fine. Before
 `up` starts anything, scripts/preflight.py checks that it can work here (root;
 PostgreSQL installed; each port free or held by this state dir's own service)
@@ -46,13 +53,15 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from scripts import (
+    airflow_components,  # noqa: E402
     postgres_server,  # noqa: E402
     preflight,  # noqa: E402
+    supervision,  # noqa: E402
 )
 from scripts.background_server import make_private_dir, write_private  # noqa: E402
 from scripts.s3_identities import (  # noqa: E402
@@ -241,10 +250,33 @@ def apply_tenants(kubeconfig: Path, instance: Any) -> None:
         print(f"tenants: {result.describe()}")
 
 
+def start_airflow(
+    paths: StatePaths,
+    port: int,
+    kubeconfig: Path,
+    s3_endpoint: str,
+    pods: dict[str, PodIdentity],
+) -> Any:
+    """Start (or find running) Airflow with its connections and its PostgreSQL database."""
+    database = postgres_server.locate_cluster(paths.postgres)
+    settings = airflow_server.AirflowSettings(
+        home=paths.airflow,
+        port=port,
+        extra_env=build_connections(
+            kubeconfig, s3_endpoint, ensure_admin_credentials(paths.s3), pods
+        ),
+        database_url=postgres_server.ensure_database(database, airflow_server.DATABASE_NAME),
+    )
+    return airflow_server.start_airflow(settings)
+
+
 def bring_up(
     paths: StatePaths, s3_port: int, kube_port: int, airflow_port: int, buckets: list[str]
 ) -> dict[str, Any]:
-    """Start (or find running) S3, localkube and Airflow, in that order."""
+    """Start (or find running) S3, localkube, PostgreSQL and Airflow, in that order, then a
+    new supervisor (an earlier one is stopped first: two starters of one service would race)."""
+    if supervision.stop_supervisor(paths.root):
+        print("supervisor stopped (a new one starts once everything runs)")
     pods = write_s3_pod_identities(paths)
     s3_ready = start_s3(paths, s3_port, buckets)
     admin = ensure_admin_credentials(paths.s3)  # the server generated it at its first start
@@ -253,13 +285,7 @@ def bring_up(
     kubeconfig = Path(cluster["kubeconfig"])
     database = postgres_server.start_postgres(paths.postgres)
     print(f"PostgreSQL is up (socket in {database.socket_dir})")
-    settings = airflow_server.AirflowSettings(
-        home=paths.airflow,
-        port=airflow_port,
-        extra_env=build_connections(kubeconfig, s3_endpoint, admin, pods),
-        database_url=postgres_server.ensure_database(database, airflow_server.DATABASE_NAME),
-    )
-    instance = airflow_server.start_airflow(settings)
+    instance = start_airflow(paths, airflow_port, kubeconfig, s3_endpoint, pods)
     apply_tenants(kubeconfig, instance)
     record = {
         "s3": {
@@ -274,12 +300,14 @@ def bring_up(
         "postgres": {"socket_dir": str(database.socket_dir), "data": str(database.data)},
     }
     write_service_files(paths, record)
+    print(f"supervisor is up (pid {supervision.start_supervisor(paths.root)})")
     return record | {"airflow_logins": airflow_server.read_users(instance.home)}
 
 
 def bring_down(paths: StatePaths) -> list[str]:
-    """Stop Airflow, localkube and S3, in that order; what each said."""
-    said = []
+    """Stop the supervisor (so that nothing is restarted), Airflow, PostgreSQL, localkube and
+    S3, in that order; what each said."""
+    said = ["supervisor stopped"] if supervision.stop_supervisor(paths.root) else []
     stopped = airflow_server.stop_airflow(paths.airflow)
     said.append(
         f"Airflow stopped ({len(stopped)} processes)" if stopped else "Airflow was not running"
@@ -317,6 +345,22 @@ def bring_down(paths: StatePaths) -> list[str]:
     return said
 
 
+def describe_status(paths: StatePaths) -> str:
+    """`make status`: the supervisor, and a row per service and per Airflow component."""
+    pid, rows = supervision.read_current_table(paths.root / supervision.STATE_FILE)
+    _, components = supervision.read_current_table(
+        paths.airflow / airflow_components.COMPONENTS_FILE
+    )
+    running = supervision.find_supervisor(paths.root)
+    head = (
+        f"supervisor: pid {running} ({paths.root / supervision.LOG_FILE})"
+        if running
+        else f"supervisor: not running{f' (last seen: pid {pid})' if pid else ''}; make up"
+    )
+    airflow = [replace(row, name=f"airflow {row.name}") for row in components]
+    return head + "\n" + supervision.format_table([*rows, *airflow])
+
+
 def list_service_ports(s3_port: int, kube_port: int, airflow_port: int) -> list[Any]:
     return [
         preflight.ServicePort("S3 server", s3_port, "--s3-port"),
@@ -352,7 +396,7 @@ def print_summary(record: dict[str, Any], paths: StatePaths) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["up", "down", "env"])
+    parser.add_argument("action", choices=["up", "down", "env", "status"])
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument("--s3-port", type=int, default=DEFAULT_S3_PORT)
     parser.add_argument("--kube-port", type=int, default=DEFAULT_KUBE_PORT)
@@ -376,12 +420,19 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "down":
             for line in bring_down(paths):
                 print(line)
+        elif args.action == "status":
+            print(describe_status(paths))
         else:
             env_file = paths.root / ENV_FILE
             if not env_file.exists():
                 raise ServiceError(f"no {env_file}: the services are not up (make up)")
             print(env_file.read_text(), end="")
-    except (ServiceError, airflow_server.AirflowStartError, postgres_server.PostgresError) as error:
+    except (
+        ServiceError,
+        airflow_server.AirflowStartError,
+        postgres_server.PostgresError,
+        supervision.SupervisorError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         if args.action == "up" and not isinstance(error, PreflightError):
             print("Services that did start keep running; `make down` stops them.", file=sys.stderr)

@@ -43,6 +43,7 @@ pytest_plugins = [
 LONG_FILES = (
     "test_pipeline_tensorflow.py",
     "test_run_view_browser.py",
+    "test_services_self_healing.py",
     "test_tenants_pipeline.py",
     "test_pipeline_e2e.py",
     "test_pipeline_restarts.py",

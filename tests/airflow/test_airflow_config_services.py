@@ -28,6 +28,7 @@ from harness.pipeline_fixtures import wait_for
 from harness.postgres_fixtures import postgres_server
 from harness.repo_root import REPO_ROOT
 from harness.standin import write_standin_bundle
+from scripts import supervision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root]
 
@@ -233,6 +234,9 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         # task's process, renamed by setproctitle) live on.
         dag_id, run_id = submit_run_stuck_in_launch(state, record, tmp_path)
         await_launch_in_flight(state, record, dag_id, run_id)
+        # The services' supervisor dies too (else it would restart Airflow itself:
+        # test_services_self_healing.py), as in a crash of the whole machine's services.
+        os.kill(supervision.find_supervisor(state), 9)
         crashed = airflow_server.read_pid(state / "airflow")
         kill_supervisor_and_components(crashed)
         survivors = list_session(crashed)

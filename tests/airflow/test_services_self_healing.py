@@ -1,0 +1,249 @@
+"""The embedded default heals itself: each kind of service killed while a run trains, no `make up`.
+
+One `scripts/services.py up` in a temporary state dir on free ports (as
+test_airflow_config_services.py), one stand-in run of the test tenant that
+trains for a few minutes, and while its pod runs, `kill -9` of each kind of
+service once: the S3 server, localkube's API server, PostgreSQL's postmaster,
+then Airflow's scheduler, triggerer, API server and DAG processor. Each kill
+waits for the supervisor's table to show the service running again before the
+next, and nobody runs `make up`: the run still ends in success, every restart
+is counted, and `down` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import kubernetes
+import pytest
+import requests
+import urllib3
+import yaml
+
+from harness.pipeline_fixtures import wait_for
+from harness.repo_root import REPO_ROOT
+from harness.standin import write_standin_bundle
+from scripts import airflow_components, airflow_server, postgres_server, supervision
+from scripts.background_server import is_alive, pick_port_below_ephemeral_range
+from tfjob.tenants import TENANTS_FILE_ENV
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(1500)]
+
+SERVICES = REPO_ROOT / "scripts" / "services.py"
+BUCKET = "tfjob-test"  # the test tenant reads bundles only under s3://tfjob-test/
+TENANT = "test"
+JOB = "self-healing"
+TRAIN_S = 150  # the seven kills and their restarts took ~45 s on 2 busy cores
+SERVICE_KILLS = ("s3", "localkube", "postgresql")
+COMPONENT_KILLS = ("scheduler", "triggerer", "api-server", "dag-processor")
+RESTART_TIMEOUT_S = 240
+
+
+def services(*argv: str, tenants: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SERVICES), *argv],
+        cwd=REPO_ROOT,
+        env={**os.environ, TENANTS_FILE_ENV: str(tenants)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def write_tenants_file(folder: Path, s3_port: int) -> Path:
+    """deploy/tenants.yaml with the pods' S3 port at this S3 server's (their NetworkPolicies)."""
+    tenants = yaml.safe_load((REPO_ROOT / "deploy" / "tenants.yaml").read_text())
+    tenants.setdefault("network", {})["s3_port"] = s3_port
+    path = folder / "tenants.yaml"
+    path.write_text(yaml.safe_dump(tenants, sort_keys=False))
+    return path
+
+
+def submit_training_run(state: Path, record: dict, folder: Path, tenants: Path) -> tuple[str, str]:
+    """A stand-in run that trains TRAIN_S seconds, submitted with tshell; (dag_id, run_id)."""
+    s3 = record["s3"]
+    env = {
+        **os.environ,
+        TENANTS_FILE_ENV: str(tenants),
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": s3["access_key"],
+        "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
+        "AWS_DEFAULT_REGION": s3["region"],
+        "KUBECONFIG": record["localkube"]["kubeconfig"],
+        "TSHELL_AIRFLOW_URL": record["airflow"]["url"],
+        "TSHELL_USERNAME": "test-user",
+        "TSHELL_PASSWORD": airflow_server.read_users(state / "airflow")["test-user"],
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3["endpoint_url"],
+        region_name=s3["region"],
+        aws_access_key_id=s3["access_key"],
+        aws_secret_access_key=s3["secret_key"],
+    )
+    client.upload_file(str(write_standin_bundle(folder)), BUCKET, "bundles/standin.tar.gz")
+    request = {
+        "name": JOB,
+        "tenant": TENANT,
+        "mode": "single",
+        "image": "python:3.11",
+        "entrypoint": ["python3", "train.py"],
+        "bundle": f"s3://{BUCKET}/bundles/standin.tar.gz",
+        "output": f"s3://{BUCKET}/outputs/{JOB}",
+        "startup_timeout": 600,
+        "active_deadline": 1800,
+        "env": {"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": TRAIN_S}})},
+        "resources": {"worker": {"cpu": "100m", "memory": "128Mi"}},
+    }
+    (folder / "request.yaml").write_text(yaml.safe_dump(request))
+    submitted = subprocess.run(
+        [sys.executable, "-m", "tshell", "submit", str(folder / "request.yaml"), "--json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    summary = json.loads(submitted.stdout)
+    return summary["dag_id"], summary["run_id"]
+
+
+class RunWatch:
+    """The run's state (Airflow's REST API) and its pod's phase (localkube), both of which
+    may be down for a moment: None then."""
+
+    def __init__(self, state: Path, record: dict, dag_id: str, run_id: str) -> None:
+        self.url = record["airflow"]["url"]
+        self.password = airflow_server.read_users(state / "airflow")["admin"]
+        self.path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+        self.kube = kubernetes.client.CoreV1Api(
+            kubernetes.config.new_client_from_config(config_file=record["localkube"]["kubeconfig"])
+        )
+        self.token: str | None = None
+
+    def run_state(self) -> str | None:
+        try:
+            if self.token is None:
+                self.token = airflow_server.fetch_token(self.url, "admin", self.password)
+            answer = requests.get(
+                self.url + self.path, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
+            )
+        except (OSError, requests.RequestException):
+            return None
+        return answer.json()["state"] if answer.status_code == 200 else None
+
+    def pod_phase(self) -> str | None:
+        try:
+            pods = self.kube.list_namespaced_pod(
+                f"tfjob-{TENANT}", label_selector=f"tfjob.io/job={JOB}", _request_timeout=10
+            ).items
+        except (OSError, kubernetes.client.ApiException, urllib3.exceptions.HTTPError):
+            return None  # the API server is restarting
+        return pods[0].status.phase if pods else None
+
+
+def read_service_pid(state: Path, name: str) -> int:
+    if name == "s3":
+        return json.loads((state / "s3" / "ready.json").read_text())["pid"]
+    if name == "localkube":
+        return json.loads((state / "localkube" / "localkube.json").read_text())["pids"]["apiserver"]
+    cluster = postgres_server.locate_cluster(state / "postgres")
+    return int((cluster.data / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def read_row(table: Path, name: str) -> supervision.ServiceStatus:
+    _, rows = supervision.read_table(table)
+    return next(row for row in rows if row.name == name)
+
+
+def kill_and_await_restart(table: Path, name: str, pid: int) -> supervision.ServiceStatus:
+    """kill -9 pid, then wait until the table shows `name` running again on another pid."""
+    before = read_row(table, name).restarts
+    started = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> supervision.ServiceStatus | None:
+        row = read_row(table, name)
+        fresh = row.pid not in (None, pid) and is_alive(row.pid)
+        back = row.state is supervision.ServiceState.RUNNING and fresh
+        return row if back and row.restarts > before else None
+
+    row = wait_for(restarted, RESTART_TIMEOUT_S, f"{name} restarted after kill -9", interval=0.5)
+    print(f"{name}: pid {pid} killed, back as {row.pid} in {time.monotonic() - started:.1f} s")
+    return row
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="localkube needs root")
+def test_each_service_killed_while_a_run_trains_is_restarted_and_the_run_succeeds(tmp_path):
+    state = tmp_path / "state"
+    # Every service comes back on its port: none from the ephemeral range, which any
+    # connection may take as its source port meanwhile (scripts/background_server.py).
+    ports = {option: str(pick_port_below_ephemeral_range()) for option in ("s3", "kube", "airflow")}
+    argv = [f"--{option}-port={port}" for option, port in ports.items()]
+    tenants = write_tenants_file(tmp_path, int(ports["s3"]))
+    try:
+        up = services("up", "--state-dir", str(state), "--bucket", BUCKET, *argv, tenants=tenants)
+        assert up.returncode == 0, up.stdout + up.stderr
+        record = json.loads((state / "services.json").read_text())
+        dag_id, run_id = submit_training_run(state, record, tmp_path, tenants)
+        watch = RunWatch(state, record, dag_id, run_id)
+
+        def training() -> bool:
+            assert watch.run_state() != "failed", "the run failed before training"
+            return watch.pod_phase() == "Running"
+
+        wait_for(training, 600, "the run's pod running", 2.0)
+
+        services_table = state / supervision.STATE_FILE
+        for name in SERVICE_KILLS:
+            row = kill_and_await_restart(services_table, name, read_service_pid(state, name))
+            assert row.last_exit.startswith(("killed by SIGKILL", "exit status unknown")), row
+        components_table = state / "airflow" / airflow_components.COMPONENTS_FILE
+        for name in COMPONENT_KILLS:
+            pid = read_row(components_table, name).pid
+            assert pid is not None, name
+            row = kill_and_await_restart(components_table, name, pid)
+            assert row.restarts >= 1 and row.last_exit == "killed by SIGKILL", row
+        assert watch.pod_phase() == "Running", "training ended before the last kill"
+
+        def ended() -> str | None:
+            found = watch.run_state()
+            return found if found in ("success", "failed") else None
+
+        final = wait_for(ended, TRAIN_S + 600, "the run's end", interval=2.0)
+        assert final == "success", (state / supervision.LOG_FILE).read_text()[-5000:]
+        _, rows = supervision.read_table(services_table)
+        assert all(read_row(services_table, name).restarts >= 1 for name in SERVICE_KILLS), rows
+        assert all(row.state is supervision.ServiceState.RUNNING for row in rows), rows
+        status = services("status", "--state-dir", str(state), tenants=tenants)
+        assert status.returncode == 0 and "airflow scheduler" in status.stdout, status.stdout
+    finally:
+        down = services("down", "--state-dir", str(state), tenants=tenants)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert down.stdout.startswith("supervisor stopped"), down.stdout
+    clean = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "check_clean.py"),
+            "--checkout",
+            str(state),
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    database = postgres_server.locate_cluster(state / "postgres")
+    if database.root != state / "postgres":
+        shutil.rmtree(database.root)

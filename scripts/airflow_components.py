@@ -122,6 +122,8 @@ def main() -> int:
     while not stopping and not failed:
         write_table(table, os.getpid(), since, [watch.status() for watch in watches])
         time.sleep(POLL_INTERVAL_S)
+        if stopping:  # `down` signals the components too: none of them is restarted
+            break
         check_all(watches)
         failed = any(watch.state is ServiceState.FAILED for watch in watches)
     if failed:

@@ -258,3 +258,18 @@ def test_the_supervisor_knows_how_its_children_ended():
         time.sleep(0.02)
     assert exits.describe(pid) == "exit 3"
     assert "unknown" in exits.describe(pid)  # told once
+
+
+def test_rows_of_a_writer_that_died_show_stopped(tmp_path):
+    rows = [
+        ServiceStatus("s3", ServiceState.RUNNING, 10, None, 0, ""),
+        ServiceStatus("postgresql", ServiceState.FAILED, None, None, 5, "exit 1"),
+    ]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = tmp_path / "supervisor.json"
+    supervision.write_table(path, dead.pid, 0.0, rows)
+    _, seen = supervision.read_current_table(path)
+    assert [row.state for row in seen] == [ServiceState.STOPPED, ServiceState.FAILED]
+    supervision.write_table(path, os.getpid(), 0.0, rows)
+    assert supervision.read_current_table(path) == (os.getpid(), rows)

@@ -8,13 +8,17 @@ active runs, quota use, job slots and nodes (runview/tenants.py).
 
 Every Airflow process loads plugins (task processes too, for macros), so the
 FastAPI app is built only when the API server asks for it, and once: the plugin
-listing (`/api/v2/plugins`) asks again on every call.
+listing (`/api/v2/plugins`) asks again on every call. Airflow 3.3 takes an app,
+not a factory (`fastapi_apps` entries are mounted as they are): runview/api.py
+imports FastAPI and Airflow's API server only when `build_app` runs.
 """
 
 from functools import cached_property
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
+
+from runview.api import build_app
 
 URL_PREFIX = "/tfjob"
 
@@ -38,6 +42,4 @@ class TfjobPlugin(AirflowPlugin):
 
     @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:
-        from runview.api import build_app
-
         return [{"app": build_app(), "url_prefix": URL_PREFIX, "name": "TF-on-K8s job view"}]

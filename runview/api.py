@@ -19,32 +19,19 @@ XComs (a bearer token, or the UI's `_token` cookie), as the REST API's own
 XCom routes do; cancel asks for the run's edit permission. Each also holds
 the run to its DAG's tenant (runview/db.py `find_tenant_run`): a
 run recorded for another tenant than the DAG's now is answered 403. A refused page
-(`/view`) is answered as an HTML 403 page, the rest as JSON. Imported only by
-the API server (plugins/tfjob_plugin.py builds the app on demand).
-"""
+(`/view`) is answered as an HTML 403 page, the rest as JSON.
 
-from __future__ import annotations
+Every Airflow process loads the plugin (plugins/tfjob_plugin.py), which imports this
+module; only the API server builds the app. So FastAPI and Airflow's API server (about
+1.5 s) are imported when `build_app` runs, and the routes' annotations are evaluated
+then, where those names are bound: this module does without
+`from __future__ import annotations` (FastAPI reads a route's annotations at run time).
+"""
 
 import functools
 import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from airflow.api_fastapi.auth.managers.models.resource_details import (
-    DagAccessEntity,
-    DagDetails,
-)
-from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import (
-    FileResponse,
-    HTMLResponse,
-    JSONResponse,
-    Response,
-    StreamingResponse,
-)
 
 from operators.kubeobjects import list_run_pods
 from operators.logreads import read_newest_lines
@@ -85,12 +72,14 @@ from tfjob.runlayout import replica_log_path
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.models.dagbag import DBDagBag
+    from fastapi import FastAPI, Request
+    from fastapi.params import Depends
+    from fastapi.responses import JSONResponse, Response
     from kubernetes import client as k8s
     from sqlalchemy.orm import Session
 
-CAN_READ_XCOM = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
-CAN_EDIT_RUN = [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
 REPO = Path(__file__).resolve().parent.parent
 PAGE_DIR = REPO / "plugins" / "tfjob_view"
 # The only files the app serves as assets: name -> file (the chart library from `npm ci`).
@@ -109,7 +98,27 @@ read_run_storage = run_view_db.read_run_storage
 
 
 @functools.cache
-def connect_kubernetes() -> k8s.CoreV1Api:
+def require_xcom_read() -> "list[Depends]":
+    """The routes' check: the caller may read the DAG's XComs (once: tests override it)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends
+
+    return [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))]
+
+
+@functools.cache
+def require_run_edit() -> "list[Depends]":
+    """The cancel's check: the caller may edit the DAG's runs."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends
+
+    return [Depends(requires_access_dag(method="PUT", access_entity=DagAccessEntity.RUN))]
+
+
+@functools.cache
+def connect_kubernetes() -> "k8s.CoreV1Api":
     """One client for the API server's life, from the pipeline's Kubernetes connection."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -127,8 +136,9 @@ def read_kubernetes_log(namespace: str, pod: str, tail_lines: int) -> str:
     )
 
 
-def is_allowed(user: BaseUser, method: str, entity: DagAccessEntity, dag_id: str) -> bool:
+def is_allowed(user: "BaseUser", method: str, entity: "DagAccessEntity", dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
     return get_auth_manager().is_authorized_dag(
         method=method, access_entity=entity, details=DagDetails(id=dag_id), user=user
@@ -159,7 +169,9 @@ class RunView:
             summary["replicas_from"] = "kubernetes"
         return summary
 
-    def read_log_text(self, session: Session, summary: JsonObject, replica: str) -> tuple[str, str]:
+    def read_log_text(
+        self, session: "Session", summary: JsonObject, replica: str
+    ) -> tuple[str, str]:
         """(source, text) of a replica's log: its live pod's tail, else its archived log."""
         pods = self.live_pods(summary)
         for status in map(read_replica_status, pods or []):
@@ -174,7 +186,7 @@ class RunView:
             return "none", ""
         return "archive", text
 
-    def answer_curves(self, session: Session, summary: JsonObject) -> JsonObject:
+    def answer_curves(self, session: "Session", summary: JsonObject) -> JsonObject:
         """The run's curves, computed once per run for every tab (runview/live.py)."""
         pods = self.live_pods(summary)
         if pods:
@@ -211,7 +223,7 @@ class RunView:
 
 
 @functools.cache
-def dag_bag() -> DBDagBag:
+def dag_bag() -> "DBDagBag":
     """The serialized DAGs, as Airflow's own routes read them (cached, one per process)."""
     from airflow.api_fastapi.common.dagbag import create_dag_bag
 
@@ -228,7 +240,11 @@ def render_refusal_page(status: int, detail: str, css: str = "../../../static/ru
     )
 
 
-async def answer_http_error(request: Request, error: Exception) -> Response:
+async def answer_http_error(request: "Request", error: Exception) -> "Response":
+    from fastapi import HTTPException
+    from fastapi.exception_handlers import http_exception_handler
+    from fastapi.responses import HTMLResponse
+
     assert isinstance(error, HTTPException)
     if request.url.path.endswith("/view") and error.status_code in (401, 403, 404):
         css = (
@@ -243,16 +259,26 @@ async def answer_http_error(request: Request, error: Exception) -> Response:
     return await http_exception_handler(request, error)
 
 
-def answer_run_files_error(_request: Request, error: Exception) -> JSONResponse:
+def answer_run_files_error(_request: "Request", error: Exception) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+
     status = error.status if isinstance(error, RunFilesError) else 500
     return JSONResponse({"detail": str(error)}, status_code=status)
 
 
-def answer_log_request_error(_request: Request, error: Exception) -> JSONResponse:
+def answer_log_request_error(_request: "Request", error: Exception) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+
     return JSONResponse({"detail": str(error)}, status_code=400)
 
 
-def build_app(live: LiveReads | None = None) -> FastAPI:
+def build_app(live: LiveReads | None = None) -> "FastAPI":
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.common.db.common import SessionDep
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi import FastAPI, Header, HTTPException
+    from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+
     app = FastAPI(title="TF-on-K8s job view", docs_url=None, redoc_url=None)
     view = RunView(live or LiveReads(read_kubernetes_pods, read_kubernetes_log))
     app.state.run_view = view
@@ -269,14 +295,16 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
 
     # The routes' annotations stay as they are: FastAPI reads them at runtime (parameters
     # become query, path or body; a return type becomes the response model).
-    @app.get("/runs/{dag_id}/{run_id}", dependencies=CAN_READ_XCOM)
+    @app.get("/runs/{dag_id}/{run_id}", dependencies=require_xcom_read())
     def get_run(dag_id: str, run_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
         summary = view.answer_run(read_run_summary(session, dag_id, run_id))
         summary["can_cancel"] = is_allowed(user, "PUT", DagAccessEntity.RUN, dag_id)
         return summary
 
     @app.get(
-        "/runs/{dag_id}/{run_id}/view", dependencies=CAN_READ_XCOM, response_class=HTMLResponse
+        "/runs/{dag_id}/{run_id}/view",
+        dependencies=require_xcom_read(),
+        response_class=HTMLResponse,
     )
     def view_run(dag_id: str, run_id: str, session: SessionDep) -> FileResponse:
         run_view_db.find_tenant_run(session, dag_id, run_id)
@@ -284,11 +312,11 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
             PAGE_DIR / "run.html", media_type="text/html", headers={"Cache-Control": "no-store"}
         )
 
-    @app.get("/runs/{dag_id}/{run_id}/curves", dependencies=CAN_READ_XCOM)
+    @app.get("/runs/{dag_id}/{run_id}/curves", dependencies=require_xcom_read())
     def get_curves(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         return view.answer_curves(session, read_run_summary(session, dag_id, run_id))
 
-    @app.get("/runs/{dag_id}/{run_id}/logs/{replica}", dependencies=CAN_READ_XCOM)
+    @app.get("/runs/{dag_id}/{run_id}/logs/{replica}", dependencies=require_xcom_read())
     def get_log(
         dag_id: str,
         run_id: str,
@@ -303,7 +331,7 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
         source, text = view.read_log_text(session, summary, replica)
         return {"replica": replica, "source": source, "lines": select_log_lines(text, tail, filter)}
 
-    @app.post("/runs/{dag_id}/{run_id}/cancel", dependencies=CAN_EDIT_RUN)
+    @app.post("/runs/{dag_id}/{run_id}/cancel", dependencies=require_run_edit())
     def post_cancel(
         dag_id: str, run_id: str, session: SessionDep, x_tfjob_cancel: str = Header("")
     ) -> dict[str, Any]:
@@ -315,7 +343,7 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
             )
         return cancel_run(session, dag_bag(), dag_id, run_id)
 
-    @app.get("/runs/{dag_id}/{run_id}/files", dependencies=CAN_READ_XCOM)
+    @app.get("/runs/{dag_id}/{run_id}/files", dependencies=require_xcom_read())
     def list_files(
         dag_id: str, run_id: str, session: SessionDep, under: str = ""
     ) -> dict[str, Any]:
@@ -325,7 +353,7 @@ def build_app(live: LiveReads | None = None) -> FastAPI:
 
     @app.get(
         "/runs/{dag_id}/{run_id}/files/{path:path}",
-        dependencies=CAN_READ_XCOM,
+        dependencies=require_xcom_read(),
         response_class=StreamingResponse,
     )
     def download_file(

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastapi import HTTPException
-
-from runview.db import find_tenant_run
+from runview.db import build_http_error, find_tenant_run
 from runview.run import ACTIVE_RUN_STATES
 from tfjob.cancellation import TaskInstanceRef, cancel_run_tasks, select_cleanup_tasks
 from tfjob.jsontypes import JsonObject
@@ -37,14 +35,16 @@ def cancel_run(session: Session, dag_bag: DBDagBag, dag_id: str, run_id: str) ->
 
     dag_run, _described = find_tenant_run(session, dag_id, run_id)
     if str(dag_run.state) not in ACTIVE_RUN_STATES:
-        raise HTTPException(
+        raise build_http_error(
             409,
             f"run {run_id!r} of DAG {dag_id!r} is {dag_run.state}: only a "
             "queued or running run can be cancelled",
         )
     dag = dag_bag.get_dag_for_run(dag_run, session=session)
     if dag is None:
-        raise HTTPException(404, f"DAG {dag_id!r} of run {run_id!r} is not in Airflow's database")
+        raise build_http_error(
+            404, f"DAG {dag_id!r} of run {run_id!r} is not in Airflow's database"
+        )
     spared = select_cleanup_tasks(
         (t.task_id, str(getattr(t.trigger_rule, "value", t.trigger_rule))) for t in dag.tasks
     )

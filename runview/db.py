@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from fastapi import HTTPException
 from sqlalchemy import select
 
 from runview.files import RunStorage, locate_run_storage
@@ -29,15 +28,23 @@ from tfjob.records.run import PartialRunDescription
 
 if TYPE_CHECKING:
     from airflow.models.dagrun import DagRun
+    from fastapi import HTTPException
     from sqlalchemy.orm import Session
 
 MAX_ID_CHARS = 250  # Airflow's own limit on dag_id and run_id columns
 
 
+def build_http_error(status: int, detail: str) -> HTTPException:
+    """FastAPI's HTTPException: the routes answer it as JSON, a page (`/view`) as HTML."""
+    from fastapi import HTTPException
+
+    return HTTPException(status, detail)
+
+
 def check_run_ids(dag_id: str, run_id: str) -> None:
     for name, value in (("dag_id", dag_id), ("run_id", run_id)):
         if len(value) > MAX_ID_CHARS:
-            raise HTTPException(
+            raise build_http_error(
                 400,
                 f"{name} {value[:60]!r}… ({len(value)} characters): at "
                 f"most {MAX_ID_CHARS} characters are allowed",
@@ -51,7 +58,7 @@ def find_dag_run(session: Session, dag_id: str, run_id: str) -> DagRun:
     check_run_ids(dag_id, run_id)
     dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
     if dag_run is None:
-        raise HTTPException(404, f"DAG {dag_id!r} has no run {run_id!r}")
+        raise build_http_error(404, f"DAG {dag_id!r} has no run {run_id!r}")
     return dag_run
 
 
@@ -97,7 +104,7 @@ def check_run_tenant(
     if recorded is not None and recorded == dag_tenant:
         return
     now = f"tenant {dag_tenant!r}" if dag_tenant else "no tenant"
-    raise HTTPException(
+    raise build_http_error(
         403,
         f"run {run_id!r} of DAG {dag_id!r} was recorded for tenant {recorded!r}, but the DAG "
         f"belongs to {now} now: the run's data is served only while both agree",
@@ -155,7 +162,7 @@ def read_run_summary(session: Session, dag_id: str, run_id: str) -> JsonObject:
     )
     summary = summarize_run(dag_id, run_id, run, xcoms, tasks)
     if summary is None:
-        raise HTTPException(
+        raise build_http_error(
             404,
             f"run {run_id!r} of DAG {dag_id!r} is not a training run "
             "(its validate task pushed no run description)",
@@ -167,7 +174,7 @@ def read_run_storage(session: Session, dag_id: str, run_id: str) -> RunStorage:
     """Where the run's files are, from the description its validate task pushed; else 404."""
     _dag_run, described = find_tenant_run(session, dag_id, run_id)
     if described is None:
-        raise HTTPException(
+        raise build_http_error(
             404,
             f"run {run_id!r} of DAG {dag_id!r} has no files to serve: its "
             f"{VALIDATE_TASK} task pushed no run description",

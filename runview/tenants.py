@@ -12,18 +12,15 @@ how many of its job slots are taken. The cards are computed by the pure
   all namespaces through the API server's one `LiveReads` (runview/live.py):
   at most one read per kind per 2 s, whatever the number of open pages.
 A caller who may see no tenant gets an empty list, not another tenant's card.
+FastAPI and Airflow's API server are imported when the routes are added (runview/api.py
+says why); the routes' annotations are evaluated then, so this module does without
+`from __future__ import annotations`.
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep
-from fastapi import FastAPI
-from fastapi.responses import FileResponse, HTMLResponse
 from sqlalchemy import select
 
 from operators.kubeobjects import to_plain
@@ -37,6 +34,7 @@ from tfjob.tenants.usage import ActiveRun, summarize_tenant
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from fastapi import FastAPI
     from kubernetes import client as k8s
     from sqlalchemy.orm import Session
 
@@ -45,7 +43,7 @@ ACTIVE_STATES = ("queued", "running")
 TFJOB_PODS = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY}"
 
 
-def list_all_tfjob_pods(api: k8s.CoreV1Api) -> list[JsonObject]:
+def list_all_tfjob_pods(api: "k8s.CoreV1Api") -> list[JsonObject]:
     """Every pod the pipeline made, in every namespace, as the API's dicts."""
     return [
         to_plain(api, pod)
@@ -53,7 +51,7 @@ def list_all_tfjob_pods(api: k8s.CoreV1Api) -> list[JsonObject]:
     ]
 
 
-def list_all_tenant_quotas(api: k8s.CoreV1Api) -> dict[str, JsonObject]:
+def list_all_tenant_quotas(api: "k8s.CoreV1Api") -> dict[str, JsonObject]:
     """namespace -> the tenant ResourceQuota (`tfjob-quota`) there, as the API's dicts."""
     quotas = {}
     for quota in api.list_resource_quota_for_all_namespaces().items:
@@ -64,7 +62,7 @@ def list_all_tenant_quotas(api: k8s.CoreV1Api) -> dict[str, JsonObject]:
     return quotas
 
 
-def read_visible_tenant_dags(session: Session, user: BaseUser) -> dict[str, set[str]]:
+def read_visible_tenant_dags(session: "Session", user: "BaseUser") -> dict[str, set[str]]:
     """tenant -> the DAG ids of that tenant the caller may read (Airflow's auth manager)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.dag import DagTag
@@ -85,7 +83,7 @@ def read_visible_tenant_dags(session: Session, user: BaseUser) -> dict[str, set[
     return visible
 
 
-def read_active_runs(session: Session, dag_ids: set[str]) -> list[ActiveRun]:
+def read_active_runs(session: "Session", dag_ids: set[str]) -> list[ActiveRun]:
     from airflow.models.dagrun import DagRun
 
     if not dag_ids:
@@ -109,7 +107,7 @@ def read_active_runs(session: Session, dag_ids: set[str]) -> list[ActiveRun]:
 class TenantsView:
     """The tenants page's answer, around the API server's shared `LiveReads`."""
 
-    def __init__(self, live: LiveReads, connect: Callable[[], k8s.CoreV1Api]) -> None:
+    def __init__(self, live: LiveReads, connect: Callable[[], "k8s.CoreV1Api"]) -> None:
         self.live, self.connect = live, connect
 
     def read_cluster(self) -> tuple[list[JsonObject], dict[str, JsonObject], str | None]:
@@ -125,7 +123,7 @@ class TenantsView:
             return [], {}, f"Kubernetes could not be read: {type(error).__name__}"
         return pods, quotas, None
 
-    def answer(self, session: Session, user: BaseUser) -> JsonObject:
+    def answer(self, session: "Session", user: "BaseUser") -> JsonObject:
         visible = read_visible_tenant_dags(session, user)
         config = load_tenants()
         tenants = [t for t in config.tenants if t.name in visible]
@@ -146,9 +144,13 @@ class TenantsView:
 
 
 def add_tenant_routes(
-    app: FastAPI, live: LiveReads, connect: Callable[[], k8s.CoreV1Api]
+    app: "FastAPI", live: LiveReads, connect: Callable[[], "k8s.CoreV1Api"]
 ) -> TenantsView:
     """The tenants routes on the job view's app (runview/api.py)."""
+    from airflow.api_fastapi.common.db.common import SessionDep
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi.responses import FileResponse, HTMLResponse
+
     view = TenantsView(live, connect)
 
     @app.get("/tenants")

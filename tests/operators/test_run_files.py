@@ -224,7 +224,7 @@ def api(s3, monkeypatch) -> Any:
     monkeypatch.setattr(run_view_api, "read_run_storage", read_run_storage)
     monkeypatch.setattr(run_view_api, "connect_run_storage", lambda storage: s3)
     app = run_view_api.build_app()
-    app.dependency_overrides[run_view_api.CAN_READ_XCOM[0].dependency] = lambda: None
+    app.dependency_overrides[run_view_api.require_xcom_read()[0].dependency] = lambda: None
     app.dependency_overrides[_get_session] = lambda: None
     return TestClient(app)
 

@@ -242,7 +242,7 @@ def api_of_a_32_replica_run(monkeypatch):
     )
     monkeypatch.setattr(run_view_api, "is_allowed", lambda *args: True)
     app = run_view_api.build_app(LiveReads(kube.read_pods, kube.read_log))
-    app.dependency_overrides[run_view_api.CAN_READ_XCOM[0].dependency] = lambda: None
+    app.dependency_overrides[run_view_api.require_xcom_read()[0].dependency] = lambda: None
     app.dependency_overrides[_get_session] = lambda: None
     app.dependency_overrides[get_user] = lambda: None
     return TestClient(app), kube

@@ -46,8 +46,11 @@ POLL_INTERVAL_S = 0.5
 
 
 def start_component(name: str) -> subprocess.Popen:
-    airflow = Path(sys.executable).parent / "airflow"
-    return subprocess.Popen([str(airflow), name], process_group=0)
+    if name == "scheduler":  # the tasks' modules imported before it forks them
+        command = [sys.executable, "-m", "scripts.airflow_scheduler"]
+    else:
+        command = [str(Path(sys.executable).parent / "airflow"), name]
+    return subprocess.Popen(command, process_group=0)
 
 
 def signal_groups(processes: list[subprocess.Popen], signum: int) -> None:

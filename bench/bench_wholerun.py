@@ -98,6 +98,7 @@ class PodLogWatcher(threading.Thread):
         self.namespace, self.selector = namespace, selector
         self.serving: dict[str, float] = {}
         self.chief_last_line: float | None = None
+        self.chief_finished_at: float | None = None  # the container's finishedAt (pod status)
         self.stop_event = threading.Event()
 
     def read_lines(self, pod: str) -> list[tuple[float, str]]:
@@ -130,6 +131,8 @@ class PodLogWatcher(threading.Thread):
                 continue
             if role == "chief":
                 if main.state.terminated is not None:
+                    finished = main.state.terminated.finished_at
+                    self.chief_finished_at = finished.timestamp() if finished else None
                     lines = self.read_lines(name)
                     self.chief_last_line = lines[-1][0] if lines else None
             elif name not in self.serving:

@@ -29,6 +29,7 @@ STEP_TIMEOUT_S = {
     "startup": 420,
     "naive": 420,
     "wholerun": 600,
+    "phases": 3000,  # two worlds (~4 min each when loaded) and 10 traced runs
     "concurrency": 720,  # bench_concurrency.RUN_TIMEOUT_S (660) and the triggers
     "restart": 1200,
     "scale": 900,

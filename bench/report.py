@@ -30,7 +30,7 @@ from bench.report_restart import section_restart
 from bench.report_s3_gate import section_s3_gate
 from bench.report_scale import section_scale
 from bench.report_startup import section_startup
-from bench.report_wholerun import section_wholerun
+from bench.report_wholerun import section_phases, section_wholerun
 from bench.stats import markdown_table, verdict
 
 # Each measurement's section starts with a line beginning with its heading.
@@ -38,6 +38,7 @@ SECTION_HEADINGS = {
     "startup": "## 1.",
     "naive": "## 2.",
     "wholerun": "## 3.",
+    "phases": "## 3b.",
     "parse": "## 4.",
     "concurrency": "## 5.",
     "restart": "## 6.",
@@ -118,6 +119,11 @@ def build_report(
         )
         if has("wholerun")
         else missing("3. Whole-run overhead", "wholerun")
+    )
+    out += (
+        section_phases(results["phases"])
+        if has("phases")
+        else missing("3b. Per-phase trace of `digits-ps` (issue 29)", "phases")
     )
     out += (
         section_parse(results["parse"]) if has("parse") else missing("4. DAG parse time", "parse")

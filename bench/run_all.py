@@ -13,7 +13,9 @@ simulated nodes, its own localkube per job; 32 replicas in --quick; then 7b:
 simulated nodes, not in --quick) first (no shared services), then the shared world (S3,
 localkube, PostgreSQL, Airflow DB) for start-up (1), naive (2) and gang
 restarts (6), then `airflow standalone` for whole-run (3) and concurrency
-(5); Airflow starts only after 1, 2 and 6 so its idle work does not disturb
+(5). The per-phase trace (3b) runs before the shared world in two worlds of its
+own (71c72db's tree, then this one, 5 runs each); in --quick one run on the
+shared Airflow, no baseline. Airflow starts only after 1, 2 and 6 so its idle work does not disturb
 them. A measurement that fails is reported as failed in RESULTS.md, the
 others still run, and the exit status is 1. Without 7b (`--only` the
 others), the run is sized to stay under 30 minutes on 2 cores; 7b's 100 jobs
@@ -56,7 +58,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ OUT = BENCH / "out"
 QUICK_OUT = OUT / "quick"
 RESULTS = BENCH / "RESULTS.md"
 
+from bench.bench_sizes import FULL, QUICK, Sizes  # noqa: E402
 from bench.measurement_process import (  # noqa: E402
     STEP_TIMEOUT_S,
     describe_machine,
@@ -88,7 +90,6 @@ BUDGET_S = 30 * 60
 # 20 jobs at parallelism 16 on PostgreSQL: 385 s on 2026-12-03 17:30 UTC (load average ~18,
 # other work on the machine included); 10 jobs at parallelism 4 on SQLite took 98 s.
 CONCURRENCY_ESTIMATE_S = 390
-WHOLERUN_MAX_RUNS = 5
 MEASUREMENTS = (
     "pack_upload",
     "parse",
@@ -97,77 +98,10 @@ MEASUREMENTS = (
     "naive",
     "restart",
     "wholerun",
+    "phases",
     "concurrency",
     "log_follow",
     "s3_gate",
-)
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """How much each measurement does: the full bench's, or the quick check's."""
-
-    repeat: int
-    pack_mb: int
-    request_files: int
-    startup_replicas: tuple[int, ...]
-    naive_replicas: tuple[int, ...]
-    wholerun_runs: int
-    tensorflow_import_profile: bool
-    concurrency_jobs: int
-    train_seconds: int
-    restart_cases: tuple[str, ...]  # bench_restart.py's how:replicas:checkpoint_interval
-    restart_repeat: int
-    scale_replicas: tuple[int, ...]  # bench_scale.py: one gang of each size, simulated nodes
-    scale_repeat: int
-    # bench_concurrent_scale.py (7b): batches of concurrent 8-replica jobs through Airflow
-    scale_jobs: tuple[int, ...] = (10, 50, 100)
-    scale_run_seconds: int = 150  # how long each hollow replica "trains" (see the bench)
-    # bench_log_follow.py (8): one line of each size, then MiB of ordinary lines
-    log_follow_line_mib: tuple[int, ...] = (4, 8, 16, 32)
-    log_follow_lines_mib: int = 32
-    log_follow_repeat: int = 3
-    # bench_s3_gate.py (9): a pod's GET and POST of 1 MiB, gate against no gate, per side
-    s3_gate_requests: int = 60
-
-
-FULL = Sizes(
-    5,
-    40,
-    1000,
-    (2, 8, 32),
-    (8, 32),
-    WHOLERUN_MAX_RUNS,
-    True,
-    20,
-    15,
-    ("drain:4:10", "drain:16:10", "kill:4:10", "kill:4:60"),
-    3,
-    (128, 512, 1024),
-    3,
-)
-# No 7b in --quick: its own Airflow takes ~3 min to start, and make test runs its smallest
-# batch end to end (tests/bench/test_bench_concurrent_scale.py).
-QUICK = Sizes(
-    1,
-    8,
-    100,
-    (2, 8),
-    (8,),
-    1,
-    False,
-    2,
-    5,
-    ("drain:4:10", "kill:4:10"),
-    1,
-    (32,),
-    1,
-    (),
-    30,
-    log_follow_line_mib=(1,),
-    log_follow_lines_mib=1,
-    log_follow_repeat=1,
-    s3_gate_requests=5,
 )
 
 
@@ -175,6 +109,11 @@ def plan_wholerun_budget(elapsed_s: float) -> float:
     """Seconds the TensorFlow whole runs may take so that concurrency (~4 min) still fits."""
     left = BUDGET_S - elapsed_s - CONCURRENCY_ESTIMATE_S - 30
     return min(STEP_TIMEOUT_S["wholerun"] - 120.0, max(60.0, left))
+
+
+def on_shared_airflow(sizes: Sizes) -> set[str]:
+    """3b runs on the shared world when it has no baseline (--quick), else in worlds of its own."""
+    return set() if sizes.phases_baseline_runs else {"phases"}
 
 
 def compile_bytecode() -> dict[str, Any]:
@@ -230,7 +169,7 @@ def run_world_measurements(
         measure("naive", "--replicas", *map(str, sizes.naive_replicas), "--repeat", reps)
     if "restart" in wanted:
         measure("restart", "--cases", *sizes.restart_cases, "--repeat", str(sizes.restart_repeat))
-    if not wanted & {"wholerun", "concurrency"}:
+    if not wanted & {"wholerun", "concurrency", *on_shared_airflow(sizes)}:
         return
     print("==> airflow standalone", flush=True)
     started = time.monotonic()
@@ -245,6 +184,10 @@ def run_world_measurements(
             f"{plan_wholerun_budget(time.monotonic() - began):.0f}",
             *([] if sizes.tensorflow_import_profile else ["--no-import-profile"]),
         )
+    if "phases" in wanted & on_shared_airflow(sizes):
+        argv = [PY, "-m", "bench.bench_phases", "measure", "--world", str(folder)]
+        argv += ["--repeat", str(sizes.phases_runs), "--out", str(out / "phases.json")]
+        steps["phases"] = run_measurement("phases", argv, env, out)
     if "concurrency" in wanted:
         measure(
             "concurrency",
@@ -449,7 +392,15 @@ def main() -> int:
             None,
             out,
         )
-    if wanted & {"startup", "naive", "restart", "wholerun", "concurrency"}:
+    if "phases" in wanted and sizes.phases_baseline_runs:
+        # 3b: the baseline commit's world, then this tree's, each its own (before the shared one)
+        argv = [PY, "-m", "bench.bench_phases", "compare", "--repeat", str(sizes.phases_runs)]
+        argv += ["--baseline-repeat", str(sizes.phases_baseline_runs)]
+        steps["phases"] = run_measurement(
+            "phases", [*argv, "--out", str(out / "phases.json")], None, out
+        )
+    shared = {"startup", "naive", "restart", "wholerun", "concurrency", *on_shared_airflow(sizes)}
+    if wanted & shared:
         folder = Path(tempfile.mkdtemp(prefix="bench-world-"))
         try:
             run_world_measurements(folder, wanted, sizes, out, steps, began)

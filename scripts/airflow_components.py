@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from operators.preload import PRELOADS
 from scripts.supervision import (
     ServiceState,
     Watch,
@@ -46,8 +47,8 @@ POLL_INTERVAL_S = 0.5
 
 
 def start_component(name: str) -> subprocess.Popen:
-    if name == "scheduler":  # the tasks' modules imported before it forks them
-        command = [sys.executable, "-m", "scripts.airflow_scheduler"]
+    if name in PRELOADS:  # what its forked children import, imported before they fork
+        command = [sys.executable, "-m", "scripts.airflow_preloaded", name]
     else:
         command = [str(Path(sys.executable).parent / "airflow"), name]
     return subprocess.Popen(command, process_group=0)

@@ -1,4 +1,4 @@
-"""The scheduler's preload covers what a training task process imports (operators/preload.py).
+"""The preloads cover what a task process and the trigger runner import (operators/preload.py).
 
 A module a step imports inside a function, left out of TASK_MODULES, is imported
 again by every task process that runs the step: ~1 s each on a busy machine.
@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# The trigger runs in the triggerer, never in a task process the scheduler forks.
+# The trigger runs in the triggerer, never in a task process the scheduler forks; it signs
+# the pods' grants anew through grants.py.
 TRIGGERER_MODULES = {"operators/triggers.py"}
+TRIGGER_LATE_IMPORTERS = ("operators/triggers.py", "operators/grants.py")
 
 
 def imported_in_functions(path: Path) -> set[str]:
@@ -31,12 +33,12 @@ def imported_in_functions(path: Path) -> set[str]:
     return found
 
 
-def preloaded_modules() -> set[str]:
-    """sys.modules of a fresh interpreter after preload_task_modules()."""
+def preloaded_modules(component: str = "scheduler") -> set[str]:
+    """sys.modules of a fresh interpreter after preload_modules(component)."""
     code = (
         "import json, sys\n"
-        "from operators.preload import preload_task_modules\n"
-        "preload_task_modules()\n"
+        "from operators.preload import preload_modules\n"
+        f"preload_modules({component!r})\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(
@@ -68,3 +70,15 @@ def test_the_dag_files_imports_come_with_the_preload():
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert alias.name in loaded, f"{dag_file.name} imports {alias.name}"
+
+
+def test_every_module_the_trigger_imports_late_is_preloaded_in_the_triggerer():
+    late = {
+        module: importer
+        for importer in TRIGGER_LATE_IMPORTERS
+        for module in imported_in_functions(REPO / importer)
+    }
+    assert late, "the trigger imports nothing inside functions: the check has nothing to see"
+    loaded = preloaded_modules("triggerer")
+    missing = {module: where for module, where in late.items() if module not in loaded}
+    assert not missing, f"add to operators/preload.TRIGGER_MODULES: {missing}"

@@ -100,7 +100,12 @@ def trace_one_run(world: Any, airflow: Any, conf: dict[str, Any]) -> dict[str, A
         list(watcher.serving.values()), parse_time(ends.get(CLUSTERSPEC_TASK))
     )
     result = split_run(trace, watcher.chief_finished_at, tf_import)
-    return result | {"sent": sent, "load_average": list(os.getloadavg()), "trace": trace}
+    return result | {
+        "sent": sent,
+        "chief_exit": watcher.chief_finished_at,
+        "load_average": list(os.getloadavg()),
+        "trace": trace,
+    }
 
 
 def measure(folder: Path, tree: Path, repeat: int) -> dict[str, Any]:
@@ -147,9 +152,11 @@ def measure_tree(tree: Path, repeat: int) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def compare(baseline: str, repeat: int, baseline_repeat: int) -> dict[str, Any]:
-    """The baseline commit's tree, then this tree, each in its own world, one at a time."""
+def compare(baseline: str, repeat: int, baseline_repeat: int, out: Path) -> dict[str, Any]:
+    """The baseline commit's tree, then this tree, each in its own world, one at a time; `out`
+    is written after each tree, so a failure in this tree's world keeps the baseline's runs."""
     results: dict[str, Any] = {}
+    data = {"baseline": baseline if baseline_repeat > 0 else None, "trees": results}
     if baseline_repeat > 0:
         worktree = Path(tempfile.gettempdir()) / f"wt-{baseline}"
         subprocess.run(
@@ -157,12 +164,22 @@ def compare(baseline: str, repeat: int, baseline_repeat: int) -> dict[str, Any]:
         )
         try:
             results[baseline] = measure_tree(worktree, baseline_repeat)
+        except (subprocess.SubprocessError, RuntimeError, OSError) as error:
+            # e.g. its Airflow not answering in time on a loaded machine: say so, go on
+            print(f"phases: {baseline} not measured: {error}", flush=True)
+            results[baseline] = {"error": f"{type(error).__name__}: {error}"[:600]}
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False
             )
+        write_json(out, data)
     results[CURRENT] = measure_tree(REPO, repeat)
-    return {"baseline": baseline if baseline_repeat > 0 else None, "trees": results}
+    return data
+
+
+def write_json(out: Path, data: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1))
 
 
 def parse_args() -> argparse.Namespace:
@@ -192,10 +209,9 @@ def main() -> int:
         }
     else:
         again = args.repeat if args.baseline_repeat is None else args.baseline_repeat
-        data = compare(args.baseline, args.repeat, again)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1))
-    errors = {k: v["server_errors"] for k, v in data["trees"].items() if v["server_errors"]}
+        data = compare(args.baseline, args.repeat, again, args.out)
+    write_json(args.out, data)
+    errors = {k: v["server_errors"] for k, v in data["trees"].items() if v.get("server_errors")}
     if errors:
         print(f"phases: FAILED: Airflow answered 5xx {errors}", flush=True)
         return 1

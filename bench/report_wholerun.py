@@ -176,6 +176,8 @@ def section_phases(data: Mapping[str, Any]) -> list[str]:
     label = data.get("baseline")
     current = trees["current"]
     baseline = trees.get(label) if label else None
+    failed = baseline.get("error") if baseline else None
+    baseline = None if failed else baseline
     now, then = current["summary"], baseline["summary"] if baseline else None
     header = ["phase", f"{label or 'baseline'}", "this tree", "this / baseline"]
     headline_rows = compare_rows(HEADLINE_TITLES, now["headline"], part(then, "headline"))
@@ -189,6 +191,7 @@ def section_phases(data: Mapping[str, Any]) -> list[str]:
         "",
         markdown_table(header, headline_rows),
         "",
+        *([f"{label} not measured in this run: {failed}", ""] if failed else []),
         *describe_targets(now, current.get("runs") or []),
         "Each phase summed over the run's task processes:",
         "",
@@ -209,7 +212,7 @@ def section_phases(data: Mapping[str, Any]) -> list[str]:
 def describe_loads(trees: Mapping[str, Any]) -> str:
     parts = []
     for name, tree in trees.items():
-        load = tree["summary"].get("load_average_1m")
+        load = (tree.get("summary") or {}).get("load_average_1m")
         runs = len(tree.get("runs") or [])
         if load:
             parts.append(

@@ -20,6 +20,7 @@ feeds them a recorded run's REST answers.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def read_trace(airflow: Any, run_id: str, dag_id: str = SUBMIT_DAG_ID) -> dict[s
     return {
         "dag_run": run,
         "tasks": [
-            {"task_id": t["task_id"], "downstream_task_ids": t["downstream_task_ids"]}
+            {"task_id": t["task_id"], "downstream_task_ids": t.get("downstream_task_ids") or []}
             for t in tasks
         ],
         "task_instances": instances,
@@ -233,8 +234,8 @@ def split_run(
             )
         parse_ms[task_id] = [p.parse_ms for p in processes if p.parse_ms is not None]
     run_end = parse_time(run.get("end_date")) or max((e for e in ends.values() if e), default=None)
-    metrics = trace.get("metrics") or {}
-    training = metrics.get("train_seconds") if isinstance(metrics, dict) else None
+    metrics = read_metrics(trace.get("metrics"))
+    training = metrics.get("train_seconds")
     total = span(queued_at, run_end)
     besides = None
     if total is not None and training is not None and tf_import_s is not None:
@@ -253,6 +254,16 @@ def split_run(
             "training_loop": float(training) if training is not None else None,
         },
     }
+
+
+def read_metrics(value: object) -> dict[str, Any]:
+    """train's metrics XCom as REST gave it: a mapping, or its JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def sum_phases(tasks: Mapping[str, Mapping[str, float | None]]) -> dict[str, float]:

@@ -6,6 +6,8 @@ output). Each example trains once: two through their request DAGs
 `tfjob__<name>`, two through the tenant's submit DAG `tfjob_submit__<tenant>`
 with the request as conf (the two doors share every task after `validate`;
 tests/pipeline/test_pipeline_e2e.py runs stand-in requests through both).
+digits-ps goes in as its Kubeflow TFJob form (`bundles/digits-ps/tfjob.yaml`),
+converted as `tshell submit` converts it (docs/kubeflow.md).
 The seed-era TF1 program `digits-tf1-flags` (cluster only from `$(NAME)` in
 its args) runs through the submit DAG, from both its request files: ps + 2
 workers, and with a chief.
@@ -30,7 +32,9 @@ from harness.airflow_fixtures import start_airflow
 from harness.pipeline_fixtures import TENANT, create_tenant_pool, explain_run, trigger
 from harness.repo_root import REPO_ROOT
 from runtime.metric_lines import collect_metric_points
+from tfjob.kubeflow.convert import Destination
 from tfjob.pipeline_ids import submit_dag_id
+from tshell.runs.submit import build_conf
 
 # Six TensorFlow runs on 2 shared cores: more than pytest-timeout's default 600 s.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -38,8 +42,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 BUNDLES = REPO_ROOT / "bundles"
 EXAMPLES = ("digits-ps", "digits-single", "digits-tf1", "digits-mwms")
 # Which door each example goes through: one of each strategy family per door.
-FROM_REQUEST_FILE = ("digits-ps", "digits-single")
-THROUGH_SUBMIT_DAG = ("digits-tf1", "digits-mwms")
+FROM_REQUEST_FILE = ("digits-mwms", "digits-single")
+THROUGH_SUBMIT_DAG = ("digits-tf1", "digits-ps")
+# Submitted from its Kubeflow TFJob file rather than its request file.
+FROM_TFJOB = "digits-ps"
 FLAGS_BUNDLE = "digits-tf1-flags"
 FLAGS_REQUEST_FILES = ("request.yaml", "request-chief.yaml")
 STATED_ACCURACY = 0.90
@@ -61,6 +67,16 @@ def example_request(world: Any, name: str, request_file: str = "request.yaml") -
         startup_timeout=240,
     )
     return request
+
+
+def tfjob_request(world: Any, name: str) -> dict[str, Any]:
+    """The bundle's TFJob file converted as `tshell submit` does, pointed at this world."""
+    place = Destination(
+        bundle=f"s3://{world.bucket}/bundles/{name}.tar.gz",
+        tenant=TENANT,
+        output=f"s3://{world.bucket}/outputs/{name}",
+    )
+    return build_conf(BUNDLES / name / "tfjob.yaml", ["startup_timeout=240"], place)
 
 
 def expected_replicas(request: dict[str, Any]) -> list[str]:
@@ -90,6 +106,7 @@ def examples(pipeline_world, tmp_path_factory):
     for name in EXAMPLES:
         requests[name] = example_request(world, name)
         world.write_request(requests[name])
+    requests[FROM_TFJOB] = tfjob_request(world, FROM_TFJOB)
     for request_file in FLAGS_REQUEST_FILES:  # submitted as conf only: no request DAG
         request = example_request(world, FLAGS_BUNDLE, request_file)
         requests[request["name"]] = request

@@ -142,7 +142,7 @@ SUMMED_TITLES = {
     "prepare": "prepare (parse → pre-execute done)",
     "work": "the tasks' own work",
     "finish": "finish (`Post Execute` → end)",
-    "deferral": "deferral (`Post Execute` → the deferring process's last line)",
+    "deferral": "deferral (`Post Execute` → `DEFERRED` → post-execute done)",
     "trigger_wake_up": "trigger's wake-up (chief's exit → train scheduled again)",
 }
 PROCESS_OVERHEAD = ("process_start", "ti_run_api", "dag_parse", "prepare", "finish")

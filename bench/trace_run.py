@@ -45,7 +45,7 @@ TASK_PHASES = (
     "dag_parse",  # DAG bundles loaded → parse complete
     "prepare",  # parse complete → pre-execute done
     "work",  # the operator's own work
-    "finish",  # Post Execute → end (deferred: → the process's last line)
+    "finish",  # Post Execute → end (deferred: → post-execute done)
 )
 RESUMED_SUFFIX = " (resumed)"
 CLUSTERSPEC_TASK = "clusterspec"
@@ -65,7 +65,7 @@ class ProcessMarks:
     parse_ms: float | None
     pre_done: float | None
     post_execute: float | None
-    last_line: float
+    post_done: float | None  # the `::endgroup::` closing post-execute
     deferred: bool
 
 
@@ -146,6 +146,8 @@ def mark_process(part: Sequence[tuple[float, str, Mapping[str, Any]]]) -> Proces
     parsed = first(PARSE_COMPLETE)
     pre_done = first(END_GROUP, parsed[0] if parsed else None)
     post = first(POST_EXECUTE)
+    # the triggerer's lines of a deferred task follow in the same log: the process ends here
+    post_done = first(END_GROUP, post[0]) if post else None
     parse_ms = parsed[1].get("dag_file_parse_ms") if parsed else None
     return ProcessMarks(
         pre_execute=part[0][0],
@@ -154,7 +156,7 @@ def mark_process(part: Sequence[tuple[float, str, Mapping[str, Any]]]) -> Proces
         parse_ms=float(parse_ms) if parse_ms is not None else None,
         pre_done=pre_done[0] if pre_done else None,
         post_execute=post[0] if post else None,
-        last_line=part[-1][0],
+        post_done=post_done[0] if post_done else None,
         deferred=first(DEFERRED) is not None,
     )
 
@@ -178,7 +180,7 @@ def split_process(
     else:
         pickup, queue = span(woken, scheduled), span(scheduled, queued)
         process_start = span(queued, marks.pre_execute)
-    end = marks.last_line if marks.deferred or ended is None else ended
+    end = marks.post_done if marks.deferred or ended is None else ended
     return {
         "pickup": pickup,
         "queue": queue,

@@ -7,9 +7,11 @@ else a pod template may hold is refused by its path (reader.py's reasons).
 
 from dataclasses import dataclass
 
+from runtime.protocol import MAIN_CONTAINER
 from tfjob.kubeflow.reader import FieldReader
 
-CONTAINER_NAME = "tensorflow"
+# Kubeflow's TFJobDefaultContainerName is the name our pods give their main container too.
+CONTAINER_NAME = MAIN_CONTAINER
 PORT_NAME = "tfjob-port"
 DEFAULT_PORT = 2222
 GPU_RESOURCE = "nvidia.com/gpu"

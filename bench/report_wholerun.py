@@ -216,7 +216,7 @@ def describe_loads(trees: Mapping[str, Any]) -> str:
         runs = len(tree.get("runs") or [])
         if load:
             parts.append(
-                f"{name}: {runs} runs, 1-minute load average {format_summary(load, '', 1)}"
+                f"{name}: runs {runs}, 1-minute load average {format_summary(load, '', 1)}"
             )
     return ("Runs and load: " + "; ".join(parts) + ".") if parts else ""
 

@@ -192,7 +192,11 @@ def test_a_running_job_shows_every_replica_running_its_curve_and_live_log(
         30,
         "the ClusterSpec's three rows",
     )
-    assert tab.locator("#timeline .bar").count() >= 5
+    wait_for(
+        lambda: tab.locator("#timeline .bar").count() >= 5 or None,
+        30,
+        "the timeline's bars of validate to clusterspec and train",
+    )
 
     tab.locator("#log-filter").fill("TFJOB_METRIC")
     wait_for(

@@ -165,6 +165,18 @@ def read_row(table: Path, name: str) -> supervision.ServiceStatus:
     return next(row for row in rows if row.name == name)
 
 
+def await_running(table: Path, name: str) -> supervision.ServiceStatus:
+    """The row of `name` once it runs on a live pid: a component may be restarting when
+    asked, e.g. a scheduler that exited on the PostgreSQL kill just before."""
+
+    def running() -> supervision.ServiceStatus | None:
+        row = read_row(table, name)
+        up = row.state is supervision.ServiceState.RUNNING and row.pid is not None
+        return row if up and is_alive(row.pid) else None
+
+    return wait_for(running, RESTART_TIMEOUT_S, f"{name} running", interval=0.5)
+
+
 def kill_and_await_restart(table: Path, name: str, pid: int) -> supervision.ServiceStatus:
     """kill -9 pid, then wait until the table shows `name` running again on another pid."""
     before = read_row(table, name).restarts
@@ -209,8 +221,7 @@ def test_each_service_killed_while_a_run_trains_is_restarted_and_the_run_succeed
             assert row.last_exit.startswith(("killed by SIGKILL", "exit status unknown")), row
         components_table = state / "airflow" / airflow_components.COMPONENTS_FILE
         for name in COMPONENT_KILLS:
-            pid = read_row(components_table, name).pid
-            assert pid is not None, name
+            pid = await_running(components_table, name).pid
             row = kill_and_await_restart(components_table, name, pid)
             assert row.restarts >= 1 and row.last_exit == "killed by SIGKILL", row
         assert watch.pod_phase() == "Running", "training ended before the last kill"

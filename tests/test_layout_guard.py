@@ -19,7 +19,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 GUARDED_FOLDERS = ("operators", "runview", "tshell", "tenancy")
-LAYOUT_NAMES = ("model/", "checkpoints/", "logs/", "metrics.json", "run.json", "bundle.tar.gz")
+LAYOUT_NAMES = (
+    "model/",
+    "checkpoints/",
+    "logs/",
+    "tensorboard/",
+    "metrics.json",
+    "run.json",
+    "bundle.tar.gz",
+)
 _NAME = "|".join(re.escape(name) for name in LAYOUT_NAMES)
 _FOLDER = "|".join(re.escape(name[:-1]) for name in LAYOUT_NAMES if name.endswith("/"))
 # A name at the literal's start or after a '/', or a folder ending it (`f"{prefix}/model"`).

@@ -6,7 +6,8 @@ address the same objects under a run's prefix `<output>/runs/<dag_id>/<run_id>/`
 and the prefix was parsed again from strings wherever it was used. Here the
 prefix is an `S3Path` (bucket and key, rendered to `s3://` once) and a
 `RunLayout` names everything under it: the bundle snapshot, `model/`,
-`checkpoints/`, `logs/<role>-<index>.log`, `metrics.json` and `run.json`;
+`checkpoints/`, `logs/<role>-<index>.log`, `tensorboard/<role>-<index>/`,
+`metrics.json` and `run.json`;
 `locate_output_latest` names the output's `latest` beside the runs. Standard
 library only. The pod side (runtime/) receives its keys in its grants.
 """
@@ -22,6 +23,7 @@ BUNDLE_SNAPSHOT_FILE = "bundle.tar.gz"
 MODEL_DIR = "model/"
 CHECKPOINTS_DIR = "checkpoints/"
 LOGS_DIR = "logs/"
+TENSORBOARD_DIR = "tensorboard/"
 METRICS_FILE = "metrics.json"
 RUN_MANIFEST_FILE = "run.json"
 LATEST_NAME = "latest"
@@ -127,6 +129,15 @@ class RunLayout:
     def replica_log(self, role: str, index: int) -> S3Path:
         return self.root.child(replica_log_path(f"{role}-{index}"))
 
+    @property
+    def tensorboard(self) -> S3Path:
+        """`tensorboard/`: one folder per replica of the event files its TENSORBOARD_DIR held."""
+        return self.root.child(TENSORBOARD_DIR)
+
+    def replica_tensorboard(self, role: str, index: int) -> S3Path:
+        """`tensorboard/<role>-<index>/`, the only summaries folder that replica may write."""
+        return self.root.child(replica_tensorboard_path(f"{role}-{index}"))
+
     def file(self, path: str) -> S3Path:
         """A file of the run by its path relative to the prefix (`model/x`, `run.json`)."""
         return self.root.child(path)
@@ -143,6 +154,11 @@ class RunLayout:
 def replica_log_path(replica: str) -> str:
     """`logs/<replica>.log` (replica: `<role>-<index>`), relative to the run prefix."""
     return f"{LOGS_DIR}{replica}{REPLICA_LOG_SUFFIX}"
+
+
+def replica_tensorboard_path(replica: str) -> str:
+    """`tensorboard/<replica>/` (replica: `<role>-<index>`), relative to the run prefix."""
+    return f"{TENSORBOARD_DIR}{replica}/"
 
 
 def locate_output_runs(output_uri: str) -> S3Path:

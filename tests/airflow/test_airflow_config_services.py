@@ -21,13 +21,12 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-import yaml
 
 from harness.airflow_fixtures import airflow_server
 from harness.pipeline_fixtures import wait_for
 from harness.postgres_fixtures import postgres_server
 from harness.repo_root import REPO_ROOT
-from harness.standin import write_standin_bundle
+from harness.services_runs import submit_standin_run
 from scripts import supervision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root]
@@ -77,53 +76,16 @@ def list_session(session_id: int) -> list[int]:
     ]
 
 
-def submit_run_stuck_in_launch(state: Path, record: dict, folder: Path) -> tuple[str, str]:
-    """A stand-in run of the test tenant, submitted with tshell as its user; (dag_id, run_id)."""
-    import boto3
-
-    s3 = record["s3"]
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": s3["endpoint_url"],
-        "AWS_ACCESS_KEY_ID": s3["access_key"],
-        "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
-        "AWS_DEFAULT_REGION": s3["region"],
-        "KUBECONFIG": record["localkube"]["kubeconfig"],
-        "TSHELL_AIRFLOW_URL": record["airflow"]["url"],
-        "TSHELL_USERNAME": "test-user",
-        "TSHELL_PASSWORD": airflow_server.read_users(state / "airflow")["test-user"],
-    }
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3["endpoint_url"],
-        region_name=s3["region"],
-        aws_access_key_id=s3["access_key"],
-        aws_secret_access_key=s3["secret_key"],
-    )
-    client.upload_file(str(write_standin_bundle(folder)), BUCKET, "bundles/standin.tar.gz")
-    request = {
-        "name": "crash-mid-run",
-        "tenant": TENANT,
-        "mode": "single",
-        "image": "python:3.11",
-        "entrypoint": ["python3", "train.py"],
-        "bundle": f"s3://{BUCKET}/bundles/standin.tar.gz",
-        "output": f"s3://{BUCKET}/outputs/crash-mid-run",
-        "startup_timeout": 600,
-        "resources": {"worker": {"cpu": UNSCHEDULABLE_CPU, "memory": "128Mi"}},
-    }
-    (folder / "request.yaml").write_text(yaml.safe_dump(request))
-    submitted = subprocess.run(
-        [sys.executable, "-m", "tshell", "submit", str(folder / "request.yaml"), "--json"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    summary = json.loads(submitted.stdout)
-    return summary["dag_id"], summary["run_id"]
+STUCK_REQUEST = {
+    "name": "crash-mid-run",
+    "tenant": TENANT,
+    "mode": "single",
+    "image": "python:3.11",
+    "entrypoint": ["python3", "train.py"],
+    "output": f"s3://{BUCKET}/outputs/crash-mid-run",
+    "startup_timeout": 600,
+    "resources": {"worker": {"cpu": UNSCHEDULABLE_CPU, "memory": "128Mi"}},
+}
 
 
 def await_launch_in_flight(state: Path, record: dict, dag_id: str, run_id: str) -> None:
@@ -232,7 +194,7 @@ def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
         # A crash mid-run: the supervisor and Airflow's components die by SIGKILL while a
         # task runs; the processes they spawned (serve-logs, LocalExecutor workers, the
         # task's process, renamed by setproctitle) live on.
-        dag_id, run_id = submit_run_stuck_in_launch(state, record, tmp_path)
+        dag_id, run_id = submit_standin_run(state, tmp_path, STUCK_REQUEST)
         await_launch_in_flight(state, record, dag_id, run_id)
         # The services' supervisor dies too (else it would restart Airflow itself:
         # test_services_self_healing.py), as in a crash of the whole machine's services.

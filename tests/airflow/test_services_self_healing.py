@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import boto3
 import kubernetes
 import pytest
 import requests
@@ -30,7 +29,7 @@ import yaml
 
 from harness.pipeline_fixtures import wait_for
 from harness.repo_root import REPO_ROOT
-from harness.standin import write_standin_bundle
+from harness.services_runs import submit_standin_run
 from scripts import airflow_components, airflow_server, postgres_server, supervision
 from scripts.background_server import is_alive, pick_port_below_ephemeral_range
 from tfjob.tenants import TENANTS_FILE_ENV
@@ -67,54 +66,18 @@ def write_tenants_file(folder: Path, s3_port: int) -> Path:
     return path
 
 
-def submit_training_run(state: Path, record: dict, folder: Path, tenants: Path) -> tuple[str, str]:
-    """A stand-in run that trains TRAIN_S seconds, submitted with tshell; (dag_id, run_id)."""
-    s3 = record["s3"]
-    env = {
-        **os.environ,
-        TENANTS_FILE_ENV: str(tenants),
-        "AWS_ENDPOINT_URL": s3["endpoint_url"],
-        "AWS_ACCESS_KEY_ID": s3["access_key"],
-        "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
-        "AWS_DEFAULT_REGION": s3["region"],
-        "KUBECONFIG": record["localkube"]["kubeconfig"],
-        "TSHELL_AIRFLOW_URL": record["airflow"]["url"],
-        "TSHELL_USERNAME": "test-user",
-        "TSHELL_PASSWORD": airflow_server.read_users(state / "airflow")["test-user"],
-    }
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3["endpoint_url"],
-        region_name=s3["region"],
-        aws_access_key_id=s3["access_key"],
-        aws_secret_access_key=s3["secret_key"],
-    )
-    client.upload_file(str(write_standin_bundle(folder)), BUCKET, "bundles/standin.tar.gz")
-    request = {
-        "name": JOB,
-        "tenant": TENANT,
-        "mode": "single",
-        "image": "python:3.11",
-        "entrypoint": ["python3", "train.py"],
-        "bundle": f"s3://{BUCKET}/bundles/standin.tar.gz",
-        "output": f"s3://{BUCKET}/outputs/{JOB}",
-        "startup_timeout": 600,
-        "active_deadline": 1800,
-        "env": {"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": TRAIN_S}})},
-        "resources": {"worker": {"cpu": "100m", "memory": "128Mi"}},
-    }
-    (folder / "request.yaml").write_text(yaml.safe_dump(request))
-    submitted = subprocess.run(
-        [sys.executable, "-m", "tshell", "submit", str(folder / "request.yaml"), "--json"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    summary = json.loads(submitted.stdout)
-    return summary["dag_id"], summary["run_id"]
+TRAINING_REQUEST = {
+    "name": JOB,
+    "tenant": TENANT,
+    "mode": "single",
+    "image": "python:3.11",
+    "entrypoint": ["python3", "train.py"],
+    "output": f"s3://{BUCKET}/outputs/{JOB}",
+    "startup_timeout": 600,
+    "active_deadline": 1800,
+    "env": {"STANDIN_BEHAVIOUR": json.dumps({"*": {"sleep": TRAIN_S}})},
+    "resources": {"worker": {"cpu": "100m", "memory": "128Mi"}},
+}
 
 
 class RunWatch:
@@ -206,7 +169,7 @@ def test_each_service_killed_while_a_run_trains_is_restarted_and_the_run_succeed
         up = services("up", "--state-dir", str(state), "--bucket", BUCKET, *argv, tenants=tenants)
         assert up.returncode == 0, up.stdout + up.stderr
         record = json.loads((state / "services.json").read_text())
-        dag_id, run_id = submit_training_run(state, record, tmp_path, tenants)
+        dag_id, run_id = submit_standin_run(state, tmp_path, TRAINING_REQUEST, tenants)
         watch = RunWatch(state, record, dag_id, run_id)
 
         def training() -> bool:

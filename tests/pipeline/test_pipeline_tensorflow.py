@@ -47,11 +47,13 @@ THROUGH_SUBMIT_DAG = ("digits-tf1", "digits-ps")
 # Submitted from its Kubeflow TFJob file rather than its request file.
 FROM_TFJOB = "digits-ps"
 FLAGS_BUNDLE = "digits-tf1-flags"
+# digits-mwms' TFJob with a Master replica instead of a second Worker.
+MASTER_JOB = "digits-mwms-master"
 FLAGS_REQUEST_FILES = ("request.yaml", "request-chief.yaml")
 STATED_ACCURACY = 0.90
 # TFJOB_METRIC points of the model owner: every 100 of digits-ps' 400 steps, every epoch of
 # digits-single's 10, every 50 of digits-mwms' 300 steps.
-CURVE_POINTS = {"digits-ps": 4, "digits-single": 10, "digits-mwms": 6}
+CURVE_POINTS = {"digits-ps": 4, "digits-single": 10, "digits-mwms": 6, MASTER_JOB: 6}
 MAX_IN_FLIGHT = 4
 ALL_RUNS_TIMEOUT_S = 1200
 SUBMIT_DAG = submit_dag_id(TENANT)
@@ -69,14 +71,16 @@ def example_request(world: Any, name: str, request_file: str = "request.yaml") -
     return request
 
 
-def tfjob_request(world: Any, name: str) -> dict[str, Any]:
+def tfjob_request(
+    world: Any, name: str, tfjob_file: str = "tfjob.yaml", job: str | None = None
+) -> dict[str, Any]:
     """The bundle's TFJob file converted as `tshell submit` does, pointed at this world."""
     place = Destination(
         bundle=f"s3://{world.bucket}/bundles/{name}.tar.gz",
         tenant=TENANT,
-        output=f"s3://{world.bucket}/outputs/{name}",
+        output=f"s3://{world.bucket}/outputs/{job or name}",
     )
-    return build_conf(BUNDLES / name / "tfjob.yaml", ["startup_timeout=240"], place)
+    return build_conf(BUNDLES / name / tfjob_file, ["startup_timeout=240"], place)
 
 
 def expected_replicas(request: dict[str, Any]) -> list[str]:
@@ -107,6 +111,7 @@ def examples(pipeline_world, tmp_path_factory):
         requests[name] = example_request(world, name)
         world.write_request(requests[name])
     requests[FROM_TFJOB] = tfjob_request(world, FROM_TFJOB)
+    requests[MASTER_JOB] = tfjob_request(world, "digits-mwms", "tfjob-master.yaml", MASTER_JOB)
     for request_file in FLAGS_REQUEST_FILES:  # submitted as conf only: no request DAG
         request = example_request(world, FLAGS_BUNDLE, request_file)
         requests[request["name"]] = request
@@ -243,3 +248,25 @@ def test_a_flags_only_tf1_program_gets_its_cluster_from_expanded_args_through_th
     assert not problems, "\n".join(problems)
     for name in names:
         assert world.run_objects(name) == [], name
+
+
+def test_a_tfjob_with_a_master_trains_with_tensorflow_its_pods_finding_master_in_tf_config(
+    pipeline_world, examples
+):
+    """Kubeflow's `Master` keeps its name in TF_CONFIG (issue 32) and the job still trains."""
+    world = pipeline_world
+    airflow, requests = examples
+    request = requests[MASTER_JOB]
+    assert request["chief_task_type"] == "master"
+    done = run_all(airflow, [(MASTER_JOB, SUBMIT_DAG, request)])
+    (run,) = done.values()
+    assert run["state"] == "success", explain_run(airflow, run["dag_id"], run["run_id"])
+    assert check_run(world, request, run["dag_id"], run["run_id"]) == []
+    prefix = f"outputs/{MASTER_JOB}/runs/{run['dag_id']}/{run['run_id']}/"
+    manifest = json.loads(world.s3_text(prefix + "run.json"))
+    assert sorted(manifest["cluster_spec"]) == ["chief", "worker"]  # our roles
+    master_log = world.s3_text(prefix + "logs/chief-0.log")
+    worker_log = world.s3_text(prefix + "logs/worker-0.log")
+    assert "TF_CONFIG: task master 0, cluster master" in master_log, master_log[-3000:]
+    assert "TF_CONFIG: task worker 0, cluster master" in worker_log, worker_log[-3000:]
+    assert world.run_objects(MASTER_JOB) == []

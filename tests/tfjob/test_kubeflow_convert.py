@@ -136,6 +136,20 @@ def test_the_examples_tfjob_files_convert_to_their_own_request_files():
         assert load_request(conversion.request_data()) == expected  # what convert prints
 
 
+def test_the_master_example_converts_to_digits_mwms_with_a_master_in_place_of_worker_1():
+    folder = REPO_ROOT / "bundles" / "digits-mwms"
+    request = convert_tfjob(parse_tfjob((folder / "tfjob-master.yaml").read_text())).request
+    mwms = load_request(yaml.safe_load((folder / "request.yaml").read_text()))
+    assert request.chief_task_type is ChiefTaskType.MASTER
+    assert (request.replicas.chief, request.replicas.worker) == (1, 1)
+    assert request.success_policy is SuccessPolicy.CHIEF
+    assert (request.bundle, request.entrypoint, request.env) == (
+        mwms.bundle,
+        mwms.entrypoint,
+        mwms.env,
+    )
+
+
 def test_an_unsupported_field_is_refused_with_its_path_what_was_given_and_what_is_supported():
     worker = replica(2)
     worker["template"]["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]

@@ -18,6 +18,10 @@ steps all workers save, as MultiWorkerMirroredStrategy requires: worker 0 into
 CHECKPOINT_DIR (`tf.train.CheckpointManager`), the others into a temporary
 directory removed at the end. Worker 0 prints `resumed from step N` or
 `starting from step 0`. Without CHECKPOINT_DIR nothing is saved.
+
+A Kubeflow TFJob's `Master` replica (tfjob-master.yaml) finds `master` in TF_CONFIG, as
+TensorFlow 1's Estimator knew it; TensorFlow 2's strategies know only `chief`, so this
+program renames it (`adopt_master_as_chief`) before the strategy reads TF_CONFIG.
 """
 
 import json
@@ -70,6 +74,19 @@ def is_result_owner(resolver):
     return resolver.task_type == "worker" and resolver.task_id == 0
 
 
+def adopt_master_as_chief():
+    """TF_CONFIG's `master` (a Kubeflow Master's name) becomes `chief` for TensorFlow 2."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = config.get("task") or {}
+    if "master" not in config.get("cluster", {}):
+        return
+    print(f"TF_CONFIG: task {task.get('type')} {task.get('index')}, cluster master", flush=True)
+    config["cluster"]["chief"] = config["cluster"].pop("master")
+    if task.get("type") == "master":
+        task["type"] = "chief"
+    os.environ["TF_CONFIG"] = json.dumps(config)
+
+
 def restore_latest_checkpoint(checkpoint, step, checkpoint_dir):
     """Restore the newest checkpoint in `checkpoint_dir`; return its step (0: none)."""
     latest = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -86,6 +103,7 @@ def main():
     checkpoint_dir = os.environ.get("CHECKPOINT_DIR")
     x_train, y_train, x_test, y_test = load_digits(data_dir)
 
+    adopt_master_as_chief()
     # The strategy must exist before any other TensorFlow op runs.
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     resolver = strategy.cluster_resolver

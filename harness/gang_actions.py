@@ -29,10 +29,11 @@ def first_gang_pods(world, job: str) -> dict[str, Any]:  # type: ignore[no-untyp
 
 def delete_like_a_drain(world, pod: Any) -> None:  # type: ignore[no-untyped-def]
     """Delete one pod with its own grace period (terminationGracePeriodSeconds, as `kubectl
-    drain` does), and only that object: the uid precondition cannot hit a newer pod."""
+    drain` does), and only that object: the uid precondition cannot hit a newer pod. `world`:
+    anything with a `kube` (a LocalkubeHandle): a pipeline world or the chaos soak's."""
     world.kube.core_v1().delete_namespaced_pod(
         pod.metadata.name,
-        NAMESPACE,
+        pod.metadata.namespace,
         body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.metadata.uid)),
     )
 

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tshell.runs.commands",
     "tshell.runs.logs",
     "tshell.runs.cancel",
+    "tshell.runs.tensorboard",
     "tshell.tenant_commands",
     "tshell.completion",
 )

@@ -39,6 +39,7 @@ CHUNK_BYTES = 1024 * 1024
 class RunFile:
     path: str  # relative to the run's prefix
     size: int
+    last_modified: str = ""  # ISO 8601, as Airflow lists it
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,10 @@ def build_files_path(ref: RunRef, path: str | None = None) -> str:
 def list_run_files(session: AirflowSession, ref: RunRef, under: str = "") -> RunFileListing:
     """The run's files under `under` ("" or a directory such as "model/"), as Airflow lists them."""
     body = session.get_json(build_files_path(ref), {"under": under} if under else None)
-    files = tuple(RunFile(str(f["path"]), int(f["size"])) for f in body["files"])
+    files = tuple(
+        RunFile(str(f["path"]), int(f["size"]), str(f.get("last_modified") or ""))
+        for f in body["files"]
+    )
     return RunFileListing(
         str(body["run_prefix"]), files, bool(body["truncated"]), int(body["limit"])
     )

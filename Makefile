@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_HOME := $(CURDIR)/$(STATE)/airflow
 
-.PHONY: setup test test-fast lint demo up down status bench bench-quick s3-up s3-down
+.PHONY: setup test test-fast lint demo up down status bench bench-quick chaos s3-up s3-down
 
 # nftables: localkube's kubelets enforce NetworkPolicies with `nft` (localkube/README.md,
 # "Pod network"); checked at every setup, so a venv built before it came still gets it.
@@ -108,3 +108,11 @@ bench: setup
 # by .ci/run): fails when one breaks; writes only bench/out/quick/, never bench/RESULTS.md.
 bench-quick: setup
 	$(PY) bench/run_all.py --quick
+
+# The chaos soak (issue 30): 30 runs while faults land at random times and phases, on its own
+# self-healing services (free ports, a temporary state dir); exits 1 on any invariant
+# violation. SEED=n for another soak; its JSON in bench/out/chaos-<seed>.json.
+SEED ?= 0
+chaos: setup
+	$(PY) -m bench.chaos --seed $(SEED) --results bench/RESULTS.md \
+		--also $(filter-out bench/out/chaos-$(SEED).json,$(wildcard bench/out/chaos-*.json))

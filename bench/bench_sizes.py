@@ -40,6 +40,10 @@ class Sizes:
     # world (0: no baseline; the runs of this tree are traced on the shared world)
     phases_runs: int = 5
     phases_baseline_runs: int = 5
+    # bench/chaos.py (issue 30): runs and faults of the soak (0: none; `make chaos` is the
+    # full soak, its own target)
+    chaos_runs: int = 0
+    chaos_faults: int = 0
 
 
 FULL = Sizes(
@@ -81,4 +85,6 @@ QUICK = Sizes(
     s3_gate_requests=5,
     phases_runs=1,
     phases_baseline_runs=0,
+    chaos_runs=6,
+    chaos_faults=3,
 )

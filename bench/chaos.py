@@ -23,6 +23,7 @@ import argparse
 import json
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -246,6 +247,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # run_all.py or make stopping the soak with SIGTERM: unwind, so its world is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     out = args.out or BENCH / "out" / f"chaos-{args.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     summary, violations = run_soak(args.seed, args.runs, args.faults, args.keep_world)

@@ -93,7 +93,8 @@ def build_section(soaks: Sequence[Mapping[str, Any]]) -> str:
 
 def write_section(results: Path, soak_files: Sequence[Path]) -> None:
     """Replace (or append) the chaos section of `results` with these soaks' summaries."""
-    soaks = [json.loads(path.read_text()) for path in soak_files]
+    unique = dict.fromkeys(path.resolve() for path in soak_files)  # once each, in order
+    soaks = [json.loads(path.read_text()) for path in unique]
     text = results.read_text() if results.exists() else ""
     section = build_section(soaks)
     pattern = re.compile(rf"^{re.escape(SECTION_TITLE)}\n.*?(?=^## |\Z)", re.M | re.S)

@@ -358,6 +358,11 @@ def main() -> int:
             None,
             out,
         )
+    if sizes.chaos_runs and wanted == set(MEASUREMENTS):
+        # Its own self-healing services (scripts/services.py up); exits 1 on any violation.
+        argv = [PY, "-m", "bench.chaos", "--runs", str(sizes.chaos_runs), "--seed", "1"]
+        argv += ["--faults", str(sizes.chaos_faults), "--out", str(out / "chaos.json")]
+        steps["chaos"] = run_measurement("chaos", argv, None, out)
     if "scale" in wanted:
         # Its own localkube of simulated nodes per job: no shared world, no Airflow.
         steps["scale"] = run_measurement(

@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import kubernetes
@@ -29,9 +27,15 @@ import yaml
 
 from harness.pipeline_fixtures import wait_for
 from harness.repo_root import REPO_ROOT
+from harness.service_kills import (
+    await_running,
+    kill_and_await_restart,
+    read_row,
+    read_service_pid,
+)
 from harness.services_runs import submit_standin_run
 from scripts import airflow_components, airflow_server, postgres_server, supervision
-from scripts.background_server import is_alive, pick_port_below_ephemeral_range
+from scripts.background_server import pick_port_below_ephemeral_range
 from tfjob.tenants import TENANTS_FILE_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(1500)]
@@ -43,7 +47,6 @@ JOB = "self-healing"
 TRAIN_S = 150  # the seven kills and their restarts took ~45 s on 2 busy cores
 SERVICE_KILLS = ("s3", "localkube", "postgresql")
 COMPONENT_KILLS = ("scheduler", "triggerer", "api-server", "dag-processor")
-RESTART_TIMEOUT_S = 240
 
 
 def services(*argv: str, tenants: Path) -> subprocess.CompletedProcess[str]:
@@ -112,49 +115,6 @@ class RunWatch:
         except (OSError, kubernetes.client.ApiException, urllib3.exceptions.HTTPError):
             return None  # the API server is restarting
         return pods[0].status.phase if pods else None
-
-
-def read_service_pid(state: Path, name: str) -> int:
-    if name == "s3":
-        return json.loads((state / "s3" / "ready.json").read_text())["pid"]
-    if name == "localkube":
-        return json.loads((state / "localkube" / "localkube.json").read_text())["pids"]["apiserver"]
-    cluster = postgres_server.locate_cluster(state / "postgres")
-    return int((cluster.data / "postmaster.pid").read_text().split("\n", 1)[0])
-
-
-def read_row(table: Path, name: str) -> supervision.ServiceStatus:
-    _, rows = supervision.read_table(table)
-    return next(row for row in rows if row.name == name)
-
-
-def await_running(table: Path, name: str) -> supervision.ServiceStatus:
-    """The row of `name` once it runs on a live pid: a component may be restarting when
-    asked, e.g. a scheduler that exited on the PostgreSQL kill just before."""
-
-    def running() -> supervision.ServiceStatus | None:
-        row = read_row(table, name)
-        up = row.state is supervision.ServiceState.RUNNING and row.pid is not None
-        return row if up and is_alive(row.pid) else None
-
-    return wait_for(running, RESTART_TIMEOUT_S, f"{name} running", interval=0.5)
-
-
-def kill_and_await_restart(table: Path, name: str, pid: int) -> supervision.ServiceStatus:
-    """kill -9 pid, then wait until the table shows `name` running again on another pid."""
-    before = read_row(table, name).restarts
-    started = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
-
-    def restarted() -> supervision.ServiceStatus | None:
-        row = read_row(table, name)
-        fresh = row.pid not in (None, pid) and is_alive(row.pid)
-        back = row.state is supervision.ServiceState.RUNNING and fresh
-        return row if back and row.restarts > before else None
-
-    row = wait_for(restarted, RESTART_TIMEOUT_S, f"{name} restarted after kill -9", interval=0.5)
-    print(f"{name}: pid {pid} killed, back as {row.pid} in {time.monotonic() - started:.1f} s")
-    return row
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="localkube needs root")

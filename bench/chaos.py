@@ -99,7 +99,14 @@ def refresh(world: ChaosWorld, tracked: TrackedRun) -> None:
 def await_phase(world: ChaosWorld, fault: PlannedFault, run: TrackedRun) -> bool:
     """Until `run` is in the fault's phase (True), or beyond it, or ended (False)."""
     order = list(type(fault.phase))
-    while run.state is None:
+    deadline = run.submitted_at + run_deadline_s(run.planned)
+    while time.time() < deadline:
+        refresh(world, run)
+        if run.state is not None or run.run_id is None:
+            if run.state is not None:
+                return False
+            time.sleep(POLL_S)
+            continue
         try:
             phase = read_phase(read_task_states(world.airflow(), run.dag_id, run.run_id))
         except Exception as error:  # a fault elsewhere; ask again
@@ -110,8 +117,6 @@ def await_phase(world: ChaosWorld, fault: PlannedFault, run: TrackedRun) -> bool
         if phase is not None and order.index(phase) > order.index(fault.phase):
             return False
         time.sleep(POLL_S)
-        if run.run_id is None:
-            refresh(world, run)
     return False
 
 
@@ -121,9 +126,6 @@ def carry_out(
     """Wait for the phase, then inject; the record of what happened."""
     row = {"index": fault.index, "kind": fault.kind.value, "phase": fault.phase.value}
     row |= {"run": run.planned.name, "delay_s": fault.delay_s}
-    while run.run_id is None and run.state is None:
-        refresh(world, run)
-        time.sleep(POLL_S)
     if not await_phase(world, fault, run):
         return row | {"status": "skipped", "detail": f"the run was past {fault.phase.value}"}
     time.sleep(fault.delay_s)
@@ -158,11 +160,14 @@ def run_wave(
     threads = [threading.Thread(target=one, args=(fault,), daemon=True) for fault in faults]
     for thread in threads:
         thread.start()
-    for tracked in wave:
-        deadline = tracked.submitted_at + run_deadline_s(tracked.planned)
-        while tracked.state is None and time.time() < deadline:
-            refresh(world, tracked)
-            time.sleep(POLL_S * 2)
+    while waiting := [
+        run
+        for run in wave
+        if run.state is None and time.time() < run.submitted_at + run_deadline_s(run.planned)
+    ]:
+        for run in waiting:
+            refresh(world, run)
+        time.sleep(POLL_S * 2)
     for thread in threads:
         thread.join()
     return wave, sorted(rows, key=lambda row: row["index"])

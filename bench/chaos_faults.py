@@ -158,17 +158,20 @@ def kill_task_process(world: ChaosWorld, target: Target, draw: random.Random) ->
 
 
 def restart_everything(world: ChaosWorld, target: Target, draw: random.Random) -> str:
-    """SIGKILL to the supervisor, then to every service and Airflow component; then `up`."""
+    """SIGKILL to the supervisor, then to every service it watches and every Airflow
+    component; then `services.py up`, as after a crash of the whole machine's services."""
     killed = []
     supervisor = supervision.find_supervisor(world.state)
     if supervisor is not None:
         os.kill(supervisor, signal.SIGKILL)
         killed.append(f"supervisor {supervisor}")
-    table = world.state / "airflow" / airflow_components.COMPONENTS_FILE
-    _, components = supervision.read_table(table)
-    pids = [(f"airflow {row.name}", row.pid) for row in components if row.pid]
-    for name in ("s3", "localkube", "postgresql"):
-        pids.append((name, service_kills.read_service_pid(world.state, name)))
+    # the supervisor's rows (each service, Airflow's launcher), then Airflow's components
+    _, services = supervision.read_table(world.state / supervision.STATE_FILE)
+    _, components = supervision.read_table(
+        world.state / "airflow" / airflow_components.COMPONENTS_FILE
+    )
+    pids = [(row.name, row.pid) for row in services if row.pid]
+    pids += [(f"airflow {row.name}", row.pid) for row in components if row.pid]
     for name, pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

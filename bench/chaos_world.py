@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from bench.chaos_plan import PlannedRun, RunShape
 from harness.localkube_fixtures import LocalkubeHandle
 from harness.repo_root import REPO_ROOT
 from harness.standin import write_standin_bundle
-from scripts import airflow_server, check_clean
+from scripts import airflow_server, check_clean, postgres_server
 from scripts.background_server import pick_port_below_ephemeral_range
 from tfjob.tenants import TENANTS_FILE_ENV
 
@@ -36,6 +37,8 @@ BUCKET = "tfjob-test"  # deploy/tenants.yaml: test and research may read and wri
 SERVICES_TIMEOUT_S = 900
 STANDIN_KEYS = {"test": "bundles/standin.tar.gz", "research": "research/bundles/standin.tar.gz"}
 OUTPUT_PREFIXES = {"test": "outputs/", "research": "research/outputs/"}
+# research may use only TensorFlow's images; localkube maps both to the host's python3
+IMAGES = {"test": "python:3.11", "research": "tensorflow/tensorflow:2.21.0"}
 STARTUP_TIMEOUT_S = 300
 ACTIVE_DEADLINE_S = 600
 # A run's deadline: the request's own bounds, plus Airflow's steps around them and the time
@@ -50,6 +53,7 @@ class ChaosWorld:
     state: Path
     ports: dict[str, int]
     env: dict[str, str]
+    client: AirflowClient | None = None
 
     @property
     def record(self) -> dict[str, Any]:
@@ -61,8 +65,12 @@ class ChaosWorld:
         return LocalkubeHandle(found["api_url"], found["kubeconfig"], str(self.state / "localkube"))
 
     def airflow(self) -> AirflowClient:
-        password = airflow_server.read_users(self.state / "airflow")["admin"]
-        return AirflowClient(self.record["airflow"]["url"], "admin", password)
+        """One client (one token, fetched again when refused) for the whole soak: a login
+        per poll would load the machine the faults are measured on."""
+        if self.client is None:
+            password = airflow_server.read_users(self.state / "airflow")["admin"]
+            self.client = AirflowClient(self.record["airflow"]["url"], "admin", password)
+        return self.client
 
     def s3(self) -> Any:
         s3 = self.record["s3"]
@@ -116,9 +124,12 @@ def start_world(world: ChaosWorld) -> None:
 
 def stop_world(world: ChaosWorld) -> list[str]:
     """`services.py down`, then scripts/check_clean.py's leftovers of the state dir."""
+    database = postgres_server.locate_cluster(world.state / "postgres")
     down = world.services("down")
     left = [] if down.returncode == 0 else [f"services.py down failed: {down.stderr[-500:]}"]
     found = check_clean.find_leftovers(world.state, world.state)
+    if database.root != (world.state / "postgres").resolve():  # a cluster kept outside the state dir
+        shutil.rmtree(database.root, ignore_errors=True)
     return left + [f"{item.kind}: {item.what}" for item in found]
 
 
@@ -142,7 +153,7 @@ def build_request(run: PlannedRun) -> dict[str, Any]:
         "name": run.name,
         "tenant": run.tenant,
         "mode": "single",
-        "image": "python:3.11",
+        "image": IMAGES[run.tenant],
         "entrypoint": ["python3", "train.py"],
         "bundle": f"s3://{BUCKET}/{STANDIN_KEYS[run.tenant]}",
         "output": output_of(run),

@@ -31,6 +31,11 @@ from bench.chaos_plan import (
     build_run_plan,
     read_phase,
 )
+from bench.chaos_world import build_request
+from harness.repo_root import REPO_ROOT
+from tfjob.request.model import validate_request
+from tfjob.tenants import load_tenants
+from tfjob.tenants.policy import check_request_policy
 
 OUTPUT = "s3://tfjob-test/outputs/chaos-1-01"
 CHIEF_SHA = standin_model_sha256("worker-0")
@@ -94,6 +99,15 @@ def test_the_runs_span_the_tenants_in_waves_and_the_first_is_the_scheduled_one()
     assert [run.wave for run in plan] == [0, 0, 0, 1, 1, 1]
     assert len({run.name for run in plan}) == 6
     assert all(20 <= run.train_s <= 40 for run in plan)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_planned_request_is_valid_and_allowed_by_its_tenant(seed):
+    config = load_tenants(REPO_ROOT / "deploy" / "tenants.yaml")
+    for run in build_run_plan(seed, 12):
+        request = validate_request(build_request(run))
+        check_request_policy(request, config.find(run.tenant))
+        assert (request.schedule is not None) is run.scheduled
 
 
 def test_a_plan_of_no_runs_or_negative_faults_is_refused_naming_the_option():

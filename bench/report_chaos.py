@@ -91,15 +91,25 @@ def build_section(soaks: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+SECTION = re.compile(rf"^{re.escape(SECTION_TITLE)}\n.*?(?=^## |\Z)", re.M | re.S)
+
+
+def keep_section(old: str, new: str) -> str:
+    """`new` RESULTS.md (run_all.py's, which measures no soak) with `old`'s chaos section."""
+    found = SECTION.search(old)
+    if found is None or SECTION.search(new):
+        return new
+    return new.rstrip("\n") + "\n\n" + found.group(0).rstrip("\n") + "\n"
+
+
 def write_section(results: Path, soak_files: Sequence[Path]) -> None:
     """Replace (or append) the chaos section of `results` with these soaks' summaries."""
     unique = dict.fromkeys(path.resolve() for path in soak_files)  # once each, in order
     soaks = [json.loads(path.read_text()) for path in unique]
     text = results.read_text() if results.exists() else ""
     section = build_section(soaks)
-    pattern = re.compile(rf"^{re.escape(SECTION_TITLE)}\n.*?(?=^## |\Z)", re.M | re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _match: section + "\n", text, count=1)
+    if SECTION.search(text):
+        text = SECTION.sub(lambda _match: section + "\n", text, count=1)
     else:
         text = text.rstrip("\n") + "\n\n" + section
     results.write_text(text)

@@ -67,6 +67,7 @@ OUT = BENCH / "out"
 QUICK_OUT = OUT / "quick"
 RESULTS = BENCH / "RESULTS.md"
 
+from bench import report_chaos  # noqa: E402
 from bench.bench_sizes import FULL, QUICK, Sizes  # noqa: E402
 from bench.measurement_process import (  # noqa: E402
     STEP_TIMEOUT_S,
@@ -439,6 +440,8 @@ def write_results(path: Path, run: dict[str, Any], out: Path) -> int:
     partial = set(measured) != set(MEASUREMENTS) and not run.get("quick")
     if partial and path.exists():
         text = merge_report(path.read_text(), text, measured, run)
+    if path.exists():  # the chaos soak's section is `make chaos`'s, not measured here
+        text = report_chaos.keep_section(path.read_text(), text)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     print(

@@ -53,6 +53,7 @@ from bench.chaos_plan import (
 )
 from bench.chaos_world import (
     ChaosWorld,
+    await_dags,
     build_request,
     prepare_world,
     run_deadline_s,
@@ -191,6 +192,7 @@ def run_soak(seed: int, runs: int, faults: int, keep: bool) -> tuple[dict[str, A
     injected: list[dict[str, Any]] = []
     try:
         start_world(world)
+        await_dags(world, sorted({submit_dag_id(run.tenant) for run in plan}))
         world_up_s = time.time() - began
         print(f"chaos: world up in {world_up_s:.0f} s ({folder})", flush=True)
         for wave in range(waves):

@@ -16,6 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ ACTIVE_DEADLINE_S = 600
 # a fault takes to heal (a service back, a lost node noticed).
 RUN_SLACK_S = 600
 PS_REPLICAS = {"chief": 1, "ps": 1, "worker": 2}
+DAGS_TIMEOUT_S = 300
 
 
 @dataclass
@@ -122,13 +125,27 @@ def start_world(world: ChaosWorld) -> None:
         client.upload_file(str(bundle), BUCKET, key)
 
 
+def await_dags(world: ChaosWorld, dag_ids: list[str]) -> None:
+    """Until Airflow knows each DAG (the tenants' submit DAGs are parsed after `up` ends)."""
+    deadline = time.monotonic() + DAGS_TIMEOUT_S
+    for dag_id in dag_ids:
+        while True:
+            try:
+                world.airflow().request("GET", f"/api/v2/dags/{dag_id}")
+                break
+            except urllib.error.HTTPError as error:
+                if error.code != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(2)
+
+
 def stop_world(world: ChaosWorld) -> list[str]:
     """`services.py down`, then scripts/check_clean.py's leftovers of the state dir."""
     database = postgres_server.locate_cluster(world.state / "postgres")
     down = world.services("down")
     left = [] if down.returncode == 0 else [f"services.py down failed: {down.stderr[-500:]}"]
     found = check_clean.find_leftovers(world.state, world.state)
-    if database.root != (world.state / "postgres").resolve():  # a cluster kept outside the state dir
+    if database.root != (world.state / "postgres").resolve():  # kept outside the state dir
         shutil.rmtree(database.root, ignore_errors=True)
     return left + [f"{item.kind}: {item.what}" for item in found]
 

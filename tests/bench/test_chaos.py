@@ -240,6 +240,7 @@ def test_the_report_counts_faults_runs_and_violations_and_replaces_its_section(t
     assert "| 3 | 1 | 1 (1) | success 1 | 1 | 2.1 min (60 s) |" in text
     assert "chaos-1-01: 5 gang restarts, max_restarts 2" in text
     assert "node stopped in launch: past it" in text
+    assert "Soaks of 30 runs with different seeds recorded: 0 of the 2" in text
     rebuilt = report_chaos.keep_section(text, "# Benchmark results\n\n## 9. other\n\nnew\n")
     assert rebuilt.endswith(text[text.index(report_chaos.SECTION_TITLE) :].rstrip("\n") + "\n")
     assert "new" in rebuilt and report_chaos.keep_section(rebuilt, rebuilt) == rebuilt

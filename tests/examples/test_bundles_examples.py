@@ -30,6 +30,8 @@ SEED_ERA_ARGS = [
 ]
 # A local run of the flags-only example on 2 shared cores: 3-4 TensorFlow processes.
 LOCAL_TRAINING_TIMEOUT_S = 300
+# TensorFlow's C++ INFO lines (a PS chief's one per step) off; its warnings stay.
+QUIET_TENSORFLOW = {"TF_CPP_MIN_LOG_LEVEL": "1"}
 STATED_ACCURACY_PATTERN = re.compile(r"^# Stated accuracy: >= (0\.\d+)", re.MULTILINE)
 
 
@@ -110,8 +112,16 @@ def test_example_requests_cover_every_mode_and_strategy():
     assert requests["digits-tf1"].replicas.chief == 0
     assert requests["digits-tf1"].success_policy is SuccessPolicy.WORKER0
     assert requests["digits-tf1-flags"].args == SEED_ERA_ARGS
-    assert requests["digits-tf1-flags"].env == {}
+    assert requests["digits-tf1-flags"].env == QUIET_TENSORFLOW  # its cluster: args only
     assert requests["digits-tf1-flags"].replicas.chief == 0
+
+
+def test_every_example_request_keeps_tensorflow_s_info_lines_out_of_its_logs():
+    files = sorted(BUNDLES_DIR.glob("*/request*.yaml"))
+    assert len(files) == len(EXAMPLES) + len(VARIANTS)
+    for path in files:
+        env = load_request(path).env
+        assert env.items() >= QUIET_TENSORFLOW.items(), path
 
 
 @pytest.mark.parametrize(("name", "request_file"), VARIANTS)

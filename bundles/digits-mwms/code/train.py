@@ -19,6 +19,10 @@ CHECKPOINT_DIR (`tf.train.CheckpointManager`), the others into a temporary
 directory removed at the end. Worker 0 prints `resumed from step N` or
 `starting from step 0`. Without CHECKPOINT_DIR nothing is saved.
 
+Summaries: every worker writes the reduced training loss as a `tf.summary`
+scalar `loss` by step into its own TENSORBOARD_DIR (set by the platform for
+every replica, copied to S3) for TensorBoard; without it nothing is written.
+
 A Kubeflow TFJob's `Master` replica (tfjob-master.yaml) finds `master` in TF_CONFIG, as
 TensorFlow 1's Estimator knew it; TensorFlow 2's strategies know only `chief`, so this
 program renames it (`adopt_master_as_chief`) before the strategy reads TF_CONFIG.
@@ -52,6 +56,14 @@ def write_metrics(path, metrics):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as out:
         json.dump(metrics, out)
+
+
+def open_summary_writer():
+    """tf.summary's writer on TENSORBOARD_DIR; one that writes nothing when it is unset."""
+    tensorboard_dir = os.environ.get("TENSORBOARD_DIR")
+    if tensorboard_dir:
+        return tf.summary.create_file_writer(tensorboard_dir)
+    return tf.summary.create_noop_writer()
 
 
 def build_model():
@@ -162,10 +174,14 @@ def main():
         per_replica_loss = strategy.run(step_fn, args=(features, labels))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
 
+    writer = open_summary_writer()
     started = time.monotonic()
     while done < STEPS:
         loss = train_step(iterator)
         done += 1
+        if done % REPORT_EVERY_STEPS == 0 or done == STEPS:
+            with writer.as_default(step=done):
+                tf.summary.scalar("loss", loss)
         if is_owner and (done % REPORT_EVERY_STEPS == 0 or done == STEPS):
             # docs/pod-protocol.md, "Metrics while training": the step's loss, summed over
             # the workers as the strategy reduced it.
@@ -176,6 +192,7 @@ def main():
             # Named by the step (ckpt-150): the platform reads it from the `checkpoint` file.
             manager.save(checkpoint_number=done)
     train_seconds = time.monotonic() - started
+    writer.flush()
     if manager and not is_owner:
         shutil.rmtree(manager.directory, ignore_errors=True)
 

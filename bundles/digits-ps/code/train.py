@@ -23,6 +23,9 @@ Curves: every CHECKPOINT_EVERY_STEPS steps the chief prints
 `TFJOB_METRIC {"step", "loss", "accuracy"}` (the last step's training loss and
 the accuracy on the test split), which the TFJob view and
 `tshell status --watch` show (docs/pod-protocol.md, "Metrics while training").
+The chief also writes them as `tf.summary` scalars `loss` and `accuracy` by
+step into TENSORBOARD_DIR (set by the platform for every replica, copied to
+S3) for TensorBoard; without TENSORBOARD_DIR nothing is written.
 """
 
 import json
@@ -57,9 +60,21 @@ def write_metrics(path, metrics):
         json.dump(metrics, out)
 
 
-def report_metric(step, loss, accuracy):
+def open_summary_writer():
+    """tf.summary's writer on TENSORBOARD_DIR; one that writes nothing when it is unset."""
+    tensorboard_dir = os.environ.get("TENSORBOARD_DIR")
+    if tensorboard_dir:
+        return tf.summary.create_file_writer(tensorboard_dir)
+    return tf.summary.create_noop_writer()
+
+
+def report_metric(writer, step, loss, accuracy):
     point = {"step": step, "loss": round(loss, 5), "accuracy": round(accuracy, 5)}
     print("TFJOB_METRIC " + json.dumps(point), flush=True)
+    with writer.as_default(step=step):
+        tf.summary.scalar("loss", loss)
+        tf.summary.scalar("accuracy", accuracy)
+    writer.flush()
 
 
 def serve_forever(resolver):
@@ -147,6 +162,7 @@ def run_chief(resolver):
         features, labels = next(iterator)
         return strategy.run(step_fn, args=(features, labels))
 
+    writer = open_summary_writer()
     started = time.monotonic()
     while done < STEPS:
         # A point of the curves (and a checkpoint) per chunk; the coordinator joins each.
@@ -157,6 +173,7 @@ def run_chief(resolver):
         done += chunk
         logits = model(x_test, training=False)
         report_metric(
+            writer,
             done,
             float(last_loss.fetch()),
             float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test)),

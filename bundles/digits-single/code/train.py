@@ -5,6 +5,11 @@ The simplest TF-on-K8s program: one replica, no TF_CONFIG needed, plain
 DATA_DIR (holds digits.npz), MODEL_DIR (where the model goes), METRICS_FILE
 (a JSON file with accuracy, loss and steps). Defaults let it run by hand
 from the bundle's code/ folder.
+
+Summaries: Keras' own `TensorBoard` callback writes the epochs' loss and
+accuracy (tags `epoch_loss`, `epoch_accuracy`) into TENSORBOARD_DIR, which the
+platform sets for every replica and copies to S3; run by hand without it,
+nothing is written.
 """
 
 import json
@@ -57,6 +62,16 @@ class ReportMetrics(tf.keras.callbacks.Callback):
         print("TFJOB_METRIC " + json.dumps(point), flush=True)
 
 
+def build_callbacks(steps_per_epoch):
+    """The curves as the platform reads them, and Keras' TensorBoard callback where
+    TENSORBOARD_DIR is set."""
+    callbacks = [ReportMetrics(steps_per_epoch)]
+    tensorboard_dir = os.environ.get("TENSORBOARD_DIR")
+    if tensorboard_dir:
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir))
+    return callbacks
+
+
 def write_metrics(path, metrics):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as out:
@@ -79,7 +94,7 @@ def main():
         epochs=EPOCHS,
         batch_size=BATCH_SIZE,
         verbose=2,
-        callbacks=[ReportMetrics(steps_per_epoch)],
+        callbacks=build_callbacks(steps_per_epoch),
     )
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     steps = EPOCHS * -(-len(x_train) // BATCH_SIZE)

@@ -18,6 +18,11 @@ Every replica starts a `tf.compat.v1.train.Server` on the flags' cluster:
   below), and at the end evaluates on the test split and writes {"accuracy",
   "loss", "steps", "train_seconds"} to METRICS_FILE.
 
+Summaries: the chief writes `tf.compat.v1.summary` scalars `loss` and
+`accuracy` with a `FileWriter` (and the graph) into --summary_dir, default the
+TENSORBOARD_DIR the platform sets (copied to S3), for TensorBoard, at the steps
+it prints TFJOB_METRIC lines; without one nothing is written.
+
 Checkpoints: with --checkpoint_dir (default: the CHECKPOINT_DIR the platform
 sets) the chief's `MonitoredTrainingSession` checkpoints there every
 CHECKPOINT_EVERY_STEPS global steps and restores the newest one when it starts,
@@ -72,6 +77,7 @@ def parse_flags():
     parser.add_argument("--model_dir", default=os.environ.get("MODEL_DIR", "../model"))
     parser.add_argument("--metrics_file", default=os.environ.get("METRICS_FILE", ""))
     parser.add_argument("--checkpoint_dir", default=os.environ.get("CHECKPOINT_DIR", ""))
+    parser.add_argument("--summary_dir", default=os.environ.get("TENSORBOARD_DIR", ""))
     parser.add_argument("--train_steps", type=int, default=600)
     flags = parser.parse_args()
     if flags.job_name == "chief" and not flags.chief_hosts:
@@ -166,6 +172,9 @@ def main():
         logits, loss = build_graph(features, labels)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
         train_op = tf1.train.AdamOptimizer(LEARNING_RATE).minimize(loss, global_step=global_step)
+        summaries = tf1.summary.merge(
+            [tf1.summary.scalar("loss", loss), tf1.summary.scalar("accuracy", accuracy)]
+        )
 
     # Talk only to the ps and to ourselves: no waiting for the other trainers.
     session_config = tf1.ConfigProto(device_filters=["/job:ps", task_device])
@@ -190,6 +199,10 @@ def main():
     seed_offset = 100 if flags.job_name == "chief" else flags.task_index
     rng = np.random.default_rng(SEED + seed_offset)
     hooks = [tf1.train.StopAtStepHook(last_step=flags.train_steps)]
+    # TensorBoard's summaries, from the chief as the curves are; none without a summary dir.
+    writer = None
+    if is_chief and flags.summary_dir:
+        writer = tf1.summary.FileWriter(flags.summary_dir, tf1.get_default_graph())
     started = time.monotonic()
     local_steps = 0
     with tf1.train.MonitoredTrainingSession(
@@ -210,9 +223,11 @@ def main():
             if is_chief and local_steps % REPORT_EVERY_STEPS == 0:
                 # docs/pod-protocol.md, "Metrics while training": this batch's loss and
                 # accuracy at the global step, from the chief.
-                _, batch_loss, batch_accuracy, at = session.run(
-                    [train_op, loss, accuracy, global_step], feed_dict=feed
+                _, batch_loss, batch_accuracy, summary, at = session.run(
+                    [train_op, loss, accuracy, summaries, global_step], feed_dict=feed
                 )
+                if writer:
+                    writer.add_summary(summary, int(at))
                 point = {
                     "step": int(at),
                     "loss": round(float(batch_loss), 5),
@@ -223,6 +238,8 @@ def main():
                 session.run(train_op, feed_dict=feed)
             local_steps += 1
     train_seconds = time.monotonic() - started
+    if writer:
+        writer.close()
     print(f"{flags.job_name} {flags.task_index} ran {local_steps} steps", flush=True)
     if not is_chief:
         return

@@ -4,8 +4,10 @@
 without a server; `localkube.scheduler.Scheduler` is the loop that feeds it from the store.
 
 Filters: resource fit (cpu, memory, nvidia.com/gpu, ephemeral-storage, pod count) against
-allocatable minus non-terminated pods on the node; nodeSelector; required node affinity;
-NoSchedule taints vs tolerations; required pod affinity/anti-affinity on any topology key.
+allocatable minus non-terminated pods on the node; nodeSelector; required node affinity
+(terms ORed, their matchExpressions and metadata.name matchFields ANDed, an empty term
+matching no node); NoSchedule taints vs tolerations; required pod affinity/anti-affinity
+on any topology key.
 Score: preferred pod affinity packs, preferred anti-affinity spreads, preferred node affinity
 attracts; least-allocated breaks ties. Messages use the real scheduler's wording
 (`0/2 nodes are available: 2 Insufficient nvidia.com/gpu.`).
@@ -82,8 +84,23 @@ def _node_expression_matches(node: dict, expr: dict) -> bool:
     return False
 
 
+def _field_matches_node(node: dict, field: dict) -> bool:
+    """A matchFields requirement: kube-scheduler knows only `metadata.name`, In or NotIn."""
+    if field.get("key") != "metadata.name" or field.get("operator") not in ("In", "NotIn"):
+        return False
+    inside = node["metadata"]["name"] in (field.get("values") or [])
+    return inside if field["operator"] == "In" else not inside
+
+
 def _term_matches_node(node: dict, term: dict) -> bool:
-    return all(_node_expression_matches(node, e) for e in term.get("matchExpressions") or [])
+    """Every requirement of the term holds; an empty term matches no node (as Kubernetes')."""
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    return all(_node_expression_matches(node, e) for e in expressions) and all(
+        _field_matches_node(node, f) for f in fields
+    )
 
 
 def matches_node_selector(pod: dict, node: dict) -> bool:

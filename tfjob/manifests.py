@@ -196,8 +196,11 @@ def build_resources(request: TrainingRequest, role: Role, *, with_gpu: bool = Tr
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
-def build_affinity(request: TrainingRequest, run_key: str) -> JsonObject:
-    """spread: prefer nodes without the run's pods; pack: prefer nodes with them."""
+def build_affinity(request: TrainingRequest, run_key: str, role: Role) -> JsonObject:
+    """spread: prefer nodes without the run's pods; pack: prefer nodes with them.
+
+    The role's `node_affinity`, when given, is its pods' `nodeAffinity`.
+    """
     term = {
         "weight": PLACEMENT_WEIGHT,
         "podAffinityTerm": {
@@ -206,7 +209,11 @@ def build_affinity(request: TrainingRequest, run_key: str) -> JsonObject:
         },
     }
     kind = "podAntiAffinity" if request.placement is Placement.SPREAD else "podAffinity"
-    return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+    affinity: JsonObject = {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+    node_affinity = request.node_affinity.get(Role(role))
+    if node_affinity is not None and node_affinity.to_manifest():
+        affinity["nodeAffinity"] = node_affinity.to_manifest()
+    return affinity
 
 
 def build_volumes(run_key: str, *, owner: bool) -> list[JsonObject]:
@@ -303,7 +310,7 @@ def build_pod_manifest(
         "serviceAccountName": SERVICE_ACCOUNT_NAME,
         "automountServiceAccountToken": False,
         "securityContext": build_pod_security_context(run.pod_user(request.tenant)),
-        "affinity": build_affinity(request, run_key),
+        "affinity": build_affinity(request, run_key, role),
         "volumes": build_volumes(run_key, owner=owner),
         "initContainers": [
             {

@@ -108,6 +108,88 @@ def test_node_selector_and_required_node_affinity():
     )
 
 
+def required_node_affinity(*terms: dict) -> dict:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+def expressions(*items: tuple) -> dict:
+    return {
+        "matchExpressions": [
+            {"key": key, "operator": op, **({"values": list(values)} if values else {})}
+            for key, op, *values in items
+        ]
+    }
+
+
+ZONED = [
+    node("node-1", labels={"zone": "a", "cores": "4"}),
+    node("node-2", labels={"zone": "b", "cores": "16", "ssd": "yes"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("term", "where"),
+    [
+        (expressions(("zone", "In", "b", "c")), "node-2"),
+        (expressions(("zone", "NotIn", "b")), "node-1"),
+        (expressions(("ssd", "Exists")), "node-2"),
+        (expressions(("ssd", "DoesNotExist")), "node-1"),
+        (expressions(("cores", "Gt", "8")), "node-2"),
+        (expressions(("cores", "Lt", "8")), "node-1"),
+        (expressions(("zone", "In", "a", "b"), ("cores", "Gt", "8")), "node-2"),  # AND
+        (
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]},
+            "node-1",
+        ),
+    ],
+)
+def test_required_node_affinity_operators_choose_the_only_matching_node(term, where):
+    empty = {"node-1": [], "node-2": []}
+    chosen = choose_node(pod("x", affinity=required_node_affinity(term)), ZONED, empty)
+    assert chosen.node == where, chosen.message
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        [expressions(("zone", "In", "c"))],
+        [expressions(("cores", "Gt", "64"))],
+        [expressions(("zone", "Gt", "1"))],  # not an integer: matches nothing, as in Kubernetes
+        [expressions(("zone", "In", "a"), ("ssd", "Exists"))],  # each holds on another node
+        [{"matchExpressions": []}],  # an empty term matches no node
+    ],
+)
+def test_a_pod_no_node_matches_by_required_node_affinity_is_not_placed(terms):
+    empty = {"node-1": [], "node-2": []}
+    nowhere = choose_node(pod("x", affinity=required_node_affinity(*terms)), ZONED, empty)
+    assert nowhere.node is None
+    assert (
+        nowhere.message
+        == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+def test_required_terms_are_ored_and_preferred_terms_weigh_among_the_matching_nodes():
+    empty = {"node-1": [], "node-2": []}
+    either = required_node_affinity(
+        expressions(("zone", "In", "a")), expressions(("ssd", "Exists"))
+    )
+    prefer_b = [{"weight": 10, "preference": expressions(("zone", "In", "b"))}]
+    prefer_a = [{"weight": 10, "preference": expressions(("zone", "In", "a"))}]
+    for preferred, where in ((prefer_b, "node-2"), (prefer_a, "node-1")):
+        affinity = {
+            "nodeAffinity": {
+                **either["nodeAffinity"],
+                "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+            }
+        }
+        assert choose_node(pod("x", affinity=affinity), ZONED, empty).node == where
+
+
 def test_taints_need_tolerations():
     taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
     nodes = [node("node-1", taints=[taint]), node("node-2", taints=[taint])]
@@ -275,6 +357,29 @@ def test_scheduler_binds_with_gpu_ids_and_reports_unschedulable(cluster):
     )
     assert late.spec.node_name == bound[0].spec.node_name
     assert late.metadata.annotations["localkube.io/gpu-ids"] == "0,1"
+
+
+def test_a_pod_whose_required_node_affinity_no_node_matches_stays_pending(cluster):
+    core = cluster.core_v1()
+    ns = f"s-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    body = pod("nowhere", affinity=required_node_affinity(expressions(("zone", "In", "mars"))))
+    del body["status"]
+    del body["metadata"]["namespace"]
+    core.create_namespaced_pod(ns, body)
+    message = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    events = wait_for(
+        lambda: (
+            core.list_namespaced_event(
+                ns, field_selector="involvedObject.name=nowhere,reason=FailedScheduling"
+            ).items
+        )
+    )
+    assert events[0].type == "Warning" and events[0].message == message
+    read = core.read_namespaced_pod("nowhere", ns)
+    assert read.status.phase == "Pending" and read.spec.node_name is None
+    (condition,) = [c for c in read.status.conditions if c.type == "PodScheduled"]
+    assert (condition.status, condition.reason) == ("False", "Unschedulable")
 
 
 def test_nodes_without_a_ready_kubelet_are_counted_in_the_message():

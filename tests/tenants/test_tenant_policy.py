@@ -227,6 +227,41 @@ def test_node_selectors_are_allowed_by_key_and_value_pattern():
     )
 
 
+def node_affinity(*expressions: dict) -> dict:
+    return {"worker": {"required": [{"match_expressions": list(expressions)}]}}
+
+
+def test_node_affinity_selects_only_by_the_tenants_node_selector_keys_and_in_values():
+    tenant = make_tenant(node_selectors={"pool": ["train-*"]})
+    assert allows(
+        tenant,
+        node_affinity=node_affinity({"key": "pool", "operator": "In", "values": ["train-a"]}),
+    )
+    assert allows(
+        tenant, node_affinity=node_affinity({"key": "pool", "operator": "NotIn", "values": ["x"]})
+    )
+    error = refusal(
+        tenant, node_affinity=node_affinity({"key": "pool", "operator": "In", "values": ["prod"]})
+    )
+    assert error.field == "request.node_affinity.worker.required[0].match_expressions[0]"
+    assert "may select nodes only by: pool matching train-*" in str(error)
+    preferred = {
+        "worker": {
+            "preferred": [
+                {
+                    "weight": 1,
+                    "preference": {"match_expressions": [{"key": "zone", "operator": "Exists"}]},
+                }
+            ]
+        }
+    }
+    assert (
+        refusal(tenant, node_affinity=preferred).field
+        == "request.node_affinity.worker.preferred[0].preference.match_expressions[0]"
+    )
+    assert refusal(node_affinity=node_affinity({"key": "pool", "operator": "Exists"})).field
+
+
 def test_the_gpu_type_selector_the_pipeline_adds_is_always_allowed():
     assert allows(gpu_type="NVIDIA-A100-SXM4-40GB", resources={"worker": {"gpu": 1}})
     # ... but naming the same label as a request node selector is the request's choice

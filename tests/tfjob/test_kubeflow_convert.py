@@ -15,6 +15,7 @@ from harness.repo_root import REPO_ROOT
 from tfjob.kubeflow.convert import Destination, convert_tfjob
 from tfjob.kubeflow.errors import TFJobRefused
 from tfjob.kubeflow.manifest import MAX_MANIFEST_BYTES, parse_tfjob, read_tfjob
+from tfjob.manifests import build_affinity
 from tfjob.request.model import ChiefTaskType, Mode, Role, Strategy, SuccessPolicy, load_request
 from tfjob.restart_policy import MAX_RESTARTS, RestartOn
 
@@ -159,6 +160,104 @@ def test_an_unsupported_field_is_refused_with_its_path_what_was_given_and_what_i
     assert found[path].startswith(f'{path}: {{"name": "data", "emptyDir": {{}}}} given; volumes')
 
 
+def with_affinity(spec: dict[str, Any], affinity: dict[str, Any]) -> dict[str, Any]:
+    spec["template"]["spec"]["affinity"] = affinity
+    return spec
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+ZONE_A = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+GPU_NODE = {"key": "example.com/gpu-node", "operator": "Exists"}
+
+
+def test_node_affinity_maps_onto_its_roles_node_affinity_and_reaches_the_pods():
+    worker_affinity = {
+        "nodeAffinity": {
+            REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [ZONE_A, GPU_NODE]}]},
+            PREFERRED: [{"weight": 20, "preference": {"matchExpressions": [ZONE_A]}}],
+        }
+    }
+    ps_affinity = {
+        "nodeAffinity": {
+            REQUIRED: {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["8"]}]}
+                ]
+            }
+        }
+    }
+    data = tfjob(
+        {
+            "PS": with_affinity(replica(), ps_affinity),
+            "Worker": with_affinity(replica(2), worker_affinity),
+        }
+    )
+    request = convert(data).request
+    assert set(request.node_affinity) == {Role.PS, Role.WORKER}
+    assert (
+        build_affinity(request, "run", Role.WORKER)["nodeAffinity"]
+        == worker_affinity["nodeAffinity"]
+    )
+    assert build_affinity(request, "run", Role.PS)["nodeAffinity"] == ps_affinity["nodeAffinity"]
+
+
+def test_a_one_replica_jobs_node_affinity_is_its_single_workers():
+    only = with_affinity(
+        replica(),
+        {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [GPU_NODE]}]}}},
+    )
+    request = convert(tfjob({"Chief": only})).request
+    assert list(request.node_affinity) == [Role.WORKER]
+
+
+def test_pod_affinity_and_match_fields_are_refused_by_their_paths():
+    worker = with_affinity(
+        replica(2),
+        {
+            "podAffinity": {REQUIRED: []},
+            "podAntiAffinity": {PREFERRED: []},
+            "nodeAffinity": {
+                REQUIRED: {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["n"]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    found = refusals(tfjob({"Worker": worker}))
+    base = "spec.tfReplicaSpecs.Worker.template.spec.affinity"
+    terms = f"{base}.nodeAffinity.{REQUIRED}.nodeSelectorTerms[0]"
+    assert sorted(found) == sorted(
+        [
+            f"{base}.podAffinity",
+            f"{base}.podAntiAffinity",
+            f"{terms}.matchFields[0]",
+            f"{terms}.matchExpressions",
+        ]
+    )
+    assert "the request's placement" in found[f"{base}.podAntiAffinity"]
+    assert "select nodes by their labels" in found[f"{terms}.matchFields[0]"]
+
+
+def test_a_node_affinity_kubernetes_would_refuse_is_refused_at_its_nodeaffinity():
+    bad = {"key": "zone", "operator": "In"}  # In needs values
+    worker = with_affinity(
+        replica(2),
+        {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [bad]}]}}},
+    )
+    found = refusals(tfjob({"Worker": worker}))
+    path = "spec.tfReplicaSpecs.Worker.template.spec.affinity.nodeAffinity"
+    assert list(found) == [path]
+    assert "operator In needs at least one value" in found[path]
+    assert "node_affinity.worker.required[0].match_expressions[0].values" in found[path]
+
+
 def test_every_refused_field_of_a_manifest_is_named_at_once():
     worker = replica(2, env=[{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s"}}}])
     worker["template"]["spec"]["containers"].append({"name": "sidecar", "image": "envoy"})
@@ -171,7 +270,7 @@ def test_every_refused_field_of_a_manifest_is_named_at_once():
             "spec.enableDynamicWorker",
             f"{base}.containers[0].env[0].valueFrom",
             f"{base}.containers[1]",
-            f"{base}.affinity",
+            f"{base}.affinity.podAntiAffinity",
             "spec.runPolicy.suspend",
             "spec.runPolicy.schedulingPolicy.queue",
         ]

@@ -360,6 +360,35 @@ def test_placement_prefers_nodes_by_the_runs_pods(placement, kind):
     }
 
 
+def test_a_roles_node_affinity_goes_into_its_pods_only_beside_the_placement_term():
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+    cores = {"key": "example.com/cores", "operator": "Gt", "values": ["8"]}
+    disk = {"key": "example.com/disk", "operator": "Exists"}
+    node_affinity = {
+        "worker": {
+            "required": [{"match_expressions": [zone, cores]}, {"match_expressions": [disk]}],
+            "preferred": [{"weight": 50, "preference": {"match_expressions": [disk]}}],
+        }
+    }
+    request = load_request(distributed_request_data(node_affinity=node_affinity))
+    worker = build_pod_manifest(request, RUN, Role.WORKER, 0)
+    validate(worker)
+    assert worker["spec"]["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [zone, cores]},
+                {"matchExpressions": [disk]},
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [disk]}}
+        ],
+    }
+    assert "podAntiAffinity" in worker["spec"]["affinity"]
+    ps = build_pod_manifest(request, RUN, Role.PS, 0)
+    assert "nodeAffinity" not in ps["spec"]["affinity"]
+
+
 def test_pod_for_a_replica_the_request_lacks_is_refused():
     with pytest.raises(ValueError, match=r"replica ps-0 given; the request has 0 ps"):
         build_pod_manifest(load_request(valid_request_data()), RUN, Role.PS, 0)

@@ -89,7 +89,7 @@ ERROR_CASES = [
     ),
     pytest.param(
         {"replica": {"worker": 1}},
-        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, port, chief_task_type',
+        'request.replica: {"worker": 1} given; unknown field; allowed fields: name, tenant, mode, strategy, replicas, resources, gpu_type, image, entrypoint, args, env, bundle, output, schedule, startup_timeout, active_deadline, retries, max_restarts, restart_on, checkpoint_interval, warm_start, success_policy, placement, node_selector, tolerations, node_affinity, port, chief_task_type',
         id="unknown_field",
     ),
     pytest.param(
@@ -281,6 +281,37 @@ ERROR_CASES = [
         {"node_selector": {"pool": 1}},
         "request.node_selector.pool: 1 given; node_selector values must be Kubernetes label values (strings of at most 63 letters, digits, '-', '_', '.'; quote numbers in YAML)",
         id="node_selector_number",
+    ),
+    pytest.param(
+        {
+            "node_affinity": {
+                "worker": {"required": [{"match_expressions": [{"key": "zone", "operator": "In"}]}]}
+            }
+        },
+        "request.node_affinity.worker.required[0].match_expressions[0].values: [] given; operator In needs at least one value",
+        id="node_affinity_in_without_values",
+    ),
+    pytest.param(
+        {
+            "node_affinity": {
+                "worker": {
+                    "required": [
+                        {
+                            "match_expressions": [
+                                {"key": "cores", "operator": "Gt", "values": ["many"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        'request.node_affinity.worker.required[0].match_expressions[0].values: ["many"] given; operator Gt needs exactly one integer value',
+        id="node_affinity_gt_not_integer",
+    ),
+    pytest.param(
+        {"node_affinity": {"boss": {}}},
+        'request.node_affinity.boss: "boss" given; allowed: chief, ps, worker or evaluator',
+        id="node_affinity_unknown_role",
     ),
     pytest.param(
         {"gpu_type": "A100 80GB"},

@@ -1,14 +1,15 @@
 """A TFJob's records mapped onto a `TrainingRequest`, or refused field by field.
 
 The request runs one image, command, args, env, port, node selector, tolerations and
-restart policy for every replica, so a TFJob whose replica types differ in one of them is
-refused at the first type that differs. Replica types become roles (Chief and Master are
-our chief; a Master keeps its name in TF_CONFIG through `chief_task_type: master`), and the
-job's mode follows Kubeflow's own test of a distributed job (training-operator
-`isDistributed`: more than one replica in all): one replica runs in single mode, without
-TF_CONFIG, as Kubeflow gives none. Where the platform behaves differently from Kubeflow
-but close enough to run the job (pods removed when the run ends, gang restarts instead of
-pod restarts), the conversion says so in a note. docs/kubeflow.md is the table.
+restart policy for every replica (resources and node affinity are per role), so a TFJob
+whose replica types differ in one of them is refused at the first type that differs.
+Replica types become roles (Chief and Master are our chief; a Master keeps its name in
+TF_CONFIG through `chief_task_type: master`), and the job's mode follows Kubeflow's own
+test of a distributed job (training-operator `isDistributed`: more than one replica in
+all): one replica runs in single mode, without TF_CONFIG, as Kubeflow gives none. Where
+the platform behaves differently from Kubeflow but close enough to run the job (pods
+removed when the run ends, gang restarts instead of pod restarts), the conversion says so
+in a note. docs/kubeflow.md is the table.
 """
 
 from dataclasses import dataclass
@@ -166,6 +167,7 @@ class _Mapping:
                 )
             self.data["replicas"] = {"worker": 1}  # single mode: one worker, no TF_CONFIG
             self._map_resources(Role.WORKER, only)
+            self._map_node_affinity(Role.WORKER, only)
             return
         if total == 0:
             self.refuse("spec.tfReplicaSpecs", 0, "at least one replica is required")
@@ -187,6 +189,15 @@ class _Mapping:
             self.data["chief_task_type"] = "master"
         for spec in specs:
             self._map_resources(ROLE_OF[spec.type], spec)
+            self._map_node_affinity(ROLE_OF[spec.type], spec)
+
+    def _map_node_affinity(self, role: Role, spec: ReplicaSpec) -> None:
+        """A replica type's nodeAffinity is its role's (pod affinity was refused when read)."""
+        if spec.template.node_affinity:
+            self.data.setdefault("node_affinity", {})[role.value] = spec.template.node_affinity
+            self.sources[f"node_affinity.{role.value}"] = (
+                f"{spec.path}.template.spec.affinity.nodeAffinity"
+            )
 
     def _map_resources(self, role: Role, spec: ReplicaSpec) -> None:
         container = spec.template.container

@@ -1,4 +1,5 @@
-"""A replica type's pod template read: its `tensorflow` container, node selector, tolerations.
+"""A replica type's pod template read: its `tensorflow` container, node selector, tolerations,
+node affinity.
 
 Kubeflow takes the port from the `tensorflow` container's port named `tfjob-port` (2222 when
 there is none: training-operator `GetPortFromTFJob`, `setTensorflowDefaultPort`). Everything
@@ -15,6 +16,8 @@ CONTAINER_NAME = MAIN_CONTAINER
 PORT_NAME = "tfjob-port"
 DEFAULT_PORT = 2222
 GPU_RESOURCE = "nvidia.com/gpu"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class PodTemplate:
     container_path: str  # where the `tensorflow` container was written
     node_selector: tuple[tuple[str, str], ...]
     tolerations: tuple[dict[str, object], ...]
+    node_affinity: dict[str, object] | None = None  # the request's node_affinity.<role> shape
 
 
 def read_pod_template(reader: FieldReader, value: object, path: str) -> PodTemplate | None:
@@ -52,7 +56,7 @@ def read_pod_template(reader: FieldReader, value: object, path: str) -> PodTempl
     pod = reader.mapping(
         template.get("spec"),
         where,
-        ("containers", "nodeSelector", "tolerations", "restartPolicy"),
+        ("containers", "nodeSelector", "tolerations", "restartPolicy", "affinity"),
     )
     if "restartPolicy" in pod:
         reader.notes.append(
@@ -66,9 +70,55 @@ def read_pod_template(reader: FieldReader, value: object, path: str) -> PodTempl
     if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
         reader.refuse(f"{where}.tolerations", tolerations, "a list of tolerations is required")
         tolerations = []
+    node_affinity = _read_affinity(reader, pod.get("affinity"), f"{where}.affinity")
     if len(reader.refusals) > before or container is None:
         return None
-    return PodTemplate(container, container_path, node_selector, tuple(tolerations))
+    return PodTemplate(container, container_path, node_selector, tuple(tolerations), node_affinity)
+
+
+def _read_affinity(reader: FieldReader, value: object, path: str) -> dict[str, object] | None:
+    """`nodeAffinity` as the request's node_affinity of a role; pod (anti-)affinity refused."""
+    affinity = reader.mapping(value, path, ("nodeAffinity",))
+    where = f"{path}.nodeAffinity"
+    node = reader.mapping(affinity.get("nodeAffinity"), where, (REQUIRED, PREFERRED))
+    if not node:
+        return None
+    mapped: dict[str, object] = {}
+    if REQUIRED in node:
+        required = reader.mapping(node[REQUIRED], f"{where}.{REQUIRED}", ("nodeSelectorTerms",))
+        terms = _read_list(
+            reader, required.get("nodeSelectorTerms"), f"{where}.{REQUIRED}.nodeSelectorTerms"
+        )
+        mapped["required"] = [
+            _read_term(reader, term, f"{where}.{REQUIRED}.nodeSelectorTerms[{i}]")
+            for i, term in enumerate(terms)
+        ]
+    if PREFERRED in node:
+        preferred = []
+        for i, item in enumerate(_read_list(reader, node[PREFERRED], f"{where}.{PREFERRED}")):
+            at = f"{where}.{PREFERRED}[{i}]"
+            entry = reader.mapping(item, at, ("weight", "preference"))
+            weight = reader.integer(entry.get("weight"), f"{at}.weight", 1, 100)
+            term = _read_term(reader, entry.get("preference"), f"{at}.preference")
+            preferred.append({"weight": weight, "preference": term})
+        mapped["preferred"] = preferred
+    return mapped
+
+
+def _read_list(reader: FieldReader, value: object, path: str) -> list:
+    if not isinstance(value, list) or not value:
+        reader.refuse(path, value, "a non-empty list is required")
+        return []
+    return value
+
+
+def _read_term(reader: FieldReader, value: object, path: str) -> dict[str, object]:
+    """A node selector term: its matchExpressions (matchFields refused)."""
+    term = reader.mapping(value, path, ("matchExpressions",))
+    expressions = _read_list(reader, term.get("matchExpressions"), f"{path}.matchExpressions")
+    for index, item in enumerate(expressions):
+        reader.mapping(item, f"{path}.matchExpressions[{index}]", ("key", "operator", "values"))
+    return {"match_expressions": expressions}
 
 
 def _read_containers(reader: FieldReader, value: object, path: str) -> tuple[Container | None, str]:

@@ -14,8 +14,13 @@ REFUSAL_REASONS = {
     "(DATA_DIR) and writes its model to MODEL_DIR, uploaded to the run's output",
     "volumeMounts": "volume mounts are not supported (no volumes): use DATA_DIR and MODEL_DIR",
     "initContainers": "init containers are not supported: the platform's own fetches the bundle",
-    "affinity": "affinity is not supported: replicas are spread over nodes (the request's "
-    "placement); use nodeSelector and tolerations to choose nodes",
+    "podAffinity": "pod affinity is not supported: the platform places a run's replicas "
+    "together or apart (the request's placement); choose nodes with nodeAffinity, "
+    "nodeSelector and tolerations",
+    "podAntiAffinity": "pod anti-affinity is not supported: the platform spreads a run's "
+    "replicas over nodes (the request's placement); choose nodes with nodeAffinity, "
+    "nodeSelector and tolerations",
+    "matchFields": "matchFields is not supported: select nodes by their labels (matchExpressions)",
     "serviceAccountName": "pods run without a service account token of the tenant's choosing",
     "securityContext": "pods run as the tenant's user, without privileges",
     "hostNetwork": "pods have their own network",

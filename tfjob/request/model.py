@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tfjob.grants import MAX_GRANT_SECONDS, max_active_deadline, run_window_seconds
 from tfjob.request import recovery
+from tfjob.request.affinity import NodeAffinity
 from tfjob.request.checks import (
     LABEL_VALUE_PATTERN,
     check_argv,
@@ -153,6 +154,12 @@ class TrainingRequest(StrictModel):
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Kubernetes tolerations for every replica."
+    )
+    node_affinity: dict[Role, NodeAffinity] = Field(
+        default_factory=dict,
+        description="Per-role node affinity: required terms (a node must match one) and "
+        "weighted preferred terms of match_expressions (In, NotIn, Exists, DoesNotExist, "
+        "Gt, Lt), as Kubernetes' nodeAffinity.",
     )
     port: int = Field(
         DEFAULT_PORT, ge=1024, le=65535, description="TensorFlow gRPC port of every replica."

@@ -11,11 +11,14 @@ is pure, so Airflow's `validate` step, tshell and the tests share one verdict.
 Guarantees:
 - `check_request_policy` raises `TenantPolicyError` for the first rule the
   request breaks, in this order: tenant, bundle, output, image, node selector,
-  tolerations (one error, like `RequestError`: fix it, then learn the next);
+  node affinity, tolerations (one error, like `RequestError`: fix it, then learn the next);
 - a URL is inside a prefix only when the bucket is the same and the key starts
   with the prefix's key as a directory (`s3://b/outputs` is not inside
   `s3://b/outputs/`), and never when its key has an empty, '.' or '..' segment
   (HTTP clients may normalise those away, landing elsewhere than checked);
+- a node affinity expression selects by a key the tenant's node selectors name, and an
+  `In` expression only by values they allow (NotIn, Exists, DoesNotExist, Gt and Lt
+  need the key only);
 - the GPU product node selector that `tfjob.manifests` adds from `gpu_type` is
   not the request's, so it is always allowed.
 """
@@ -202,6 +205,19 @@ def check_request_policy(request: TrainingRequest, tenant: Tenant) -> None:
             raise TenantPolicyError(
                 f"request.node_selector.{key}", value, _describe_node_selectors(tenant)
             )
+    for role, affinity in request.node_affinity.items():
+        for where, expression in affinity.expressions():
+            patterns = tenant.node_selectors.get(expression.key, ())
+            values = expression.values if expression.operator == "In" else ()
+            if not patterns or not all(
+                any(fnmatchcase(value, pattern) for pattern in patterns) for value in values
+            ):
+                raise TenantPolicyError(
+                    f"request.node_affinity.{role.value}.{where}",
+                    expression.to_manifest(),
+                    "node affinity keys and In values follow the tenant's node selectors: "
+                    + _describe_node_selectors(tenant),
+                )
     for index, toleration in enumerate(request.tolerations):
         if not _is_toleration_allowed(toleration, tenant.tolerations):
             raise TenantPolicyError(

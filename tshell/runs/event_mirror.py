@@ -125,8 +125,8 @@ def list_run_events(
     any. Refuses a listing Airflow cut short, or one over `max_bytes`."""
     try:
         listing = list_run_files(session, ref, TENSORBOARD_DIR)
-    except AirflowNotFoundError:  # no run description yet: nothing archived either
-        return f"run {ref.run_id} of DAG {ref.dag_id}", ()
+    except AirflowNotFoundError:  # no run description (yet): no files either
+        return f"the run's prefix (Airflow knows none for run {ref.run_id} yet)", ()
     source = f"{listing.run_prefix}{TENSORBOARD_DIR}"
     if listing.truncated:
         raise CommandError(

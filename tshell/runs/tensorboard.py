@@ -214,7 +214,12 @@ def follow_runs(
             time.sleep(min(0.5, interval))
         for mirror in list(live):
             finished = read_run_state(session, mirror.ref).is_finished
-            sync_and_report(session, mirror, finished, max_bytes, out, quiet_when_unchanged=True)
+            # A whole sync again when Airflow is away for a while: it fetches only what changed.
+            call_patiently(
+                lambda m=mirror, f=finished: sync_and_report(
+                    session, m, f, max_bytes, out, quiet_when_unchanged=True
+                )
+            )
             if finished:
                 live.remove(mirror)
                 out.write(f"{time.strftime('%H:%M:%S')}  {mirror.name}: the run has ended\n")

@@ -87,7 +87,9 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
         [
             build_runtime_configmap(info.identity(), read_runtime_files(), info.request.tenant),
             build_access_secret(info.identity(), grants.bundle_url, info.request.tenant),
-            build_upload_secret(info.identity(), grants.upload, info.request.tenant),
+            build_upload_secret(
+                info.identity(), grants.upload, info.request.tenant, grants.tensorboard
+            ),
         ],
     )
     return run, info

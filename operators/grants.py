@@ -5,7 +5,10 @@ Two Secrets per run (docs/architecture.md, "Grants"):
 - `<runkey>-access`: `bundle_url`, a presigned GET of the bundle snapshot,
   mounted by every init container;
 - `<runkey>-upload`: `upload.json`, the model owner's POST policies for
-  `model/` and `metrics.json`, mounted by that replica's main container only.
+  `model/`, `checkpoints/` and `metrics.json`, mounted by that replica's main
+  container only; and one `tensorboard-<role>-<index>.json` per replica, the
+  POST policy of that replica's own summaries folder, mounted (as
+  `tensorboard.json`) by that replica's main container only.
 
 A grant lives `grant_lifetime` seconds: the whole run window (startup, active
 deadline and a margin), capped by what Airflow's credentials can sign
@@ -28,8 +31,7 @@ connection fails `validate` and `launch`; there is no fallback.
 from __future__ import annotations
 
 import base64
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseHook
@@ -44,11 +46,12 @@ if TYPE_CHECKING:
     from operators.runinfo import RunInfo
 
 from operators.errors import PipelineError
-from operators.s3access import presign_bundle_url, presign_upload
+from operators.s3access import presign_bundle_url, presign_tensorboard_upload, presign_upload
 from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
-from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
+from runtime.protocol import BUNDLE_URL_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
+from tfjob.manifests import build_upload_files
 from tfjob.records.run import GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
 
@@ -70,6 +73,9 @@ def plan_grants(run: RunInfo, snapshot_uri: str) -> GrantPlan:
         output_uri=request.output,
         lifetime=lifetime,
         refresh_every=refresh_interval(lifetime, GRANT_REFRESH_SECONDS),
+        replicas=tuple(
+            naming.name_replica(role, index) for role, index in request.replicas_in_order()
+        ),
     )
 
 
@@ -79,12 +85,14 @@ class Grants:
 
     bundle_url: str
     upload: JsonObject
+    tensorboard: dict[str, JsonObject] = field(default_factory=dict)  # by `<role>-<index>`
 
     def secret_data(self) -> dict[str, dict[str, str]]:
         """Secret name suffix -> its data (base64, as the API's `data` field holds it)."""
+        files = build_upload_files(self.upload, self.tensorboard)
         return {
             "access": {BUNDLE_URL_FILE: _b64(self.bundle_url)},
-            "upload": {UPLOAD_FILE: _b64(json.dumps(self.upload, sort_keys=True))},
+            "upload": {name: _b64(text) for name, text in files.items()},
         }
 
 
@@ -130,6 +138,12 @@ def sign_grants(plan: GrantPlan, client: BaseClient | None = None) -> Grants:
     return Grants(
         bundle_url=presign_bundle_url(s3, plan.snapshot_uri, plan.lifetime),
         upload=presign_upload(s3, plan.output_uri, plan.dag_id, plan.run_id, plan.lifetime),
+        tensorboard={
+            replica: presign_tensorboard_upload(
+                s3, plan.output_uri, plan.dag_id, plan.run_id, replica, plan.lifetime
+            )
+            for replica in plan.replicas
+        },
     )
 
 

@@ -187,7 +187,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             build_access_secret(
                 identity, grants.bundle_url, request.tenant, warm.document if warm else None
             ),
-            build_upload_secret(identity, grants.upload, request.tenant),
+            build_upload_secret(identity, grants.upload, request.tenant, grants.tensorboard),
         ]
         made += self.patiently(
             lambda: kubeobjects.create_objects(api, run.namespace, secrets),

@@ -10,7 +10,11 @@ made since 2020; a client that would sign otherwise is refused here):
 - `upload.json` (in the Secret only the model owner's main container mounts):
   two presigned POST policies, one whose keys must start with
   `<run prefix>model/` and one for exactly `<run prefix>metrics.json`, where
-  the run prefix is `<output>/runs/<dag_id>/<run_id>/`. Nothing
+  the run prefix is `<output>/runs/<dag_id>/<run_id>/`;
+- `tensorboard-<role>-<index>.json` (in the same Secret, each mounted as
+  `tensorboard.json` by its own replica's main container only): one
+  presigned POST policy whose keys must start with that replica's
+  `<run prefix>tensorboard/<role>-<index>/`. Nothing
   a pod holds can write the bundle snapshot, the logs or run.json: those are
   Airflow's. The pod side (`runtime/transfer.py`) posts each file with the
   standard library only.
@@ -25,7 +29,13 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from tfjob.jsontypes import JsonObject
-from tfjob.runlayout import CHECKPOINTS_DIR, METRICS_FILE, MODEL_DIR, RunLayout
+from tfjob.runlayout import (
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    MODEL_DIR,
+    RunLayout,
+    replica_tensorboard_path,
+)
 from tfjob.s3url import parse_s3_url
 
 if TYPE_CHECKING:
@@ -104,6 +114,43 @@ def presign_upload(
             CHECKPOINTS_DIR: {"fields": dict(checkpoints["fields"])},
             METRICS_FILE: {"fields": dict(metrics["fields"])},
         },
+        "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def presign_tensorboard_upload(
+    s3_client: BaseClient,
+    output_uri: str,
+    dag_id: str,
+    run_id: str,
+    replica: str,
+    expires: int,
+    max_file_bytes: int = DEFAULT_MAX_UPLOAD_FILE_BYTES,
+) -> JsonObject:
+    """One replica's tensorboard.json: upload.json's format, one grant, its own summaries folder.
+
+    `replica` is `<role>-<index>`; the grant's name is `tensorboard/<replica>/`
+    under `prefix`, and its policy requires the key to start with that folder.
+    """
+    _check_expires(expires)
+    layout = RunLayout.for_run(output_uri, dag_id, run_id)
+    folder = replica_tensorboard_path(replica)
+    post = s3_client.generate_presigned_post(
+        Bucket=layout.bucket,
+        Key=layout.file(folder).key + "${filename}",
+        Conditions=[["content-length-range", 0, max_file_bytes]],
+        ExpiresIn=expires,
+    )
+    if "x-amz-signature" not in post["fields"]:
+        raise _not_sigv4()
+    expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
+    return {
+        "version": UPLOAD_POLICY_VERSION,
+        "method": "POST",
+        "url": post["url"],
+        "bucket": layout.bucket,
+        "prefix": layout.root.key,
+        "grants": {folder: {"fields": dict(post["fields"])}},
         "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -20,11 +20,16 @@ KEEPER_CONTAINER = "tfjob-keeper"  # runs keeper.py, in the model owner's pod on
 PACKAGE_ROOT = "/tfjob/python"
 RUNTIME_DIR = f"{PACKAGE_ROOT}/runtime"  # the runtime/*.py files (ConfigMap `<runkey>-runtime`)
 ACCESS_DIR = "/tfjob/access"  # the grants (Secrets `<runkey>-access`, `<runkey>-upload`)
-WORKSPACE_DIR = "/tfjob/workspace"  # emptyDir: code/, data/, model/, logs/, checkpoints/
+# emptyDir: code/, data/, model/, logs/, checkpoints/, tensorboard/
+WORKSPACE_DIR = "/tfjob/workspace"
 CONFIG_DIR = "/tfjob/config"  # emptyDir: cluster.json, written by Airflow
 BUNDLE_URL_FILE = "bundle_url"  # in ACCESS_DIR: presigned GET of the bundle snapshot
 RESTORE_FILE = "restore.json"  # in ACCESS_DIR: presigned GETs of the checkpoints to restore
 UPLOAD_FILE = "upload.json"  # in ACCESS_DIR of the model owner: presigned POST policies
+# In ACCESS_DIR of every replica: the POST policy of its own summaries folder, the Secret
+# `<runkey>-upload`'s key TENSORBOARD_GRANT_KEY of that replica.
+TENSORBOARD_GRANT_FILE = "tensorboard.json"
+TENSORBOARD_GRANT_KEY = "tensorboard-{replica}.json"  # replica: `<role>-<index>`
 CLUSTERSPEC_FILE = "cluster.json"  # in CONFIG_DIR
 
 # --- commands of the containers (run in PACKAGE_ROOT) --------------------------------------
@@ -40,7 +45,8 @@ ENV_CLUSTERSPEC_TIMEOUT = "TFJOB_CLUSTERSPEC_TIMEOUT"  # seconds
 ENV_UPLOAD_MODEL = "TFJOB_UPLOAD_MODEL"  # "1" on the replica that owns the model
 ENV_UPLOAD_PATIENCE = "TFJOB_UPLOAD_PATIENCE"  # seconds
 ENV_SYNC_CHECKPOINTS = "TFJOB_SYNC_CHECKPOINTS"  # "1" on the model owner
-ENV_CHECKPOINT_INTERVAL = "TFJOB_CHECKPOINT_INTERVAL"  # seconds
+ENV_CHECKPOINT_INTERVAL = "TFJOB_CHECKPOINT_INTERVAL"  # seconds, of both syncs
+ENV_SYNC_TENSORBOARD = "TFJOB_SYNC_TENSORBOARD"  # "1" on every replica
 # Overrides of the mount paths and limits, for running the scripts outside a pod (tests).
 ENV_WORKSPACE = "TFJOB_WORKSPACE"
 ENV_CONFIG_DIR = "TFJOB_CONFIG_DIR"

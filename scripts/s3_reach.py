@@ -5,14 +5,17 @@ gives a tenant's pods (operators/grants.py, operators/restore.py). Whatever it
 signed, the gate lets through only these, where `<prefix>` is one of its
 tenant's output prefixes and `<run>` is `runs/<dag>/<run id>/` under it:
 
-| method    | keys                                                        |
-|-----------|-------------------------------------------------------------|
+| method    | keys                                                           |
+|-----------|----------------------------------------------------------------|
 | GET, HEAD | `<prefix>…/<run>bundle.tar.gz`, `<prefix>…/<run>checkpoints/…` |
-| POST form | `<prefix>…/<run>model/…`, `…/checkpoints/…`, `…/metrics.json`  |
+| POST form | `<prefix>…/<run>model/…`, `…/checkpoints/…`, `…/metrics.json`, |
+|           | `…/tensorboard/…`                                              |
 
 No list, PUT, DELETE, bucket-level or multipart request, no sub-resource
 (`?acl`, `?tagging`, …) and no key with an empty, `.` or `..` segment. A
-future grant (say `tensorboard/`) is one more row in READ_GRANTS or WRITE_GRANTS.
+future grant is one more row in READ_GRANTS or WRITE_GRANTS. Which replica may
+write which `tensorboard/<role>-<index>/` is its POST policy's `starts-with`
+condition (operators/s3access.py), checked with every form (s3_checks.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 RUNS_DIR = "runs"
 # (exact name | directory ending in "/") under a run's prefix, by what a pod may do there.
 READ_GRANTS = ("bundle.tar.gz", "checkpoints/")
-WRITE_GRANTS = ("model/", "checkpoints/", "metrics.json")
+WRITE_GRANTS = ("model/", "checkpoints/", "metrics.json", "tensorboard/")
 READ_METHODS = frozenset({"GET", "HEAD"})
 WRITE_METHODS = frozenset({"POST"})
 # Query parameters a plain GET/HEAD of an object may carry besides the signature's.

@@ -30,6 +30,7 @@ from runtime.protocol import (
     PACKAGE_ROOT,
     RESTORE_FILE,
     RUNTIME_DIR,
+    TENSORBOARD_GRANT_FILE,
     UPLOAD_FILE,
     WORKSPACE_DIR,
 )
@@ -150,18 +151,11 @@ def build_replica_env(
             ),
         },
         {"name": protocol.ENV_UPLOAD_MODEL, "value": "1" if owner else "0"},
-        *(
-            [
-                {"name": protocol.ENV_UPLOAD_PATIENCE, "value": str(upload_patience)},
-                {"name": protocol.ENV_SYNC_CHECKPOINTS, "value": "1"},
-                {
-                    "name": protocol.ENV_CHECKPOINT_INTERVAL,
-                    "value": str(request.checkpoint_interval),
-                },
-            ]
-            if owner
-            else []
-        ),
+        {"name": protocol.ENV_UPLOAD_PATIENCE, "value": str(upload_patience)},
+        *([{"name": protocol.ENV_SYNC_CHECKPOINTS, "value": "1"}] if owner else []),
+        # Every replica copies its TENSORBOARD_DIR, at the checkpoints' interval.
+        {"name": protocol.ENV_SYNC_TENSORBOARD, "value": "1"},
+        {"name": protocol.ENV_CHECKPOINT_INTERVAL, "value": str(request.checkpoint_interval)},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
@@ -216,21 +210,22 @@ def build_affinity(request: TrainingRequest, run_key: str, role: Role) -> JsonOb
     return affinity
 
 
-def build_volumes(run_key: str, *, owner: bool) -> list[JsonObject]:
-    """The pod's volumes; only the model owner's pod has the upload grants."""
-    upload = (
-        [
-            {
-                "name": VOLUME_UPLOAD,
-                "secret": {
-                    "secretName": naming.upload_secret_name(run_key),
-                    "defaultMode": SECRET_FILE_MODE,
-                },
-            }
-        ]
-        if owner
-        else []
-    )
+def build_volumes(run_key: str, *, owner: bool, replica: str) -> list[JsonObject]:
+    """The pod's volumes; of the upload Secret each pod sees only its own grants: the model
+    owner's upload.json on the owner, and `replica`'s summaries grant as tensorboard.json."""
+    items = [{"key": naming.tensorboard_grant_key(replica), "path": TENSORBOARD_GRANT_FILE}]
+    if owner:
+        items.insert(0, {"key": UPLOAD_FILE, "path": UPLOAD_FILE})
+    upload = [
+        {
+            "name": VOLUME_UPLOAD,
+            "secret": {
+                "secretName": naming.upload_secret_name(run_key),
+                "defaultMode": SECRET_FILE_MODE,
+                "items": items,
+            },
+        }
+    ]
     return [
         {
             "name": VOLUME_RUNTIME,
@@ -249,8 +244,8 @@ def build_volumes(run_key: str, *, owner: bool) -> list[JsonObject]:
 # The ConfigMap's files make the package `runtime` below PACKAGE_ROOT, the containers'
 # working directory, from where `python3 -m runtime.<entry>` imports it.
 _RUNTIME_MOUNT = {"name": VOLUME_RUNTIME, "mountPath": RUNTIME_DIR, "readOnly": True}
-# The bundle URL for the init container; the upload grants for the owner's main
-# container, at the same path (the bootstrap reads $TFJOB_ACCESS_DIR/upload.json).
+# The bundle URL for the init container; the upload grants for the main container, at
+# the same path (the bootstrap reads $TFJOB_ACCESS_DIR/upload.json and tensorboard.json).
 _ACCESS_MOUNT = {"name": VOLUME_ACCESS, "mountPath": ACCESS_DIR, "readOnly": True}
 _UPLOAD_MOUNT = {"name": VOLUME_UPLOAD, "mountPath": ACCESS_DIR, "readOnly": True}
 _WORKSPACE_MOUNT = {"name": VOLUME_WORKSPACE, "mountPath": WORKSPACE_DIR}
@@ -311,7 +306,7 @@ def build_pod_manifest(
         "automountServiceAccountToken": False,
         "securityContext": build_pod_security_context(run.pod_user(request.tenant)),
         "affinity": build_affinity(request, run_key, role),
-        "volumes": build_volumes(run_key, owner=owner),
+        "volumes": build_volumes(run_key, owner=owner, replica=naming.name_replica(role, index)),
         "initContainers": [
             {
                 "name": INIT_CONTAINER,
@@ -345,7 +340,7 @@ def build_pod_manifest(
                 "resources": build_resources(request, role),
                 "volumeMounts": [
                     _RUNTIME_MOUNT,
-                    *([_UPLOAD_MOUNT] if owner else []),
+                    _UPLOAD_MOUNT,
                     _WORKSPACE_MOUNT,
                     _CONFIG_MOUNT,
                 ],
@@ -416,14 +411,27 @@ def build_access_secret(
     )
 
 
-def build_upload_secret(run: RunIdentity, upload: Mapping[str, object], tenant: str) -> JsonObject:
-    """The Secret only the model owner's main container mounts: its upload grants."""
-    return _build_secret(
-        run,
-        naming.upload_secret_name(run.run_key),
-        {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)},
-        tenant,
-    )
+def build_upload_secret(
+    run: RunIdentity,
+    upload: Mapping[str, object],
+    tenant: str,
+    tensorboard: Mapping[str, Mapping[str, object]] | None = None,
+) -> JsonObject:
+    """The Secret of the main containers' upload grants: the model owner's upload.json and
+    each replica's summaries grant (`tensorboard`, by `<role>-<index>`); every pod mounts
+    only its own (build_volumes)."""
+    data = build_upload_files(upload, tensorboard or {})
+    return _build_secret(run, naming.upload_secret_name(run.run_key), data, tenant)
+
+
+def build_upload_files(
+    upload: Mapping[str, object], tensorboard: Mapping[str, Mapping[str, object]]
+) -> dict[str, str]:
+    """The upload Secret's files: upload.json, and `tensorboard-<role>-<index>.json` each."""
+    data = {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)}
+    for replica, grant in tensorboard.items():
+        data[naming.tensorboard_grant_key(replica)] = json.dumps(dict(grant), sort_keys=True)
+    return data
 
 
 def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str) -> JsonObject:

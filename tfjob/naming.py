@@ -11,6 +11,7 @@ has in Airflow (DAG, tasks, XCom keys) are in `pipeline_ids.py`.
 import hashlib
 import re
 
+from runtime.protocol import TENSORBOARD_GRANT_KEY
 from tfjob.request.model import Role
 
 MAX_DNS_LABEL = 63
@@ -152,6 +153,16 @@ def secret_name(run_key: str) -> str:
 def upload_secret_name(run_key: str) -> str:
     """The run's Secret holding the model owner's upload grants: `<runkey>-upload`."""
     return _fit_name(run_key, UPLOAD_SUFFIX)
+
+
+def name_replica(role: Role | str, index: int) -> str:
+    """`<role>-<index>`: a replica as logs, S3 folders and grants name it."""
+    return f"{Role(role).value}-{index}"
+
+
+def tensorboard_grant_key(replica: str) -> str:
+    """The key of `<runkey>-upload` holding `replica`'s summaries grant (`<role>-<index>`)."""
+    return TENSORBOARD_GRANT_KEY.format(replica=replica)
 
 
 def label_value(text: str) -> str:

@@ -145,6 +145,7 @@ def test_a_request_signed_long_ago_is_too_skewed() -> None:
         ("POST", "tfjob-test", RUN + "model/saved_model.pb"),
         ("POST", "tfjob-test", RUN + "checkpoints/ckpt-2.data-00000-of-00001"),
         ("POST", "tfjob-test", RUN + "metrics.json"),
+        ("POST", "tfjob-test", RUN + "tensorboard/worker-1/events.out.tfevents.1.host.7"),
     ],
 )
 def test_a_pods_identity_reaches_its_runs_grants(method: str, bucket: str, key: str) -> None:
@@ -166,6 +167,11 @@ def test_a_pods_post_is_granted_only_as_a_policy_form() -> None:
         ("POST", "tfjob-test", RUN + "logs/chief-0.log", []),
         ("POST", "tfjob-test", RUN + "metrics.json.bak", []),
         ("POST", "tfjob-test", RUN + "model/", []),
+        ("POST", "tfjob-test", RUN + "tensorboard/", []),
+        ("POST", "tfjob-test", RUN + "tensorboard", []),
+        ("GET", "tfjob-test", RUN + "tensorboard/worker-1/events.out.tfevents.1", []),  # written
+        ("PUT", "tfjob-test", RUN + "tensorboard/worker-1/events.out.tfevents.1", []),
+        ("POST", "tfjob-test", "research/outputs/j/runs/d/r/tensorboard/worker-0/x", []),
         ("PUT", "tfjob-test", RUN + "model/x", []),
         ("DELETE", "tfjob-test", RUN + "checkpoints/x", []),
         ("GET", "tfjob-test", "", ["list-type"]),  # a listing

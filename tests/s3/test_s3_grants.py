@@ -14,10 +14,11 @@ import pytest
 
 from harness.s3_fixtures import S3Server
 from operators.grants import grant_patches, plan_grants, sign_grants
-from operators.s3access import presign_bundle_url, presign_upload
-from runtime import transfer
+from operators.s3access import presign_bundle_url, presign_tensorboard_upload, presign_upload
+from runtime import checkpoint_sync, transfer
 from tfjob.grants import MAX_GRANT_SECONDS, grant_lifetime, max_active_deadline, refresh_interval
 from tfjob.records.run import GrantPlan
+from tfjob.request.model import Role
 
 # The DAG of the runs these tests grant for: part of every run's S3 prefix.
 DAG = "tfjob__job"
@@ -85,6 +86,49 @@ def test_the_model_owner_writes_model_and_metrics_and_nothing_else_of_the_run(
     assert keys == {policy.prefix + "model/saved_model.pb", policy.prefix + "metrics.json"}
 
 
+def list_run_keys(s3_server: S3Server, prefix: str) -> set[str]:
+    answer = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix)
+    return {o["Key"] for o in answer.get("Contents", [])}
+
+
+def test_a_replica_writes_its_own_summaries_folder_and_nothing_else_of_the_run(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    output = f"s3://{s3_server.bucket}/out/tb"
+    raw = presign_tensorboard_upload(s3_server.presigner(), output, DAG, "run-3", "worker-1", 60)
+    policy = transfer.UploadPolicy.from_json(raw)
+    assert raw["grants"]["tensorboard/worker-1/"]["fields"]["x-amz-algorithm"] == (
+        "AWS4-HMAC-SHA256"
+    )
+    folder = checkpoint_sync.locate_granted_folder(policy)
+    assert folder == f"out/tb/runs/{DAG}/run-3/tensorboard/worker-1/"
+    assert post_status(policy, "tensorboard/worker-1/events.out.tfevents.1.host.7", tmp_path) == 204
+    assert post_status(policy, "tensorboard/worker-1/train/events.out.tfevents.2", tmp_path) == 204
+    with pytest.raises(transfer.TransferError, match="no grant covers this key"):
+        transfer.post_file(policy, policy.prefix + "tensorboard/worker-0/x", tmp_path / "f")
+    # Forged on purpose: another replica's folder, the model owner's outputs, Airflow's files.
+    for name in (
+        "tensorboard/worker-0/events.out.tfevents.1",
+        "tensorboard/chief-0/events.out.tfevents.1",
+        "tensorboard/worker-10/events.out.tfevents.1",
+        "tensorboard/worker-1",
+        "tensorboard/x",
+        "model/saved_model.pb",
+        "checkpoints/checkpoint",
+        "metrics.json",
+        "bundle.tar.gz",
+        "run.json",
+        "logs/worker-1.log",
+    ):
+        assert post_status(forged(policy, "tensorboard/worker-1/", name), name, tmp_path) == 403, (
+            name
+        )
+    assert list_run_keys(s3_server, policy.prefix) == {
+        folder + "events.out.tfevents.1.host.7",
+        folder + "train/events.out.tfevents.2",
+    }
+
+
 def test_a_grant_covers_the_run_window_within_what_the_credentials_can_sign() -> None:
     assert grant_lifetime(300, 3600, MAX_GRANT_SECONDS) == 300 + 3600 + 600
     assert grant_lifetime(300, 3600, 60) == 60  # temporary credentials, or the test switch
@@ -106,6 +150,10 @@ class FakeRun:
         active_deadline = 1200
         output = "s3://tfjob-test/out/job"
 
+        @staticmethod
+        def replicas_in_order() -> list[tuple[Role, int]]:
+            return [(Role.CHIEF, 0), (Role.WORKER, 0), (Role.WORKER, 1)]
+
 
 def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> None:
     plan = plan_grants(FakeRun, "s3://tfjob-test/out/job/runs/tfjob__job/manual__1/bundle.tar.gz")
@@ -116,6 +164,14 @@ def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> 
     patches = dict(grant_patches(plan, first))
     assert set(patches) == {"job-0123abcd-access", "job-0123abcd-upload"}
     assert set(patches["job-0123abcd-access"]["data"]) == {"bundle_url"}
-    assert set(patches["job-0123abcd-upload"]["data"]) == {"upload.json"}
+    assert set(patches["job-0123abcd-upload"]["data"]) == {
+        "upload.json",
+        "tensorboard-chief-0.json",
+        "tensorboard-worker-0.json",
+        "tensorboard-worker-1.json",
+    }
+    assert plan.replicas == ("chief-0", "worker-0", "worker-1")
+    worker = transfer.UploadPolicy.from_json(first.tensorboard["worker-1"])
+    assert list(worker.grants) == ["tensorboard/worker-1/"]
     assert "X-Amz-Signature=" in first.bundle_url
     assert first.upload["prefix"] == "out/job/runs/tfjob__job/manual__1/"

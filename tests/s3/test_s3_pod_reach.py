@@ -21,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from harness.s3_fixtures import S3Server
+from operators.s3access import presign_tensorboard_upload
 
 pytestmark = pytest.mark.e2e
 
@@ -158,6 +159,35 @@ def test_a_tenants_pods_identity_reaches_its_runs_grants_and_nothing_else(
     post_url, headers = as_pod(s3_server, outside["url"])
     status, body = post_form(post_url, list(outside["fields"].items()), b"planted", headers)
     assert status == 403 and "outside what this tenant's pods are granted" in body
+    assert_victim_unchanged(s3_server, victim)
+
+
+def test_a_replica_writes_its_own_summaries_folder_and_no_other_replicas(
+    s3_server: S3Server, victim: dict[str, bytes]
+) -> None:
+    pods = s3_server.pods_presigner("test")
+    bucket = s3_server.bucket
+    grant = presign_tensorboard_upload(
+        pods, f"s3://{bucket}/outputs/job", "tfjob__job", "manual__1", "worker-1", 60
+    )
+    fields = dict(grant["grants"]["tensorboard/worker-1/"]["fields"])
+    post_url, headers = as_pod(s3_server, grant["url"])
+    own = RUN + "tensorboard/worker-1/events.out.tfevents.1.host.7"
+    assert post_form(post_url, list({**fields, "key": own}.items()), b"events", headers)[0] == 204
+    assert s3_server.client().get_object(Bucket=bucket, Key=own)["Body"].read() == b"events"
+    # Its signed fields with another key: refused by the policy's starts-with condition.
+    for other in (
+        RUN + "tensorboard/worker-0/events.out.tfevents.1",
+        RUN + "tensorboard/chief-0/events.out.tfevents.1",
+        RUN + "tensorboard/worker-10/events.out.tfevents.1",
+        RUN + "model/saved_model.pb",
+        RUN + "metrics.json",
+        VICTIM + "tensorboard/worker-1/events.out.tfevents.1",
+    ):
+        status, body = post_form(post_url, list({**fields, "key": other}.items()), b"x", headers)
+        assert status == 403 and "AccessDenied" in body, (other, body)
+    listed = s3_server.client().list_objects_v2(Bucket=bucket, Prefix=RUN + "tensorboard/")
+    assert [item["Key"] for item in listed.get("Contents", [])] == [own]
     assert_victim_unchanged(s3_server, victim)
 
 

@@ -130,19 +130,22 @@ def test_pod_follows_the_pod_protocol():
     ]
     assert main["ports"] == [{"name": "tfjob", "containerPort": 2345, "protocol": "TCP"}]
     mounts = {mount["name"]: mount["mountPath"] for mount in main["volumeMounts"]}
-    # worker-1 does not own the model: its program gets no grant at all.
+    # worker-1 does not own the model: its program gets only its summaries grant.
     assert mounts == {
         "tfjob-runtime": "/tfjob/python/runtime",
+        "tfjob-upload": "/tfjob/access",
         "tfjob-workspace": "/tfjob/workspace",
         "tfjob-config": "/tfjob/config",
     }
-    assert "tfjob-upload" not in volumes
+    assert volumes["tfjob-upload"]["secret"]["items"] == [
+        {"key": "tensorboard-worker-1.json", "path": "tensorboard.json"}
+    ]
     init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
     assert init_mounts["tfjob-workspace"] == "/tfjob/workspace"
     assert init_mounts["tfjob-access"] == "/tfjob/access"
 
 
-def test_only_the_model_owners_main_container_mounts_the_upload_grants():
+def test_each_main_container_mounts_only_its_own_upload_grants():
     for (role, index), pod in zip(
         GPU_REQUEST.replicas_in_order(), build_pod_manifests(GPU_REQUEST, RUN), strict=True
     ):
@@ -150,13 +153,17 @@ def test_only_the_model_owners_main_container_mounts_the_upload_grants():
         mounts = {m["name"]: m for c in pod["spec"]["containers"] for m in c["volumeMounts"]}
         init_mounts = {m["name"] for m in pod["spec"]["initContainers"][0]["volumeMounts"]}
         owner = (role, index) == (Role.CHIEF, 0)
-        assert ("tfjob-upload" in volumes) is owner
-        assert ("tfjob-upload" in mounts) is owner
         assert "tfjob-access" not in mounts and "tfjob-upload" not in init_mounts
-        if owner:
-            assert volumes["tfjob-upload"]["secret"]["secretName"] == f"{RUN.run_key}-upload"
-            assert mounts["tfjob-upload"]["mountPath"] == "/tfjob/access"
-            assert mounts["tfjob-upload"]["readOnly"] is True
+        secret = volumes["tfjob-upload"]["secret"]
+        assert secret["secretName"] == f"{RUN.run_key}-upload"
+        # The model owner's upload.json on the owner only; every replica its own summaries.
+        own = [{"key": f"tensorboard-{role.value}-{index}.json", "path": "tensorboard.json"}]
+        upload = [{"key": "upload.json", "path": "upload.json"}] if owner else []
+        assert secret["items"] == upload + own
+        assert mounts["tfjob-upload"]["mountPath"] == "/tfjob/access"
+        assert mounts["tfjob-upload"]["readOnly"] is True
+        keeper = [c for c in pod["spec"]["containers"] if c["name"] != "tensorflow"]
+        assert all("tfjob-upload" not in {m["name"] for m in c["volumeMounts"]} for c in keeper)
 
 
 def test_main_container_environment_names_the_replica():
@@ -167,6 +174,9 @@ def test_main_container_environment_names_the_replica():
         "TFJOB_WAIT_CLUSTERSPEC": "1",
         "TFJOB_CLUSTERSPEC_TIMEOUT": "540",
         "TFJOB_UPLOAD_MODEL": "0",
+        "TFJOB_UPLOAD_PATIENCE": "600",
+        "TFJOB_SYNC_TENSORBOARD": "1",
+        "TFJOB_CHECKPOINT_INTERVAL": str(GPU_REQUEST.checkpoint_interval),
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
         "HOME": "/tmp",
@@ -296,14 +306,22 @@ def test_only_the_model_owner_uploads():
     assert flags == ["0", "1", "0"]  # ps-0, worker-0, worker-1
 
 
-def test_only_the_model_owner_syncs_checkpoints_every_checkpoint_interval():
+def test_only_the_model_owner_syncs_checkpoints_and_every_replica_its_summaries():
     request = load_request(
         distributed_request_data(replicas={"ps": 1, "worker": 2}, checkpoint_interval=15)
     )
     envs = [env_of(pod["spec"]["containers"][0]) for pod in build_pod_manifests(request, RUN)]
     assert [env.get("TFJOB_SYNC_CHECKPOINTS") for env in envs] == [None, "1", None]
-    assert envs[1]["TFJOB_CHECKPOINT_INTERVAL"] == "15"
-    assert "TFJOB_CHECKPOINT_INTERVAL" not in envs[0]
+    assert [env.get("TFJOB_SYNC_TENSORBOARD") for env in envs] == ["1", "1", "1"]
+    assert [env["TFJOB_CHECKPOINT_INTERVAL"] for env in envs] == ["15", "15", "15"]
+
+
+def test_the_upload_secret_holds_upload_json_and_each_replicas_summaries_grant():
+    grants = {"chief-0": {"prefix": "runs/1/"}, "worker-0": {"prefix": "runs/1/", "n": 2}}
+    secret = build_upload_secret(RUN, {"prefix": "runs/1/"}, "team-a", grants)
+    data = secret["stringData"]
+    assert sorted(data) == ["tensorboard-chief-0.json", "tensorboard-worker-0.json", "upload.json"]
+    assert json.loads(data["tensorboard-worker-0.json"]) == {"prefix": "runs/1/", "n": 2}
 
 
 def test_single_replica_does_not_wait_for_a_clusterspec_and_uploads():

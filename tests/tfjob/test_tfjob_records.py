@@ -141,14 +141,19 @@ def grant_payload() -> dict[str, object]:
         "output_uri": "s3://models/digits",
         "lifetime": 3600,
         "refresh_every": 1800.0,
+        "replicas": ["chief-0", "worker-0", "worker-1"],
     }
 
 
 def test_the_grants_plan_round_trips_and_reads_a_plan_older_than_pods_identities():
     written = grant_payload()
     assert as_stored(GrantPlan.from_payload(written).to_payload()) == as_stored(written)
+    assert GrantPlan.from_payload(written).replicas == ("chief-0", "worker-0", "worker-1")
     older = {key: value for key, value in written.items() if key != "presign_conn_id"}
     assert GrantPlan.from_payload(older).presign_conn_id == "tfjob_pods_team_a"
+    # A plan from before summaries (a trigger deferred across the upgrade) signs none.
+    before = {key: value for key, value in written.items() if key != "replicas"}
+    assert GrantPlan.from_payload(before).replicas == ()
 
 
 def test_a_partial_description_reads_what_is_there_and_none_for_the_rest():

@@ -134,13 +134,16 @@ class GrantPlan:
     output_uri: str
     lifetime: int
     refresh_every: float
+    # Every replica as `<role>-<index>`: each gets a grant of its own summaries folder.
+    replicas: tuple[str, ...] = ()
 
     def to_payload(self) -> Payload:
-        return dict(self.__dict__)
+        return {**self.__dict__, "replicas": list(self.replicas)}
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, object]) -> GrantPlan:
         if "presign_conn_id" not in payload:  # a plan serialised before pods identities
             tenant = str(payload["namespace"]).removeprefix(NAMESPACE_PREFIX)
             payload = {**payload, "presign_conn_id": default_presign_conn_id(tenant)}
-        return cls(**payload)
+        replicas = payload.get("replicas") or ()  # none in a plan serialised before summaries
+        return cls(**{**payload, "replicas": tuple(str(name) for name in replicas)})

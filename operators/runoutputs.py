@@ -8,7 +8,9 @@ try therefore starts by removing the outputs a try writes: `model/` and
 recovers them from the pod), and `checkpoints/` (the owner's bootstrap):
 a new try trains from scratch (or from its warm start), while a gang
 restart within a try keeps them to resume from. Nothing else is touched: the bundle snapshot,
-the logs and run.json are Airflow's and are rewritten by each try anyway.
+the logs and run.json are Airflow's and are rewritten by each try anyway, and the
+replicas' summaries (`tensorboard/`) are the whole run's: a restarted replica's new
+event files land beside the earlier ones.
 
 `fetch_bundle` clears them (a cleared run re-runs it), and `launch` does
 again right before it creates pods, once an earlier try's pods are gone.

@@ -11,7 +11,7 @@ may write the same file more than once (a retried delivery): the first one
 read is used. It then exports TF_CONFIG and the
 legacy PS_HOSTS/WORKER_HOSTS/CHIEF_HOSTS/JOB_NAME/TASK_INDEX variables derived
 from it (`clusterenv.py`), sets
-DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE and CHECKPOINT_DIR, expands
+DATA_DIR, MODEL_DIR, LOG_DIR, METRICS_FILE, CHECKPOINT_DIR and TENSORBOARD_DIR, expands
 `$(NAME)` in the entrypoint and args against that environment (Kubernetes'
 rules, `expansion.py`: Kubernetes itself cannot, the cluster variables come
 after the pod started), prints the command once, and runs it in `code/`. The
@@ -23,7 +23,10 @@ SIGTERM and SIGINT are forwarded to the program, so Kubernetes' grace period
 reaches TensorFlow. With TFJOB_SYNC_CHECKPOINTS=1, CHECKPOINT_DIR goes to
 `<prefix>checkpoints/` every TFJOB_CHECKPOINT_INTERVAL seconds while the
 program runs and once more after it exited, whatever its exit, before the
-model (`checkpoint_sync.py`); a failed copy is logged, never fatal. When the
+model (`checkpoint_sync.py`); a failed copy is logged, never fatal. With
+TFJOB_SYNC_TENSORBOARD=1 (every replica), TENSORBOARD_DIR goes the same way,
+at the same interval, to the one folder `$TFJOB_ACCESS_DIR/tensorboard.json`
+grants (the replica's `tensorboard/<role>-<index>/`). When the
 program exits 0 and TFJOB_UPLOAD_MODEL=1, the files of MODEL_DIR go to
 `<prefix>model/<relative path>` and metrics.json to `<prefix>metrics.json`
 through the presigned POST policies in `$TFJOB_ACCESS_DIR/upload.json`.
@@ -61,6 +64,7 @@ from runtime.protocol import (
     ENV_INDEX,
     ENV_ROLE,
     ENV_SYNC_CHECKPOINTS,
+    ENV_SYNC_TENSORBOARD,
     ENV_UPLOAD_MODEL,
     ENV_UPLOAD_PATIENCE,
     ENV_WAIT_CLUSTERSPEC,
@@ -70,6 +74,7 @@ from runtime.protocol import (
     EXIT_UPLOAD_FAILED,
     EXIT_USAGE,
     METRICS_MARKER,
+    TENSORBOARD_GRANT_FILE,
     UPLOAD_FILE,
     WORKSPACE_DIR,
 )
@@ -88,6 +93,7 @@ PRINTABLE_VARIABLES = frozenset(
         "LOG_DIR",
         "METRICS_FILE",
         "CHECKPOINT_DIR",
+        "TENSORBOARD_DIR",
         ENV_ROLE,
         ENV_INDEX,
         "POD_IP",
@@ -130,8 +136,9 @@ def workspace_environment(workspace: str) -> dict[str, str]:
         "LOG_DIR": os.path.join(workspace, "logs"),
         "METRICS_FILE": os.path.join(workspace, "metrics.json"),
         "CHECKPOINT_DIR": checkpoints.locate_checkpoint_dir(workspace),
+        "TENSORBOARD_DIR": os.path.join(workspace, "tensorboard"),
     }
-    for name in ("MODEL_DIR", "LOG_DIR", "CHECKPOINT_DIR"):
+    for name in ("MODEL_DIR", "LOG_DIR", "CHECKPOINT_DIR", "TENSORBOARD_DIR"):
         os.makedirs(env[name], exist_ok=True)
     return env
 
@@ -250,15 +257,28 @@ def parse_seconds(name: str, default: float) -> float:
     return value
 
 
-def prepare_checkpoint_sync(checkpoint_dir: str, access_dir: str) -> checkpoint_sync.CheckpointSync:
-    """The sync of TFJOB_SYNC_CHECKPOINTS=1; ValueError for a bad interval or patience."""
-    return checkpoint_sync.CheckpointSync(
-        checkpoint_dir,
-        os.path.join(access_dir, UPLOAD_FILE),
-        parse_seconds(ENV_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL_S),
-        parse_seconds(ENV_UPLOAD_PATIENCE, DEFAULT_UPLOAD_PATIENCE_S),
-        log,
-    )
+# Which folder of the environment each sync copies, its grant file, and its switch.
+SYNCS = (
+    (checkpoint_sync.CHECKPOINTS, "CHECKPOINT_DIR", UPLOAD_FILE, ENV_SYNC_CHECKPOINTS),
+    (checkpoint_sync.SUMMARIES, "TENSORBOARD_DIR", TENSORBOARD_GRANT_FILE, ENV_SYNC_TENSORBOARD),
+)
+
+
+def prepare_syncs(env: dict[str, str], access_dir: str) -> list[checkpoint_sync.FolderSync]:
+    """The syncs switched on ("1"), checkpoints first; ValueError for a bad interval or
+    patience."""
+    return [
+        checkpoint_sync.FolderSync(
+            target,
+            env[folder],
+            os.path.join(access_dir, grant_file),
+            parse_seconds(ENV_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL_S),
+            parse_seconds(ENV_UPLOAD_PATIENCE, DEFAULT_UPLOAD_PATIENCE_S),
+            log,
+        )
+        for target, folder, grant_file, switch in SYNCS
+        if os.environ.get(switch) == "1"
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,16 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(code_dir):
         log(f"{code_dir} does not exist; the fetch-bundle init container should have created it")
         return EXIT_USAGE
-    sync = None
-    if os.environ.get(ENV_SYNC_CHECKPOINTS) == "1":
-        try:
-            sync = prepare_checkpoint_sync(env["CHECKPOINT_DIR"], access_dir)
-        except ValueError as exc:
-            log(str(exc))
-            return EXIT_USAGE
+    try:
+        syncs = prepare_syncs(env, access_dir)
+    except ValueError as exc:
+        log(str(exc))
+        return EXIT_USAGE
     log(f"running {describe_command(command, env)}")
     command = expand_argv(command, env)
-    if sync is not None:
+    for sync in syncs:
         sync.start()
     try:
         returncode = forwarder.run(command, code_dir, env)
@@ -319,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log(f"program exited with {returncode}")
     finally:
-        if sync is not None:
+        for sync in syncs:
             sync.finish()  # before the model: the grace period may not cover both
 
     if returncode == 0 and os.environ.get(ENV_UPLOAD_MODEL) == "1":

@@ -1,16 +1,23 @@
-"""Checkpoints copied to S3 while the program runs: the model owner's checkpoint sync.
+"""Folders copied to S3 while the program runs: the checkpoint sync and the summaries sync.
 
-Sync (the model owner's bootstrap): a daemon thread uploads every interval
-each new or changed regular file (size, mtime) to `<prefix>checkpoints/<path>`;
-`finish` stops it and makes one last, patient pass. Guarantee: a `checkpoint`
-file (TensorFlow's pointer to the latest checkpoint) in S3 names only files
-already in S3. TensorFlow writes a checkpoint's files before the pointer and
-deletes old ones only after moving it, so each pointer is read before the
-other files are listed and uploaded after them from that snapshot: while the
-file still holds the snapshot, or when the checkpoint it names (`<p>.index`
-and every `<p>.data-*` shard) is uploaded. Otherwise the snapshot may name
-files deleted before the listing, and the next pass sends the pointer.
-Nothing is ever deleted from S3.
+One machinery (`FolderSync`) for both: a daemon thread uploads every interval
+each new or changed regular file (size, mtime) of a local folder to a key
+folder its grant names; `finish` stops it and makes one last, patient pass. A
+file that grew (TensorFlow appends to its event files) is sent again whole;
+an unchanged one never. Nothing is ever deleted from S3.
+
+- Checkpoints (the model owner): CHECKPOINT_DIR to `<prefix>checkpoints/`.
+  Guarantee: a `checkpoint` file (TensorFlow's pointer to the latest
+  checkpoint) in S3 names only files already in S3. TensorFlow writes a
+  checkpoint's files before the pointer and deletes old ones only after
+  moving it, so each pointer is read before the other files are listed and
+  uploaded after them from that snapshot: while the file still holds the
+  snapshot, or when the checkpoint it names (`<p>.index` and every
+  `<p>.data-*` shard) is uploaded. Otherwise the snapshot may name files
+  deleted before the listing, and the next pass sends the pointer.
+- Summaries (every replica): TENSORBOARD_DIR to the one folder its
+  `tensorboard.json` grants (`tensorboard/<role>-<index>/` of the run), no
+  pointer rule.
 
 URLs and policies are credentials: no message here holds one. Restoring before the
 program starts is checkpoints.py's.
@@ -40,8 +47,10 @@ NAMED_CHECKPOINT_RE = re.compile(rb'^model_checkpoint_path:\s*"([^"]+)"', re.MUL
 DATA_SHARD_RE = re.compile(r"^\.data-(\d+)-of-(\d+)$")
 
 Log = Callable[[str], None]
-# send(relative path, local file): upload one file of CHECKPOINT_DIR.
+# send(relative path, local file): upload one file of the synced folder.
 Send = Callable[[str, str], None]
+# The key folder (ending in '/') a grant lets the sync write, from the grant itself.
+KeyFolder = Callable[[transfer.UploadPolicy], str]
 
 
 @dataclass(frozen=True)
@@ -90,17 +99,19 @@ def sync_pass(
     uploaded: dict[str, object],
     send: Send,
     stopping: Callable[[], bool] = lambda: False,
+    pointers_last: bool = True,
 ) -> PassResult:
     """Upload what changed since `uploaded` (updated as files go), pointers last.
 
     `uploaded` maps a relative path to (size, mtime_ns) for a file, or to the
     content for a pointer. A file that vanishes mid-pass is skipped; any
-    other failure ends the pass (its pointers are not sent).
+    other failure ends the pass (its pointers are not sent). Without
+    `pointers_last` (summaries) a `checkpoint` file is a file like any other.
     """
-    pointers = read_pointers(checkpoint_dir)
+    pointers = read_pointers(checkpoint_dir) if pointers_last else {}
     files = sent_bytes = 0
     for relative, path, info in walk_regular_files(checkpoint_dir):
-        if os.path.basename(path) == POINTER_NAME:
+        if pointers_last and os.path.basename(path) == POINTER_NAME:
             continue
         version = (info.st_size, info.st_mtime_ns)
         if uploaded.get(relative) == version:
@@ -115,6 +126,8 @@ def sync_pass(
             continue  # TensorFlow deleted an old checkpoint meanwhile
         uploaded[relative] = version
         files, sent_bytes = files + 1, sent_bytes + info.st_size
+    if not pointers:
+        return PassResult(files, sent_bytes)
     still = read_pointers(checkpoint_dir)
     changed = {
         relative: content
@@ -162,30 +175,64 @@ def is_named_checkpoint_uploaded(
     return len(counts) == 1 and {index for index, _ in found} == set(range(counts.pop()))
 
 
-class CheckpointSync:
-    """Copies CHECKPOINT_DIR to `<prefix>checkpoints/` every `interval_s` and once at the end.
+def locate_checkpoint_folder(policy: transfer.UploadPolicy) -> str:
+    """`<prefix>checkpoints/`: where the model owner's checkpoints go (upload.json)."""
+    return f"{policy.prefix}{CHECKPOINTS_SUBDIR}/"
 
-    `upload.json` is read at each upload: Airflow refreshes the grants while
-    the program runs. `start` before the program starts; `finish` once it
-    has exited (stop, join, final pass bounded by `final_patience_s`).
+
+def locate_granted_folder(policy: transfer.UploadPolicy) -> str:
+    """The one key folder a single-folder grant names (tensorboard.json: the replica's own)."""
+    folders = [name for name in policy.grants if name.endswith("/")]
+    if len(policy.grants) != 1 or len(folders) != 1:
+        raise transfer.TransferError(
+            f"a single-folder grant must grant exactly one folder; it grants {len(policy.grants)} "
+            "names"
+        )
+    return policy.prefix + folders[0]
+
+
+@dataclass(frozen=True)
+class SyncTarget:
+    """What a FolderSync copies: its name in the log, where its keys go, the pointer rule."""
+
+    name: str
+    key_folder: KeyFolder
+    pointers_last: bool
+
+
+CHECKPOINTS = SyncTarget("checkpoint sync", locate_checkpoint_folder, pointers_last=True)
+SUMMARIES = SyncTarget("tensorboard sync", locate_granted_folder, pointers_last=False)
+
+
+class FolderSync:
+    """Copies a folder to its grant's key folder every `interval_s` and once at the end.
+
+    The grant (`policy_path`) is read at each upload: Airflow refreshes the
+    grants while the program runs. `start` before the program starts;
+    `finish` once it has exited (stop, join, final pass bounded by
+    `final_patience_s`).
     """
 
     def __init__(
         self,
-        checkpoint_dir: str,
+        target: SyncTarget,
+        local_dir: str,
         policy_path: str,
         interval_s: float,
         final_patience_s: float,
         log: Log,
     ) -> None:
-        self.checkpoint_dir = checkpoint_dir
+        self.target = target
+        self.local_dir = local_dir
         self.policy_path = policy_path
         self.interval_s = interval_s
         self.final_patience_s = final_patience_s
         self.log = log
         self.uploaded: dict[str, object] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="checkpoint-sync", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=target.name.replace(" ", "-"), daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -196,7 +243,7 @@ class CheckpointSync:
             self._thread.join()
         deadline = time.monotonic() + self.final_patience_s
         self._pass(
-            "final checkpoint sync",
+            f"final {self.target.name}",
             self._send_patiently(deadline),
             lambda: False,
             "S3 keeps what earlier passes uploaded",
@@ -205,7 +252,7 @@ class CheckpointSync:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._pass(
-                "checkpoint sync",
+                self.target.name,
                 self._send_quickly,
                 self._stop.is_set,
                 "the next pass tries again",
@@ -213,7 +260,9 @@ class CheckpointSync:
 
     def _pass(self, what: str, send: Send, stopping: Callable[[], bool], after: str) -> None:
         try:
-            result = sync_pass(self.checkpoint_dir, self.uploaded, send, stopping)
+            result = sync_pass(
+                self.local_dir, self.uploaded, send, stopping, self.target.pointers_last
+            )
         except PassStopped:
             return
         except (transfer.TransferError, OSError) as exc:
@@ -226,7 +275,7 @@ class CheckpointSync:
         return transfer.load_upload_policy(self.policy_path)
 
     def _key(self, policy: transfer.UploadPolicy, relative: str) -> str:
-        return f"{policy.prefix}{CHECKPOINTS_SUBDIR}/{relative}"
+        return self.target.key_folder(policy) + relative
 
     def _send_quickly(self, relative: str, path: str) -> None:
         policy = self._load_policy()

@@ -67,6 +67,21 @@ def test_a_new_try_clears_the_checkpoints_too_and_a_gang_restart_keeps_them(s3_s
     assert keys_under(s3, bucket, run) == set()
 
 
+def test_every_try_and_gang_restart_keeps_the_runs_summaries(s3_server):
+    s3, bucket = s3_server.client(), s3_server.bucket
+    run = f"outputs/tb/runs/tfjob__tb/{RUN_ID}/"
+    summaries = [
+        "tensorboard/chief-0/events.out.tfevents.1.host-a.7",
+        "tensorboard/worker-0/train/events.out.tfevents.1.host-b.8",
+    ]
+    for name in ["model/saved_model.pb", "checkpoints/checkpoint", *summaries]:
+        put(s3, bucket, run + name)
+    layout = RunLayout.parse(f"s3://{bucket}/{run}")
+    clear_run_outputs(s3, layout)  # a gang restart's
+    clear_run_outputs(s3, layout, checkpoints=True)  # a new try's
+    assert keys_under(s3, bucket, run) == set(summaries)
+
+
 def test_clearing_a_model_of_more_than_one_delete_batch(s3_server, monkeypatch):
     monkeypatch.setattr("operators.runoutputs.DELETE_BATCH", 7)
     s3, bucket = s3_server.client(), s3_server.bucket

@@ -5,7 +5,9 @@ Routes under `/runs/{dag_id}/{run_id}`:
   from Kubernetes while the run is active (runview/live.py: at most one
   read per run per 2 s, whatever the number of open tabs), from train's XCom after;
 - `/view`        the page (static files in plugins/tfjob_view/) that polls it;
-- `/curves`      the `TFJOB_METRIC` points of each replica, from the live pods'
+- `/curves`      the scalars of the run's TensorBoard event files in S3, live and
+  after (runview/eventcurves.py, cached per run); when they hold none, the
+  `TFJOB_METRIC` points of each replica, from the live pods'
   logs while active, from the archived logs' ends after; computed once per run
   and shared by every request (2 s while live, per archive after);
 - `/logs/{replica}` a replica's last lines (live, else archived), with a filter;
@@ -40,13 +42,16 @@ from operators.settings import KUBERNETES_CONN_ID, LOG_TAIL_MAX_BYTES
 from runtime.protocol import MAIN_CONTAINER
 from runview import db as run_view_db
 from runview.cancel import cancel_run
+from runview.eventcurves import EventCurves
 from runview.files import (
     RunFileNotFoundError,
     RunFilesError,
+    RunStorage,
     build_content_disposition,
     check_run_file_path,
     connect_run_storage,
     list_run_files,
+    locate_run_storage,
     open_run_file,
     read_run_file_tail,
 )
@@ -146,10 +151,11 @@ def is_allowed(user: "BaseUser", method: str, entity: "DagAccessEntity", dag_id:
 
 
 class RunView:
-    """The answers of the routes, around one `LiveReads` shared by every request."""
+    """The answers of the routes, around one `LiveReads` shared by every request, and the
+    runs' event-file curves (`EventCurves`; without one the curves are TFJOB_METRIC's)."""
 
-    def __init__(self, live: LiveReads) -> None:
-        self.live = live
+    def __init__(self, live: LiveReads, events: EventCurves | None = None) -> None:
+        self.live, self.events = live, events
 
     def live_pods(self, summary: JsonObject) -> list[JsonObject] | None:
         """The run's pods while it is active (None when it is not, or Kubernetes failed)."""
@@ -187,7 +193,36 @@ class RunView:
         return "archive", text
 
     def answer_curves(self, session: "Session", summary: JsonObject) -> JsonObject:
-        """The run's curves, computed once per run for every tab (runview/live.py)."""
+        """The run's curves: from its event files when they hold any scalar, else from its
+        TFJOB_METRIC lines; with where its TensorBoard folder is and the command to open it."""
+        storage = find_run_storage(session, summary) if self.events is not None else None
+        if storage is None:
+            return self.answer_log_curves(session, summary)
+        tensorboard = {
+            "folder": storage.layout.tensorboard.uri,
+            "under": storage.layout.path_of(storage.layout.tensorboard.key),
+            "command": f"tshell tensorboard {summary['run_id']}",
+        }
+        try:
+            answer = self.read_event_curves(storage, summary)
+        except RunFilesError as error:
+            answer = {"curves": {}, "events_error": str(error)}
+        if not answer["curves"]:  # a program that writes no summaries (yet)
+            read = {k: v for k, v in answer.items() if k in ("event_files", "events_error")}
+            answer = {**self.answer_log_curves(session, summary), **read}
+        return {**answer, "tensorboard": tensorboard}
+
+    def read_event_curves(self, storage: RunStorage, summary: JsonObject) -> JsonObject:
+        """The event files' curves, read at most once per 2 s for every tab (then cached)."""
+        assert self.events is not None
+        key = (summary["dag_id"], summary["run_id"])
+        return self.live.share_read(
+            ("events", *key),
+            lambda: self.events.read_run(key, connect_run_storage(storage), storage),
+        )
+
+    def answer_log_curves(self, session: "Session", summary: JsonObject) -> JsonObject:
+        """The TFJOB_METRIC curves, computed once per run for every tab (runview/live.py)."""
         pods = self.live_pods(summary)
         if pods:
             namespace = summary["job"]["namespace"]
@@ -220,6 +255,19 @@ class RunView:
 
         key = ("curves", summary["dag_id"], summary["run_id"], describe_archive_version(summary))
         return self.live.share_read(key, read_archived, ttl_s=ARCHIVED_CURVES_TTL_S)
+
+
+def find_run_storage(session: "Session", summary: JsonObject) -> RunStorage | None:
+    """Where the run's files are, None before its validate task described it (or when the
+    description names no prefix of this run); held to the DAG's tenant (runview/db.py)."""
+    dag_id, run_id = summary["dag_id"], summary["run_id"]
+    _dag_run, described = run_view_db.find_tenant_run(session, dag_id, run_id)
+    if described is None:
+        return None
+    try:
+        return locate_run_storage(described, dag_id, run_id)
+    except RunFilesError:
+        return None
 
 
 @functools.cache
@@ -280,7 +328,7 @@ def build_app(live: LiveReads | None = None) -> "FastAPI":
     from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 
     app = FastAPI(title="TF-on-K8s job view", docs_url=None, redoc_url=None)
-    view = RunView(live or LiveReads(read_kubernetes_pods, read_kubernetes_log))
+    view = RunView(live or LiveReads(read_kubernetes_pods, read_kubernetes_log), EventCurves())
     app.state.run_view = view
     app.state.tenants_view = add_tenant_routes(app, view.live, connect_kubernetes)
 

@@ -93,6 +93,7 @@ class RunFile:
     path: str  # relative to the run's prefix
     size: int
     last_modified: str  # ISO 8601
+    etag: str = ""  # S3's, to tell a changed object (runview/eventcurves.py)
 
     def as_json(self) -> JsonObject:
         return {"path": self.path, "size": self.size, "last_modified": self.last_modified}
@@ -245,7 +246,12 @@ def list_run_files(
                     truncated = True
                     break
                 files.append(
-                    RunFile(path, int(item.get("Size", 0)), item["LastModified"].isoformat())
+                    RunFile(
+                        path,
+                        int(item.get("Size", 0)),
+                        item["LastModified"].isoformat(),
+                        str(item.get("ETag", "")),
+                    )
                 )
             token = page.get("NextContinuationToken")
             if truncated or not page.get("IsTruncated") or not token:

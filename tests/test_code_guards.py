@@ -231,6 +231,8 @@ LAZY_IMPORTS = {
     "websocket": "an optional transport: transient.py recognises its errors when it is installed",
     "asgiref": "Airflow's sync-to-async bridge: only the trigger uses it",
     "werkzeug": "FAB's password hashing: imported with Airflow's FAB provider",
+    "tensorboard": "the event files' protos (about 0.05 s): every Airflow process loads the "
+    "plugin, only the API server reads curves (runview/eventfiles.py)",
     "fastapi": "the web framework (about 0.25 s, Airflow's API server 1.3 s more): every Airflow "
     "process loads the plugin, only the API server builds the app (runview/api.py)",
 }

@@ -176,8 +176,20 @@ function drawCurves(answer) {
     for (const point of points) for (const name of Object.keys(point)) if (name !== "step" && !names.includes(name)) names.push(name);
   }
   document.getElementById("curves-empty").hidden = names.length > 0;
-  document.getElementById("curves-from").textContent =
-    answer.source === "live" ? "live from the pods' logs" : answer.source === "archive" ? "from the archived logs" : "";
+  document.getElementById("curves-from").textContent = {
+    events: "from the run's event files", live: "live from the pods' logs", archive: "from the archived logs",
+  }[answer.source] || "";
+  const note = [answer.note, answer.events_error].filter(Boolean).join("; ");
+  document.getElementById("curves-note").hidden = !note;
+  document.getElementById("curves-note").textContent = note;
+  const board = answer.tensorboard;
+  document.getElementById("tensorboard").hidden = !board;
+  if (board) {
+    const folder = document.getElementById("tensorboard-folder");
+    folder.textContent = board.folder;
+    folder.href = `${BASE}/files?under=${encodeURIComponent(board.under)}`;
+    document.getElementById("tensorboard-command").textContent = board.command;
+  }
   const holder = document.getElementById("charts");
   if (typeof Chart === "undefined") return;
   const style = getComputedStyle(document.documentElement);

@@ -54,6 +54,7 @@ def board_path(run_id: str, replica: str, name: str) -> str:
 class FakeRun:
     state: str = "success"
     files: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # path -> (bytes, time)
+    grown: dict[str, bytes] = field(default_factory=dict)  # served instead: grew since listed
 
 
 @dataclass
@@ -101,7 +102,8 @@ class FakeAirflow(http.server.BaseHTTPRequestHandler):
                 self.routes.file_gets.append(path)
                 if path not in run.files:
                     return self.answer(404, b'{"detail": "no such file"}')
-                return self.answer(200, run.files[path][0], "application/octet-stream")
+                data = run.grown.get(path, run.files[path][0])
+                return self.answer(200, data, "application/octet-stream")
         self.answer(404, b'{"detail": "no such route"}')
 
     def do_POST(self) -> None:  # noqa: N802 - only the login
@@ -196,6 +198,21 @@ def test_a_run_over_the_byte_cap_is_refused_before_anything_is_downloaded(
     assert code == ExitCode.FAILED
     assert "1200 bytes" in err and "--max-run-bytes 1000" in err and "nothing was downloaded" in err
     assert airflow.file_gets == []
+
+
+def test_a_sync_stops_when_files_grown_since_the_listing_bring_more_than_the_cap(
+    airflow: Routes, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = add_events(airflow, RUN_A, "worker-0", b"x" * 600, "2026-12-07T10:05:00+00:00")
+    airflow.runs[RUN_A].grown[path] = b"x" * 1600
+    cache = tmp_path / "cache"
+    code, _, err = tshell(
+        capsys, "tensorboard", RUN_A, "--once", "--cache-dir", str(cache), "--max-run-bytes", "1000"
+    )
+    assert code == ExitCode.FAILED
+    assert "more than the 1000 B a run may sync arrived" in err, err
+    assert not cached(cache, RUN_A, "worker-0").exists()
+    assert not list(cached(cache, RUN_A, "worker-0").parent.glob("*.part"))
 
 
 def test_a_finished_run_without_event_files_says_so(

@@ -11,7 +11,8 @@ Guarantees:
   size or last-modified time differs from what the last sync recorded (the
   files API lists no ETag), or when the local copy is gone or of another size;
 - a run whose listed files add up to more than the cap (`MAX_RUN_BYTES`, or
-  the caller's) is refused before any byte is downloaded;
+  the caller's) is refused before any byte is downloaded, and a sync stops
+  when more than the cap arrives (a live run's files grow after the listing);
 - a file appears under its name only once complete (files.write_atomically);
   nothing is written outside the run's folder; files the run no longer has
   are removed, and only files this mirror wrote.
@@ -166,7 +167,7 @@ def sync_run_events(
     previous = read_sync_state(mirror.folder)
     state: dict[str, list[object]] = {}
     downloaded = []
-    kept = 0
+    kept = fetched = 0
     for item in files:
         relative = item.path[len(TENSORBOARD_DIR) :]
         destination = local_path_of(mirror, item.path)
@@ -182,7 +183,18 @@ def sync_run_events(
             destination.parent.mkdir(parents=True, exist_ok=True)
 
             def fill(stream: BinaryIO, path: str = item.path) -> None:
-                copy_run_file(session, mirror.ref, path, stream.write)
+                def write(chunk: bytes) -> None:
+                    nonlocal fetched
+                    fetched += len(chunk)
+                    if fetched > max_bytes:  # a file grew after the listing
+                        raise CommandError(
+                            f"{source}: more than the {format_bytes(max_bytes)} a run may "
+                            f"sync arrived (--max-run-bytes {max_bytes}); {path} not kept",
+                            ExitCode.FAILED,
+                        )
+                    stream.write(chunk)
+
+                copy_run_file(session, mirror.ref, path, write)
 
             write_atomically(destination, fill)
             downloaded.append(relative)

@@ -36,6 +36,8 @@ class Sizes:
     log_follow_repeat: int = 3
     # bench_s3_gate.py (9): a pod's GET and POST of 1 MiB, gate against no gate, per side
     s3_gate_requests: int = 60
+    # bench_event_curves.py (10): MiB of event files under one run
+    event_curves_mib: float = 50.0
     # bench_phases.py (3b): traced runs of this tree, and of the baseline commit's in its own
     # world (0: no baseline; the runs of this tree are traced on the shared world)
     phases_runs: int = 5
@@ -83,6 +85,7 @@ QUICK = Sizes(
     log_follow_lines_mib=1,
     log_follow_repeat=1,
     s3_gate_requests=5,
+    event_curves_mib=2.0,
     phases_runs=1,
     phases_baseline_runs=0,
     chaos_runs=6,

@@ -7,7 +7,8 @@ line saying so instead of its section. Each section's text lives in its own
 module, named after the measurement: report_startup.py (1), report_naive.py
 (2), report_wholerun.py (3), report_parse.py (4), report_concurrency.py (5),
 report_restart.py (6), report_scale.py (7), report_log_follow.py (8),
-report_s3_gate.py (9), report_pack_upload.py; this one puts them in order.
+report_s3_gate.py (9), report_event_curves.py (10), report_pack_upload.py; this one puts
+them in order.
 
 `merge_report` serves `run_all.py --only NAME`: the sections measured again
 replace theirs in the existing RESULTS.md (and their rows of its step table),
@@ -22,6 +23,7 @@ from typing import Any
 
 from bench.report_concurrency import section_concurrency
 from bench.report_concurrent_scale import section_concurrent_scale
+from bench.report_event_curves import section_event_curves
 from bench.report_log_follow import section_log_follow
 from bench.report_naive import section_naive
 from bench.report_pack_upload import section_pack
@@ -45,6 +47,7 @@ SECTION_HEADINGS = {
     "scale": "## 7.",
     "log_follow": "## 8.",
     "s3_gate": "## 9.",
+    "event_curves": "## 10.",
     "pack_upload": "## Bundle pack + upload",
 }
 REMEASURED = "- re-measured"
@@ -152,6 +155,11 @@ def build_report(
         section_s3_gate(results["s3_gate"])
         if has("s3_gate")
         else missing("9. The local S3 gate's cost per request (issue 26)", "s3_gate")
+    )
+    out += (
+        section_event_curves(results["event_curves"])
+        if has("event_curves")
+        else missing("10. The TFJob tab's curves from event files (issue 31)", "event_curves")
     )
     if has("pack_upload"):
         out += section_pack(results["pack_upload"], run.get("pack_note", ""))

@@ -103,6 +103,7 @@ MEASUREMENTS = (
     "concurrency",
     "log_follow",
     "s3_gate",
+    "event_curves",
 )
 
 
@@ -356,6 +357,15 @@ def main() -> int:
                 "--out",
                 str(out / "s3_gate.json"),
             ],
+            None,
+            out,
+        )
+    if "event_curves" in wanted:
+        # Its own S3 server; TensorFlow writes the event files in a child process.
+        steps["event_curves"] = run_measurement(
+            "event_curves",
+            [PY, str(BENCH / "bench_event_curves.py"), "--mib", str(sizes.event_curves_mib)]
+            + ["--out", str(out / "event_curves.json")],
             None,
             out,
         )

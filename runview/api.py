@@ -213,13 +213,13 @@ class RunView:
         return {**answer, "tensorboard": tensorboard}
 
     def read_event_curves(self, storage: RunStorage, summary: JsonObject) -> JsonObject:
-        """The event files' curves, read at most once per 2 s for every tab (then cached)."""
+        """The event files' curves, listed at most once per 2 s for every tab (then cached)."""
         assert self.events is not None
         key = (summary["dag_id"], summary["run_id"])
-        return self.live.share_read(
-            ("events", *key),
-            lambda: self.events.read_run(key, connect_run_storage(storage), storage),
-        )
+        answer = self.events.find_recent_answer(key)
+        if answer is None:
+            answer = self.events.read_run(key, connect_run_storage(storage), storage)
+        return answer
 
     def answer_log_curves(self, session: "Session", summary: JsonObject) -> JsonObject:
         """The TFJOB_METRIC curves, computed once per run for every tab (runview/live.py)."""

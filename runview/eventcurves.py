@@ -12,7 +12,9 @@ memory. So each run's state is kept (`EventCurves`, one per API server):
 - bounded: at most MAX_EVENT_FILES objects listed, MAX_EVENT_BYTES_PER_RUN bytes
   read per run over the cache entry's life (the answer then says it was cut),
   a series' points thinned (runview/eventfiles.py), MAX_CURVES curves, and at
-  most MAX_CACHED_RUNS runs kept (the least recently asked for goes first).
+  most MAX_CACHED_RUNS runs kept (the least recently asked for goes first);
+- the folder listed at most once per TTL_S (2 s) per run, for every open tab
+  (`find_recent_answer`; the caller connects to S3 only when there is none).
 The objects are read with the run's own S3 connection under its own prefix
 (runview/files.py), as the tab's other S3 reads are.
 
@@ -24,9 +26,11 @@ draws them as it draws `TFJOB_METRIC` points.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +52,7 @@ MAX_EVENT_BYTES_PER_RUN = 128 * 1024 * 1024
 MAX_CACHED_RUNS = 8
 MAX_CURVES = 64
 READ_CHUNK_BYTES = 1024 * 1024
+TTL_S = 2.0  # a run's folder is listed at most this often, whatever the number of open tabs
 
 
 @dataclass
@@ -67,15 +72,21 @@ class RunEventState:
     cut: bool = False
     version: tuple[tuple[str, str, int], ...] | None = None
     answer: JsonObject | None = None
+    listed_at: float = -math.inf
 
 
 class EventCurves:
     """Every run's event-file state, read on demand and kept for the next request."""
 
     def __init__(
-        self, max_runs: int = MAX_CACHED_RUNS, max_bytes: int = MAX_EVENT_BYTES_PER_RUN
+        self,
+        max_runs: int = MAX_CACHED_RUNS,
+        max_bytes: int = MAX_EVENT_BYTES_PER_RUN,
+        ttl_s: float = TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_runs, self.max_bytes = max_runs, max_bytes
+        self.ttl_s, self._clock = ttl_s, clock
         self._runs: OrderedDict[Hashable, RunEventState] = OrderedDict()
         self._table_lock = threading.Lock()
         self.bytes_read = 0  # over every run, for the tests and the benchmark
@@ -90,22 +101,35 @@ class EventCurves:
             self._runs.move_to_end(key)
             return state
 
+    def find_recent_answer(self, key: Hashable) -> JsonObject | None:
+        """The run's answer when its folder was listed less than `ttl_s` ago, else None."""
+        with self._table_lock:
+            state = self._runs.get(key)
+            if state is None or state.answer is None:
+                return None
+            if self._clock() - state.listed_at >= self.ttl_s:
+                return None
+            self._runs.move_to_end(key)
+            return state.answer
+
     def read_run(self, key: Hashable, s3: BaseClient, storage: RunStorage) -> JsonObject:
         """{"source": "events", "curves": {curve: points}, "event_files": what was read}."""
         folder = storage.layout.path_of(storage.layout.tensorboard.key)
+        listed_at = self._clock()
         listing = list_run_files(s3, storage, folder, limit=MAX_EVENT_FILES)
         files = [f for f in listing.files if name_curve(f.path[len(folder) :]) is not None]
         state = self._run_state(key)
         with state.lock:
             version = tuple((f.path, f.etag, f.size) for f in files)
             if state.answer is not None and version == state.version:
+                state.listed_at = max(state.listed_at, listed_at)
                 return state.answer
             for run_file in files:
                 self._read_new_bytes(s3, storage, state, run_file)
             for gone in set(state.files) - {f.path for f in files}:
                 del state.files[gone]
             state.answer = build_answer(state, folder, listing.truncated, self.max_bytes)
-            state.version = version
+            state.version, state.listed_at = version, listed_at
             return state.answer
 
     def _read_new_bytes(

@@ -219,3 +219,15 @@ def test_a_description_naming_another_runs_prefix_reads_no_event_file(api, s3, m
     # The archived logs' curves refuse it as the run's files do; no event file was read.
     assert answer.status_code == 404 and "its files are not served" in answer.json()["detail"]
     assert s3.gets == []
+
+
+def test_a_runs_folder_is_listed_at_most_once_per_ttl_for_every_tab(s3):
+    put_events(s3, "chief-0", frame(simple_event(0, loss=1.0)))
+    now = [100.0]
+    curves = EventCurves(ttl_s=2.0, clock=lambda: now[0])
+    assert curves.find_recent_answer("run") is None
+    answer = curves.read_run("run", s3, STORAGE)
+    now[0] += 1.9
+    assert curves.find_recent_answer("run") is answer
+    now[0] += 0.1
+    assert curves.find_recent_answer("run") is None

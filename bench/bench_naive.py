@@ -67,7 +67,12 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
     from operators.grants import plan_grants, sign_grants
     from operators.launch import read_runtime_files
     from operators.runinfo import read_run
-    from tfjob.manifests import build_access_secret, build_runtime_configmap, build_upload_secret
+    from tfjob.manifests import (
+        build_access_secret,
+        build_runtime_configmap,
+        build_tensorboard_secrets,
+        build_upload_secret,
+    )
 
     body = build_request(world, name, count)
     body["env"] = {
@@ -87,9 +92,8 @@ def prepare_run(world: Any, name: str, count: int) -> Any:
         [
             build_runtime_configmap(info.identity(), read_runtime_files(), info.request.tenant),
             build_access_secret(info.identity(), grants.bundle_url, info.request.tenant),
-            build_upload_secret(
-                info.identity(), grants.upload, info.request.tenant, grants.tensorboard
-            ),
+            build_upload_secret(info.identity(), grants.upload, info.request.tenant),
+            *build_tensorboard_secrets(info.identity(), grants.tensorboard, info.request.tenant),
         ],
     )
     return run, info

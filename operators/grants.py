@@ -6,9 +6,11 @@ Two Secrets per run (docs/architecture.md, "Grants"):
   mounted by every init container;
 - `<runkey>-upload`: `upload.json`, the model owner's POST policies for
   `model/`, `checkpoints/` and `metrics.json`, mounted by that replica's main
-  container only; and one `tensorboard-<role>-<index>.json` per replica, the
-  POST policy of that replica's own summaries folder, mounted (as
-  `tensorboard.json`) by that replica's main container only.
+  container only;
+- `<runkey>-tensorboard-<n>`: one `tensorboard-<role>-<index>.json` per
+  replica (TENSORBOARD_GRANTS_PER_SECRET a Secret), the POST policy of that
+  replica's own summaries folder, mounted (as `tensorboard.json`) by that
+  replica's main container only.
 
 A grant lives `grant_lifetime` seconds: the whole run window (startup, active
 deadline and a margin), capped by what Airflow's credentials can sign
@@ -31,6 +33,7 @@ connection fails `validate` and `launch`; there is no fallback.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,10 +51,10 @@ if TYPE_CHECKING:
 from operators.errors import PipelineError
 from operators.s3access import presign_bundle_url, presign_tensorboard_upload, presign_upload
 from operators.settings import GRANT_LIFETIME_SECONDS, GRANT_REFRESH_SECONDS
-from runtime.protocol import BUNDLE_URL_FILE
+from runtime.protocol import BUNDLE_URL_FILE, UPLOAD_FILE
 from tfjob import naming
 from tfjob.grants import grant_lifetime, refresh_interval
-from tfjob.manifests import build_upload_files
+from tfjob.manifests import build_tensorboard_files
 from tfjob.records.run import GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
 
@@ -87,13 +90,19 @@ class Grants:
     upload: JsonObject
     tensorboard: dict[str, JsonObject] = field(default_factory=dict)  # by `<role>-<index>`
 
-    def secret_data(self) -> dict[str, dict[str, str]]:
-        """Secret name suffix -> its data (base64, as the API's `data` field holds it)."""
-        files = build_upload_files(self.upload, self.tensorboard)
-        return {
-            "access": {BUNDLE_URL_FILE: _b64(self.bundle_url)},
-            "upload": {name: _b64(text) for name, text in files.items()},
+    def secret_data(self, run_key: str) -> dict[str, dict[str, str]]:
+        """Secret name -> its data (base64, as the API's `data` field holds it)."""
+        data = {
+            naming.secret_name(run_key): {BUNDLE_URL_FILE: _b64(self.bundle_url)},
+            naming.upload_secret_name(run_key): {
+                UPLOAD_FILE: _b64(json.dumps(self.upload, sort_keys=True))
+            },
         }
+        for shard, files in build_tensorboard_files(self.tensorboard).items():
+            data[naming.tensorboard_secret_name(run_key, shard)] = {
+                name: _b64(text) for name, text in files.items()
+            }
+        return data
 
 
 def find_presign_conn_id(run: RunInfo) -> str:
@@ -148,16 +157,12 @@ def sign_grants(plan: GrantPlan, client: BaseClient | None = None) -> Grants:
 
 
 def grant_patches(plan: GrantPlan, grants: Grants) -> list[tuple[str, JsonObject]]:
-    """(Secret name, merge patch) for each of the run's two Secrets."""
-    names = {
-        "access": naming.secret_name(plan.run_key),
-        "upload": naming.upload_secret_name(plan.run_key),
-    }
-    return [(names[kind], {"data": data}) for kind, data in grants.secret_data().items()]
+    """(Secret name, merge patch) for each of the run's grants' Secrets."""
+    return [(name, {"data": data}) for name, data in grants.secret_data(plan.run_key).items()]
 
 
 def write_grants(api: k8s.CoreV1Api, plan: GrantPlan, grants: Grants) -> None:
-    """Rewrite both Secrets with new grants (sync client)."""
+    """Rewrite every grants' Secret with new grants (sync client)."""
     for name, patch in grant_patches(plan, grants):
         api.patch_namespaced_secret(name, plan.namespace, patch)
 

@@ -95,6 +95,7 @@ from tfjob.manifests import (
     build_access_secret,
     build_pod_manifests,
     build_runtime_configmap,
+    build_tensorboard_secrets,
     build_upload_secret,
 )
 from tfjob.pipeline_ids import (
@@ -187,7 +188,8 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             build_access_secret(
                 identity, grants.bundle_url, request.tenant, warm.document if warm else None
             ),
-            build_upload_secret(identity, grants.upload, request.tenant, grants.tensorboard),
+            build_upload_secret(identity, grants.upload, request.tenant),
+            *build_tensorboard_secrets(identity, grants.tensorboard, request.tenant),
         ]
         made += self.patiently(
             lambda: kubeobjects.create_objects(api, run.namespace, secrets),

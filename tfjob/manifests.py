@@ -59,6 +59,8 @@ VOLUME_CONFIG = "tfjob-config"
 UPLOAD_PATIENCE_SECONDS = 600
 # ConfigMaps and Secrets are limited to 1 MiB in all.
 MAX_OBJECT_DATA_BYTES = 1024 * 1024
+# A summaries grant is ~1.2-1.6 KiB: a gang's (up to 1,102 replicas) would not fit one Secret.
+TENSORBOARD_GRANTS_PER_SECRET = 200
 CONFIGMAP_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
 # Who a replica's processes are: their tenant's uid/gid (`Tenant.pod_user`, never
@@ -210,20 +212,27 @@ def build_affinity(request: TrainingRequest, run_key: str, role: Role) -> JsonOb
     return affinity
 
 
-def build_volumes(run_key: str, *, owner: bool, replica: str) -> list[JsonObject]:
-    """The pod's volumes; of the upload Secret each pod sees only its own grants: the model
-    owner's upload.json on the owner, and `replica`'s summaries grant as tensorboard.json."""
-    items = [{"key": naming.tensorboard_grant_key(replica), "path": TENSORBOARD_GRANT_FILE}]
+def locate_tensorboard_shard(request: TrainingRequest, role: Role, index: int) -> int:
+    """Which `<runkey>-tensorboard-<n>` holds the replica's summaries grant: its place in
+    `replicas_in_order` (GrantPlan.replicas' order), TENSORBOARD_GRANTS_PER_SECRET a Secret."""
+    roles = list(Role)
+    before = sum(request.replica_count(other) for other in roles[: roles.index(Role(role))])
+    return (before + index) // TENSORBOARD_GRANTS_PER_SECRET
+
+
+def build_volumes(run_key: str, *, owner: bool, replica: str, shard: int) -> list[JsonObject]:
+    """The pod's volumes. Of the grants' Secrets each pod sees only its own files: the model
+    owner's upload.json on the owner, and `replica`'s summaries grant as tensorboard.json
+    (from Secret `<runkey>-tensorboard-<shard>`), one projected volume."""
+    own = {"key": naming.tensorboard_grant_key(replica), "path": TENSORBOARD_GRANT_FILE}
+    sources = [{"secret": {"name": naming.tensorboard_secret_name(run_key, shard), "items": [own]}}]
     if owner:
-        items.insert(0, {"key": UPLOAD_FILE, "path": UPLOAD_FILE})
+        items = [{"key": UPLOAD_FILE, "path": UPLOAD_FILE}]
+        sources.insert(0, {"secret": {"name": naming.upload_secret_name(run_key), "items": items}})
     upload = [
         {
             "name": VOLUME_UPLOAD,
-            "secret": {
-                "secretName": naming.upload_secret_name(run_key),
-                "defaultMode": SECRET_FILE_MODE,
-                "items": items,
-            },
+            "projected": {"sources": sources, "defaultMode": SECRET_FILE_MODE},
         }
     ]
     return [
@@ -306,7 +315,12 @@ def build_pod_manifest(
         "automountServiceAccountToken": False,
         "securityContext": build_pod_security_context(run.pod_user(request.tenant)),
         "affinity": build_affinity(request, run_key, role),
-        "volumes": build_volumes(run_key, owner=owner, replica=naming.name_replica(role, index)),
+        "volumes": build_volumes(
+            run_key,
+            owner=owner,
+            replica=naming.name_replica(role, index),
+            shard=locate_tensorboard_shard(request, role, index),
+        ),
         "initContainers": [
             {
                 "name": INIT_CONTAINER,
@@ -411,27 +425,37 @@ def build_access_secret(
     )
 
 
-def build_upload_secret(
-    run: RunIdentity,
-    upload: Mapping[str, object],
-    tenant: str,
-    tensorboard: Mapping[str, Mapping[str, object]] | None = None,
-) -> JsonObject:
-    """The Secret of the main containers' upload grants: the model owner's upload.json and
-    each replica's summaries grant (`tensorboard`, by `<role>-<index>`); every pod mounts
-    only its own (build_volumes)."""
-    data = build_upload_files(upload, tensorboard or {})
-    return _build_secret(run, naming.upload_secret_name(run.run_key), data, tenant)
+def build_upload_secret(run: RunIdentity, upload: Mapping[str, object], tenant: str) -> JsonObject:
+    """The Secret only the model owner's main container mounts: its upload grants."""
+    return _build_secret(
+        run,
+        naming.upload_secret_name(run.run_key),
+        {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)},
+        tenant,
+    )
 
 
-def build_upload_files(
-    upload: Mapping[str, object], tensorboard: Mapping[str, Mapping[str, object]]
-) -> dict[str, str]:
-    """The upload Secret's files: upload.json, and `tensorboard-<role>-<index>.json` each."""
-    data = {UPLOAD_FILE: json.dumps(dict(upload), sort_keys=True)}
-    for replica, grant in tensorboard.items():
-        data[naming.tensorboard_grant_key(replica)] = json.dumps(dict(grant), sort_keys=True)
-    return data
+def build_tensorboard_files(
+    tensorboard: Mapping[str, Mapping[str, object]],
+) -> dict[int, dict[str, str]]:
+    """Shard -> files of the summaries grants' Secrets: `tensorboard-<role>-<index>.json` each,
+    `tensorboard` in `replicas_in_order` (GrantPlan.replicas), as locate_tensorboard_shard
+    finds them."""
+    shards: dict[int, dict[str, str]] = {}
+    for position, (replica, grant) in enumerate(tensorboard.items()):
+        files = shards.setdefault(position // TENSORBOARD_GRANTS_PER_SECRET, {})
+        files[naming.tensorboard_grant_key(replica)] = json.dumps(dict(grant), sort_keys=True)
+    return shards
+
+
+def build_tensorboard_secrets(
+    run: RunIdentity, tensorboard: Mapping[str, Mapping[str, object]], tenant: str
+) -> list[JsonObject]:
+    """The Secrets of every replica's summaries grant (each pod mounts only its own)."""
+    return [
+        _build_secret(run, naming.tensorboard_secret_name(run.run_key, shard), files, tenant)
+        for shard, files in build_tensorboard_files(tensorboard).items()
+    ]
 
 
 def _build_secret(run: RunIdentity, name: str, data: dict[str, str], tenant: str) -> JsonObject:

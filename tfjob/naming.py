@@ -49,6 +49,7 @@ NAMESPACE_PREFIX = "tfjob-"
 RUNTIME_SUFFIX = "runtime"
 ACCESS_SUFFIX = "access"
 UPLOAD_SUFFIX = "upload"
+TENSORBOARD_SUFFIX = "tensorboard"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID_DNS_CHARS = re.compile(r"[^a-z0-9-]+")
@@ -155,13 +156,19 @@ def upload_secret_name(run_key: str) -> str:
     return _fit_name(run_key, UPLOAD_SUFFIX)
 
 
+def tensorboard_secret_name(run_key: str, shard: int) -> str:
+    """The run's Secret holding shard `shard` of its replicas' summaries grants:
+    `<runkey>-tensorboard-<shard>`."""
+    return _fit_name(run_key, f"{TENSORBOARD_SUFFIX}-{shard}")
+
+
 def name_replica(role: Role | str, index: int) -> str:
     """`<role>-<index>`: a replica as logs, S3 folders and grants name it."""
     return f"{Role(role).value}-{index}"
 
 
 def tensorboard_grant_key(replica: str) -> str:
-    """The key of `<runkey>-upload` holding `replica`'s summaries grant (`<role>-<index>`)."""
+    """The key of the Secret holding `replica`'s summaries grant (`<role>-<index>`)."""
     return TENSORBOARD_GRANT_KEY.format(replica=replica)
 
 

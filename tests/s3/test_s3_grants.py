@@ -162,10 +162,14 @@ def test_signing_a_plan_gives_both_secrets_fresh_values(s3_server: S3Server) -> 
     assert GrantPlan.from_payload(plan.to_payload()) == plan
     first = sign_grants(plan, s3_server.presigner())
     patches = dict(grant_patches(plan, first))
-    assert set(patches) == {"job-0123abcd-access", "job-0123abcd-upload"}
+    assert set(patches) == {
+        "job-0123abcd-access",
+        "job-0123abcd-upload",
+        "job-0123abcd-tensorboard-0",
+    }
     assert set(patches["job-0123abcd-access"]["data"]) == {"bundle_url"}
-    assert set(patches["job-0123abcd-upload"]["data"]) == {
-        "upload.json",
+    assert set(patches["job-0123abcd-upload"]["data"]) == {"upload.json"}
+    assert set(patches["job-0123abcd-tensorboard-0"]["data"]) == {
         "tensorboard-chief-0.json",
         "tensorboard-worker-0.json",
         "tensorboard-worker-1.json",

@@ -17,6 +17,7 @@ from tfjob.manifests import (
     build_pod_manifest,
     build_pod_manifests,
     build_runtime_configmap,
+    build_tensorboard_secrets,
     build_upload_secret,
 )
 from tfjob.request.model import Role, load_request
@@ -137,8 +138,13 @@ def test_pod_follows_the_pod_protocol():
         "tfjob-workspace": "/tfjob/workspace",
         "tfjob-config": "/tfjob/config",
     }
-    assert volumes["tfjob-upload"]["secret"]["items"] == [
-        {"key": "tensorboard-worker-1.json", "path": "tensorboard.json"}
+    assert volumes["tfjob-upload"]["projected"]["sources"] == [
+        {
+            "secret": {
+                "name": f"{key}-tensorboard-0",
+                "items": [{"key": "tensorboard-worker-1.json", "path": "tensorboard.json"}],
+            }
+        }
     ]
     init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
     assert init_mounts["tfjob-workspace"] == "/tfjob/workspace"
@@ -154,12 +160,15 @@ def test_each_main_container_mounts_only_its_own_upload_grants():
         init_mounts = {m["name"] for m in pod["spec"]["initContainers"][0]["volumeMounts"]}
         owner = (role, index) == (Role.CHIEF, 0)
         assert "tfjob-access" not in mounts and "tfjob-upload" not in init_mounts
-        secret = volumes["tfjob-upload"]["secret"]
-        assert secret["secretName"] == f"{RUN.run_key}-upload"
+        projected = volumes["tfjob-upload"]["projected"]
+        assert projected["defaultMode"] == 0o400
         # The model owner's upload.json on the owner only; every replica its own summaries.
         own = [{"key": f"tensorboard-{role.value}-{index}.json", "path": "tensorboard.json"}]
-        upload = [{"key": "upload.json", "path": "upload.json"}] if owner else []
-        assert secret["items"] == upload + own
+        upload = [{"key": "upload.json", "path": "upload.json"}]
+        assert projected["sources"] == [
+            *([{"secret": {"name": f"{RUN.run_key}-upload", "items": upload}}] if owner else []),
+            {"secret": {"name": f"{RUN.run_key}-tensorboard-0", "items": own}},
+        ]
         assert mounts["tfjob-upload"]["mountPath"] == "/tfjob/access"
         assert mounts["tfjob-upload"]["readOnly"] is True
         keeper = [c for c in pod["spec"]["containers"] if c["name"] != "tensorflow"]
@@ -286,7 +295,7 @@ def test_secret_volumes_are_readable_by_their_owner_only_and_config_by_all():
     owner_pod = build_pod_manifest(GPU_REQUEST, RUN, Role.CHIEF, 0)
     volumes = {volume["name"]: volume for volume in owner_pod["spec"]["volumes"]}
     assert volumes["tfjob-access"]["secret"]["defaultMode"] == 0o400 == 256
-    assert volumes["tfjob-upload"]["secret"]["defaultMode"] == 0o400
+    assert volumes["tfjob-upload"]["projected"]["defaultMode"] == 0o400
     assert volumes["tfjob-runtime"]["configMap"]["defaultMode"] == 0o444
 
 
@@ -316,12 +325,26 @@ def test_only_the_model_owner_syncs_checkpoints_and_every_replica_its_summaries(
     assert [env["TFJOB_CHECKPOINT_INTERVAL"] for env in envs] == ["15", "15", "15"]
 
 
-def test_the_upload_secret_holds_upload_json_and_each_replicas_summaries_grant():
-    grants = {"chief-0": {"prefix": "runs/1/"}, "worker-0": {"prefix": "runs/1/", "n": 2}}
-    secret = build_upload_secret(RUN, {"prefix": "runs/1/"}, "team-a", grants)
-    data = secret["stringData"]
-    assert sorted(data) == ["tensorboard-chief-0.json", "tensorboard-worker-0.json", "upload.json"]
-    assert json.loads(data["tensorboard-worker-0.json"]) == {"prefix": "runs/1/", "n": 2}
+def test_a_big_gangs_summaries_grants_are_split_over_secrets_each_pod_finds_its_own():
+    request = load_request(
+        distributed_request_data(replicas={"chief": 1, "ps": 100, "worker": 1000, "evaluator": 1})
+    )
+    replicas = [f"{role.value}-{index}" for role, index in request.replicas_in_order()]
+    grant = {"prefix": "x" * 1500}  # as large as a real one
+    secrets = build_tensorboard_secrets(RUN, {name: grant for name in replicas}, "team-a")
+    assert len(secrets) == 6  # 1,102 grants, 200 a Secret: each far below 1 MiB
+    where = {key: secret["metadata"]["name"] for secret in secrets for key in secret["stringData"]}
+    assert len(where) == len(replicas)
+    for role, index in request.replicas_in_order():
+        pod = build_pod_manifest(request, RUN, role, index)
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "tfjob-upload"]
+        (mounted,) = [
+            s["secret"]
+            for s in volume["projected"]["sources"]
+            if "items" in s["secret"] and s["secret"]["items"][0]["path"] == "tensorboard.json"
+        ]
+        assert where[mounted["items"][0]["key"]] == mounted["name"], (role, index)
+        assert mounted["items"][0]["key"] == f"tensorboard-{role.value}-{index}.json"
 
 
 def test_single_replica_does_not_wait_for_a_clusterspec_and_uploads():

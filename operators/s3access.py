@@ -11,7 +11,7 @@ made since 2020; a client that would sign otherwise is refused here):
   two presigned POST policies, one whose keys must start with
   `<run prefix>model/` and one for exactly `<run prefix>metrics.json`, where
   the run prefix is `<output>/runs/<dag_id>/<run_id>/`;
-- `tensorboard-<role>-<index>.json` (in the same Secret, each mounted as
+- `tensorboard-<role>-<index>.json` (in Secrets `<runkey>-tensorboard-<n>`, each mounted as
   `tensorboard.json` by its own replica's main container only): one
   presigned POST policy whose keys must start with that replica's
   `<run prefix>tensorboard/<role>-<index>/`. Nothing

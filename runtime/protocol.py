@@ -19,15 +19,16 @@ KEEPER_CONTAINER = "tfjob-keeper"  # runs keeper.py, in the model owner's pod on
 # below it, and nothing else is added to the path of the program bootstrap runs.
 PACKAGE_ROOT = "/tfjob/python"
 RUNTIME_DIR = f"{PACKAGE_ROOT}/runtime"  # the runtime/*.py files (ConfigMap `<runkey>-runtime`)
-ACCESS_DIR = "/tfjob/access"  # the grants (Secrets `<runkey>-access`, `<runkey>-upload`)
+# The grants (Secrets `<runkey>-access`, `<runkey>-upload`, `<runkey>-tensorboard-<n>`)
+ACCESS_DIR = "/tfjob/access"
 # emptyDir: code/, data/, model/, logs/, checkpoints/, tensorboard/
 WORKSPACE_DIR = "/tfjob/workspace"
 CONFIG_DIR = "/tfjob/config"  # emptyDir: cluster.json, written by Airflow
 BUNDLE_URL_FILE = "bundle_url"  # in ACCESS_DIR: presigned GET of the bundle snapshot
 RESTORE_FILE = "restore.json"  # in ACCESS_DIR: presigned GETs of the checkpoints to restore
 UPLOAD_FILE = "upload.json"  # in ACCESS_DIR of the model owner: presigned POST policies
-# In ACCESS_DIR of every replica: the POST policy of its own summaries folder, the Secret
-# `<runkey>-upload`'s key TENSORBOARD_GRANT_KEY of that replica.
+# In ACCESS_DIR of every replica: the POST policy of its own summaries folder, the key
+# TENSORBOARD_GRANT_KEY of that replica in its Secret `<runkey>-tensorboard-<n>`.
 TENSORBOARD_GRANT_FILE = "tensorboard.json"
 TENSORBOARD_GRANT_KEY = "tensorboard-{replica}.json"  # replica: `<role>-<index>`
 CLUSTERSPEC_FILE = "cluster.json"  # in CONFIG_DIR

@@ -27,7 +27,7 @@ from harness.tfjob_fixtures import valid_request_data
 from operators.archive import archive_run
 from operators.launch import read_runtime_files
 from operators.runinfo import describe_run, read_run
-from operators.s3access import presign_bundle_url, presign_upload
+from operators.s3access import presign_bundle_url, presign_tensorboard_upload, presign_upload
 from runtime.bundle import write_bundle
 from runtime.protocol import KEEPER_CONTAINER
 from tfjob import naming
@@ -132,24 +132,35 @@ def test_archive_recovers_the_model_an_owner_could_not_upload(tmp_path: Path) ->
         upload["url"] = f"http://127.0.0.1:{closed_port()}/{bucket}"
         main["env"] = [e for e in main["env"] if e["name"] != "TFJOB_UPLOAD_PATIENCE"]
         main["env"].append({"name": "TFJOB_UPLOAD_PATIENCE", "value": "2"})
+        summaries = presign_tensorboard_upload(
+            signer, request.output, run.dag_id, RUN_ID, "worker-0", 3600
+        )
+        summaries["url"] = upload["url"]
         access = {
             "bundle_url": presign_bundle_url(signer, request.bundle, 3600),
             "upload.json": json.dumps(upload),
+            naming.tensorboard_grant_key("worker-0"): json.dumps(summaries),
         }
-        for volume in pod["spec"]["volumes"]:  # every Secret the pod mounts, whatever its split
-            if "secret" in volume:
-                api.create_namespaced_secret(
-                    run.namespace,
-                    {
-                        "metadata": {
-                            "name": volume["secret"]["secretName"],
-                            "labels": naming.run_labels(
-                                request.name, run.run_key, request.tenant, run.run_hash
-                            ),
-                        },
-                        "stringData": access,
+        secrets = [v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v]
+        secrets += [
+            source["secret"]["name"]
+            for volume in pod["spec"]["volumes"]
+            for source in volume.get("projected", {}).get("sources", [])
+            if "secret" in source
+        ]
+        for secret in secrets:  # every Secret the pod mounts, whatever its split
+            api.create_namespaced_secret(
+                run.namespace,
+                {
+                    "metadata": {
+                        "name": secret,
+                        "labels": naming.run_labels(
+                            request.name, run.run_key, request.tenant, run.run_hash
+                        ),
                     },
-                )
+                    "stringData": access,
+                },
+            )
         api.create_namespaced_config_map(
             run.namespace, build_runtime_configmap(identity, read_runtime_files(), request.tenant)
         )

@@ -59,7 +59,7 @@ from tfjob.records.run import GrantPlan
 from tfjob.tenants import load_tenants, resolve_tenant
 
 
-def plan_grants(run: RunInfo, snapshot_uri: str) -> GrantPlan:
+def plan_grants(run: RunInfo, snapshot_uri: str | None) -> GrantPlan:
     """The grants plan of a run: signed with its tenant's pods-only presigning identity."""
     request = run.request
     lifetime = grant_lifetime(
@@ -145,7 +145,9 @@ def sign_grants(plan: GrantPlan, client: BaseClient | None = None) -> Grants:
     """Sign the run's bundle URL and upload policies, valid for `plan.lifetime` seconds."""
     s3 = client if client is not None else make_presigning_client(plan.presign_conn_id)
     return Grants(
-        bundle_url=presign_bundle_url(s3, plan.snapshot_uri, plan.lifetime),
+        bundle_url=(
+            presign_bundle_url(s3, plan.snapshot_uri, plan.lifetime) if plan.snapshot_uri else ""
+        ),
         upload=presign_upload(s3, plan.output_uri, plan.dag_id, plan.run_id, plan.lifetime),
         tensorboard={
             replica: presign_tensorboard_upload(

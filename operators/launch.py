@@ -170,11 +170,13 @@ class TrainingLaunchOperator(KubernetesPodOperator):
 
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
-        pushed = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
-        if not pushed.get("snapshot"):
-            raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
-        bundle = BundleIdentity.from_payload(pushed)
-        plan = plan_grants(run, bundle.snapshot)  # signed as the tenant's pods identity
+        snapshot = None  # a request without a bundle: the program is in the image
+        if request.bundle is not None:
+            pushed = context["ti"].xcom_pull(task_ids=FETCH_BUNDLE_TASK) or {}
+            if not pushed.get("snapshot"):
+                raise AirflowException(f"no bundle snapshot in XCom of task {FETCH_BUNDLE_TASK!r}")
+            snapshot = BundleIdentity.from_payload(pushed).snapshot
+        plan = plan_grants(run, snapshot)  # signed as the tenant's pods identity
         warm = self.stage_warm_start(run, plan.lifetime, context)
 
         identity = run.identity()

@@ -203,16 +203,21 @@ def admit_tenant(request: TrainingRequest, config: TenantsConfig) -> None:
     _log().info("tenant %s admitted: %s", tenant.name, getattr(check, "message", "fits"))
 
 
-def fetch_bundle() -> JsonObject:
+def fetch_bundle() -> JsonObject | None:
     """Clear an earlier try's outputs, check the bundle and snapshot it under the run's prefix.
 
     A cleared DAG run keeps its run_id and re-runs this task: the model and
     metrics an earlier try left under the run's prefix go first, so nothing of
-    that try can be archived or published as this one's.
+    that try can be archived or published as this one's. A request without a
+    bundle (the program is in its image) snapshots nothing: None, as run.json's
+    `bundle` says.
     """
     run = pull_run(get_current_context())
     s3 = _s3(run)
     clear_run_outputs(s3, run.layout, checkpoints=True)
+    if run.request.bundle is None:
+        _log().info("no bundle: the program is in the image %s; nothing fetched", run.request.image)
+        return None
     try:
         identity = snapshot_bundle(s3, run.request.bundle, run.layout, MAX_BUNDLE_TOTAL_SIZE)
     except (BundleMissing, BundleError) as exc:

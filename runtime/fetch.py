@@ -10,6 +10,10 @@ Then it restores the checkpoints `$TFJOB_ACCESS_DIR/restore.json` lists into
 `$TFJOB_WORKSPACE/checkpoints` (`checkpoints.py`); that list is judged before
 the bundle is downloaded, so a refused one downloads nothing.
 
+With `$TFJOB_NO_BUNDLE=1` (a request without a bundle: the program is in the image) no
+bundle is read or downloaded: `code/` and `data/` are created empty, and the restore
+below runs as with a bundle.
+
 Exit codes: 0 done, 2 configuration missing, 65 bundle or restore refused
 (including an archive over `$TFJOB_MAX_BUNDLE_COMPRESSED_BYTES`, refused
 before it is downloaded, and a checkpoint longer or shorter than listed),
@@ -22,7 +26,7 @@ import os
 import sys
 import time
 
-from runtime import bundle, checkpoints, transfer
+from runtime import bundle, bundleformat, checkpoints, transfer
 from runtime.protocol import (
     ACCESS_DIR,
     BUNDLE_URL_FILE,
@@ -31,6 +35,7 @@ from runtime.protocol import (
     ENV_MAX_BUNDLE_COMPRESSED_BYTES,
     ENV_MAX_RESTORE_BYTES,
     ENV_MAX_RESTORE_FILES,
+    ENV_NO_BUNDLE,
     ENV_WORKSPACE,
     EXIT_FETCH_DOWNLOAD_FAILED,
     EXIT_FETCH_REFUSED,
@@ -72,18 +77,9 @@ def main() -> int:
         or max_restore_bytes is None
     ):
         return EXIT_USAGE
-    url_file = os.path.join(access_dir, BUNDLE_URL_FILE)
-    try:
-        with open(url_file, encoding="utf-8") as stream:
-            url = stream.read().strip()
-    except OSError as exc:
-        log(
-            f"cannot read {url_file}: {exc.strerror}; "
-            f"the pod needs the access Secret mounted at {access_dir}"
-        )
-        return EXIT_USAGE
-    if not url:
-        log(f"{url_file} is empty")
+    no_bundle = os.environ.get(ENV_NO_BUNDLE) == "1"
+    url = "" if no_bundle else read_bundle_url(access_dir)
+    if url is None:
         return EXIT_USAGE
     try:
         restore = checkpoints.read_restore_plan(
@@ -97,6 +93,39 @@ def main() -> int:
         return EXIT_USAGE
 
     os.makedirs(workspace, exist_ok=True)
+    if no_bundle:
+        for folder in bundleformat.TOP_DIRS:  # code/, data/ as a bundle has them
+            os.makedirs(os.path.join(workspace, folder), exist_ok=True)
+        log(f"no bundle: the program is in the image; {workspace}'s code/ and data/ are empty")
+    else:
+        result = fetch_bundle(url, workspace, max_total, max_compressed)
+        if result != EXIT_OK:
+            return result
+    if restore is not None and restore.files:
+        return restore_listed_checkpoints(restore, checkpoints.locate_checkpoint_dir(workspace))
+    return EXIT_OK
+
+
+def read_bundle_url(access_dir: str) -> str | None:
+    """The presigned URL in the access Secret; None (and a message) when it is missing."""
+    url_file = os.path.join(access_dir, BUNDLE_URL_FILE)
+    try:
+        with open(url_file, encoding="utf-8") as stream:
+            url = stream.read().strip()
+    except OSError as exc:
+        log(
+            f"cannot read {url_file}: {exc.strerror}; "
+            f"the pod needs the access Secret mounted at {access_dir}"
+        )
+        return None
+    if not url:
+        log(f"{url_file} is empty")
+        return None
+    return url
+
+
+def fetch_bundle(url: str, workspace: str, max_total: int, max_compressed: int) -> int:
+    """Download, verify and extract the bundle into `workspace`; fetch's exit code."""
     archive = os.path.join(workspace, DOWNLOAD_NAME)
     started = time.monotonic()
     try:
@@ -126,8 +155,6 @@ def main() -> int:
         f"{manifest.total_size} bytes, archive {size} bytes, "
         f"verified and extracted into {workspace} in {seconds:.1f}s"
     )
-    if restore is not None and restore.files:
-        return restore_listed_checkpoints(restore, checkpoints.locate_checkpoint_dir(workspace))
     return EXIT_OK
 
 

@@ -225,7 +225,10 @@ def build_volumes(run_key: str, *, owner: bool, replica: str, shard: int) -> lis
     owner's upload.json on the owner, and `replica`'s summaries grant as tensorboard.json
     (from Secret `<runkey>-tensorboard-<shard>`), one projected volume."""
     own = {"key": naming.tensorboard_grant_key(replica), "path": TENSORBOARD_GRANT_FILE}
-    sources = [{"secret": {"name": naming.tensorboard_secret_name(run_key, shard), "items": [own]}}]
+    # Optional: a gang restarted within a run launched before summaries had grants (a plan
+    # without replicas) still starts; its sync then logs that tensorboard.json is missing.
+    summaries = naming.tensorboard_secret_name(run_key, shard)
+    sources = [{"secret": {"name": summaries, "items": [own], "optional": True}}]
     if owner:
         items = [{"key": UPLOAD_FILE, "path": UPLOAD_FILE}]
         sources.insert(0, {"secret": {"name": naming.upload_secret_name(run_key), "items": items}})
@@ -306,6 +309,8 @@ def build_pod_manifest(
         node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
     labels = naming.replica_labels(run.job, run_key, request.tenant, run.run_hash, role, index)
     owner = request.model_owner() == (role, index)
+    # A request without a bundle: the program is in the image, the init container fetches none.
+    no_bundle = [{"name": protocol.ENV_NO_BUNDLE, "value": "1"}] if request.bundle is None else []
     spec: JsonObject = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": request.active_deadline,
@@ -330,6 +335,7 @@ def build_pod_manifest(
                 "env": [
                     {"name": protocol.ENV_ROLE, "value": role.value},
                     {"name": protocol.ENV_INDEX, "value": str(index)},
+                    *no_bundle,
                     build_home_env(),
                 ],
                 "resources": build_resources(request, role, with_gpu=False),

@@ -82,7 +82,9 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def add_destination_options(parser: argparse.ArgumentParser) -> None:
     """--bundle, --tenant and --output: where a TFJob's code comes from and its run goes."""
     parser.add_argument(
-        "--bundle", help="s3://bucket/key.tar.gz of the code (else annotation tf-on-k8s.io/bundle)"
+        "--bundle",
+        help="s3://bucket/key.tar.gz of the code (else annotation tf-on-k8s.io/bundle; "
+        "neither: the program is in the image)",
     )
     parser.add_argument(
         "--tenant", help="tenant (else annotation tf-on-k8s.io/tenant, else metadata.namespace)"

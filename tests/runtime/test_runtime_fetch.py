@@ -47,6 +47,19 @@ def test_fetch_without_bundle_url_exits_2_and_says_what_is_missing(tmp_path: Pat
     assert "bundle_url" in result.stderr and "access Secret" in result.stderr
 
 
+def test_fetch_with_no_bundle_downloads_nothing_and_leaves_code_and_data_empty(
+    tmp_path: Path,
+) -> None:
+    """A request without a bundle: the access Secret's bundle_url is empty and never read."""
+    result, workspace = run_fetch(tmp_path, "", {"TFJOB_NO_BUNDLE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in workspace.iterdir()) == ["code", "data"]
+    assert not any((workspace / "code").iterdir()) and not any((workspace / "data").iterdir())
+    assert "no bundle: the program is in the image" in result.stderr
+    without_the_flag, _ = run_fetch(tmp_path / "again", "")
+    assert without_the_flag.returncode == 2 and "is empty" in without_the_flag.stderr
+
+
 def test_fetch_of_a_missing_object_exits_74(tmp_path: Path) -> None:
     result, workspace = run_fetch(tmp_path, (tmp_path / "absent.tar.gz").as_uri())
     assert result.returncode == 74

@@ -227,6 +227,10 @@ def test_node_selectors_are_allowed_by_key_and_value_pattern():
     )
 
 
+def test_a_request_without_a_bundle_reads_none_and_meets_the_bundle_prefixes():
+    assert allows(make_tenant(bundle_prefixes=["s3://elsewhere/code/"]), bundle=None)
+
+
 def node_affinity(*expressions: dict) -> dict:
     return {"worker": {"required": [{"match_expressions": list(expressions)}]}}
 

@@ -337,14 +337,34 @@ def test_what_does_not_map_is_refused_naming_the_tfjob_field(change, path, allow
     assert allowed in found[path]
 
 
-def test_a_missing_bundle_tenant_or_output_names_the_option_and_the_annotation():
+def test_a_missing_tenant_or_output_names_the_option_and_the_annotation():
     data = tfjob({"Worker": replica()})
     del data["metadata"]["namespace"]
     found = refusals(data, Destination())
     assert sorted(found) == [
-        f'metadata.annotations["tf-on-k8s.io/{name}"]' for name in ("bundle", "output", "tenant")
+        f'metadata.annotations["tf-on-k8s.io/{name}"]' for name in ("output", "tenant")
     ]
-    assert "--bundle" in found['metadata.annotations["tf-on-k8s.io/bundle"]']
+    assert "--output" in found['metadata.annotations["tf-on-k8s.io/output"]']
+
+
+def test_a_tfjob_with_no_bundle_runs_its_images_program_and_says_so():
+    image_only = replica(2, image="registry.local/team-a/trainer:1")
+    image_only["template"]["spec"]["containers"][0]["command"] = ["python3", "-m", "trainer"]
+    conversion = convert(tfjob({"Worker": image_only}), Destination(output=PLACE.output))
+    assert conversion.request.bundle is None
+    assert conversion.request.entrypoint == ["python3", "-m", "trainer"]
+    assert "bundle" not in conversion.request_data()
+    (note,) = [n for n in conversion.notes if "no bundle" in n]
+    assert note.startswith('metadata.annotations["tf-on-k8s.io/bundle"]: no bundle: the program')
+
+
+def test_a_tfjob_with_no_command_is_refused_as_the_images_entrypoint_is_not_read():
+    entrypoint_only = replica(2)
+    del entrypoint_only["template"]["spec"]["containers"][0]["command"]
+    found = refusals(tfjob({"Worker": entrypoint_only}), Destination(output=PLACE.output))
+    path = "spec.tfReplicaSpecs.Worker.template.spec.containers[0].command"
+    assert list(found) == [path]
+    assert "the image's own entrypoint is not read" in found[path]
 
 
 def test_options_come_before_annotations_and_the_namespace():

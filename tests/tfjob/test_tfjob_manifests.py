@@ -143,6 +143,7 @@ def test_pod_follows_the_pod_protocol():
             "secret": {
                 "name": f"{key}-tensorboard-0",
                 "items": [{"key": "tensorboard-worker-1.json", "path": "tensorboard.json"}],
+                "optional": True,
             }
         }
     ]
@@ -167,7 +168,7 @@ def test_each_main_container_mounts_only_its_own_upload_grants():
         upload = [{"key": "upload.json", "path": "upload.json"}]
         assert projected["sources"] == [
             *([{"secret": {"name": f"{RUN.run_key}-upload", "items": upload}}] if owner else []),
-            {"secret": {"name": f"{RUN.run_key}-tensorboard-0", "items": own}},
+            {"secret": {"name": f"{RUN.run_key}-tensorboard-0", "items": own, "optional": True}},
         ]
         assert mounts["tfjob-upload"]["mountPath"] == "/tfjob/access"
         assert mounts["tfjob-upload"]["readOnly"] is True
@@ -428,6 +429,19 @@ def test_a_roles_node_affinity_goes_into_its_pods_only_beside_the_placement_term
     assert "podAntiAffinity" in worker["spec"]["affinity"]
     ps = build_pod_manifest(request, RUN, Role.PS, 0)
     assert "nodeAffinity" not in ps["spec"]["affinity"]
+
+
+def test_a_request_without_a_bundle_tells_the_init_container_to_fetch_none():
+    def init_env(request_data: dict) -> dict:
+        pod = build_pod_manifest(load_request(request_data), RUN, Role.WORKER, 0)
+        validate(pod)
+        (init,) = pod["spec"]["initContainers"]
+        return {e["name"]: e.get("value") for e in init["env"]}
+
+    data = distributed_request_data()
+    assert "TFJOB_NO_BUNDLE" not in init_env(data)
+    del data["bundle"]
+    assert init_env(data)["TFJOB_NO_BUNDLE"] == "1"
 
 
 def test_pod_for_a_replica_the_request_lacks_is_refused():

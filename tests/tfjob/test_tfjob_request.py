@@ -524,6 +524,15 @@ def test_request_file_with_unknown_suffix_is_refused(tmp_path):
         load_request(path)
 
 
+def test_a_request_without_a_bundle_runs_the_images_program():
+    data = valid_request_data(entrypoint=["python3", "-m", "trainer"])
+    del data["bundle"]
+    request = load_request(data)
+    assert request.bundle is None
+    assert load_request(request.model_dump(mode="json")) == request
+    assert load_request(valid_request_data(bundle=None)).bundle is None  # an empty form field
+
+
 def test_request_round_trips_through_its_json_dump():
     request = load_request(
         distributed_request_data(

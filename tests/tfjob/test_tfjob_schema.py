@@ -20,7 +20,7 @@ def test_schema_is_valid_draft_2020_12_with_descriptions_and_defaults():
         assert prop.get("description"), name
         if name not in schema["required"]:
             assert "default" in prop, name
-    assert set(schema["required"]) == {"name", "tenant", "entrypoint", "bundle", "output"}
+    assert set(schema["required"]) == {"name", "tenant", "entrypoint", "output"}
     # cpu/memory default to the tenant's LimitRange: the form shows them empty
     assert schema["properties"]["resources"]["default"]["worker"]["cpu"] is None
     assert schema["properties"]["resources"]["default"]["worker"]["gpu"] == 0

@@ -108,10 +108,14 @@ class _Mapping:
             self.data[field], self.sources[field] = value, where
         elif fallback == "metadata.namespace" and self.manifest.namespace:
             self.data[field], self.sources[field] = self.manifest.namespace, fallback
+        elif field == "bundle":
+            self.notes.append(
+                f"{where}: no bundle: the program is in the image, its command runs in an "
+                "empty code/ directory (DATA_DIR empty); give --bundle or this annotation "
+                "to run it from a bundle"
+            )
         else:
             needed = {
-                "bundle": "a bundle is required (the program runs from the bundle's code/; a "
-                "TFJob whose code is only in its image is not supported yet)",
                 "tenant": "a tenant is required",
                 "output": "an output is required (where the run's model and logs go)",
             }[field]
@@ -129,8 +133,9 @@ class _Mapping:
             self.refuse(
                 first["entrypoint"][0],
                 NOTHING,
-                "a command is required: the program runs in the bundle's code/ directory, "
-                "e.g. [python3, train.py]; the image's own entrypoint is not supported yet",
+                "a command is required: the program runs in the bundle's code/ directory "
+                "(e.g. [python3, train.py]), or as the image has it when there is no bundle "
+                "(e.g. [python3, -m, trainer]); the image's own entrypoint is not read",
             )
         self.data |= {
             "image": container.image,

@@ -130,7 +130,7 @@ class GrantPlan:
     run_key: str
     dag_id: str
     run_id: str
-    snapshot_uri: str
+    snapshot_uri: str | None  # the bundle snapshot; None: the program is in the image
     output_uri: str
     lifetime: int
     refresh_every: float

@@ -117,7 +117,11 @@ class TrainingRequest(StrictModel):
         default_factory=dict,
         description="Extra environment variables; TFJOB_* and TF_CONFIG are reserved.",
     )
-    bundle: str = Field(description="Code+data bundle: s3://bucket/key.tar.gz.")
+    bundle: str | None = Field(
+        None,
+        description="Code+data bundle: s3://bucket/key.tar.gz; none: the program is in the "
+        "image (entrypoint runs in an empty code/ directory, DATA_DIR empty, nothing fetched).",
+    )
     output: str = Field(description="Where runs are published: s3://bucket/prefix.")
     schedule: str | None = Field(
         None,
@@ -219,7 +223,9 @@ class TrainingRequest(StrictModel):
 
     @field_validator("bundle")
     @classmethod
-    def _check_bundle(cls, value: str) -> str:
+    def _check_bundle(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         bucket, key = check_s3_url(value, "s3://bucket/key.tar.gz")
         if not key.endswith(".tar.gz") or key.endswith("/.tar.gz") or key == ".tar.gz":
             raise invalid("an s3://bucket/key.tar.gz URL is allowed (key ending in .tar.gz)", value)

@@ -178,13 +178,14 @@ def check_request_policy(request: TrainingRequest, tenant: Tenant) -> None:
             f"this run is tenant {tenant.name}'s (decided by who submits "
             f"it), so the request must name tenant {tenant.name}",
         )
-    _check_location(
-        "request.bundle",
-        request.bundle,
-        tenant.bundle_prefixes,
-        f"tenant {tenant.name} may read bundles only under "
-        f"{_describe_prefixes(tenant.bundle_prefixes)}",
-    )
+    if request.bundle is not None:  # none: the program is in the image, nothing is read
+        _check_location(
+            "request.bundle",
+            request.bundle,
+            tenant.bundle_prefixes,
+            f"tenant {tenant.name} may read bundles only under "
+            f"{_describe_prefixes(tenant.bundle_prefixes)}",
+        )
     _check_location(
         "request.output",
         request.output,

@@ -309,6 +309,8 @@ def build_pod_manifest(
         node_selector[GPU_PRODUCT_LABEL] = request.gpu_type
     labels = naming.replica_labels(run.job, run_key, request.tenant, run.run_hash, role, index)
     owner = request.model_owner() == (role, index)
+    # A request without a bundle: the program is in the image, the init container fetches none.
+    no_bundle = [{"name": protocol.ENV_NO_BUNDLE, "value": "1"}] if request.bundle is None else []
     spec: JsonObject = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": request.active_deadline,
@@ -333,6 +335,7 @@ def build_pod_manifest(
                 "env": [
                     {"name": protocol.ENV_ROLE, "value": role.value},
                     {"name": protocol.ENV_INDEX, "value": str(index)},
+                    *no_bundle,
                     build_home_env(),
                 ],
                 "resources": build_resources(request, role, with_gpu=False),

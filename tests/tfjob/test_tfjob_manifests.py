@@ -431,6 +431,19 @@ def test_a_roles_node_affinity_goes_into_its_pods_only_beside_the_placement_term
     assert "nodeAffinity" not in ps["spec"]["affinity"]
 
 
+def test_a_request_without_a_bundle_tells_the_init_container_to_fetch_none():
+    def init_env(request_data: dict) -> dict:
+        pod = build_pod_manifest(load_request(request_data), RUN, Role.WORKER, 0)
+        validate(pod)
+        (init,) = pod["spec"]["initContainers"]
+        return {e["name"]: e.get("value") for e in init["env"]}
+
+    data = distributed_request_data()
+    assert "TFJOB_NO_BUNDLE" not in init_env(data)
+    del data["bundle"]
+    assert init_env(data)["TFJOB_NO_BUNDLE"] == "1"
+
+
 def test_pod_for_a_replica_the_request_lacks_is_refused():
     with pytest.raises(ValueError, match=r"replica ps-0 given; the request has 0 ps"):
         build_pod_manifest(load_request(valid_request_data()), RUN, Role.PS, 0)

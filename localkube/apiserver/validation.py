@@ -1,7 +1,8 @@
 """What the API server refuses in an object's shape before storing it: a kind or apiVersion
 that is not the resource's, a name that is not an RFC 1123 label or subdomain, a pod spec
-the real API server would call Invalid. Pure checks over the body; the verbs that call
-them are operations.py's, admission (quota, limits, pod security) is admission.py's.
+(containers, restart policy, node affinity) the real API server would call Invalid. Pure
+checks over the body; the verbs that call them are operations.py's, admission (quota,
+limits, pod security) is admission.py's.
 """
 
 from __future__ import annotations
@@ -80,5 +81,58 @@ def validate_object(resource: str, obj: dict) -> None:
                 f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
             )
         )
+    causes += _node_affinity_causes(spec)
     if causes:
         raise errors.invalid("Pod", name, causes)
+
+
+_NODE_OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
+
+
+def _node_affinity_causes(spec: dict) -> list[tuple[str, str]]:
+    """kube-apiserver's checks of a pod's nodeAffinity (ValidateNodeSelectorRequirement)."""
+    where = "spec.affinity.nodeAffinity"
+    node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    causes: list[tuple[str, str]] = []
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms: list[tuple[str, dict]] = []
+    if required is not None:
+        at = f"{where}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        if not required.get("nodeSelectorTerms"):
+            causes.append((at, "Required value: must have at least one node selector term"))
+        terms += [(f"{at}[{i}]", t) for i, t in enumerate(required.get("nodeSelectorTerms") or [])]
+    for i, item in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        at = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = item.get("weight")
+        if not isinstance(weight, int) or not 1 <= weight <= 100:
+            causes.append((f"{at}.weight", f"Invalid value: {weight}: must be in the range 1-100"))
+        terms.append((f"{at}.preference", item.get("preference") or {}))
+    for at, term in terms:
+        for j, requirement in enumerate(term.get("matchExpressions") or []):
+            causes += _requirement_causes(f"{at}.matchExpressions[{j}]", requirement)
+    return causes
+
+
+def _requirement_causes(at: str, requirement: dict) -> list[tuple[str, str]]:
+    operator, values = requirement.get("operator"), requirement.get("values") or []
+    if operator in ("In", "NotIn") and not values:
+        return [
+            (f"{at}.values", "Required value: must be specified when `operator` is 'In' or 'NotIn'")
+        ]
+    if operator in ("Exists", "DoesNotExist") and values:
+        return [
+            (
+                f"{at}.values",
+                "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )
+        ]
+    if operator in ("Gt", "Lt") and len(values) != 1:
+        return [
+            (
+                f"{at}.values",
+                "Required value: must be specified single value when `operator` is 'Lt' or 'Gt'",
+            )
+        ]
+    if operator not in _NODE_OPERATORS:
+        return [(f"{at}.operator", f'Invalid value: "{operator}": not a valid selector operator')]
+    return []

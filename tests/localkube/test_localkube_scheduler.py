@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from harness.localkube_fixtures import mark_node_ready, start_localkube, stop_localkube
 from localkube.placement import choose_node, unschedulable_message
@@ -380,6 +382,44 @@ def test_a_pod_whose_required_node_affinity_no_node_matches_stays_pending(cluste
     assert read.status.phase == "Pending" and read.spec.node_name is None
     (condition,) = [c for c in read.status.conditions if c.type == "PodScheduled"]
     assert (condition.status, condition.reason) == ("False", "Unschedulable")
+
+
+def test_a_node_affinity_kube_apiserver_would_refuse_is_422_naming_the_field(cluster):
+    core = cluster.core_v1()
+    ns = f"s-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    body = pod(
+        "bad",
+        affinity={
+            "nodeAffinity": {
+                **required_node_affinity(
+                    expressions(("zone", "Near", "a"), ("zone", "In"), ("ssd", "Exists", "x"))
+                )["nodeAffinity"],
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 0, "preference": expressions(("cores", "Gt", "1", "2"))}
+                ],
+            }
+        },
+    )
+    del body["status"]
+    del body["metadata"]["namespace"]
+    with pytest.raises(ApiException) as error:
+        core.create_namespaced_pod(ns, body)
+    assert error.value.status == 422
+    message = json.loads(error.value.body)["message"]
+    required = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    preferred = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+    term = f"{required}.nodeSelectorTerms[0].matchExpressions"
+    for cause in (
+        f'{term}[0].operator: Invalid value: "Near": not a valid selector operator',
+        f"{term}[1].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+        f"{term}[2].values: Forbidden: may not be specified when `operator` is 'Exists'",
+        f"{preferred}.weight: Invalid value: 0: must be in the range 1-100",
+        f"{preferred}.preference.matchExpressions[0].values: Required value: must be specified "
+        "single value when `operator` is 'Lt' or 'Gt'",
+    ):
+        assert cause in message, message
+    assert core.list_namespaced_pod(ns).items == []
 
 
 def test_nodes_without_a_ready_kubelet_are_counted_in_the_message():

@@ -107,6 +107,12 @@ class RunWatch:
             return None
         return answer.json()["state"] if answer.status_code == 200 else None
 
+    def describe(self) -> str:
+        """What the run and its namespace show now, for an assertion's message."""
+        pods = self.kube.list_namespaced_pod(f"tfjob-{TENANT}", _request_timeout=30).items
+        phases = [(pod.metadata.name, pod.status.phase) for pod in pods]
+        return f"run {self.run_state()}, pods of tfjob-{TENANT}: {phases}"
+
     def pod_phase(self) -> str | None:
         try:
             pods = self.kube.list_namespaced_pod(
@@ -147,7 +153,7 @@ def test_each_service_killed_while_a_run_trains_is_restarted_and_the_run_succeed
             pid = await_running(components_table, name).pid
             row = kill_and_await_restart(components_table, name, pid)
             assert row.restarts >= 1 and row.last_exit == "killed by SIGKILL", row
-        assert watch.pod_phase() == "Running", "training ended before the last kill"
+        assert watch.pod_phase() == "Running", watch.describe()
 
         def ended() -> str | None:
             found = watch.run_state()

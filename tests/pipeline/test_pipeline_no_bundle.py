@@ -48,7 +48,11 @@ def image_only_tfjob() -> dict:
         "kind": "TFJob",
         "metadata": {"name": JOB},
         "spec": {
-            "runPolicy": {"cleanPodPolicy": "All", "activeDeadlineSeconds": 240},
+            "runPolicy": {
+                "cleanPodPolicy": "All",
+                "activeDeadlineSeconds": 240,
+                "schedulingPolicy": {"scheduleTimeoutSeconds": 60},
+            },
             "tfReplicaSpecs": {
                 "Worker": {
                     "replicas": 2,
@@ -65,7 +69,7 @@ def test_a_tfjob_whose_program_is_in_its_image_runs_without_a_bundle(pipeline_wo
     path = tmp_path / "tfjob.yaml"
     path.write_text(yaml.safe_dump(image_only_tfjob()))
     place = Destination(tenant=TENANT, output=f"s3://{world.bucket}/outputs/{JOB}")
-    conf = build_conf(path, ["startup_timeout=60"], place)
+    conf = build_conf(path, [], place)
     assert conf["bundle"] is None and conf["entrypoint"][:2] == ["python3", "-c"]
 
     result = world.run_submit(conf)

@@ -13,6 +13,9 @@ pointer in CHECKPOINT_DIR every second; with `"steps": N` instead of `sleep`,
 until step N, restored steps included), `{"worker-0": {"log_flood_mib": 1024, "flood_after": 20}}`
 (after `flood_after` seconds, N MiB of log as fast as it can, in 16 KiB lines, then
 `standin <replica> flood done`).
+With the request's env `STANDIN_SUMMARIES=1` every replica (ps included) first writes
+`standin-<replica>.txt` in its TENSORBOARD_DIR (not an event file: no reader takes it for
+one), as a program writing summaries would.
 A replica whose CHECKPOINT_DIR holds a
 pointer prints `standin <replica> resumed from step N` and counts on from there.
 ps replicas wait forever, like TensorFlow's.
@@ -35,6 +38,9 @@ STANDIN_PROGRAM = textwrap.dedent(
           f"WORKER_HOSTS={os.environ.get('WORKER_HOSTS', '')}", flush=True)
     behaviour = json.loads(os.environ.get("STANDIN_BEHAVIOUR") or "{}")
     mine = behaviour.get(me, behaviour.get("*", {}))
+    if os.environ.get("STANDIN_SUMMARIES") == "1":
+        with open(os.path.join(os.environ["TENSORBOARD_DIR"], f"standin-{me}.txt"), "w") as out:
+            out.write(f"summaries of {me}\\n")
     if role == "ps" and not mine:
         while True:  # like TensorFlow's ps: join() forever
             time.sleep(1)

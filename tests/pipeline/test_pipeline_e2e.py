@@ -62,10 +62,16 @@ def test_a_parameter_server_job_gets_its_cluster_spec_and_succeeds_when_the_chie
         strategy="parameter_server",
         replicas={"chief": 1, "ps": 1, "worker": 2},
         success_policy="chief",
+        env={"STANDIN_SUMMARIES": "1"},
     )
     result = world.run_request(body)
     assert result.state == "success", result
     prefix = run_keys(result)
+    # Every replica's TENSORBOARD_DIR in its own folder; the ps, which never exits by itself,
+    # at the latest by its final pass after teardown's SIGTERM.
+    for replica in ("chief-0", "ps-0", "worker-0", "worker-1"):
+        key = prefix + f"tensorboard/{replica}/standin-{replica}.txt"
+        assert world.s3_text(key) == f"summaries of {replica}\n", key
     manifest = json.loads(world.s3_text(prefix + "run.json"))
     cluster = manifest["cluster_spec"]
     assert sorted(cluster) == ["chief", "ps", "worker"] and len(cluster["worker"]) == 2

@@ -10,6 +10,7 @@ The tenants page (a navigation entry) and its JSON show tenant `test`'s running
 job with its quota use to that tenant's user, and nothing of it to `research`'s.
 Airflow's own pages of the tenant's DAG (grid, graph, a task's log and XComs)
 make no request its user is refused; another tenant's user is refused them.
+Last, real TensorFlow: digits-ps' tab draws curves read from its event files while it trains.
 Debian's `chromium` is driven by Playwright (its own browser download is not
 reachable), logged in with Airflow's `_token` cookie (the UI accepts the JWT there).
 The tests share one world and run in file order: the first three follow one run.
@@ -29,16 +30,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.airflow_fixtures import airflow_server, start_airflow
 from harness.pipeline_fixtures import (
+    TENANT,
     await_run,
     create_tenant_pool,
     explain_run,
     trigger,
     wait_for,
 )
+from harness.repo_root import REPO_ROOT
+from runtime.bundle import write_bundle
 from tfjob import pipeline_ids
+from tfjob.runlayout import TENSORBOARD_DIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -495,3 +501,66 @@ def test_airflow_pages_of_another_tenants_dag_stay_refused_to_a_tenant_user(airf
     assert SUBMIT in json.dumps(airflow.request("GET", "/ui/dependencies"))  # the admin's
     assert SUBMIT not in json.dumps(other.request("GET", "/ui/dependencies"))
     assert "tfjob_submit__research" not in json.dumps(own.request("GET", "/ui/dependencies"))
+
+
+@pytest.mark.timeout(1500)
+def test_digits_ps_shows_curves_read_from_its_event_files_while_it_trains(
+    browser, airflow, pipeline_world, tmp_path
+):
+    """Real TensorFlow: digits-ps' chief writes `tf.summary` scalars into its TENSORBOARD_DIR,
+    the bootstrap syncs them to the run's tensorboard/chief-0/ every checkpoint interval, and
+    the tab draws them while the run is still training (issue 31)."""
+    bundle = REPO_ROOT / "bundles" / "digits-ps"
+    archive = tmp_path / "digits-ps.tar.gz"
+    write_bundle(bundle, archive, "digits-ps")
+    world = pipeline_world
+    world.s3.client().upload_file(str(archive), world.bucket, "bundles/digits-ps.tar.gz")
+    request = yaml.safe_load((bundle / "request.yaml").read_text())
+    request.update(
+        name="view-summaries",
+        tenant=TENANT,
+        bundle=f"s3://{world.bucket}/bundles/digits-ps.tar.gz",
+        output=f"s3://{world.bucket}/outputs/view-summaries",
+        startup_timeout=240,
+        checkpoint_interval=10,  # the summaries' sync interval too: points arrive while training
+        env={**request["env"], "STEPS": "3000"},  # a point every 100 steps, ~30 in all
+    )
+    run_id = trigger(airflow, SUBMIT, request)["dag_run_id"]
+    page, tab = open_tab(browser, tenant_user(airflow, "test"), run_id)
+    try:
+        wait_for(
+            lambda: (
+                (
+                    tab.locator("#curves-from").inner_text() == "from the run's event files"
+                    and points_of(tab, "loss") >= 2
+                    and tab.locator("#state").inner_text() == "running"
+                )
+                or None
+            ),
+            600,
+            "a loss curve of at least 2 points from the event files while the run trains",
+            interval=1.0,
+        )
+        assert points_of(tab, "accuracy") >= 2
+        assert tab.locator("#tensorboard-command").inner_text() == f"tshell tensorboard {run_id}"
+        folder = tab.locator("#tensorboard-folder")
+        run_prefix = f"/outputs/view-summaries/runs/{SUBMIT}/{run_id}/"
+        assert folder.inner_text().endswith(run_prefix + TENSORBOARD_DIR)
+        listing = page.context.request.get(airflow.url + folder.get_attribute("href"))
+        paths = [f["path"] for f in json.loads(listing.body())["files"]]
+        assert any("chief-0/events.out.tfevents" in path for path in paths), paths
+        save_screenshot(page, "tfjob-tab-event-curves")
+    finally:
+        page.context.close()
+    # Cancelled (the tab's own route) rather than trained to the end: the curves were the point.
+    quoted = urllib.parse.quote(run_id, safe="")
+    answer = urllib.request.urlopen(
+        urllib.request.Request(
+            f"{airflow.url}/tfjob/runs/{SUBMIT}/{quoted}/cancel",
+            method="POST",
+            headers={"Authorization": f"Bearer {airflow.token()}", "x-tfjob-cancel": "1"},
+        ),
+        timeout=60,
+    )
+    assert answer.status == 200
+    await_run(airflow, SUBMIT, run_id)

@@ -132,11 +132,12 @@ def carry_out(
     time.sleep(fault.delay_s)
     target = Target(tenant_namespace(run.planned.tenant), run.planned.name, run.dag_id, run.run_id)
     row["at_s"] = round(time.time() - began, 1)
+    # the runs in flight when it lands (an injector may return after they ended: `up` again)
+    hit = [run] if fault.kind in POD_FAULTS else [r for r in wave if r.state is None]
     try:
         detail = inject(world, fault.kind, target, random.Random(fault.index))
     except FaultNotApplicable as error:
         return row | {"status": "skipped", "detail": str(error)}
-    hit = [run] if fault.kind in POD_FAULTS else [r for r in wave if r.state is None]
     for each in hit:
         each.faults.append(fault.kind)
     print(f"chaos: fault {fault.index} {fault.kind.value} on {run.planned.name}: {detail}")

@@ -15,7 +15,9 @@ until step N, restored steps included), `{"worker-0": {"log_flood_mib": 1024, "f
 `standin <replica> flood done`).
 With the request's env `STANDIN_SUMMARIES=1` every replica (ps included) first writes
 `standin-<replica>.txt` in its TENSORBOARD_DIR (not an event file: no reader takes it for
-one), as a program writing summaries would.
+one), as a program writing summaries would. With `STANDIN_EVENTS=<base64>` every replica
+writes those bytes (a TensorBoard event file, e.g. harness/event_files.py's `frame`) as
+`events.out.tfevents.0.standin-<replica>` in its TENSORBOARD_DIR, as tf.summary would.
 A replica whose CHECKPOINT_DIR holds a
 pointer prints `standin <replica> resumed from step N` and counts on from there.
 ps replicas wait forever, like TensorFlow's.
@@ -29,7 +31,7 @@ from pathlib import Path
 STANDIN_PROGRAM = textwrap.dedent(
     '''
     """Stand-in for a TensorFlow program: what the pod protocol gives it, without TensorFlow."""
-    import json, os, sys, time
+    import base64, json, os, sys, time
 
     role, index = os.environ["TFJOB_ROLE"], os.environ["TFJOB_INDEX"]
     me = f"{role}-{index}"
@@ -41,6 +43,10 @@ STANDIN_PROGRAM = textwrap.dedent(
     if os.environ.get("STANDIN_SUMMARIES") == "1":
         with open(os.path.join(os.environ["TENSORBOARD_DIR"], f"standin-{me}.txt"), "w") as out:
             out.write(f"summaries of {me}\\n")
+    if os.environ.get("STANDIN_EVENTS"):
+        name = f"events.out.tfevents.0.standin-{me}"
+        with open(os.path.join(os.environ["TENSORBOARD_DIR"], name), "wb") as out:
+            out.write(base64.b64decode(os.environ["STANDIN_EVENTS"]))
     if role == "ps" and not mine:
         while True:  # like TensorFlow's ps: join() forever
             time.sleep(1)

@@ -1,13 +1,19 @@
-"""tshell tensorboard end to end: two runs' event files in S3, TensorBoard serving both,
+"""tshell tensorboard end to end: two real runs' event files in S3, TensorBoard serving both,
 headless Chromium opening it.
 
-What is real: the event files (written by TensorFlow's `tf.summary` in a child
-process), the S3 server and the runs' keys (tfjob/runlayout.py), the `tshell`
-command in its own process, the TensorBoard it starts, its scalars API and
-Debian's Chromium (driven by Playwright, as tests/operators/test_run_view_browser.py
-does). What stands in: Airflow's REST answers for the two runs and its
-`/tfjob` files API, served here from the same S3 objects the real one reads
-(runview/files.py; its own tests are tests/tshell/test_tshell_run_commands.py's).
+What is real: all of it. A real Airflow (API server, scheduler, triggerer, this repo's
+DAGs and plugin, as tests/pipeline/test_pipeline_rest.py starts it) on the shared
+pipeline world (harness/world_fixtures.py: the S3 server, localkube); two runs of the
+test tenant's submit DAG triggered over REST and awaited to success. Each run's pod runs
+the stand-in program (harness/standin.py), which writes a TensorBoard event file into its
+TENSORBOARD_DIR (`loss` and `accuracy` scalars by step, as `tf.summary.scalar` writes them:
+made here with harness/event_files.py, tensorboard's own protos and record writer, and
+handed to the stand-in base64 in the request's env `STANDIN_EVENTS`); the pod's bootstrap
+syncs it to the run's `tensorboard/worker-0/` in S3 (tfjob/runlayout.py). The `tshell`
+command runs in its own process, logged in to that Airflow only: it reads the runs and
+their event files through Airflow's REST API and /tfjob files API. Then the TensorBoard it
+starts, its scalars API and Debian's Chromium (driven by Playwright, as
+tests/operators/test_run_view_browser.py does).
 
 With $TFJOB_VIEW_SCREENSHOTS set (docs/images/), the page is saved as
 tensorboard-two-runs.jpg for docs/tshell.md.
@@ -15,7 +21,7 @@ tensorboard-two-runs.jpg for docs/tshell.md.
 
 from __future__ import annotations
 
-import http.server
+import base64
 import json
 import os
 import shutil
@@ -23,8 +29,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -33,123 +37,74 @@ from typing import Any
 
 import pytest
 
+from harness.airflow_fixtures import start_airflow
+from harness.event_files import frame, tensor_event
+from harness.pipeline_fixtures import await_run, create_tenant_pool, explain_run, trigger
 from harness.repo_root import REPO_ROOT
-from harness.s3_fixtures import S3Server
 from harness.tshell_fixtures import MACHINE_SETTINGS
+from tfjob import pipeline_ids
 from tfjob.runlayout import RunLayout
 from tshell.runs.event_mirror import name_run_for_board
 from tshell.runs.lookup import RunRef
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# A world, an Airflow and two runs before the first test: over 600 s on two busy cores.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DAG = "tfjob_submit__team-a"
-RUNS = ("manual__2026-12-07T10:00:00+00:00", "manual__2026-12-07T11:00:00+00:00")
+DAG = pipeline_ids.submit_dag_id("test")
+REPLICA = ("worker", 0)  # a single-mode run's one replica
 SERVE_TIMEOUT_S = 300.0  # TensorBoard imports TensorFlow: tens of seconds on a busy machine
 UI_TIMEOUT_MS = 120_000
-
-# Two runs of one program, one learning faster: `loss` and `accuracy` by step, as
-# digits-ps's chief writes them (tf.summary scalars).
-WRITE_EVENTS = textwrap.dedent(
-    """
-    import sys
-    import tensorflow as tf
-
-    for folder, rate in zip(sys.argv[1::2], map(float, sys.argv[2::2])):
-        writer = tf.summary.create_file_writer(folder)
-        with writer.as_default():
-            for step in range(0, 401, 50):
-                tf.summary.scalar("loss", 2.3 * (1 - rate) ** (step / 50) + 0.1, step=step)
-                tf.summary.scalar("accuracy", 0.95 - 0.85 * (1 - rate) ** (step / 50), step=step)
-        writer.close()
-    """
-)
+# Two runs of one program, one learning faster (its name, its rate).
+RUNS = (("tb-fast", 0.35), ("tb-slow", 0.2))
 
 
-def output_of(s3: S3Server) -> str:
-    return f"s3://{s3.bucket}/digits"
-
-
-class AirflowFromS3(http.server.BaseHTTPRequestHandler):
-    """Airflow's answers for the two runs; their files come from S3 under each run's prefix."""
-
-    s3: Any = None
-    output = ""
-
-    def answer(self, status: int, body: bytes, kind: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        url = urllib.parse.urlsplit(self.path)
-        parts = [urllib.parse.unquote(p) for p in url.path.split("/")]
-        if len(parts) == 7 and parts[1:5] == ["api", "v2", "dags", DAG] and parts[6] in RUNS:
-            body = {"dag_id": DAG, "dag_run_id": parts[6], "state": "success", "conf": {}}
-            return self.answer(200, json.dumps(body).encode())
-        if len(parts) >= 6 and parts[1:4] == ["tfjob", "runs", DAG] and parts[4] in RUNS:
-            layout = RunLayout.for_run(self.output, DAG, parts[4])
-            if len(parts) == 6:
-                under = urllib.parse.parse_qs(url.query).get("under", [""])[0]
-                page = self.s3.list_objects_v2(Bucket=layout.bucket, Prefix=layout.root.key + under)
-                files = [
-                    {
-                        "path": layout.path_of(item["Key"]),
-                        "size": item["Size"],
-                        "last_modified": item["LastModified"].isoformat(),
-                    }
-                    for item in page.get("Contents", [])
-                ]
-                listing = {"run_prefix": layout.root.uri, "files": files, "truncated": False}
-                return self.answer(200, json.dumps(listing | {"limit": 10000}).encode())
-            key = layout.file("/".join(parts[6:])).key
-            data = self.s3.get_object(Bucket=layout.bucket, Key=key)["Body"].read()
-            return self.answer(200, data, "application/octet-stream")
-        self.answer(404, b'{"detail": "no such route"}')
-
-    def do_POST(self) -> None:  # noqa: N802 - only the login
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.answer(201, json.dumps({"access_token": "t"}).encode())
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def write_event_file(rate: float) -> bytes:
+    """`loss` and `accuracy` by step, as digits-ps's chief writes them (tf.summary scalars)."""
+    events = []
+    for step in range(0, 401, 50):
+        decay = (1 - rate) ** (step / 50)
+        events.append(tensor_event(step, "loss", 2.3 * decay + 0.1))
+        events.append(tensor_event(step, "accuracy", 0.95 - 0.85 * decay))
+    return frame(*events)
 
 
 @pytest.fixture(scope="module")
-def runs_in_s3(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> S3Server:
-    """Each run's chief-0 wrote its summaries; they lie under the run's tensorboard/ folder."""
-    local = tmp_path_factory.mktemp("events")
-    folders = [local / run_id.replace(":", "_") for run_id in RUNS]
-    rates = ("0.35", "0.2")
-    argv = [x for pair in zip(map(str, folders), rates, strict=True) for x in pair]
-    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run(
-        [sys.executable, "-c", WRITE_EVENTS, *argv], env=env, check=True, timeout=SERVE_TIMEOUT_S
-    )
-    client = s3_server.client()
-    for run_id, folder in zip(RUNS, folders, strict=True):
-        replica = RunLayout.for_run(output_of(s3_server), DAG, run_id).replica_tensorboard(
-            "chief", 0
-        )
-        for path in folder.iterdir():
-            client.upload_file(str(path), replica.bucket, replica.key + path.name)
-    return s3_server
+def airflow(pipeline_world, tmp_path_factory):
+    env = {
+        k: v
+        for k, v in pipeline_world.env.items()
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
+    }
+    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
+    handle = start_airflow(tmp_path_factory.mktemp("airflow-board"), extra_env=env)
+    try:
+        create_tenant_pool(handle)
+        yield handle
+    finally:
+        handle.stop()
 
 
 @pytest.fixture(scope="module")
-def airflow_url(runs_in_s3: S3Server) -> Iterator[str]:
-    AirflowFromS3.s3, AirflowFromS3.output = runs_in_s3.client(), output_of(runs_in_s3)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), AirflowFromS3)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+def run_ids(pipeline_world, airflow) -> list[str]:
+    """Two runs, each of whose pods wrote its event file; both ended with it in S3."""
+    started = []
+    for name, rate in RUNS:
+        events = base64.b64encode(write_event_file(rate)).decode()
+        conf = pipeline_world.request(name, env={"STANDIN_EVENTS": events})
+        started.append((conf, trigger(airflow, DAG, conf)["dag_run_id"]))
+    for conf, run_id in started:
+        done = await_run(airflow, DAG, run_id)
+        assert done["state"] == "success", explain_run(airflow, DAG, run_id)
+        folder = RunLayout.for_run(conf["output"], DAG, run_id).replica_tensorboard(*REPLICA)
+        keys = pipeline_world.s3_keys(folder.key)
+        assert f"{folder.key}events.out.tfevents.0.standin-worker-0" in keys, keys
+    return [run_id for _, run_id in started]
 
 
 @pytest.fixture(scope="module")
 def board(
-    airflow_url: str, tmp_path_factory: pytest.TempPathFactory
+    airflow: Any, run_ids: list[str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`tshell tensorboard RUN1 RUN2` running in its own process, and the URL it printed."""
     home = tmp_path_factory.mktemp("tshell")
@@ -157,11 +112,11 @@ def board(
     env |= {
         "TSHELL_CONFIG": str(home / "no-config.yaml"),
         "TSHELL_SERVICES_FILE": str(home / "no-services.json"),
-        "TSHELL_AIRFLOW_URL": airflow_url,
-        "TSHELL_USERNAME": "alice",
-        "TSHELL_PASSWORD": "pw",
+        "TSHELL_AIRFLOW_URL": airflow.url,
+        "TSHELL_USERNAME": airflow.username,
+        "TSHELL_PASSWORD": airflow.password,
     }
-    argv = [sys.executable, "-m", "tshell", "tensorboard", *RUNS, "--dag", DAG]
+    argv = [sys.executable, "-m", "tshell", "tensorboard", *run_ids, "--dag", DAG]
     process = subprocess.Popen(
         [*argv, "--cache-dir", str(home / "cache")],
         cwd=REPO_ROOT,
@@ -187,20 +142,24 @@ def board(
         process.wait()
 
 
-def test_tensorboard_serves_both_runs_loss_tags_to_its_scalars_api(board) -> None:
+def board_names(run_ids: list[str]) -> list[str]:
+    """Each run's replica as TensorBoard names it: `<run>/<role>-<index>`."""
+    role, index = REPLICA
+    return [f"{name_run_for_board(RunRef(DAG, run_id))}/{role}-{index}" for run_id in run_ids]
+
+
+def test_tensorboard_serves_both_runs_loss_tags_to_its_scalars_api(board, run_ids) -> None:
     _, url = board
     with urllib.request.urlopen(url + "data/plugin/scalars/tags", timeout=30) as answer:
         tags = json.load(answer)
-    for run_id in RUNS:
-        name = name_run_for_board(RunRef(DAG, run_id))
-        assert "loss" in tags.get(f"{name}/chief-0", {}), (name, sorted(tags))
+    for name in board_names(run_ids):
+        assert "loss" in tags.get(name, {}), (name, sorted(tags))
 
 
-def test_headless_chromium_opens_tensorboard_with_both_runs(board) -> None:
+def test_headless_chromium_opens_tensorboard_with_both_runs(board, run_ids) -> None:
     from playwright.sync_api import sync_playwright
 
     _, url = board
-    names = [name_run_for_board(RunRef(DAG, run_id)) for run_id in RUNS]
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
@@ -209,8 +168,8 @@ def test_headless_chromium_opens_tensorboard_with_both_runs(board) -> None:
         page.set_default_timeout(UI_TIMEOUT_MS)
         page.goto(url + "#timeseries")
         page.get_by_text("loss", exact=True).first.wait_for()
-        for name in names:
-            page.get_by_text(f"{name}/chief-0").first.wait_for()
+        for name in board_names(run_ids):
+            page.get_by_text(name).first.wait_for()
         page.wait_for_timeout(2000)  # let the charts draw their lines for the picture
         folder = os.environ.get("TFJOB_VIEW_SCREENSHOTS")
         if folder:

@@ -25,17 +25,29 @@ identities) keeps a world of its own by overriding the fixture:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes
 import pytest
 
+from harness.airflow_fixtures import AirflowHandle, start_airflow
 from harness.localkube_fixtures import LocalkubeHandle
-from harness.pipeline_fixtures import NAMESPACE, PipelineWorld, start_pipeline_world, wait_for
+from harness.pipeline_fixtures import (
+    NAMESPACE,
+    PipelineWorld,
+    create_tenant_pool,
+    start_pipeline_world,
+    wait_for,
+)
 from harness.postgres_fixtures import copy_airflow_database
 from tfjob.naming import LABEL_JOB
 
+# Each task process parses its DAG file, importing the provider's KubernetesPodOperator
+# (kubernetes + kubernetes_asyncio: ~2 s idle, over 10 s on 2 cores under load): more than
+# Airflow's default 30 s, so that a busy machine does not fail tasks at their start.
+DAGBAG_IMPORT_TIMEOUT_S = 120
 # A run's pods stop within their grace period; a file's leftovers must be gone before
 # the next file starts.
 LEFTOVERS_GONE_TIMEOUT_S = 120
@@ -102,3 +114,21 @@ def pipeline_world(
         yield open_file_world(worker_pipeline_world, name)
     finally:
         delete_leftover_run_objects(worker_pipeline_world.kube)
+
+
+@contextlib.contextmanager
+def run_world_airflow(world: PipelineWorld, home: Path) -> Iterator[AirflowHandle]:
+    """A launched Airflow of the calling file on its view of the world (the world's
+    connections, request files and tenants file) with the test tenant's pool; stopped after."""
+    env = {
+        k: v
+        for k, v in world.env.items()
+        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
+    }
+    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = str(DAGBAG_IMPORT_TIMEOUT_S)
+    handle = start_airflow(home, extra_env=env)
+    try:
+        create_tenant_pool(handle)
+        yield handle
+    finally:
+        handle.stop()

@@ -32,16 +32,16 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.airflow_fixtures import airflow_server, start_airflow
+from harness.airflow_fixtures import airflow_server
 from harness.pipeline_fixtures import (
     TENANT,
     await_run,
-    create_tenant_pool,
     explain_run,
     trigger,
     wait_for,
 )
 from harness.repo_root import REPO_ROOT
+from harness.world_fixtures import run_world_airflow
 from runtime.bundle import write_bundle
 from tfjob import pipeline_ids
 from tfjob.runlayout import TENSORBOARD_DIR
@@ -70,18 +70,8 @@ def distributed_request(world: Any, name: str, sleep_s: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {
-        k: v
-        for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
-    }
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
-    handle = start_airflow(tmp_path_factory.mktemp("airflow-view"), extra_env=env)
-    try:
-        create_tenant_pool(handle)
+    with run_world_airflow(pipeline_world, tmp_path_factory.mktemp("airflow-view")) as handle:
         yield handle
-    finally:
-        handle.stop()
 
 
 @pytest.fixture(scope="module")

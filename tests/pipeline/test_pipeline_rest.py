@@ -20,13 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.airflow_fixtures import start_airflow
 from harness.pipeline_fixtures import (
     NAMESPACE,
     RUN_TIMEOUT_S,
     STANDIN_BUNDLE_KEY,
     await_run,
-    create_tenant_pool,
     explain_run,
     task_log,
     task_states,
@@ -34,6 +32,7 @@ from harness.pipeline_fixtures import (
     wait_for,
 )
 from harness.poller import Poller
+from harness.world_fixtures import run_world_airflow
 from tfjob import naming, pipeline_ids
 from tfjob.naming import job_selector
 
@@ -49,23 +48,10 @@ def run_prefix(name: str, run_id: str, dag_id: str = SUBMIT) -> str:
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {
-        k: v
-        for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
-    }
-    # Each task process parses its DAG file, importing the provider's KubernetesPodOperator
-    # (kubernetes + kubernetes_asyncio: ~2 s idle, over 10 s on 2 cores under load): give it
-    # more than Airflow's default 30 s so a busy machine does not fail tasks at start.
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"
     # A request file, so tfjob_requests.py yields a DAG and start-up need not wait for it.
     pipeline_world.write_request(pipeline_world.request("rest-file"))
-    handle = start_airflow(tmp_path_factory.mktemp("airflow-rest"), extra_env=env)
-    try:
-        create_tenant_pool(handle)
+    with run_world_airflow(pipeline_world, tmp_path_factory.mktemp("airflow-rest")) as handle:
         yield handle
-    finally:
-        handle.stop()
 
 
 def test_tfjob_submit_triggered_over_rest_runs_to_success(pipeline_world, airflow):

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.airflow_fixtures import start_airflow
-from harness.pipeline_fixtures import TENANT, create_tenant_pool, explain_run, trigger
+from harness.pipeline_fixtures import TENANT, explain_run, trigger
 from harness.repo_root import REPO_ROOT
+from harness.world_fixtures import run_world_airflow
 from runtime.metric_lines import collect_metric_points
 from tfjob.kubeflow.convert import Destination
 from tfjob.pipeline_ids import submit_dag_id
@@ -115,18 +115,8 @@ def examples(pipeline_world, tmp_path_factory):
     for request_file in FLAGS_REQUEST_FILES:  # submitted as conf only: no request DAG
         request = example_request(world, FLAGS_BUNDLE, request_file)
         requests[request["name"]] = request
-    env = {
-        k: v
-        for k, v in world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
-    }
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"
-    handle = start_airflow(tmp_path_factory.mktemp("airflow-tf"), extra_env=env)
-    try:
-        create_tenant_pool(handle)
+    with run_world_airflow(world, tmp_path_factory.mktemp("airflow-tf")) as handle:
         yield handle, requests
-    finally:
-        handle.stop()
 
 
 def run_all(airflow: Any, runs: list[tuple[str, str, dict[str, Any]]]) -> dict[tuple, dict]:

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.airflow_fixtures import airflow_server, start_airflow
+from harness.airflow_fixtures import airflow_server
 from harness.pipeline_fixtures import (
-    create_tenant_pool,
     explain_run,
     task_states,
     trigger,
     wait_for,
 )
+from harness.world_fixtures import run_world_airflow
 from tfjob.pipeline_ids import request_dag_id
 
 # Starting S3, localkube and Airflow, and one run, take the first test past 600 s on a busy
@@ -53,23 +53,13 @@ def research_request(world: Any, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {
-        k: v
-        for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
-    }
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
     pipeline_world.write_request(pipeline_world.request(NAME))
     # research's file, sorted before test's, declaring test's request name
     (pipeline_world.requests_dir / "aaa.yaml").write_text(
         yaml.safe_dump(research_request(pipeline_world, NAME))
     )
-    handle = start_airflow(tmp_path_factory.mktemp("airflow-ownership"), extra_env=env)
-    try:
-        create_tenant_pool(handle)
+    with run_world_airflow(pipeline_world, tmp_path_factory.mktemp("airflow-ownership")) as handle:
         yield handle
-    finally:
-        handle.stop()
 
 
 def user_of(airflow: Any, tenant: str) -> Any:

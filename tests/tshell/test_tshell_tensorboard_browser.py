@@ -37,11 +37,11 @@ from typing import Any
 
 import pytest
 
-from harness.airflow_fixtures import start_airflow
 from harness.event_files import frame, tensor_event
-from harness.pipeline_fixtures import await_run, create_tenant_pool, explain_run, trigger
+from harness.pipeline_fixtures import await_run, explain_run, trigger
 from harness.repo_root import REPO_ROOT
 from harness.tshell_fixtures import MACHINE_SETTINGS
+from harness.world_fixtures import run_world_airflow
 from tfjob import pipeline_ids
 from tfjob.runlayout import RunLayout
 from tshell.runs.event_mirror import name_run_for_board
@@ -71,18 +71,8 @@ def write_event_file(rate: float) -> bytes:
 
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
-    env = {
-        k: v
-        for k, v in pipeline_world.env.items()
-        if k.startswith("AIRFLOW_CONN_") or k in ("TFJOB_REQUESTS_DIR", "TFJOB_TENANTS_FILE")
-    }
-    env["AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT"] = "120"  # as test_pipeline_rest.py says why
-    handle = start_airflow(tmp_path_factory.mktemp("airflow-board"), extra_env=env)
-    try:
-        create_tenant_pool(handle)
+    with run_world_airflow(pipeline_world, tmp_path_factory.mktemp("airflow-board")) as handle:
         yield handle
-    finally:
-        handle.stop()
 
 
 @pytest.fixture(scope="module")

@@ -212,16 +212,25 @@ def test_every_example_trains_with_tensorflow_from_a_request_file_or_its_tenants
         assert world.run_objects(name) == [], name
 
 
+@pytest.fixture(scope="module")
+def flags_and_master_runs(examples) -> dict[tuple, dict]:
+    """The flags-only TF1 runs and the Master job, run together (they share no object):
+    one wait for the three instead of one after another."""
+    airflow, requests = examples
+    names = [name for name in requests if name.startswith(FLAGS_BUNDLE)] + [MASTER_JOB]
+    return run_all(airflow, [(name, SUBMIT_DAG, requests[name]) for name in names])
+
+
 def test_a_flags_only_tf1_program_gets_its_cluster_from_expanded_args_through_the_submit_dag(
-    pipeline_world, examples
+    pipeline_world, examples, flags_and_master_runs
 ):
     """`--job_name=$(JOB_NAME)` and the other flags reach the program expanded (issue 16)."""
     world = pipeline_world
     airflow, requests = examples
     names = [name for name in requests if name.startswith(FLAGS_BUNDLE)]
     assert sorted(names) == [FLAGS_BUNDLE, f"{FLAGS_BUNDLE}-chief"]
-    done = run_all(airflow, [(name, SUBMIT_DAG, requests[name]) for name in names])
-    assert len(done) == len(names), sorted(done)
+    done = {key: run for key, run in flags_and_master_runs.items() if key[0] in names}
+    assert len(done) == len(names), sorted(flags_and_master_runs)
     failed = [
         explain_run(airflow, run["dag_id"], run["run_id"])
         for run in done.values()
@@ -241,15 +250,14 @@ def test_a_flags_only_tf1_program_gets_its_cluster_from_expanded_args_through_th
 
 
 def test_a_tfjob_with_a_master_trains_with_tensorflow_its_pods_finding_master_in_tf_config(
-    pipeline_world, examples
+    pipeline_world, examples, flags_and_master_runs
 ):
     """Kubeflow's `Master` keeps its name in TF_CONFIG (issue 32) and the job still trains."""
     world = pipeline_world
     airflow, requests = examples
     request = requests[MASTER_JOB]
     assert request["chief_task_type"] == "master"
-    done = run_all(airflow, [(MASTER_JOB, SUBMIT_DAG, request)])
-    (run,) = done.values()
+    run = flags_and_master_runs[(MASTER_JOB, SUBMIT_DAG)]
     assert run["state"] == "success", explain_run(airflow, run["dag_id"], run["run_id"])
     assert check_run(world, request, run["dag_id"], run["run_id"]) == []
     prefix = f"outputs/{MASTER_JOB}/runs/{run['dag_id']}/{run['run_id']}/"

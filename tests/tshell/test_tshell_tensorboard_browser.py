@@ -69,6 +69,10 @@ def write_event_file(rate: float) -> bytes:
     return frame(*events)
 
 
+def restore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def airflow(pipeline_world, tmp_path_factory):
     with run_world_airflow(pipeline_world, tmp_path_factory.mktemp("airflow-board")) as handle:
@@ -114,6 +118,9 @@ def board(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A user's terminal delivers Ctrl-C; a test run in the background of a script (a
+        # CI's `make test &`) has SIGINT ignored, and a child would inherit that.
+        preexec_fn=restore_sigint,
     )
     lines: list[str] = []
     deadline = time.monotonic() + SERVE_TIMEOUT_S

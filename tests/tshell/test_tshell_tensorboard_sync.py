@@ -15,6 +15,7 @@ import _thread
 import http.server
 import io
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -298,6 +299,9 @@ def test_a_live_run_is_followed_until_it_ends_and_ctrl_c_stops_the_server(
     airflow: Routes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(board_command, "build_tensorboard_argv", stand_in_server(tmp_path / "tb"))
+    # interrupt_main() is a Ctrl-C only where SIGINT has Python's handler: a process started
+    # in the background of a script (a CI's `make test &`) inherits SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     started: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen
 
@@ -315,7 +319,8 @@ def test_a_live_run_is_followed_until_it_ends_and_ctrl_c_stops_the_server(
         serving.seen.wait(60)
         with airflow.lock:
             add_events(airflow, RUN_A, "chief-0", b"step-1", "2026-12-07T10:05:00+00:00")
-        while not cached(cache, RUN_A, "chief-0").exists():
+        synced_by = time.monotonic() + 60
+        while not cached(cache, RUN_A, "chief-0").exists() and time.monotonic() < synced_by:
             time.sleep(0.1)
         with airflow.lock:
             add_events(airflow, RUN_A, "chief-0", b"step-1-2", "2026-12-07T10:06:00+00:00")
@@ -334,7 +339,10 @@ def test_a_live_run_is_followed_until_it_ends_and_ctrl_c_stops_the_server(
         return real_write(text)
 
     monkeypatch.setattr(out, "write", write_both)
-    code = run_command(args, out)
+    try:
+        code = run_command(args, out)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     printed = out.getvalue()
     assert code == ExitCode.INTERRUPTED, printed
     assert "none yet; the run is still going" in printed

@@ -31,8 +31,9 @@ class Recorder(threading.Thread):
         self.api = world.kube.core_v1()
         self.job = job
         self.stop = threading.Event()
-        # Every key of the run's Secrets (bundle_url, upload.json, restore.json, and any
-        # added later): a key this recorder did not foresee must not stop it recording.
+        # Every key of the run's Secrets (bundle_url, upload.json, restore.json, each
+        # replica's tensorboard-<role>-<index>.json, and any added later): a key this
+        # recorder did not foresee must not stop it recording.
         self.secret_values: dict[str, set[str]] = {
             "bundle_url": set(),
             "upload.json": set(),
@@ -71,7 +72,13 @@ class Recorder(threading.Thread):
         found = set(urls)
         for url in urls:
             found.add(url.split("X-Amz-Signature=")[1])
-        for raw in self.secret_values["upload.json"]:
+        uploads = [
+            raw
+            for key, raw_values in self.secret_values.items()
+            for raw in raw_values
+            if key == "upload.json" or key.startswith("tensorboard-")
+        ]
+        for raw in uploads:
             for grant in json.loads(raw)["grants"].values():
                 fields = grant["fields"]
                 found.update({fields["policy"], fields["x-amz-signature"]})
@@ -104,9 +111,11 @@ def test_grants_signed_for_60s_are_refreshed_so_a_3_minute_training_uploads_and_
     assert "uploaded 2 files of the model and metrics" in replica_log
     assert "retrying in" not in replica_log  # the grant it read was fresh: no failed attempt
     # 60 s grants, signed anew every 30 s over >3 minutes.
-    assert set(recorder.secret_values) == {"bundle_url", "upload.json", "restore.json"}
-    signed = recorder.secret_values["upload.json"]
-    assert len(signed) >= 5, f"{len(signed)} distinct upload grants seen"
+    summaries = "tensorboard-worker-0.json"  # the replica's own summaries grant
+    assert set(recorder.secret_values) == {"bundle_url", "upload.json", "restore.json", summaries}
+    for key in ("upload.json", summaries):
+        signed = recorder.secret_values[key]
+        assert len(signed) >= 5, f"{len(signed)} distinct {key} grants seen"
     assert "S3 grants of run" in result.log and "signed anew" in result.log
 
     xcoms = json.dumps(

@@ -1,8 +1,13 @@
-"""What the tests of runtime/checkpoints.py share: waiting, reading S3, the credential check."""
+"""What the tests of the pod's checkpoint and summaries syncs share: starting the bootstrap,
+waiting, reading S3, the credential check."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from harness.repo_root import REPO_ROOT
 from harness.s3_fixtures import S3Server
@@ -39,3 +44,22 @@ def assert_no_credentials(text: str, *grants: dict) -> None:
         for fields in (g["fields"] for g in grant["grants"].values()):
             for value in (fields["policy"], fields["x-amz-signature"], fields["x-amz-credential"]):
                 assert value not in text
+
+
+def start_bootstrap(dirs: dict[str, Path], **extra: str) -> subprocess.Popen[str]:
+    """The bootstrap running `prog.py` in dirs' workspace, with no ClusterSpec to wait for."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "TFJOB_WORKSPACE": str(dirs["workspace"]),
+        "TFJOB_CONFIG_DIR": str(dirs["config"]),
+        "TFJOB_ACCESS_DIR": str(dirs["access"]),
+        "TFJOB_WAIT_CLUSTERSPEC": "0",
+        **extra,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-I", *BOOTSTRAP, "--", sys.executable, "prog.py"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

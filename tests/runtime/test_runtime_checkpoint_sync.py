@@ -12,21 +12,19 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from harness.checkpoint_fixtures import (
-    BOOTSTRAP,
     DAG,
     DEADLINE_S,
     POINTER_TEXT,
     assert_no_credentials,
     list_keys,
     read_object,
+    start_bootstrap,
     wait_for,
 )
 from harness.s3_fixtures import S3Server
@@ -231,24 +229,6 @@ def write_upload_json(server: S3Server, dirs: dict[str, Path], run_id: str) -> d
     )
     (dirs["access"] / "upload.json").write_text(json.dumps(grant))
     return grant
-
-
-def start_bootstrap(dirs: dict[str, Path], **extra: str) -> subprocess.Popen[str]:
-    env = {
-        "PATH": os.environ["PATH"],
-        "TFJOB_WORKSPACE": str(dirs["workspace"]),
-        "TFJOB_CONFIG_DIR": str(dirs["config"]),
-        "TFJOB_ACCESS_DIR": str(dirs["access"]),
-        "TFJOB_WAIT_CLUSTERSPEC": "0",
-        **extra,
-    }
-    return subprocess.Popen(
-        [sys.executable, "-I", *BOOTSTRAP, "--", sys.executable, "prog.py"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def uploads_logged(err: str) -> int:

@@ -9,21 +9,18 @@ as the pod runs it; one pass is also checked in-process through its `send` seam.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 from harness.checkpoint_fixtures import (
-    BOOTSTRAP,
     DAG,
     DEADLINE_S,
     assert_no_credentials,
     list_keys,
     read_object,
+    start_bootstrap,
     wait_for,
 )
 from harness.s3_fixtures import S3Server
@@ -105,24 +102,6 @@ def write_tensorboard_grant(
     grant = presign_tensorboard_upload(server.presigner(), output, DAG, run_id, replica, 300)
     (dirs["access"] / "tensorboard.json").write_text(json.dumps(grant))
     return grant
-
-
-def start_bootstrap(dirs: dict[str, Path], **extra: str) -> subprocess.Popen[str]:
-    env = {
-        "PATH": os.environ["PATH"],
-        "TFJOB_WORKSPACE": str(dirs["workspace"]),
-        "TFJOB_CONFIG_DIR": str(dirs["config"]),
-        "TFJOB_ACCESS_DIR": str(dirs["access"]),
-        "TFJOB_WAIT_CLUSTERSPEC": "0",
-        **extra,
-    }
-    return subprocess.Popen(
-        [sys.executable, "-I", *BOOTSTRAP, "--", sys.executable, "prog.py"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def uploads_logged(err: str, what: str = "tensorboard sync") -> int:

@@ -135,8 +135,8 @@ def board(
     url = lines[-1].split()[2]
     yield process, url
     if process.poll() is None:
-        process.kill()
-        process.wait()
+        process.terminate()  # tshell stops its TensorBoard on SIGTERM as on Ctrl-C
+        process.wait(60)
 
 
 def board_names(run_ids: list[str]) -> list[str]:

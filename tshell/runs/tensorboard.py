@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +114,10 @@ def wait_until_serving(process: subprocess.Popen[bytes], url: str, log_path: Pat
     check_tensorboard_alive(process, log_path)  # another server may hold the port
 
 
+def exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def stop_tensorboard(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
@@ -146,8 +151,10 @@ def serve_tensorboard(
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """TensorBoard on the mirrors' folders at 127.0.0.1:`port`, stopped when the block ends.
 
-    Its own session: Ctrl-C reaches tshell only, which then stops it.
+    Its own session: Ctrl-C reaches tshell only, which then stops it. A SIGTERM to tshell
+    (a `kill`, a supervisor's stop) ends the block too, so TensorBoard is never left behind.
     """
+    previous_sigterm = signal.signal(signal.SIGTERM, exit_on_sigterm)
     argv = build_tensorboard_argv(mirrors, port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -164,6 +171,7 @@ def serve_tensorboard(
         yield process, url
     finally:
         stop_tensorboard(process)
+        signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def sync_and_report(

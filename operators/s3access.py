@@ -99,23 +99,9 @@ def presign_upload(
     metrics = s3_client.generate_presigned_post(
         Bucket=layout.bucket, Key=layout.metrics.key, Conditions=[size], ExpiresIn=expires
     )
-    if not all("x-amz-signature" in post["fields"] for post in (model, checkpoints, metrics)):
-        raise _not_sigv4()
-    expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
-    return {
-        "version": UPLOAD_POLICY_VERSION,
-        "method": "POST",
-        "url": model["url"],
-        "bucket": layout.bucket,
-        "prefix": layout.root.key,
-        "grants": {
-            # What the model owner may write under its run's prefix: key prefixes, one exact key.
-            MODEL_DIR: {"fields": dict(model["fields"])},
-            CHECKPOINTS_DIR: {"fields": dict(checkpoints["fields"])},
-            METRICS_FILE: {"fields": dict(metrics["fields"])},
-        },
-        "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    # What the model owner may write under its run's prefix: key prefixes, one exact key.
+    posts = {MODEL_DIR: model, CHECKPOINTS_DIR: checkpoints, METRICS_FILE: metrics}
+    return build_upload_grants(layout, posts, expires)
 
 
 def presign_tensorboard_upload(
@@ -141,16 +127,23 @@ def presign_tensorboard_upload(
         Conditions=[["content-length-range", 0, max_file_bytes]],
         ExpiresIn=expires,
     )
-    if "x-amz-signature" not in post["fields"]:
+    return build_upload_grants(layout, {folder: post}, expires)
+
+
+def build_upload_grants(
+    layout: RunLayout, posts: dict[str, JsonObject], expires: int
+) -> JsonObject:
+    """upload.json's format: one presigned POST per name under the run's prefix."""
+    if not all("x-amz-signature" in post["fields"] for post in posts.values()):
         raise _not_sigv4()
     expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=expires)
     return {
         "version": UPLOAD_POLICY_VERSION,
         "method": "POST",
-        "url": post["url"],
+        "url": next(iter(posts.values()))["url"],
         "bucket": layout.bucket,
         "prefix": layout.root.key,
-        "grants": {folder: {"fields": dict(post["fields"])}},
+        "grants": {name: {"fields": dict(post["fields"])} for name, post in posts.items()},
         "expires_at": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -147,6 +147,9 @@ def kill_supervisor_and_components(supervisor: int) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="localkube needs root")
+# Three starts of the services, each with `airflow db migrate` and the tenants' roles, and a run:
+# 237 s on a quiet machine, over 600 s beside the rest of `make test` on 2 cores.
+@pytest.mark.timeout(1500)
 def test_up_twice_then_down_leaves_no_process_or_mount(tmp_path):
     state = tmp_path / "state"
     ports = ["--s3-port", "0", "--kube-port", "0"]

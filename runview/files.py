@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runview.errors import RunViewError
+from runview.s3clients import S3Clients, make_s3_client
 from tfjob.jsontypes import JsonObject
 from tfjob.records.run import PartialRunDescription
 from tfjob.runlayout import RunLayout, name_run_folder
@@ -216,12 +217,14 @@ def locate_run_storage(described: PartialRunDescription, dag_id: str, run_id: st
     return RunStorage(layout=layout, aws_conn_id=conn_id)
 
 
-def connect_run_storage(storage: RunStorage) -> BaseClient:
-    """A boto3 S3 client with the tenant's Airflow connection (the amazon provider's S3Hook)."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+S3_CLIENTS = S3Clients(make_s3_client)
 
+
+def connect_run_storage(storage: RunStorage) -> BaseClient:
+    """A boto3 S3 client with the tenant's Airflow connection, shared for a minute
+    (runview/s3clients.py)."""
     try:
-        return S3Hook(aws_conn_id=storage.aws_conn_id).get_conn()
+        return S3_CLIENTS.connect(storage.aws_conn_id)
     except Exception as error:  # noqa: BLE001 - any failure to build the client is the same answer
         raise describe_storage_failure(storage, "connect", error) from None
 

@@ -202,6 +202,7 @@ class RunView:
             "folder": storage.layout.tensorboard.uri,
             "under": storage.layout.path_of(storage.layout.tensorboard.key),
             "command": f"tshell tensorboard {summary['run_id']}",
+            "warm_start_from": (summary.get("warm_start") or {}).get("from_run"),
         }
         try:
             answer = self.read_event_curves(storage, summary)

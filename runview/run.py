@@ -27,10 +27,12 @@ from tfjob.pipeline_ids import (
     RESTARTED_CLUSTER_KEY,
     TRAIN_TASK,
     VALIDATE_TASK,
+    WARM_START_KEY,
 )
 from tfjob.records.replicas import ReplicaStatus
 from tfjob.records.run import PartialRunDescription
 from tfjob.request.model import DEFAULT_GPU, Role
+from tfjob.runlayout import RunLayout
 
 RETURN_VALUE = "return_value"
 
@@ -121,7 +123,29 @@ def summarize_run(
         "logs": archived.get("logs") or [],
         "run_json": archived.get("run_json"),
         "published": xcoms.get((PUBLISH_TASK, RETURN_VALUE)),
+        "warm_start": describe_warm_start(xcoms.get((LAUNCH_TASK, WARM_START_KEY))),
     }
+
+
+def describe_warm_start(staged: object) -> JsonObject | None:
+    """launch's `warm_start` XCom, plus the run it restored from (`from_run`: its DAG, id and
+    TensorBoard folder) when its checkpoints folder names one; None without a warm start."""
+    if not isinstance(staged, Mapping):
+        return None
+    described = dict(staged)
+    source = staged.get("source")
+    try:
+        layout = RunLayout.of_checkpoints(source) if isinstance(source, str) else None
+    except ValueError:
+        layout = None
+    if layout is not None:
+        dag_id, run_id = layout.run_ids
+        described["from_run"] = {
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "tensorboard": layout.tensorboard.uri,
+        }
+    return described
 
 
 def list_cluster_rows(cluster_spec: Mapping[str, object] | None) -> list[JsonObject]:

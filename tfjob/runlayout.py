@@ -92,6 +92,28 @@ class RunLayout:
         """The layout under a run prefix URI, with or without its final '/'."""
         return cls(S3Path.parse(run_prefix, field).prefix)
 
+    @classmethod
+    def of_checkpoints(cls, checkpoints_uri: str, field: str = "S3 URL") -> RunLayout:
+        """The layout of the run whose `checkpoints/` folder the URI names (a warm start's
+        source); ValueError when it names no run's checkpoints folder."""
+        path = S3Path.parse(checkpoints_uri, field).prefix
+        root = path.key[: -len(CHECKPOINTS_DIR)] if path.key.endswith(CHECKPOINTS_DIR) else ""
+        parts = root.split("/")
+        if len(parts) < 4 or parts[-4] != RUNS_DIR or not parts[-3] or not parts[-2]:
+            raise ValueError(
+                f"{field}: {checkpoints_uri[:200]!r} given; a run's checkpoints folder "
+                f"`.../{RUNS_DIR}/<dag_id>/<run_id>/{CHECKPOINTS_DIR}` is required"
+            )
+        return cls(S3Path(path.bucket, root))
+
+    @property
+    def run_ids(self) -> tuple[str, str]:
+        """(dag_id, run_id) of the run this prefix belongs to (`.../runs/<dag_id>/<run_id>/`)."""
+        *_, runs, dag_id, run_id, _ = self.root.key.split("/")
+        if runs != RUNS_DIR:
+            raise ValueError(f"{self.uri!r} is not a run prefix `.../{RUNS_DIR}/<dag>/<run>`")
+        return dag_id, run_id
+
     @property
     def uri(self) -> str:
         """The run prefix as the run description holds it: `s3://bucket/<key>`, no final '/'."""

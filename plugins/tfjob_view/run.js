@@ -189,6 +189,16 @@ function drawCurves(answer) {
     folder.textContent = board.folder;
     folder.href = `${BASE}/files?under=${encodeURIComponent(board.under)}`;
     document.getElementById("tensorboard-command").textContent = board.command;
+    const source = board.warm_start_from;
+    document.getElementById("warm-start-board").hidden = !source;
+    if (source) {
+      document.getElementById("warm-start-run").textContent = source.run_id;
+      const sourceFolder = document.getElementById("warm-start-folder");
+      sourceFolder.textContent = source.tensorboard;
+      const runs = BASE.replace(/\/runs\/[^/]+\/[^/]+$/, "/runs");
+      sourceFolder.href = `${runs}/${encodeURIComponent(source.dag_id)}/` +
+        `${encodeURIComponent(source.run_id)}/files?under=${encodeURIComponent(board.under)}`;
+    }
   }
   const holder = document.getElementById("charts");
   if (typeof Chart === "undefined") return;

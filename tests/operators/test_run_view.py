@@ -225,3 +225,25 @@ def test_a_recorded_row_keeps_its_own_counts_and_a_role_the_request_leaves_out_h
     )
     assert [(r["gpus"], r["restarts"]) for r in rows] == [(0, 0), (4, 1)]
     assert count_gang_restarts([{"outcome": "restarted"}, "junk", {"outcome": "running"}]) == 1
+
+
+def test_a_warm_started_run_names_the_run_it_restored_from_and_a_cold_one_names_none():
+    source = "s3://models/digits/runs/tfjob_submit__team-a/manual__0/checkpoints/"
+    warm = {"requested": "latest", "source": source, "step": 300, "files": 3, "bytes": 9}
+    xcoms = {("validate", "return_value"): DESCRIBED, ("launch", "warm_start"): warm}
+    view = summarize_run("tfjob__digits", "manual__1", RunTimes("running"), xcoms, {})
+    assert view["warm_start"] == {
+        **warm,
+        "from_run": {
+            "dag_id": "tfjob_submit__team-a",
+            "run_id": "manual__0",
+            "tensorboard": "s3://models/digits/runs/tfjob_submit__team-a/manual__0/tensorboard/",
+        },
+    }
+    odd = dict(warm, source="s3://models/elsewhere/")  # not a run's folder: shown, not linked
+    xcoms[("launch", "warm_start")] = odd
+    view = summarize_run("tfjob__digits", "manual__1", RunTimes("running"), xcoms, {})
+    assert view["warm_start"] == odd
+    del xcoms[("launch", "warm_start")]
+    view = summarize_run("tfjob__digits", "manual__1", RunTimes("running"), xcoms, {})
+    assert view["warm_start"] is None

@@ -19,6 +19,7 @@ from runview import api as run_view_api
 from runview import db as run_view_db
 from runview.eventcurves import MAX_EVENT_FILES, EventCurves, name_curve
 from runview.files import RunStorage
+from runview.run import describe_warm_start
 from tfjob.records.run import PartialRunDescription
 from tfjob.runlayout import TENSORBOARD_DIR, RunLayout, S3Path
 
@@ -198,6 +199,21 @@ def test_the_route_answers_the_event_files_curves_when_any_exist(api, s3):
         "folder": LAYOUT.tensorboard.uri,
         "under": TENSORBOARD_DIR,
         "command": f"tshell tensorboard {RUN}",
+        "warm_start_from": None,
+    }
+
+
+def test_a_warm_started_runs_tensorboard_names_the_run_it_restored_from(api, s3, monkeypatch):
+    source = RunLayout.for_run(f"s3://{BUCKET}/digits", DAG, "manual__first")
+    warm = {"requested": "latest", "source": source.checkpoints.uri, "step": 30}
+    summary = dict(SUMMARY, warm_start=describe_warm_start(warm))
+    monkeypatch.setattr(run_view_api, "read_run_summary", lambda *a: summary)
+    put_events(s3, "chief-0", frame(simple_event(1, loss=0.5)))
+    answer = api.get(f"/runs/{DAG}/{RUN}/curves").json()
+    assert answer["tensorboard"]["warm_start_from"] == {
+        "dag_id": DAG,
+        "run_id": "manual__first",
+        "tensorboard": source.tensorboard.uri,
     }
 
 

@@ -88,3 +88,26 @@ def test_the_outputs_latest_sits_beside_its_runs() -> None:
     assert locate_output_latest("s3://b/out/job").uri == "s3://b/out/job/latest"
     assert locate_output_latest("s3://b/out/job/").uri == "s3://b/out/job/latest"
     assert locate_output_latest("s3://b").uri == "s3://b/latest"
+
+
+def test_a_runs_checkpoints_folder_names_the_run_and_its_tensorboard_folder():
+    layout = RunLayout.of_checkpoints("s3://b/models/runs/tfjob_submit__a/manual__1/checkpoints/")
+    assert layout == RunLayout.for_run("s3://b/models", "tfjob_submit__a", "manual__1")
+    assert layout.run_ids == ("tfjob_submit__a", "manual__1")
+    assert layout.tensorboard.uri == "s3://b/models/runs/tfjob_submit__a/manual__1/tensorboard/"
+    assert RunLayout.of_checkpoints("s3://b/runs/d/r/checkpoints").run_ids == ("d", "r")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://b/checkpoints/",
+        "s3://b/models/checkpoints/",
+        "s3://b/x/y/z/checkpoints/",
+        "s3://b/runs//r/checkpoints/",
+        "s3://b/runs/d/r/model/",
+    ],
+)
+def test_a_folder_that_is_no_runs_checkpoints_is_refused_with_what_is_required(uri):
+    with pytest.raises(ValueError, match=r"\.\.\./runs/<dag_id>/<run_id>/checkpoints/"):
+        RunLayout.of_checkpoints(uri, "warm_start.source")

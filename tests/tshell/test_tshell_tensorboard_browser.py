@@ -55,14 +55,16 @@ DAG = pipeline_ids.submit_dag_id("test")
 REPLICA = ("worker", 0)  # a single-mode run's one replica
 SERVE_TIMEOUT_S = 300.0  # TensorBoard imports TensorFlow: tens of seconds on a busy machine
 UI_TIMEOUT_MS = 120_000
-# Two runs of one program, one learning faster (its name, its rate).
+# Two runs of one program, one learning faster (its name, its rate); the first also leaves
+# checkpoints, which a third run warm-starts from.
 RUNS = (("tb-fast", 0.35), ("tb-slow", 0.2))
+CHECKPOINTING = json.dumps({"*": {"sleep": 2, "checkpoint_every": 1}})
 
 
-def write_event_file(rate: float) -> bytes:
+def write_event_file(rate: float, first_step: int = 0) -> bytes:
     """`loss` and `accuracy` by step, as digits-ps's chief writes them (tf.summary scalars)."""
     events = []
-    for step in range(0, 401, 50):
+    for step in range(first_step, first_step + 401, 50):
         decay = (1 - rate) ** (step / 50)
         events.append(tensor_event(step, "loss", 2.3 * decay + 0.1))
         events.append(tensor_event(step, "accuracy", 0.95 - 0.85 * decay))
@@ -85,7 +87,8 @@ def run_ids(pipeline_world, airflow) -> list[str]:
     started = []
     for name, rate in RUNS:
         events = base64.b64encode(write_event_file(rate)).decode()
-        conf = pipeline_world.request(name, env={"STANDIN_EVENTS": events})
+        env = {"STANDIN_EVENTS": events, "STANDIN_BEHAVIOUR": CHECKPOINTING}
+        conf = pipeline_world.request(name, env=env)
         started.append((conf, trigger(airflow, DAG, conf)["dag_run_id"]))
     for conf, run_id in started:
         done = await_run(airflow, DAG, run_id)
@@ -97,24 +100,43 @@ def run_ids(pipeline_world, airflow) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def board(
-    airflow: Any, run_ids: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`tshell tensorboard RUN1 RUN2` running in its own process, and the URL it printed."""
-    home = tmp_path_factory.mktemp("tshell")
+def warm_run_id(pipeline_world, airflow, run_ids) -> str:
+    """A third run on the first one's output, warm-started from its checkpoints, whose
+    summaries go on from step 400."""
+    first = pipeline_world.request(RUNS[0][0])
+    events = base64.b64encode(write_event_file(RUNS[0][1], first_step=400)).decode()
+    conf = pipeline_world.request(
+        "tb-warm", output=first["output"], warm_start=run_ids[0], env={"STANDIN_EVENTS": events}
+    )
+    run_id = trigger(airflow, DAG, conf)["dag_run_id"]
+    done = await_run(airflow, DAG, run_id)
+    assert done["state"] == "success", explain_run(airflow, DAG, run_id)
+    return str(run_id)
+
+
+def build_tshell_env(airflow: Any, home: Any) -> dict[str, str]:
+    """This machine's environment, with tshell logged in to the test's Airflow only."""
     env = {k: v for k, v in os.environ.items() if k not in MACHINE_SETTINGS}
-    env |= {
+    return env | {
         "TSHELL_CONFIG": str(home / "no-config.yaml"),
         "TSHELL_SERVICES_FILE": str(home / "no-services.json"),
         "TSHELL_AIRFLOW_URL": airflow.url,
         "TSHELL_USERNAME": airflow.username,
         "TSHELL_PASSWORD": airflow.password,
     }
+
+
+@pytest.fixture(scope="module")
+def board(
+    airflow: Any, run_ids: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`tshell tensorboard RUN1 RUN2` running in its own process, and the URL it printed."""
+    home = tmp_path_factory.mktemp("tshell")
     argv = [sys.executable, "-m", "tshell", "tensorboard", *run_ids, "--dag", DAG]
     process = subprocess.Popen(
         [*argv, "--cache-dir", str(home / "cache")],
         cwd=REPO_ROOT,
-        env=env,
+        env=build_tshell_env(airflow, home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -174,6 +196,41 @@ def test_headless_chromium_opens_tensorboard_with_both_runs(board, run_ids) -> N
                 path=os.path.join(folder, "tensorboard-two-runs.jpg"), type="jpeg", quality=70
             )
         chromium.close()
+
+
+def test_a_warm_started_run_brings_the_run_it_restored_from_along(
+    airflow, run_ids, warm_run_id, tmp_path
+) -> None:
+    source = run_ids[0]
+    cache = tmp_path / "cache"
+    done = subprocess.run(
+        [sys.executable, "-m", "tshell", "tensorboard", warm_run_id, "--once", "--dag", DAG]
+        + ["--cache-dir", str(cache)],
+        cwd=REPO_ROOT,
+        env=build_tshell_env(airflow, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"run {warm_run_id} was warm-started from run {source}" in done.stdout, done.stdout
+    role, index = REPLICA
+    for run_id in (source, warm_run_id):
+        folder = cache / DAG / run_id / f"{role}-{index}"
+        assert (folder / "events.out.tfevents.0.standin-worker-0").is_file(), done.stdout
+
+    # The TFJob tab's curves name the source run and its TensorBoard folder (the plugin).
+    quoted = urllib.parse.quote(warm_run_id, safe="")
+    request = urllib.request.Request(
+        f"{airflow.url}/tfjob/runs/{DAG}/{quoted}/curves",
+        headers={"Authorization": f"Bearer {airflow.token()}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        board_of_run = json.load(answer)["tensorboard"]
+    assert board_of_run["warm_start_from"]["run_id"] == source, board_of_run
+    assert board_of_run["warm_start_from"]["tensorboard"].endswith(
+        f"/runs/{DAG}/{source}/tensorboard/"
+    ), board_of_run
 
 
 def test_ctrl_c_stops_tshell_and_the_tensorboard_it_started(board) -> None:

@@ -56,6 +56,7 @@ class FakeRun:
     state: str = "success"
     files: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # path -> (bytes, time)
     grown: dict[str, bytes] = field(default_factory=dict)  # served instead: grew since listed
+    warm_start: dict[str, object] | None = None  # launch's `warm_start` XCom
 
 
 @dataclass
@@ -85,6 +86,11 @@ class FakeAirflow(http.server.BaseHTTPRequestHandler):
                     return self.answer(404, b'{"detail": "not found"}')
                 body = {"dag_id": DAG, "dag_run_id": parts[6], "state": run.state, "conf": {}}
                 return self.answer(200, json.dumps(body).encode())
+            if parts[7:] == ["taskInstances", "launch", "xcomEntries", "warm_start"]:
+                run = self.routes.runs.get(parts[6])
+                if run is None or run.warm_start is None:
+                    return self.answer(404, b'{"detail": "no such XCom"}')
+                return self.answer(200, json.dumps({"value": run.warm_start}).encode())
             if parts[1:3] == ["tfjob", "runs"] and parts[3] == DAG and parts[5] == "files":
                 run = self.routes.runs.get(parts[4])
                 if run is None:
@@ -224,6 +230,60 @@ def test_a_finished_run_without_event_files_says_so(
     assert code == ExitCode.NOT_FOUND
     assert f"run {RUN_A} of DAG {DAG} has no event files under s3://models/digits/runs/" in err
     assert "TENSORBOARD_DIR" in err
+
+
+def warm_start_from(run_id: str) -> dict[str, object]:
+    """launch's `warm_start` XCom of a run that restored `run_id`'s checkpoints."""
+    source = RunLayout.for_run(OUTPUT, DAG, run_id).checkpoints.uri
+    return {"requested": run_id, "source": source, "step": 300, "files": 3, "bytes": 10}
+
+
+def test_a_warm_started_run_brings_the_run_it_restored_from_along(
+    airflow: Routes, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    add_events(airflow, RUN_A, "chief-0", b"first", "2026-12-07T10:05:00+00:00")
+    add_events(airflow, RUN_B, "chief-0", b"second", "2026-12-07T11:05:00+00:00")
+    airflow.runs[RUN_B].warm_start = warm_start_from(RUN_A)
+    cache = tmp_path / "cache"
+    code, out, err = tshell(capsys, "tensorboard", RUN_B, "--once", "--cache-dir", str(cache))
+    assert code == ExitCode.OK, err
+    assert f"run {RUN_B} was warm-started from run {RUN_A}" in out
+    assert cached(cache, RUN_A, "chief-0").read_bytes() == b"first"
+    assert cached(cache, RUN_B, "chief-0").read_bytes() == b"second"
+    assert f": {cache / DAG / RUN_A}" in out and f": {cache / DAG / RUN_B}" in out
+
+    # Named too, the source is served once; --no-warm-start serves only what is named.
+    code, out, err = tshell(
+        capsys, "tensorboard", RUN_A, RUN_B, "--once", "--cache-dir", str(cache)
+    )
+    assert code == ExitCode.OK, err
+    assert "warm-started" not in out and out.count(str(cache / DAG / RUN_A)) == 1
+    other = tmp_path / "other"
+    code, out, err = tshell(
+        capsys, "tensorboard", RUN_B, "--once", "--no-warm-start", "--cache-dir", str(other)
+    )
+    assert code == ExitCode.OK, err
+    assert "warm-started" not in out
+    assert not (other / DAG / RUN_A).exists() and cached(other, RUN_B, "chief-0").exists()
+
+
+def test_a_warm_start_source_that_cannot_be_served_is_said_and_left_out(
+    airflow: Routes, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    add_events(airflow, RUN_B, "chief-0", b"second", "2026-12-07T11:05:00+00:00")
+    airflow.runs[RUN_A] = FakeRun()  # from before summaries: no event files
+    airflow.runs[RUN_B].warm_start = warm_start_from(RUN_A)
+    cache = tmp_path / "cache"
+    code, out, err = tshell(capsys, "tensorboard", RUN_B, "--once", "--cache-dir", str(cache))
+    assert code == ExitCode.OK, err
+    assert f"run {RUN_A} of DAG {DAG} has no event files" in out and "not served" in out
+    assert str(cache / DAG / RUN_A) not in out.splitlines()[-1]
+    assert out.splitlines()[-1].endswith(str(cache / DAG / RUN_B))
+
+    del airflow.runs[RUN_A]  # gone from Airflow: its files cannot be listed
+    code, out, err = tshell(capsys, "tensorboard", RUN_B, "--once", "--cache-dir", str(cache))
+    assert code == ExitCode.OK, err
+    assert "not served" in out, out
 
 
 def test_an_unknown_run_is_named(

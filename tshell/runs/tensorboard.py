@@ -9,7 +9,10 @@ TensorBoard as a child process on them with one name per run
 (`--logdir_spec name1:dir1,name2:dir2`), listening on 127.0.0.1 only. While a
 run has not ended, its files are synced again every `--interval` seconds and
 TensorBoard reloads them; Ctrl-C stops the command and TensorBoard with it.
-`--once` syncs and exits without starting anything.
+`--once` syncs and exits without starting anything. A run that was
+warm-started brings the run it restored from along (launch's `warm_start`
+XCom names it), so the curves read on from where that run left off;
+`--no-warm-start` leaves it out.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from tfjob.pipeline_ids import LAUNCH_TASK, WARM_START_KEY
+from tfjob.runlayout import RunLayout
 from tshell.airflow_client import AirflowSession
 from tshell.command import open_session, set_command
 from tshell.exitcodes import CommandError, ExitCode
-from tshell.runs.commands import RunState, add_common, call_patiently
+from tshell.runs.commands import RunState, add_common, call_patiently, fetch_task_xcom
 from tshell.runs.event_mirror import MAX_RUN_BYTES, RunMirror, plan_mirrors, sync_run_events
 from tshell.runs.lookup import RunRef, explain_forbidden_on_run, find_run
 
@@ -200,6 +205,44 @@ def sync_and_report(
     out.flush()
 
 
+def find_warm_start_sources(
+    session: AirflowSession, refs: list[RunRef], out: TextIO
+) -> list[RunRef]:
+    """The runs that `refs` were warm-started from (launch's `warm_start` XCom names the
+    checkpoints it restored), each once and none of `refs` again; each is said on `out`."""
+    sources: list[RunRef] = []
+    for ref in refs:
+        staged = fetch_task_xcom(session, ref, LAUNCH_TASK, WARM_START_KEY) or {}
+        checkpoints = staged.get("source")
+        try:
+            dag_id, run_id = RunLayout.of_checkpoints(str(checkpoints)).run_ids
+        except ValueError:
+            continue  # no warm start, or one that restored nothing
+        source = RunRef(dag_id, run_id)
+        if source in refs or source in sources:
+            continue
+        sources.append(source)
+        out.write(
+            f"run {ref.run_id} was warm-started from run {run_id}: its event files are served "
+            f"beside this run's (--no-warm-start leaves them out)\n"
+        )
+    return sources
+
+
+def sync_warm_start_source(
+    session: AirflowSession, mirror: RunMirror, max_bytes: int, out: TextIO
+) -> bool:
+    """Sync a warm start's source run once; a source that cannot be served (no event files,
+    gone, not readable) is said on `out` and left out, never the end of the command."""
+    try:
+        sync_and_report(session, mirror, True, max_bytes, out)
+    except CommandError as error:
+        out.write(f"{mirror.name}: not served: {error}\n")
+        out.flush()
+        return False
+    return True
+
+
 def read_run_state(session: AirflowSession, ref: RunRef) -> RunState:
     return RunState(call_patiently(lambda: session.get_json(ref.path))["state"])
 
@@ -242,11 +285,18 @@ def cmd_tensorboard(args: argparse.Namespace, out: TextIO) -> ExitCode:
     _, session = open_session()
     runs = [find_run(session, run_id, args.dag) for run_id in args.runs]
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    mirrors = plan_mirrors([RunRef(r["dag_id"], r["dag_run_id"]) for r in runs], cache_dir)
-    live = []
-    for mirror, run in zip(mirrors, runs, strict=True):
-        finished = RunState(run["state"]).is_finished
+    refs = [RunRef(r["dag_id"], r["dag_run_id"]) for r in runs]
+    states = {ref: RunState(r["state"]) for ref, r in zip(refs, runs, strict=True)}
+    sources = [] if args.no_warm_start else find_warm_start_sources(session, refs, out)
+    mirrors, live = [], []
+    for mirror in plan_mirrors(refs + sources, cache_dir):
+        if mirror.ref not in states:
+            if sync_warm_start_source(session, mirror, args.max_run_bytes, out):
+                mirrors.append(mirror)
+            continue
+        finished = states[mirror.ref].is_finished
         sync_and_report(session, mirror, finished, args.max_run_bytes, out)
+        mirrors.append(mirror)
         if not finished:
             live.append(mirror)
     if args.once:
@@ -277,6 +327,11 @@ def register(subparsers: Any) -> None:
     )
     board.add_argument(
         "--once", action="store_true", help="sync the event files and exit; start nothing"
+    )
+    board.add_argument(
+        "--no-warm-start",
+        action="store_true",
+        help="serve only the runs named, not the runs they were warm-started from",
     )
     board.add_argument(
         "--interval",

@@ -44,7 +44,6 @@ class S3Clients:
         self._make, self.ttl_s, self._clock = make, ttl_s, clock
         self._clients: dict[str, _Made] = {}
         self._lock = threading.Lock()
-        self.made = 0  # clients built, for the tests
 
     def connect(self, conn_id: str) -> BaseClient:
         """The connection's client; made now when there is none younger than `ttl_s`."""
@@ -56,7 +55,6 @@ class S3Clients:
         # requests racing here both make one; the later replaces the earlier.
         client = self._make(conn_id)
         with self._lock:
-            self.made += 1
             if conn_id not in self._clients and len(self._clients) >= MAX_CLIENTS:
                 del self._clients[min(self._clients, key=lambda c: self._clients[c].made_at)]
             self._clients[conn_id] = _Made(client, self._clock())

@@ -38,10 +38,11 @@ import re
 import secrets
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.background_server import write_private  # noqa: E402
+from scripts.background_server import is_alive, write_private  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "postgres"
@@ -57,6 +58,7 @@ STOP_TIMEOUT_S = 60
 MAX_SOCKET_PATH = 107  # sun_path of a Unix socket, less the final NUL
 DATABASE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 SEARCHABLE_BY_OTHERS = 0o001
+REAP_POLL_S = 0.2
 
 
 class PostgresError(RuntimeError):
@@ -233,13 +235,45 @@ def init_cluster(cluster: PostgresCluster, durable: bool) -> None:
     write_settings(cluster, durable)
 
 
+def read_postmaster_pid(cluster: PostgresCluster) -> int | None:
+    """The pid the cluster's postmaster.pid names, whether or not it still runs."""
+    try:
+        first_line = (cluster.data / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return None
+    return int(first_line) if first_line.isdigit() and int(first_line) > 0 else None
+
+
 def is_running(cluster: PostgresCluster) -> bool:
+    """The postmaster runs: `pg_ctl status` says so and its pid is no zombie.
+
+    pg_ctl (like the postmaster's own lock-file check) asks kill(pid, 0), which a
+    killed postmaster still answers until its parent reaps it; an orphan's parent
+    is init, which may reap seconds later.
+    """
     if not (cluster.data / "PG_VERSION").exists():
         return False
     done = run_as_server_user(
         [str(find_bin_dir() / "pg_ctl"), "-D", str(cluster.data), "status"], STOP_TIMEOUT_S
     )
-    return done.returncode == 0
+    pid = read_postmaster_pid(cluster)
+    return done.returncode == 0 and pid is not None and is_alive(pid)
+
+
+def await_reaped_postmaster(cluster: PostgresCluster, timeout: float) -> None:
+    """Wait until a dead postmaster of postmaster.pid is reaped: until then a new one
+    refuses to start ("lock file already exists"), as kill(pid, 0) still finds it."""
+    pid = read_postmaster_pid(cluster)
+    if pid is None:
+        return
+    deadline = time.monotonic() + timeout
+    while not is_alive(pid) and Path(f"/proc/{pid}").exists():
+        if time.monotonic() >= deadline:
+            raise PostgresError(
+                f"the previous postmaster (pid {pid}) has exited but its parent has not "
+                f"reaped it in {timeout:g} s; PostgreSQL cannot start beside it"
+            )
+        time.sleep(REAP_POLL_S)
 
 
 def start_postgres(state_dir: Path, durable: bool = True) -> PostgresCluster:
@@ -260,6 +294,7 @@ def start_postgres(state_dir: Path, durable: bool = True) -> PostgresCluster:
             (state_dir / LOCATION_FILE).write_text(f"{cluster.root}\n")
     if is_running(cluster):
         return cluster
+    await_reaped_postmaster(cluster, STOP_TIMEOUT_S)
     done = run_as_server_user(
         [
             str(find_bin_dir() / "pg_ctl"),

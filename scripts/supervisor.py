@@ -137,11 +137,7 @@ class PostgresService(SupervisedService):
 
     def find_pid(self) -> int | None:
         cluster = postgres_server.locate_cluster(self.paths.postgres)
-        try:
-            first_line = (cluster.data / "postmaster.pid").read_text().split("\n", 1)[0]
-        except OSError:
-            return None
-        return alive_or_none(int(first_line)) if first_line.strip().isdigit() else None
+        return alive_or_none(postgres_server.read_postmaster_pid(cluster))
 
     def start(self) -> int:
         postgres_server.start_postgres(self.paths.postgres)

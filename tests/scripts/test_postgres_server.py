@@ -6,6 +6,7 @@ to enter it), as `make up` makes one under .state/postgres.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ import pytest
 from harness.postgres_fixtures import postgres_server
 
 pytestmark = [pytest.mark.root]
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+REAP_DELAY_S = 2.0
 
 
 @pytest.fixture
@@ -69,6 +73,53 @@ def test_a_commit_survives_a_kill_of_the_server_and_a_restart(state_dir):
         assert cursor.fetchall() == [("acknowledged",)]
     assert postgres_server.stop_postgres(state_dir) is True
     assert postgres_server.stop_postgres(state_dir) is False
+
+
+def start_under_a_late_reaper(state_dir: Path) -> tuple[int, int]:
+    """Start the cluster from a child subreaper that reaps only when told, as a busy
+    init does: (the child's pid, the write end of the pipe that tells it to reap)."""
+    told, tell = os.pipe()
+    started_read, started_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child
+        try:
+            ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            postgres_server.start_postgres(state_dir)
+            os.write(started_write, b"up")
+            os.read(told, 1)
+            time.sleep(REAP_DELAY_S)
+            while True:
+                os.waitpid(-1, 0)
+        except BaseException:
+            os._exit(0)
+    os.close(told)
+    assert os.read(started_read, 2) == b"up"
+    return child, tell
+
+
+def test_a_start_after_a_kill_waits_until_the_dead_postmaster_is_reaped(state_dir):
+    """A killed postmaster stays a zombie until its parent reaps it; kill(pid, 0)
+    still finds it, so it neither counts as running nor lets a new one start."""
+    reaper, tell = start_under_a_late_reaper(state_dir)
+    try:
+        cluster = postgres_server.locate_cluster(state_dir)
+        postmaster = read_postmaster_pid(cluster)
+        os.kill(postmaster, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while postgres_server.is_running(cluster) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert Path(f"/proc/{postmaster}").exists(), "the killed postmaster is a zombie"
+        assert not postgres_server.is_running(cluster)
+        os.write(tell, b"x")  # reaped REAP_DELAY_S from now: start waits for it
+
+        again = postgres_server.start_postgres(state_dir)
+        restarted = read_postmaster_pid(again)
+        assert restarted != postmaster and postgres_server.is_running(again)
+        assert not Path(f"/proc/{postmaster}").exists()
+    finally:
+        os.kill(reaper, signal.SIGKILL)
+        os.waitpid(reaper, 0)
+        os.close(tell)
 
 
 def test_the_password_is_private_and_required(state_dir):

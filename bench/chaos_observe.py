@@ -148,6 +148,7 @@ def observe_run(world: ChaosWorld, tracked: TrackedRun) -> RunSeen:
             "expected_model_sha256": standin_model_sha256(seen.chief),
             "reached_archive": states.get("archive") in ("success", "failed"),
             "archived_logs": list_archived_logs(s3, layout),
+            "logs_explained": tuple(sorted((manifest or {}).get("logs_missing") or {})),
         }
     )
 

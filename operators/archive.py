@@ -9,7 +9,9 @@ run, even a gang that never started, is archived too:
   log at all gets none). A replica's log is untrusted and may be huge: at most
   ARCHIVE_LOG_MAX_BYTES of the main container's log (ARCHIVE_INIT_LOG_MAX_BYTES
   of the init container's) is kept, then a line saying it was cut and the
-  log's last lines; it goes to S3 through a temporary file, never whole in memory;
+  log's last lines; it goes to S3 through a temporary file, never whole in memory.
+  A replica without one is named in run.json's `logs_missing`, with the
+  reason (its pod was deleted before archive ran, or it wrote nothing);
 - `<run prefix>/model/`: uploaded by the bootstrap; checked here (object
   count and bytes go into the manifest). When the owner's upload failed (its
   `tensorflow` container exited 74), or it exited 0 and S3 holds no model,
@@ -43,7 +45,7 @@ from operators.modelrecovery import (
     decide_recovery,
     recover_model_from_pod,
 )
-from operators.replicas import read_replica_status
+from operators.replicas import describe_vanished_pod, read_replica_status
 from operators.restart import attempts_to_payload, recall_attempts
 from operators.runinfo import RunInfo, request_as_dict
 from operators.s3retry import call_with_s3_retries
@@ -66,6 +68,8 @@ log = logging.getLogger("airflow.task")
 RUN_MANIFEST_VERSION = 1
 # A replica's log is copied to S3 through a temporary file held in memory up to this size.
 SPOOL_IN_MEMORY_BYTES = 1024**2
+# Kubernetes keeps a container's log with its pod: a pod deleted before archive took it along.
+LOG_OF_A_GONE_POD = "its pod was deleted before archive ran, and its log went with it"
 
 
 def describe_cut_log(kept_bytes: int) -> bytes:
@@ -248,17 +252,24 @@ def archive_run(
         attempts = attempts_to_payload(recalled) if recalled else None
     replicas = []
     logs_written = []
+    logs_missing: dict[str, str] = {}  # replica id: why its log cannot be archived
     for name in run.pod_names():
         pod = pods.get(name)
         if pod is None:  # gone: as train last saw it
             recorded = next((r for r in train_replicas or () if r.get("pod") == name), None)
             replicas.append(recorded or {"pod": name, "phase": "Gone"})
+            logs_missing[describe_vanished_pod(name, "").replica_id] = LOG_OF_A_GONE_POD
             continue
         replica = read_replica_status(pod)
         target = run.layout.replica_log(replica.role, replica.index)
-        # A pod that never started (e.g. not scheduled) has no log to keep.
         if archive_replica_log(api, s3, run.namespace, name, target):
             logs_written.append(target.uri)
+        else:  # a pod that never started (e.g. not scheduled) has no log to keep
+            logs_missing[replica.replica_id] = (
+                f"its pod {name} wrote no log (phase {replica.phase.value}"
+                + (f", {replica.reason}" if replica.reason else "")
+                + ")"
+            )
         replicas.append(replica.to_payload())
 
     model = summarise_prefix(s3, run.layout.model)
@@ -285,6 +296,7 @@ def archive_run(
         "model": model,
         "metrics": uploaded_metrics if uploaded_metrics is not None else metrics,
         "logs": logs_written,
+        "logs_missing": logs_missing,
         "timings": {**timings, "archived_at": dt.datetime.now(dt.UTC).isoformat()},
     }
     put_text(

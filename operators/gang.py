@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -64,7 +64,14 @@ CREATE_WORKERS = 8
 
 
 class GangStartError(PipelineError, AirflowException):
-    """Not every replica of a run started in time; the message says why for each pod."""
+    """Not every replica of a run started in time; the message says why for each pod.
+
+    `failed` holds the replicas that cannot start (empty when the start timed out):
+    the restart verdict judges them (operators/launch.py)."""
+
+    def __init__(self, message: str, failed: Sequence[ReplicaStatus] = ()) -> None:
+        super().__init__(message)
+        self.failed = tuple(failed)
 
 
 class GangStopError(PipelineError, AirflowException):
@@ -156,6 +163,7 @@ class GangStartTracker:
         self.expected = frozenset(expected)
         self.known: dict[str, tuple[str | None, GangState]] = {}
         self.counts = dict.fromkeys(GangState, 0)
+        self.vanished: set[str] = set()  # seen, then gone: deleted during the start
 
     def _set(self, name: str, entry: tuple[str | None, GangState] | None) -> None:
         old = self.known.pop(name, None)
@@ -177,10 +185,11 @@ class GangStartTracker:
             known = self.known.get(name)
             if known is None or version is None or known[0] != version:
                 self._set(name, (version, judge_replica_start(read_replica_status(pod))))
-        if present < len(self.known):  # a pod went away: forget its verdict
+        if present < len(self.known):  # a pod seen earlier went away: deleted, it failed
             names = {(p.get("metadata") or {}).get("name") for p in pods}
-            for name in [n for n in self.known if n not in names]:
-                self._set(name, None)
+            for name in [n for n in self.known if n not in names and n not in self.vanished]:
+                self._set(name, (None, GangState.FAILED))
+                self.vanished.add(name)
         return bool(self.counts[GangState.FAILED]) or (
             self.counts[GangState.READY] == len(self.expected)
         )
@@ -197,7 +206,8 @@ def await_gang_start(
     """
     expected = run.pod_names()
     deadline = time.monotonic() + run.request.startup_timeout
-    settled = GangStartTracker(expected).settled
+    tracker = GangStartTracker(expected)
+    settled = tracker.settled
 
     # No plan (a caller that holds none): the grants are not refreshed during this wait.
     next_refresh = plan.refresh_every if plan is not None else float("inf")
@@ -222,7 +232,7 @@ def await_gang_start(
                 describe_api_error(exc),
                 next_refresh,
             )
-    verdict = judge_gang_start(pods, expected)
+    verdict = judge_gang_start(pods, expected, tracker.vanished)
     if verdict.state is GangState.READY:
         return GangEndpoints(
             tuple(Endpoint(r.role, r.index, r.ip, run.request.port) for r in verdict.ready)
@@ -234,7 +244,9 @@ def await_gang_start(
         else f"not every replica was running after startup_timeout={run.request.startup_timeout}s"
     )
     reasons = [explain_pod(api, run, replica, log) for replica in problems]
-    raise GangStartError(f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons))
+    raise GangStartError(
+        f"gang start of run {run.run_key}: {what}\n" + "\n".join(reasons), verdict.failed
+    )
 
 
 def explain_pod(

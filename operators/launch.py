@@ -31,8 +31,12 @@ subclass keeps the provider's machinery (`KubernetesHook` for the connection,
    step 2 so that a warm start that cannot be had starts nothing. The pods are
    created a few at once (`gang.create_replica_pods`), not one round trip after another;
 4. watch the pods until every one runs with an IP (gang start), signing the
-   grants anew every `refresh_every` seconds while it waits. A pod that
-   fails, or a gang still incomplete at the request's `startup_timeout`, fails
+   grants anew every `refresh_every` seconds while it waits. A pod the
+   infrastructure takes meanwhile (deleted, evicted, its node lost) is judged
+   by the run's restart policy as in `train`: on RESTART the gang is stopped
+   and created again, its pods carrying the attempts (operators/restart.py).
+   A pod that fails otherwise, one taken past `max_restarts`, or a gang still
+   incomplete at the request's `startup_timeout`, fails
    the task with the scheduler's / kubelet's reason; the reason also goes to
    XCom (`failure`) for the run manifest. A blinking API server (5xx, 429,
    dropped connections: operators/transient.py) is ridden out with back-off
@@ -54,6 +58,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -67,7 +72,7 @@ from airflow.sdk.exceptions import (
 )
 
 import runtime
-from operators import gang, kubeobjects
+from operators import gang, kubeobjects, restart
 from operators.gang import GANG_API_PATIENCE_SECONDS, GangStartError
 from operators.grants import plan_grants, sign_grants
 from operators.restore import StagedRestore, WarmStartError, stage_warm_start
@@ -89,6 +94,7 @@ from operators.settings import (
 )
 from operators.transient import call_with_retries
 from tenancy.apply import create_run_network_policy
+from tfjob.attempts import Attempt
 from tfjob.checkpoints import RestoreTooLarge
 from tfjob.jsontypes import JsonObject
 from tfjob.manifests import (
@@ -107,6 +113,7 @@ from tfjob.pipeline_ids import (
 )
 from tfjob.records.outcomes import BundleIdentity, LaunchFailure, StagedWarmStart
 from tfjob.records.run import GangEndpoints, GrantPlan
+from tfjob.restart_policy import Decision, RestartPolicy
 from tfjob.tenants import load_tenants, resolve_tenant
 
 # Each create or count of the launch rides out a blinking API server this long.
@@ -208,14 +215,26 @@ class TrainingLaunchOperator(KubernetesPodOperator):
             policy = create_run_network_policy(api.api_client, identity, request.tenant)
             made.extend([policy] if policy else [])
             manager = self.pod_manager  # made once here, not by each create thread
-            pods = gang.create_replica_pods(
-                lambda m: manager.create_pod(PodGenerator.deserialize_model_dict(m)),
-                build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS),
-                self.log,
-            )
-            made += [f"Pod/{name}" for name in pods]
-            self.log.info("created in namespace %s: %s", run.namespace, ", ".join(made))
-            endpoints = self.await_gang_start(run, plan).to_payload()
+            attempts = restart.first_attempt(time.time(), warm.step if warm else None)
+            while True:
+                manifests = build_pod_manifests(request, identity, UPLOAD_PATIENCE_SECONDS)
+                if len(attempts) > 1:  # a restarted gang's pods carry the run's attempts
+                    manifests = [restart.annotate_attempts(m, attempts) for m in manifests]
+                pods = gang.create_replica_pods(
+                    lambda m: manager.create_pod(PodGenerator.deserialize_model_dict(m)),
+                    manifests,
+                    self.log,
+                )
+                self.log.info(
+                    "created in namespace %s: %s",
+                    run.namespace,
+                    ", ".join([*made, *(f"Pod/{name}" for name in pods)]),
+                )
+                try:
+                    endpoints = self.await_gang_start(run, plan).to_payload()
+                    break
+                except GangStartError as lost:
+                    attempts = self.restart_lost_gang(run, attempts, lost)
         except Exception as exc:
             # The objects stay: archive keeps the logs of the replicas that did start,
             # teardown removes everything, and a retry removes them first (remove_leftovers).
@@ -349,6 +368,27 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         )
         context["ti"].xcom_push(key=WARM_START_KEY, value=warm.to_payload())
         return staged
+
+    def restart_lost_gang(
+        self, run: RunInfo, attempts: list[Attempt], lost: GangStartError
+    ) -> list[Attempt]:
+        """A gang that lost a replica to the infrastructure (deleted, evicted, its node lost)
+        before it ran is restarted as `train` restarts one (the same policy, the same count
+        of attempts): its pods are stopped and the attempts after it returned. Raises `lost`,
+        with the verdict's reason, when the policy says FAIL or nothing was taken."""
+        judged = restart.judge_failed_start(RestartPolicy.of(run.request), attempts, lost.failed)
+        if judged is None:
+            raise lost
+        verdict, history = judged
+        if verdict.decision is not Decision.RESTART:
+            raise GangStartError(f"{lost}\n{verdict.reason}", lost.failed) from lost
+        self.log.warning("gang start: %s", verdict.reason)
+        gang.stop_gang(self.client, run, self.log)
+        *earlier, opened = history
+        return [
+            *earlier,
+            replace(opened, restored_checkpoint_step=attempts[0].restored_checkpoint_step),
+        ]
 
     def await_gang_start(self, run: RunInfo, plan: GrantPlan) -> GangEndpoints:
         """Watch until every pod runs with an IP; fail with the reasons when not in time."""

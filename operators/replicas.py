@@ -17,6 +17,7 @@ from runtime.protocol import INIT_CONTAINER, KEEPER_CONTAINER, MAIN_CONTAINER
 from tfjob.naming import LABEL_INDEX, LABEL_ROLE, parse_pod_name
 from tfjob.records.replicas import PodPhase, ReplicaStatus, TrainingState, read_role
 from tfjob.request.model import Role, SuccessPolicy
+from tfjob.restart_policy import INFRASTRUCTURE_KINDS, ReplicaFailure, describe_failure
 
 # Roles whose failure fails a run; ps and evaluator never decide a run.
 DECIDING_ROLES = (Role.CHIEF, Role.WORKER)
@@ -119,8 +120,8 @@ def read_replica_status(pod: Mapping[str, object]) -> ReplicaStatus:
 
 
 def _has_failed_to_start(replica: ReplicaStatus) -> bool:
-    if replica.phase is PodPhase.FAILED:
-        return True
+    if replica.phase in (PodPhase.FAILED, PodPhase.GONE) or replica.deleted:
+        return True  # a pod being deleted, or gone, never joins the gang
     if replica.init_exit_code not in (None, 0):
         return True
     return replica.reason in HOPELESS_WAITING_REASONS
@@ -136,21 +137,44 @@ def judge_replica_start(replica: ReplicaStatus) -> GangState:
     return GangState.STARTING
 
 
-def judge_gang_start(pods: Iterable[Mapping[str, object]], expected: Iterable[str]) -> GangVerdict:
+def describe_vanished_pod(name: str, message: str) -> ReplicaStatus:
+    """A replica whose pod is gone: its name says which replica it was."""
+    parsed = parse_pod_name(name)
+    return ReplicaStatus(
+        role=parsed[0] if parsed else None,
+        index=parsed[1] if parsed else 0,
+        pod=name,
+        phase=PodPhase.GONE,
+        reason="PodGone",
+        message=message,
+        deleted=True,
+    )
+
+
+def judge_gang_start(
+    pods: Iterable[Mapping[str, object]],
+    expected: Iterable[str],
+    vanished: Iterable[str] = (),
+) -> GangVerdict:
     """Decide whether every expected pod (by name) runs with an IP, still starts, or failed.
 
     A pod that already finished successfully counts as started (a single
-    replica may finish before we look); a pod that is missing counts as waiting.
+    replica may finish before we look); a pod that is missing counts as waiting,
+    unless it is in `vanished` (seen earlier in the start, then deleted): failed.
+    A pod being deleted (deletionTimestamp set) has failed too.
     """
     by_name = {replica.pod: replica for replica in map(read_replica_status, pods)}
+    gone = frozenset(vanished)
     ready, waiting, failed = [], [], []
     verdicts = {GangState.READY: ready, GangState.STARTING: waiting, GangState.FAILED: failed}
     for name in expected:
         replica = by_name.get(name)
-        if replica is None:
-            waiting.append(ReplicaStatus(role=None, index=0, pod=name, phase=PodPhase.GONE))
-        else:
+        if replica is not None:
             verdicts[judge_replica_start(replica)].append(replica)
+        elif name in gone:
+            failed.append(describe_vanished_pod(name, "the pod was deleted during the gang start"))
+        else:
+            waiting.append(ReplicaStatus(role=None, index=0, pod=name, phase=PodPhase.GONE))
     if failed:
         state = GangState.FAILED
     elif waiting:
@@ -203,15 +227,7 @@ def judge_training(
     for name in expected:
         replica = replicas.get(name)
         if replica is None:
-            parsed = parse_pod_name(name)  # the pod is gone: its name says which replica it was
-            replica = ReplicaStatus(
-                role=parsed[0] if parsed else None,
-                index=parsed[1] if parsed else 0,
-                pod=name,
-                phase=PodPhase.GONE,
-                reason="PodGone",
-                message="the pod no longer exists",
-            )
+            replica = describe_vanished_pod(name, "the pod no longer exists")
         ordered.append(replica)
     for replica in ordered:
         if replica.role not in DECIDING_ROLES:
@@ -236,6 +252,9 @@ def describe_startup_failure(
     if replica.reason:
         detail = f": {replica.message}" if replica.message else ""
         lines.append(f"  {replica.reason}{detail}")
+    failure = ReplicaFailure.from_replica(replica)
+    if failure.kind in INFRASTRUCTURE_KINDS:  # no program's doing: say what took it
+        lines.append(f"  {describe_failure(failure)}")
     if replica.init_exit_code not in (None, 0):
         lines.append(f"  init container {INIT_CONTAINER} exited with code {replica.init_exit_code}")
         if init_log_tail:

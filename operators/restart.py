@@ -73,7 +73,7 @@ from tfjob.attempts import Attempt, AttemptOutcome
 from tfjob.jsontypes import JsonObject
 from tfjob.manifests import build_pod_manifests
 from tfjob.naming import ANNOTATION_ATTEMPTS
-from tfjob.records.replicas import TrainingEvent
+from tfjob.records.replicas import ReplicaStatus, TrainingEvent
 from tfjob.records.run import GrantPlan
 from tfjob.restart_policy import (
     INFRASTRUCTURE_KINDS,
@@ -172,18 +172,17 @@ def choose_failure(event: TrainingEvent) -> ReplicaFailure:
     return ReplicaFailure.from_replica(event.failed)
 
 
-def judge_failed_attempt(
+def judge_failure(
     policy: RestartPolicy,
     attempts: Sequence[Attempt],
-    event: TrainingEvent,
+    failure: ReplicaFailure,
     *,
     when: datetime | None = None,
 ) -> tuple[RestartVerdict, list[Attempt]]:
-    """The verdict on the current attempt, which the trigger's `event` says failed, and
-    the history after it: the current attempt ended (restarted or failed) and, on
-    RESTART, the next one opened (running, started `when`)."""
+    """The verdict on the current attempt, ended by `failure`, and the history after it:
+    the current attempt ended (restarted or failed) and, on RESTART, the next one opened
+    (running, started `when`, restoring what the current one restored)."""
     when = when or now()
-    failure = choose_failure(event)
     current = attempts[-1]
     verdict = judge_restart(policy, current.number, failure)
     ended = Attempt.ended_by(
@@ -198,6 +197,33 @@ def judge_failed_attempt(
     if verdict.decision is Decision.RESTART:
         history.append(Attempt(verdict.next_attempt or current.number + 1, started=when))
     return verdict, history
+
+
+def judge_failed_attempt(
+    policy: RestartPolicy,
+    attempts: Sequence[Attempt],
+    event: TrainingEvent,
+    *,
+    when: datetime | None = None,
+) -> tuple[RestartVerdict, list[Attempt]]:
+    """The verdict on the current attempt, which the trigger's `event` says failed, and
+    the history after it (`judge_failure`)."""
+    return judge_failure(policy, attempts, choose_failure(event), when=when)
+
+
+def judge_failed_start(
+    policy: RestartPolicy,
+    attempts: Sequence[Attempt],
+    failed: Iterable[ReplicaStatus],
+    *,
+    when: datetime | None = None,
+) -> tuple[RestartVerdict, list[Attempt]] | None:
+    """The verdict on a gang that did not start because the infrastructure took one of its
+    replicas (deleted, evicted, its node lost): judged as in training. None when none was
+    taken (an image, a program or a scheduler's verdict): such a gang would fail again."""
+    losses = [ReplicaFailure.from_replica(replica) for replica in failed]
+    taken = [failure for failure in losses if failure.kind in INFRASTRUCTURE_KINDS]
+    return judge_failure(policy, attempts, taken[0], when=when) if taken else None
 
 
 # --- the new gang: I/O ----------------------------------------------------------------------
@@ -285,6 +311,8 @@ __all__ = [
     "create_gang",
     "first_attempt",
     "judge_failed_attempt",
+    "judge_failed_start",
+    "judge_failure",
     "recall_attempts",
     "stage_restore",
     "start_new_gang",

@@ -70,8 +70,8 @@ def test_the_tracker_agrees_with_the_whole_gang_verdict_after_every_change():
         lambda: change(expected[0], phase="Running", ip="10.0.0.1"),
         lambda: change(expected[2], phase="Running", ip="10.0.0.2"),
         lambda: change(expected[3], phase="Running", ip="10.0.0.3"),
-        lambda: pods.pop(expected[2]),  # deleted: the gang is incomplete again
-        lambda: change(expected[2], phase="Running", ip="10.0.0.4"),
+        lambda: pods.pop(expected[2]),  # deleted after it was seen: the start failed
+        lambda: change(expected[2], phase="Running", ip="10.0.0.4"),  # back: judged again
         lambda: change(expected[1], phase="Running", ip="10.0.0.5"),  # all ready
         lambda: change(expected[1], phase="Failed", reason="Evicted"),  # one failed
         lambda: change(expected[1], phase="Running", ip="10.0.0.6"),  # ready again
@@ -80,10 +80,12 @@ def test_the_tracker_agrees_with_the_whole_gang_verdict_after_every_change():
     for step in steps:
         step()
         listed = list(pods.values())
-        whole = judge_gang_start(listed, expected).state is not GangState.STARTING
-        assert tracker.settled(listed) == whole
+        settled = tracker.settled(listed)
+        whole = judge_gang_start(listed, expected, tracker.vanished).state
+        assert settled == (whole is not GangState.STARTING)
         verdicts.append(whole)
-    assert verdicts == [False, False, False, False, False, False, False, True, True, True]
+    S, F, R = GangState.STARTING, GangState.FAILED, GangState.READY
+    assert verdicts == [S, S, S, S, S, F, S, R, F, R]
     # A pod of another run listed with ours counts for nothing.
     assert tracker.settled(list(pods.values()) + [make_pod("other-x-worker-9", 1)])
 

@@ -269,3 +269,28 @@ def test_the_upload_failed_exit_code_is_the_bootstraps():
     from tfjob.records import replicas
 
     assert replicas.EXIT_UPLOAD_FAILED == protocol.EXIT_UPLOAD_FAILED == 74
+
+
+def test_a_pod_being_deleted_or_gone_after_it_was_seen_fails_the_gang_start():
+    expected = names(("ps", 0), ("worker", 0), ("worker", 1))
+    deleting = make_pod("worker", 0, "Pending")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T23:00:00Z"
+    pods = [make_pod("ps", 0, "Running", "10.0.0.2", RUNNING), deleting]
+
+    verdict = judge_gang_start(pods, expected, vanished=[expected[2]])
+
+    assert verdict.state is GangState.FAILED
+    assert [r.replica_id for r in verdict.failed] == ["worker-0", "worker-1"]
+    gone = verdict.failed[1]
+    assert (gone.phase, gone.reason, gone.deleted) == (PodPhase.GONE, "PodGone", True)
+    assert "worker-1 was deleted" in describe_startup_failure(gone, [])
+    # a pod never seen yet still counts as waiting, not as gone
+    assert judge_gang_start(pods[:1], expected[::2]).state is GangState.STARTING
+
+
+def test_a_start_failure_of_a_lost_node_names_the_node():
+    pod = make_pod("worker", 1, "Failed", reason="NodeShutdown", message="node shut down")
+
+    text = describe_startup_failure(read_replica_status(pod), [])
+
+    assert "worker-1 lost its node node-1 (NodeShutdown)" in text

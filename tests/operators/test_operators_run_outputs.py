@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from harness.tfjob_fixtures import valid_request_data
 from operators import steps
-from operators.archive import archive_run
+from operators.archive import LOG_OF_A_GONE_POD, archive_run
 from operators.runinfo import describe_run
 from operators.runoutputs import clear_run_outputs
 from runtime.bundle import write_bundle
@@ -150,6 +150,9 @@ def test_a_cleared_run_whose_program_writes_no_model_publishes_nothing(
         timings={},
     )
     assert manifest["model"]["objects"] == 0 and manifest["metrics"] is None
+    # no pod left: each replica's log is named missing, with why
+    assert manifest["logs"] == []
+    assert manifest["logs_missing"] == {"worker-0": LOG_OF_A_GONE_POD}
 
     context["ti"].xcoms[ARCHIVE_TASK] = {"model": manifest["model"]}
     context["task"] = SimpleNamespace(outlets=[])

@@ -154,6 +154,10 @@ def create_replica_pods(
 class GangStartTracker:
     """Whether a gang's start is settled (all READY, or one FAILED), judged incrementally.
 
+    The gang's pods are all created before the watch starts, so an expected pod that a
+    listing lacks was deleted: it failed (`vanished`), and the start is settled at once
+    rather than at `startup_timeout`.
+
     The gang watch asks after every event with all the pods it knows. Judging each pod
     again every time made a start O(n²) (at 1,024 pods, seconds of CPU per start); here
     only a pod whose resourceVersion changed is judged again, and the verdicts are counted.
@@ -163,7 +167,7 @@ class GangStartTracker:
         self.expected = frozenset(expected)
         self.known: dict[str, tuple[str | None, GangState]] = {}
         self.counts = dict.fromkeys(GangState, 0)
-        self.vanished: set[str] = set()  # seen, then gone: deleted during the start
+        self.vanished: set[str] = set()  # created, then gone: deleted during the start
 
     def _set(self, name: str, entry: tuple[str | None, GangState] | None) -> None:
         old = self.known.pop(name, None)
@@ -185,9 +189,10 @@ class GangStartTracker:
             known = self.known.get(name)
             if known is None or version is None or known[0] != version:
                 self._set(name, (version, judge_replica_start(read_replica_status(pod))))
-        if present < len(self.known):  # a pod seen earlier went away: deleted, it failed
+                self.vanished.discard(name)
+        if present < len(self.expected):  # every pod was created before the watch: deleted
             names = {(p.get("metadata") or {}).get("name") for p in pods}
-            for name in [n for n in self.known if n not in names and n not in self.vanished]:
+            for name in self.expected - names - self.vanished:
                 self._set(name, (None, GangState.FAILED))
                 self.vanished.add(name)
         return bool(self.counts[GangState.FAILED]) or (

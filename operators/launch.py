@@ -105,6 +105,7 @@ from tfjob.manifests import (
     build_upload_secret,
 )
 from tfjob.pipeline_ids import (
+    ATTEMPTS_KEY,
     FETCH_BUNDLE_TASK,
     GRANTS_KEY,
     LAUNCH_FAILURE_KEY,
@@ -234,7 +235,7 @@ class TrainingLaunchOperator(KubernetesPodOperator):
                     endpoints = self.await_gang_start(run, plan).to_payload()
                     break
                 except GangStartError as lost:
-                    attempts = self.restart_lost_gang(run, attempts, lost)
+                    attempts = self.restart_lost_gang(run, attempts, lost, context["ti"])
         except Exception as exc:
             # The objects stay: archive keeps the logs of the replicas that did start,
             # teardown removes everything, and a retry removes them first (remove_leftovers).
@@ -370,16 +371,18 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         return staged
 
     def restart_lost_gang(
-        self, run: RunInfo, attempts: list[Attempt], lost: GangStartError
+        self, run: RunInfo, attempts: list[Attempt], lost: GangStartError, ti: Any
     ) -> list[Attempt]:
         """A gang that lost a replica to the infrastructure (deleted, evicted, its node lost)
         before it ran is restarted as `train` restarts one (the same policy, the same count
         of attempts): its pods are stopped and the attempts after it returned. Raises `lost`,
-        with the verdict's reason, when the policy says FAIL or nothing was taken."""
+        with the verdict's reason, when the policy says FAIL or nothing was taken. The
+        attempts go to XCom `attempts` (run.json's when train never ran)."""
         judged = restart.judge_failed_start(RestartPolicy.of(run.request), attempts, lost.failed)
         if judged is None:
             raise lost
         verdict, history = judged
+        ti.xcom_push(key=ATTEMPTS_KEY, value=restart.attempts_to_payload(history))
         if verdict.decision is not Decision.RESTART:
             raise GangStartError(f"{lost}\n{verdict.reason}", lost.failed) from lost
         self.log.warning("gang start: %s", verdict.reason)

@@ -160,7 +160,7 @@ def judge_gang_start(
 
     A pod that already finished successfully counts as started (a single
     replica may finish before we look); a pod that is missing counts as waiting,
-    unless it is in `vanished` (seen earlier in the start, then deleted): failed.
+    unless it is in `vanished` (created, then deleted during the start): failed.
     A pod being deleted (deletionTimestamp set) has failed too.
     """
     by_name = {replica.pod: replica for replica in map(read_replica_status, pods)}

@@ -284,7 +284,10 @@ def archive() -> JsonObject:
         metrics=ti.xcom_pull(task_ids=TRAIN_TASK, key=METRICS_KEY),
         timings=timings,
         launch=launch,
-        attempts=ti.xcom_pull(task_ids=TRAIN_TASK, key=ATTEMPTS_KEY),
+        attempts=(
+            ti.xcom_pull(task_ids=TRAIN_TASK, key=ATTEMPTS_KEY)
+            or ti.xcom_pull(task_ids=LAUNCH_TASK, key=ATTEMPTS_KEY)
+        ),
         warm_start=ti.xcom_pull(task_ids=LAUNCH_TASK, key=WARM_START_KEY),
     )
     _log().info(

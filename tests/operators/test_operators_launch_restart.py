@@ -31,6 +31,11 @@ def stops(monkeypatch) -> list[object]:
     return stopped
 
 
+class PushedXComs(dict):
+    def xcom_push(self, key: str, value: object) -> None:
+        self[key] = value
+
+
 def make_operator() -> TrainingLaunchOperator:
     operator = TrainingLaunchOperator(task_id="launch")
     operator.__dict__["client"] = object()  # stop_gang is the fake above: no API is asked
@@ -45,34 +50,38 @@ def lost_worker() -> GangStartError:
 def test_a_replica_deleted_during_the_start_restarts_the_gang_keeping_the_warm_start(stops):
     run = make_run(max_restarts=1)
     first = restart.first_attempt(1_800_000_000.0, restored_step=7)
+    ti = PushedXComs()
 
-    attempts = make_operator().restart_lost_gang(run, first, lost_worker())
+    attempts = make_operator().restart_lost_gang(run, first, lost_worker(), ti)
 
     assert stops == [run]
     assert [(a.number, a.outcome.value) for a in attempts] == [(1, "restarted"), (2, "running")]
     assert (attempts[0].failed_replica, attempts[0].kind) == ("worker-1", "deleted")
     assert attempts[1].restored_checkpoint_step == 7  # the new gang restores what the first did
+    assert [a["outcome"] for a in ti["attempts"]] == ["restarted", "running"]
 
 
 def test_past_max_restarts_the_start_fails_at_once_with_the_verdict(stops):
     run = make_run(max_restarts=1)
     first = restart.first_attempt(1_800_000_000.0)
-    second = make_operator().restart_lost_gang(run, first, lost_worker())
+    second = make_operator().restart_lost_gang(run, first, lost_worker(), PushedXComs())
+    ti = PushedXComs()
 
     with pytest.raises(GangStartError) as failed:
-        make_operator().restart_lost_gang(run, second, lost_worker())
+        make_operator().restart_lost_gang(run, second, lost_worker(), ti)
 
     assert len(stops) == 1
     message = str(failed.value)
     assert f"pod {POD}" in message and "worker-1 was deleted" in message
     assert "max_restarts" in message
     assert failed.value.failed[0].pod == POD
+    assert [a["outcome"] for a in ti["attempts"]] == ["restarted", "failed"]  # for run.json
 
 
 def test_with_max_restarts_0_a_deleted_replica_fails_naming_the_deletion(stops):
     with pytest.raises(GangStartError, match="worker-1 was deleted"):
         make_operator().restart_lost_gang(
-            make_run(), restart.first_attempt(1_800_000_000.0), lost_worker()
+            make_run(), restart.first_attempt(1_800_000_000.0), lost_worker(), PushedXComs()
         )
     assert stops == []
 
@@ -87,7 +96,10 @@ def test_a_replica_that_failed_by_itself_is_not_restarted(stops):
     for error in (lost, timed_out):
         with pytest.raises(GangStartError) as raised:
             make_operator().restart_lost_gang(
-                make_run(max_restarts=3), restart.first_attempt(1_800_000_000.0), error
+                make_run(max_restarts=3),
+                restart.first_attempt(1_800_000_000.0),
+                error,
+                PushedXComs(),
             )
         assert raised.value is error
     assert stops == []

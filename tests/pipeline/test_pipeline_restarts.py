@@ -35,7 +35,9 @@ from harness.gang_actions import abandon, delete_like_a_drain, first_gang_pods
 from harness.node_power import start_node, stop_node
 from harness.pipeline_fixtures import NAMESPACE, run_keys, wait_for
 from harness.pod_life import start_recorder
+from operators.archive import LOG_OF_A_GONE_POD
 from runtime.protocol import MAIN_CONTAINER
+from tfjob.naming import ANNOTATION_ATTEMPTS, LABEL_ROLE, job_selector
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -481,4 +483,86 @@ def test_a_node_that_stops_mid_run_restarts_the_gang_on_the_other_node(pipeline_
     assert sorted(gangs) == [1, 2], timeline
     assert lost in {life.node for life in gangs[1]}, timeline
     assert {life.node for life in gangs[2]} - {None} == {"node-1", "node-2"} - {lost}, timeline
+    assert world.run_objects(job) == []
+
+
+def pending_worker_of_gang(world, job: str, restarted: bool, running_dag):  # type: ignore[no-untyped-def]
+    """The job's worker-0 pod of the first gang (restarted False) or of a gang launch
+    restarted (its pods carry the attempts), while it is Pending and not being deleted. A
+    `dag.test()` (running_dag) that ended meanwhile fails the wait with its output."""
+    if running_dag.poll() is not None:
+        out, err = running_dag.communicate()
+        raise AssertionError(f"dag.test() of {job} ended first:\n{(out + err)[-20000:]}")
+    for pod in (
+        world.kube.core_v1().list_namespaced_pod(NAMESPACE, label_selector=job_selector(job)).items
+    ):
+        labels = pod.metadata.labels or {}
+        annotated = ANNOTATION_ATTEMPTS in (pod.metadata.annotations or {})
+        if (
+            labels.get(LABEL_ROLE) == "worker"
+            and annotated == restarted
+            and pod.status.phase == "Pending"
+            and pod.metadata.deletion_timestamp is None
+        ):
+            return pod
+    return None
+
+
+def test_a_worker_deleted_while_the_gang_starts_restarts_it_in_launch_up_to_max_restarts(
+    pipeline_world,
+):
+    world = pipeline_world
+    job = "e2e-start-lost"
+    # The worker wants more GPUs than any node has (4 each): it stays Pending, so the gang
+    # is still starting (launch's watch) when the test deletes it, each gang in turn.
+    body = world.request(
+        job,
+        mode="distributed",
+        strategy="multi_worker_mirrored",
+        replicas={"chief": 1, "worker": 1},
+        startup_timeout=200,  # under the default active_deadline (240 s)
+        max_restarts=1,
+        resources={
+            "chief": {"cpu": "100m", "memory": "128Mi"},
+            "worker": {"cpu": "100m", "memory": "128Mi", "gpu": 5},
+        },
+    )
+    running = start_request_dag(world, body)
+    deleted = []
+    try:
+        for restarted in (False, True):
+            pod = wait_for(
+                lambda restarted=restarted: pending_worker_of_gang(world, job, restarted, running),
+                PROGRAMS_TIMEOUT_S,
+                f"the {'restarted' if restarted else 'first'} gang's worker pending",
+                interval=0.5,
+            )
+            delete_like_a_drain(world, pod)
+            deleted.append(pod.metadata.name)
+    except BaseException:
+        abandon(world, running, job)
+        raise
+    result = world.finish_dag(running)
+
+    assert result.state == "failed", result
+    assert result.tasks["launch"] == "failed" and result.tasks["train"] == "upstream_failed"
+    assert result.tasks["archive"] == "success" and result.tasks["teardown"] == "success"
+    # The first deletion restarted the gang; the second failed it at once, with the verdict,
+    # long before startup_timeout.
+    assert "gang start: worker-0 was deleted; restarting as attempt 2 of 2" in result.log
+    assert "stopping the gang of run" in result.log, result
+    assert "the pod was deleted during the gang start" in result.log, result
+    assert "no restarts left: max_restarts=1, and this was attempt 2 of 2" in result.log
+    assert "after startup_timeout" not in result.log, result
+    assert deleted[0] == deleted[1]  # the restarted gang reuses the names
+
+    manifest = run_manifest(world, result)
+    attempts = manifest["attempts"]
+    assert [(a["number"], a["outcome"]) for a in attempts] == [(1, "restarted"), (2, "failed")]
+    assert {(a["failed_replica"], a["kind"]) for a in attempts} == {("worker-0", "deleted")}
+    assert manifest["launch"]["error"] == "GangStartError", manifest["launch"]
+    # The chief's log is kept; the deleted worker's went with its pod, and run.json says so.
+    prefix = run_keys(result)
+    assert prefix + "logs/chief-0.log" in world.s3_keys(prefix)
+    assert manifest["logs_missing"] == {"worker-0": LOG_OF_A_GONE_POD}, manifest
     assert world.run_objects(job) == []

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client as k8s
 
+from operators import kubeobjects
 from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
 from operators.runinfo import RunInfo
@@ -44,6 +45,7 @@ from tfjob import naming
 from tfjob.clusterspec import build_cluster_files, build_cluster_spec
 from tfjob.jsontypes import JsonObject
 from tfjob.records.run import GangEndpoints
+from tfjob.request.model import Role
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,12 @@ DELIVERY_LONGEST_DELAY_SECONDS = 10.0
 
 
 class DeliveryError(PipelineError, RuntimeError):
-    """The ClusterSpec could not be written into a replica."""
+    """The ClusterSpec could not be written into a replica; `undelivered` names the pods
+    (empty when the error is about one pod's single exec)."""
+
+    def __init__(self, message: str, undelivered: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.undelivered = undelivered
 
 
 def build_write_command(content: str) -> list[str]:
@@ -137,11 +144,12 @@ def deliver_cluster_files(
         finally:
             for spare in spares:
                 spare.api_client.close()
-    problems = [problem for problem in failures if problem]
+    problems = {pod: problem for pod, problem in zip(contents, failures, strict=True) if problem}
     if problems:
         raise DeliveryError(
             f"cluster.json reached {len(contents) - len(problems)} of {len(contents)} pods; "
-            + "; ".join(problems)
+            + "; ".join(problems.values()),
+            tuple(problems),
         )
 
 
@@ -238,3 +246,49 @@ def deliver_run_cluster_spec(
     deliver_cluster_files(api, run.namespace, contents)  # in parallel
     log.info("delivered cluster.json to %d pods: %s", len(contents), ", ".join(contents))
     return cluster
+
+
+def is_deciding_pod(name: str) -> bool:
+    """A chief's or worker's pod: one whose loss `train` judges."""
+    parsed = naming.parse_pod_name(name)
+    return parsed is not None and parsed[0] in (Role.CHIEF, Role.WORKER)
+
+
+def find_deleted_pods(api: k8s.CoreV1Api, run: RunInfo) -> set[str]:
+    """The run's pods that are gone or being deleted (deletionTimestamp set)."""
+    pods = {
+        pod["metadata"]["name"]: pod
+        for pod in kubeobjects.list_run_pods(api, run.namespace, run.selector)
+    }
+    return {
+        name
+        for name in run.pod_names()
+        if name not in pods or pods[name]["metadata"].get("deletionTimestamp")
+    }
+
+
+def deliver_first_cluster_spec(
+    api: k8s.CoreV1Api, run: RunInfo, endpoints: GangEndpoints
+) -> JsonObject:
+    """`clusterspec`'s delivery to a run's first gang; return the ClusterSpec.
+
+    A chief or worker deleted meanwhile (a drain, its node lost) cannot get its
+    file and never will; when only such replicas missed it, the step succeeds and
+    leaves the loss to `train`, whose first look sees the pod gone and judges it
+    by the run's restart policy (a new gang, or a failure naming the deletion).
+    Any other failure fails the step, a lost ps or evaluator too: no training
+    verdict waits on those.
+    """
+    try:
+        return deliver_run_cluster_spec(api, run, endpoints)
+    except DeliveryError as failed:
+        deleted = find_deleted_pods(api, run)
+        judged = {name for name in deleted if is_deciding_pod(name)}
+        if not failed.undelivered or not set(failed.undelivered) <= judged:
+            raise
+        log.warning(
+            "%s; deleted meanwhile: %s: train judges the loss by the run's restart policy",
+            failed,
+            ", ".join(sorted(failed.undelivered)),
+        )
+        return build_cluster_spec(run.request, list(endpoints.endpoints))

@@ -121,6 +121,7 @@ from tfjob.tenants import load_tenants, resolve_tenant
 LAUNCH_API_PATIENCE_SECONDS = GANG_API_PATIENCE_SECONDS
 
 if TYPE_CHECKING:
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
     from kubernetes import client as k8s
 
 T = TypeVar("T")
@@ -371,7 +372,11 @@ class TrainingLaunchOperator(KubernetesPodOperator):
         return staged
 
     def restart_lost_gang(
-        self, run: RunInfo, attempts: list[Attempt], lost: GangStartError, ti: Any
+        self,
+        run: RunInfo,
+        attempts: list[Attempt],
+        lost: GangStartError,
+        ti: RuntimeTaskInstanceProtocol,
     ) -> list[Attempt]:
         """A gang that lost a replica to the infrastructure (deleted, evicted, its node lost)
         before it ran is restarted as `train` restarts one (the same policy, the same count

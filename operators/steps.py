@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators.archive import archive_run
 from operators.bundlecheck import BundleMissing, snapshot_bundle
-from operators.delivery import deliver_run_cluster_spec
+from operators.delivery import deliver_first_cluster_spec
 from operators.grants import require_presign_connection
 from operators.latest import build_pointer, choose_run_order, publish_latest
 from operators.request_files import RequestNameError, check_request_name
@@ -244,7 +244,7 @@ def deliver_cluster_spec() -> JsonObject | None:
         _log().info("single mode: no ClusterSpec to deliver")
         return None
     endpoints = GangEndpoints.from_payload(context["ti"].xcom_pull(task_ids=LAUNCH_TASK))
-    cluster = deliver_run_cluster_spec(_kube(), run, endpoints)
+    cluster = deliver_first_cluster_spec(_kube(), run, endpoints)
     return {"cluster": cluster}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client as k8s
@@ -13,6 +14,11 @@ from kubernetes.client.exceptions import ApiException
 
 from operators import delivery
 from operators.delivery import DeliveryError, deliver_cluster_files
+from operators.runinfo import RunInfo
+from tfjob import naming
+from tfjob.clusterspec import Endpoint
+from tfjob.records.run import GangEndpoints
+from tfjob.request.model import Role, load_request
 
 
 @pytest.fixture
@@ -102,3 +108,101 @@ def test_no_try_starts_that_could_not_end_within_the_budget(execs, monkeypatch):
 def test_attempts_below_one_are_refused():
     with pytest.raises(ValueError, match="attempts: 0 given"):
         deliver_cluster_files(None, "ns", {"p": "{}"}, attempts=0)
+
+
+def make_ps_run() -> RunInfo:
+    request = load_request(
+        {
+            "name": "lost",
+            "tenant": "test",
+            "mode": "distributed",
+            "strategy": "parameter_server",
+            "replicas": {"chief": 1, "ps": 1, "worker": 2},
+            "success_policy": "chief",
+            "image": "python:3.11",
+            "entrypoint": ["python3", "train.py"],
+            "bundle": "s3://bench/bundle.tar.gz",
+            "output": "s3://bench/out/lost",
+        }
+    )
+    dag_id, run_id = "tfjob__lost", "manual__1"
+    return RunInfo(
+        request=request,
+        run_id=run_id,
+        dag_id=dag_id,
+        namespace=naming.tenant_namespace("test"),
+        run_key=naming.run_key("lost", dag_id, run_id),
+        aws_conn_id="aws_default",
+    )
+
+
+def gang_endpoints(run: RunInfo) -> GangEndpoints:
+    replicas = [(Role.CHIEF, 0), (Role.PS, 0), (Role.WORKER, 0), (Role.WORKER, 1)]
+    return GangEndpoints(
+        tuple(Endpoint(role, i, f"10.0.0.{n}", 2222) for n, (role, i) in enumerate(replicas))
+    )
+
+
+@pytest.fixture
+def parallel_clients(monkeypatch):
+    """The parallel delivery's per-thread clients, which the fake exec never uses."""
+    spare = SimpleNamespace(api_client=SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(delivery, "clone_core_api", lambda api: spare)
+
+
+def listing(run: RunInfo, *, without: str = "", deleting: str = "") -> list[dict]:
+    pods = []
+    for name in run.pod_names():
+        if name == without:
+            continue
+        meta = {
+            "name": name,
+            **({"deletionTimestamp": "2026-12-07T23:00:00Z"} if name == deleting else {}),
+        }
+        pods.append({"metadata": meta})
+    return pods
+
+
+@pytest.mark.parametrize("how", ["gone", "being deleted"])
+def test_a_replica_deleted_during_the_first_delivery_is_left_to_train(
+    execs, parallel_clients, monkeypatch, how
+):
+    tries, failures, written = execs
+    run = make_ps_run()
+    lost = naming.pod_name(run.run_key, "worker", 1)
+    failures[lost] = [ApiException(status=404, reason="Not Found")]
+    pods = listing(run, without=lost) if how == "gone" else listing(run, deleting=lost)
+    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: pods)
+
+    cluster = delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))
+
+    assert cluster["worker"] == ["10.0.0.2:2222", "10.0.0.3:2222"]  # the ClusterSpec they got
+    assert set(written) == set(run.pod_names()) - {lost}
+
+
+def test_a_delivery_that_failed_to_a_pod_still_there_fails_the_step(
+    execs, parallel_clients, monkeypatch
+):
+    tries, failures, written = execs
+    run = make_ps_run()
+    stuck = naming.pod_name(run.run_key, "worker", 1)
+    failures[stuck] = [ApiException(status=403, reason="Forbidden")]
+    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: listing(run))
+
+    with pytest.raises(DeliveryError, match="cluster.json reached 3 of 4 pods") as failed:
+        delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))
+    assert failed.value.undelivered == (stuck,)
+
+
+def test_a_ps_deleted_during_the_first_delivery_fails_the_step(
+    execs, parallel_clients, monkeypatch
+):
+    tries, failures, written = execs
+    run = make_ps_run()
+    lost = naming.pod_name(run.run_key, "ps", 0)
+    failures[lost] = [ApiException(status=404, reason="Not Found")]
+    pods = listing(run, without=lost)
+    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: pods)
+
+    with pytest.raises(DeliveryError, match=f"pod {lost}: exec failed \\(404"):
+        delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))

@@ -33,6 +33,8 @@ from harness.pipeline_fixtures import (
 )
 from harness.poller import Poller
 from harness.world_fixtures import run_world_airflow
+from localkube.apiserver.podlogs import pod_dir
+from runtime.protocol import MAIN_CONTAINER
 from tfjob import naming, pipeline_ids
 from tfjob.naming import job_selector
 
@@ -468,7 +470,14 @@ def log_bytes(state_dir: Path, pod_uid: str) -> int:
     hard-linking the full file to its rotated name before it replaces it, so for a moment
     two names share one inode (tests/localkube/test_localkube_log_bounds.py counts the same)."""
     sizes: dict[tuple[int, int], int] = {}
-    for path in state_dir.glob(f"**/pods/{pod_uid}/logs/tensorflow/*"):
+    # The pod's own folder only: a recursive glob of the state dir walked other pods' folders
+    # while their kubelet removed them (FileNotFoundError from inside glob).
+    folder = pod_dir(str(state_dir), pod_uid) / "logs" / MAIN_CONTAINER
+    try:
+        paths = list(folder.iterdir())
+    except FileNotFoundError:
+        return 0  # not written yet, or the pod is gone
+    for path in paths:
         try:
             stat = path.stat()
         except FileNotFoundError:

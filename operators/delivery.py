@@ -37,6 +37,7 @@ from kubernetes import client as k8s
 from operators import kubeobjects
 from operators.errors import PipelineError
 from operators.kubeobjects import exec_in_container
+from operators.replicas import DECIDING_ROLES, read_replica_status
 from operators.runinfo import RunInfo
 from operators.transient import api_status_of, describe_api_error, is_transient
 from runtime.backoff import BackoffPolicy, LastDelay, RetryState, call_with_backoff
@@ -45,7 +46,6 @@ from tfjob import naming
 from tfjob.clusterspec import build_cluster_files, build_cluster_spec
 from tfjob.jsontypes import JsonObject
 from tfjob.records.run import GangEndpoints
-from tfjob.request.model import Role
 from tfjob.timeline import DELIVERY_BUDGET_SECONDS
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ def deliver_run_cluster_spec(
 def is_deciding_pod(name: str) -> bool:
     """A chief's or worker's pod: one whose loss `train` judges."""
     parsed = naming.parse_pod_name(name)
-    return parsed is not None and parsed[0] in (Role.CHIEF, Role.WORKER)
+    return parsed is not None and parsed[0] in DECIDING_ROLES
 
 
 def find_deleted_pods(api: k8s.CoreV1Api, run: RunInfo) -> set[str]:
@@ -263,7 +263,7 @@ def find_deleted_pods(api: k8s.CoreV1Api, run: RunInfo) -> set[str]:
     return {
         name
         for name in run.pod_names()
-        if name not in pods or pods[name]["metadata"].get("deletionTimestamp")
+        if name not in pods or read_replica_status(pods[name]).deleted
     }
 
 

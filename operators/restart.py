@@ -181,7 +181,7 @@ def judge_failure(
 ) -> tuple[RestartVerdict, list[Attempt]]:
     """The verdict on the current attempt, ended by `failure`, and the history after it:
     the current attempt ended (restarted or failed) and, on RESTART, the next one opened
-    (running, started `when`, restoring what the current one restored)."""
+    (running, started `when`)."""
     when = when or now()
     current = attempts[-1]
     verdict = judge_restart(policy, current.number, failure)

@@ -5,6 +5,7 @@ only, within bounded tries and the delivery's budget; a final API answer is not 
 from __future__ import annotations
 
 import threading
+from http import HTTPStatus
 from collections import Counter
 from types import SimpleNamespace
 
@@ -163,16 +164,27 @@ def listing(run: RunInfo, *, without: str = "", deleting: str = "") -> list[dict
     return pods
 
 
+def fail_exec_to(failures: dict, run: RunInfo, role: str, index: int, status: int) -> str:
+    """Every exec into that replica's pod is answered `status`; returns the pod's name."""
+    pod = naming.pod_name(run.run_key, role, index)
+    failures[pod] = [ApiException(status=status, reason=HTTPStatus(status).phrase)]
+    return pod
+
+
+def list_pods_as(monkeypatch, pods: list[dict]) -> None:
+    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: pods)
+
+
 @pytest.mark.parametrize("how", ["gone", "being deleted"])
 def test_a_replica_deleted_during_the_first_delivery_is_left_to_train(
     execs, parallel_clients, monkeypatch, how
 ):
     tries, failures, written = execs
     run = make_ps_run()
-    lost = naming.pod_name(run.run_key, "worker", 1)
-    failures[lost] = [ApiException(status=404, reason="Not Found")]
-    pods = listing(run, without=lost) if how == "gone" else listing(run, deleting=lost)
-    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: pods)
+    lost = fail_exec_to(failures, run, "worker", 1, 404)
+    list_pods_as(
+        monkeypatch, listing(run, without=lost) if how == "gone" else listing(run, deleting=lost)
+    )
 
     cluster = delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))
 
@@ -185,9 +197,8 @@ def test_a_delivery_that_failed_to_a_pod_still_there_fails_the_step(
 ):
     tries, failures, written = execs
     run = make_ps_run()
-    stuck = naming.pod_name(run.run_key, "worker", 1)
-    failures[stuck] = [ApiException(status=403, reason="Forbidden")]
-    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: listing(run))
+    stuck = fail_exec_to(failures, run, "worker", 1, 403)
+    list_pods_as(monkeypatch, listing(run))
 
     with pytest.raises(DeliveryError, match="cluster.json reached 3 of 4 pods") as failed:
         delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))
@@ -199,10 +210,8 @@ def test_a_ps_deleted_during_the_first_delivery_fails_the_step(
 ):
     tries, failures, written = execs
     run = make_ps_run()
-    lost = naming.pod_name(run.run_key, "ps", 0)
-    failures[lost] = [ApiException(status=404, reason="Not Found")]
-    pods = listing(run, without=lost)
-    monkeypatch.setattr(delivery.kubeobjects, "list_run_pods", lambda api, ns, sel: pods)
+    lost = fail_exec_to(failures, run, "ps", 0, 404)
+    list_pods_as(monkeypatch, listing(run, without=lost))
 
     with pytest.raises(DeliveryError, match=f"pod {lost}: exec failed \\(404"):
         delivery.deliver_first_cluster_spec(None, run, gang_endpoints(run))

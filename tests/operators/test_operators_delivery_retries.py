@@ -5,8 +5,8 @@ only, within bounded tries and the delivery's budget; a final API answer is not 
 from __future__ import annotations
 
 import threading
-from http import HTTPStatus
 from collections import Counter
+from http import HTTPStatus
 from types import SimpleNamespace
 
 import pytest
